@@ -1,0 +1,67 @@
+//! The daemon's typed errors. Each kind maps to one D-Bus error name
+//! (`org.astraeus.Node1.Error.<Kind>`), so a caller can act on the kind and a
+//! person on the message; nothing is collapsed into a generic failure.
+
+use std::fmt;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The request is malformed; the message starts with the field path.
+    InvalidRequest(String),
+    NotFound(String),
+    Exists(String),
+    AccessDenied(String),
+    /// The request is valid but the current state does not allow it.
+    Conflict(String),
+    /// The ledger, a GPU library or a runtime failed underneath us.
+    Backend(String),
+    /// The daemon is shutting down or its queue is full; try again.
+    Busy(String),
+}
+
+impl Error {
+    /// A field-level validation error: `path: what would be accepted`.
+    pub fn field(path: &str, message: impl fmt::Display) -> Error {
+        Error::InvalidRequest(format!("{path}: {message}"))
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidRequest(_) => "InvalidRequest",
+            Error::NotFound(_) => "NotFound",
+            Error::Exists(_) => "Exists",
+            Error::AccessDenied(_) => "AccessDenied",
+            Error::Conflict(_) => "Conflict",
+            Error::Backend(_) => "Backend",
+            Error::Busy(_) => "Busy",
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Error::InvalidRequest(m)
+            | Error::NotFound(m)
+            | Error::Exists(m)
+            | Error::AccessDenied(m)
+            | Error::Conflict(m)
+            | Error::Backend(m)
+            | Error::Busy(m) => m,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind(), self.message())
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Error {
+        Error::Backend(format!("ledger: {e}"))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

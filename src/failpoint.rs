@@ -1,0 +1,70 @@
+//! Named failpoints for crash and watchdog tests.
+//!
+//! `ASTRAEUS_FAILPOINTS="name=kill@3,other=block"` makes the process SIGKILL
+//! itself on the third time it reaches `name`, and block forever at `other`.
+//! Without the variable every `hit` is one relaxed load of an empty table.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+enum Action {
+    Kill,
+    Block,
+}
+
+struct Point {
+    action: Action,
+    /// Fire on this hit (1-based).
+    on: u32,
+    hits: AtomicU32,
+}
+
+fn table() -> &'static HashMap<String, Point> {
+    static TABLE: OnceLock<HashMap<String, Point>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let spec = std::env::var("ASTRAEUS_FAILPOINTS").unwrap_or_default();
+        spec.split(',')
+            .filter_map(|entry| {
+                let (name, rest) = entry.trim().split_once('=')?;
+                let (action, on) = match rest.split_once('@') {
+                    Some((a, n)) => (a, n.parse().ok()?),
+                    None => (rest, 1),
+                };
+                let action = match action {
+                    "kill" => Action::Kill,
+                    "block" => Action::Block,
+                    _ => return None,
+                };
+                Some((
+                    name.to_string(),
+                    Point {
+                        action,
+                        on,
+                        hits: AtomicU32::new(0),
+                    },
+                ))
+            })
+            .collect()
+    })
+}
+
+/// Marks a point where a test may kill or stall the process.
+pub fn hit(name: &str) {
+    let Some(p) = table().get(name) else {
+        return;
+    };
+    if p.hits.fetch_add(1, Ordering::SeqCst) + 1 != p.on {
+        return;
+    }
+    match p.action {
+        // SIGKILL, not abort: no destructor, no flush, exactly like a power cut
+        // as far as the process is concerned.
+        Action::Kill => unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        },
+        Action::Block => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+    }
+}

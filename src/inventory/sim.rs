@@ -1,0 +1,206 @@
+//! The simulated machine: GPUs described in a TOML file (design.md's format),
+//! or the seed's `majin` built in. For people trying the daemon without a GPU.
+
+use super::{host_resources, GpuSource};
+use crate::error::{Error, Result};
+use crate::placement::{Gpu, Machine};
+use crate::quantity::Amount;
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+/// The seed's machine: one RTX 4060 with 8 GB, 1 GB held by the desktop.
+pub const MAJIN: &str = r#"
+machine = "majin"
+[[gpu]]
+model = "NVIDIA GeForce RTX 4060"
+uuid = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000"
+total_gb = 8
+outside_gb = 1
+power_w = 60
+"#;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimFile {
+    machine: String,
+    #[serde(default)]
+    wsl: bool,
+    /// Host CPU cores and memory; the real host's when absent.
+    cpu_cores: Option<u32>,
+    memory_gb: Option<u64>,
+    #[serde(default)]
+    gpu: Vec<SimGpu>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimGpu {
+    model: String,
+    #[serde(default = "nvidia")]
+    vendor: String,
+    uuid: Option<String>,
+    total_gb: f64,
+    #[serde(default)]
+    outside_gb: f64,
+    #[serde(default = "yes")]
+    healthy: bool,
+    /// Simulated draw in watts, for energy accounting.
+    #[serde(default)]
+    power_w: f64,
+    /// Name of the time-slicing baseboard that owns this GPU, if any.
+    baseboard: Option<String>,
+}
+
+fn nvidia() -> String {
+    "nvidia".into()
+}
+fn yes() -> bool {
+    true
+}
+
+/// A GB figure from the file, to exact hundredths.
+fn gb(path: &str, v: f64) -> Result<Amount> {
+    let h = (v * 100.0).round();
+    if !v.is_finite() || v < 0.0 || (v * 100.0 - h).abs() > 1e-6 || h > 1e12 {
+        return Err(Error::field(
+            path,
+            "a number of GB, 0 or more, with at most 2 decimals",
+        ));
+    }
+    Ok(Amount::from_hundredths(h as u64))
+}
+
+/// Parses a sim file's text into a machine.
+pub fn parse(text: &str) -> Result<Machine> {
+    let f: SimFile = toml::from_str(text)
+        .map_err(|e| Error::InvalidRequest(format!("sim machine: {}", e.message())))?;
+    crate::request::validate_name("machine", &f.machine)?;
+    let (host_cores, host_mem) = host_resources();
+    let mut gpus = Vec::new();
+    for (i, g) in f.gpu.iter().enumerate() {
+        let path = |k: &str| format!("gpu[{i}].{k}");
+        let total = gb(&path("total_gb"), g.total_gb)?;
+        let outside = gb(&path("outside_gb"), g.outside_gb)?;
+        if outside > total {
+            return Err(Error::field(&path("outside_gb"), "at most total_gb"));
+        }
+        let _ = g.power_w; // read by usage accounting
+        gpus.push(Gpu {
+            index: i as u32,
+            uuid: g
+                .uuid
+                .clone()
+                .unwrap_or_else(|| format!("GPU-sim-{}-{i}", f.machine)),
+            model: g.model.clone(),
+            vendor: g.vendor.to_lowercase(),
+            total,
+            outside,
+            healthy: g.healthy,
+            sliced: g.baseboard.is_some(),
+        });
+    }
+    Ok(Machine {
+        name: f.machine,
+        wsl: f.wsl,
+        cpu_cores: f.cpu_cores.map_or(host_cores, |c| Amount::whole(c as u64)),
+        memory_bytes: f
+            .memory_gb
+            .map_or(host_mem, |g| g.saturating_mul(crate::quantity::GB_BYTES)),
+        gpus,
+    })
+}
+
+/// A sim machine read from a file (re-read when it changes), or the built-in one.
+pub struct SimSource {
+    path: Option<PathBuf>,
+    seen: Option<SystemTime>,
+}
+
+impl SimSource {
+    pub fn builtin() -> SimSource {
+        SimSource {
+            path: None,
+            seen: None,
+        }
+    }
+    pub fn file(path: PathBuf) -> SimSource {
+        SimSource {
+            path: Some(path),
+            seen: None,
+        }
+    }
+    fn mtime(&self) -> Option<SystemTime> {
+        self.path
+            .as_ref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .and_then(|m| m.modified().ok())
+    }
+}
+
+impl GpuSource for SimSource {
+    fn read(&mut self) -> Result<Machine> {
+        match &self.path {
+            None => parse(MAJIN),
+            Some(p) => {
+                self.seen = self.mtime();
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| Error::Backend(format!("sim machine {}: {e}", p.display())))?;
+                parse(&text)
+            }
+        }
+    }
+
+    fn changed(&mut self) -> bool {
+        self.path.is_some() && self.mtime() != self.seen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_is_the_seeds_majin() {
+        let m = SimSource::builtin().read().unwrap();
+        assert_eq!(m.name, "majin");
+        assert_eq!(m.gpus.len(), 1);
+        let g = &m.gpus[0];
+        assert_eq!(g.model, "NVIDIA GeForce RTX 4060");
+        assert_eq!(g.total, Amount::whole(8));
+        assert_eq!(g.offered(), Amount::whole(7));
+    }
+
+    #[test]
+    fn bad_files_name_the_key() {
+        let e = parse("machine = \"m\"\n[[gpu]]\nmodel = \"x\"\ntotal_gb = 8\noutside_gb = 9\n")
+            .unwrap_err();
+        assert_eq!(e.message(), "gpu[0].outside_gb: at most total_gb");
+        let e = parse("machine = \"m\"\n[[gpu]]\nmodel = \"x\"\ntotal_gb = 8.125\n").unwrap_err();
+        assert!(e.message().starts_with("gpu[0].total_gb: "));
+        let e = parse("machine = \"m\"\ncolour = 1\n").unwrap_err();
+        assert!(e.message().contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn file_changes_are_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.toml");
+        std::fs::write(&p, MAJIN).unwrap();
+        let mut s = SimSource::file(p.clone());
+        assert!(s.changed());
+        s.read().unwrap();
+        assert!(!s.changed());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&p, MAJIN.replace("outside_gb = 1", "outside_gb = 2")).unwrap();
+        let t = SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        assert!(s.changed());
+        assert_eq!(s.read().unwrap().gpus[0].outside, Amount::whole(2));
+    }
+}

@@ -1,0 +1,479 @@
+//! The node engine: the machine as last read, what is promised (the book), the
+//! live workers, and the ledger. Synchronous and single-owner: the service loop
+//! owns one `Node`, tests drive one directly. Every change is committed to the
+//! ledger first and mirrored in memory only after the commit succeeds.
+
+use crate::error::{Error, Result};
+use crate::placement::{self, Book, Evaluations, Grant, Machine, Mode};
+use crate::request::WorkerSpec;
+use crate::store::{now_ms, Store, WorkerState};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Pending { reasons: Vec<String> },
+    Running { grants: Vec<Grant> },
+}
+
+impl Status {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Pending { .. } => WorkerState::Pending.as_str(),
+            Status::Running { .. } => WorkerState::Running.as_str(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Worker {
+    pub id: i64,
+    pub spec: WorkerSpec,
+    /// The request as the user wrote it.
+    pub spec_text: String,
+    pub owner_uid: u32,
+    pub holders: Vec<u32>,
+    pub submitted_ms: i64,
+    pub status: Status,
+}
+
+impl Worker {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+    pub fn grants(&self) -> &[Grant] {
+        match &self.status {
+            Status::Running { grants } => grants,
+            Status::Pending { .. } => &[],
+        }
+    }
+    pub fn reasons(&self) -> &[String] {
+        match &self.status {
+            Status::Pending { reasons } => reasons,
+            Status::Running { .. } => &[],
+        }
+    }
+}
+
+/// What an operation changed, so the bus layer can signal exactly that.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// Workers whose state or reasons changed.
+    pub updated: Vec<String>,
+    /// GPUs (by index) whose use or inventory changed.
+    pub gpus: Vec<u32>,
+    pub machine_changed: bool,
+}
+
+/// Where a dry run would go.
+pub type Verdict = std::result::Result<Vec<Grant>, Vec<String>>;
+
+pub struct Node {
+    machine: Machine,
+    book: Book,
+    workers: BTreeMap<String, Worker>,
+    /// Pending workers by ledger id: oldest first.
+    pending: BTreeMap<i64, String>,
+    store: Store,
+    /// GPU evaluations done so far (tests prove re-examination is linear).
+    pub evals: Evaluations,
+}
+
+impl Node {
+    /// Rebuilds the state from the ledger: running workers keep exactly the
+    /// placements the ledger holds; pending ones are examined afresh.
+    pub fn open(store: Store, machine: Machine) -> Result<Node> {
+        let mut node = Node {
+            machine,
+            book: Book::default(),
+            workers: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            store,
+            evals: Evaluations::default(),
+        };
+        for row in node.store.live_workers()? {
+            let spec = WorkerSpec::parse(&row.spec).map_err(|e| {
+                Error::Backend(format!("ledger: worker {} no longer parses: {e}", row.name))
+            })?;
+            let status = match row.state {
+                WorkerState::Running => {
+                    node.book.add(&row.name, &spec.resources, &row.grants);
+                    Status::Running { grants: row.grants }
+                }
+                _ => {
+                    node.pending.insert(row.id, row.name.clone());
+                    Status::Pending {
+                        reasons: Vec::new(),
+                    }
+                }
+            };
+            node.workers.insert(
+                row.name.clone(),
+                Worker {
+                    id: row.id,
+                    spec,
+                    spec_text: row.spec,
+                    owner_uid: row.owner_uid,
+                    holders: row.holders,
+                    submitted_ms: row.submitted_ms,
+                    status,
+                },
+            );
+        }
+        let mut changes = Changes::default();
+        node.reexamine(&mut changes)?;
+        Ok(node)
+    }
+
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+    pub fn book(&self) -> &Book {
+        &self.book
+    }
+    pub fn workers(&self) -> impl Iterator<Item = &Worker> {
+        self.workers.values()
+    }
+    pub fn worker(&self, name: &str) -> Option<&Worker> {
+        self.workers.get(name)
+    }
+    pub fn running_count(&self) -> usize {
+        self.workers.len() - self.pending.len()
+    }
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Submits a worker: placed now if it fits, else pending with its reasons.
+    /// `default_holder` is the caller's pid, used when the spec names none.
+    pub fn submit(
+        &mut self,
+        spec_text: &str,
+        owner_uid: u32,
+        default_holder: Option<u32>,
+    ) -> Result<(String, Changes)> {
+        let spec = WorkerSpec::parse(spec_text)?;
+        let name = spec.name.clone();
+        if self.workers.contains_key(&name) {
+            return Err(Error::Exists(format!(
+                "name: a live worker named {name} already exists; stop it first or choose another name"
+            )));
+        }
+        let holders = if spec.holders.is_empty() {
+            default_holder.into_iter().collect()
+        } else {
+            spec.holders.clone()
+        };
+        let verdict = placement::place(&self.machine, &self.book, &spec.resources, &mut self.evals);
+        let grants = verdict.as_ref().ok().map(Vec::as_slice);
+        let at = now_ms();
+        let id = self
+            .store
+            .insert_worker(&name, spec_text, owner_uid, &holders, grants, at)?;
+        let mut changes = Changes {
+            added: vec![name.clone()],
+            ..Changes::default()
+        };
+        let status = match verdict {
+            Ok(grants) => {
+                self.book.add(&name, &spec.resources, &grants);
+                changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
+                Status::Running { grants }
+            }
+            Err(reasons) => {
+                self.pending.insert(id, name.clone());
+                Status::Pending { reasons }
+            }
+        };
+        self.workers.insert(
+            name.clone(),
+            Worker {
+                id,
+                spec,
+                spec_text: spec_text.to_string(),
+                owner_uid,
+                holders,
+                submitted_ms: at,
+                status,
+            },
+        );
+        Ok((name, changes))
+    }
+
+    /// Stops a worker; its share frees and pending workers are re-examined.
+    /// A caller other than root may stop only its own workers.
+    pub fn stop(&mut self, name: &str, caller_uid: u32) -> Result<Changes> {
+        let w = self
+            .workers
+            .get(name)
+            .ok_or_else(|| Error::NotFound(format!("no live worker named {name}")))?;
+        if caller_uid != 0 && caller_uid != w.owner_uid {
+            return Err(Error::AccessDenied(format!(
+                "worker {name} belongs to uid {}; only its owner or root may stop it",
+                w.owner_uid
+            )));
+        }
+        self.store.stop_worker(w.id, now_ms())?;
+        let w = self.workers.remove(name).expect("checked above");
+        let mut changes = Changes {
+            removed: vec![name.to_string()],
+            ..Changes::default()
+        };
+        match &w.status {
+            Status::Running { grants } => {
+                self.book.remove(name, &w.spec.resources, grants);
+                changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
+                self.reexamine(&mut changes)?;
+            }
+            Status::Pending { .. } => {
+                self.pending.remove(&w.id);
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Where a request would go now, or why it would wait. Changes nothing.
+    pub fn why_not(&mut self, spec_text: &str) -> Result<Verdict> {
+        let spec = WorkerSpec::parse(spec_text)?;
+        Ok(placement::place(
+            &self.machine,
+            &self.book,
+            &spec.resources,
+            &mut self.evals,
+        ))
+    }
+
+    /// A new reading of the machine: promises stay, pending work is re-examined.
+    pub fn set_machine(&mut self, machine: Machine) -> Result<Changes> {
+        let mut changes = Changes::default();
+        if machine == self.machine {
+            return Ok(changes);
+        }
+        changes.machine_changed = true;
+        changes.gpus.extend(machine.gpus.iter().map(|g| g.index));
+        self.machine = machine;
+        self.reexamine(&mut changes)?;
+        Ok(changes)
+    }
+
+    /// One pass over the pending workers, oldest first. Placing only consumes
+    /// capacity, so a worker that did not fit earlier in the pass cannot fit
+    /// later in it: one pass is complete, and its cost is linear.
+    fn reexamine(&mut self, changes: &mut Changes) -> Result<()> {
+        let queue: Vec<(i64, String)> = self.pending.iter().map(|(i, n)| (*i, n.clone())).collect();
+        for (id, name) in queue {
+            let w = self.workers.get(&name).expect("pending workers are live");
+            let verdict = placement::place(
+                &self.machine,
+                &self.book,
+                &w.spec.resources,
+                &mut self.evals,
+            );
+            match verdict {
+                Ok(grants) => {
+                    self.store.start_worker(id, &grants, now_ms())?;
+                    let w = self.workers.get_mut(&name).expect("live");
+                    self.book.add(&name, &w.spec.resources, &grants);
+                    changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
+                    w.status = Status::Running { grants };
+                    self.pending.remove(&id);
+                    changes.updated.push(name);
+                }
+                Err(reasons) => {
+                    let w = self.workers.get_mut(&name).expect("live");
+                    if w.reasons() != reasons.as_slice() {
+                        w.status = Status::Pending { reasons };
+                        changes.updated.push(name);
+                    }
+                }
+            }
+        }
+        changes.gpus.sort_unstable();
+        changes.gpus.dedup();
+        Ok(())
+    }
+
+    /// GPU mode by index, for the bus and CLI.
+    pub fn gpu_mode(&self, uuid: &str) -> Mode {
+        self.book.mode(uuid)
+    }
+
+    /// Broken invariants, if any (tests and the crash harness use this).
+    pub fn audit(&self) -> Vec<String> {
+        let mut broken = Vec::new();
+        for g in &self.machine.gpus {
+            let Some(u) = self.book.usage(&g.uuid) else {
+                continue;
+            };
+            if u.whole.is_some() && !u.sharers.is_empty() {
+                broken.push(format!("GPU {} is both whole and shared", g.index));
+            }
+            if g.sliced {
+                broken.push(format!("GPU {} is time-sliced but has workers", g.index));
+            }
+        }
+        for w in self.workers.values() {
+            if let Status::Pending { reasons } = &w.status {
+                if reasons.is_empty() {
+                    broken.push(format!("pending worker {} has no reason", w.name()));
+                }
+            }
+        }
+        broken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::sim;
+
+    fn node() -> Node {
+        Node::open(
+            Store::open_in_memory().unwrap(),
+            sim::parse(sim::MAJIN).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn shared(name: &str, gb: &str) -> String {
+        format!(
+            r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn the_seeds_example_end_to_end() {
+        let mut n = node();
+        n.submit(&shared("listen", "2.2"), 1000, None).unwrap();
+        n.submit(&shared("voice", "4.2"), 1000, None).unwrap();
+        n.submit(&shared("small", "1.5"), 1000, None).unwrap();
+        n.submit(&shared("big", "7.5"), 1000, None).unwrap();
+        assert_eq!(
+            n.worker("small").unwrap().reasons(),
+            ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"]
+        );
+        assert_eq!(
+            n.worker("big").unwrap().reasons(),
+            ["GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5"]
+        );
+        let uuid = n.machine().gpus[0].uuid.clone();
+        assert_eq!(
+            placement::sharers_line(n.book().usage(&uuid)),
+            "shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken"
+        );
+        assert_eq!(
+            placement::gpus_column(n.worker("listen").unwrap().grants()),
+            "1 · shared 2.2 GB"
+        );
+        // voice stops: small fits now and starts; big still waits.
+        let c = n.stop("voice", 1000).unwrap();
+        assert_eq!(c.updated, vec!["small".to_string()]);
+        assert!(matches!(
+            n.worker("small").unwrap().status,
+            Status::Running { .. }
+        ));
+        assert_eq!(n.pending_count(), 1);
+        assert!(n.audit().is_empty());
+    }
+
+    #[test]
+    fn names_owners_and_errors() {
+        let mut n = node();
+        n.submit(&shared("a", "1"), 1000, Some(42)).unwrap();
+        assert_eq!(n.worker("a").unwrap().holders, vec![42]);
+        let e = n.submit(&shared("a", "1"), 1000, None).unwrap_err();
+        assert_eq!(e.kind(), "Exists");
+        assert!(e.message().starts_with("name: "));
+        assert_eq!(n.stop("a", 1001).unwrap_err().kind(), "AccessDenied");
+        assert_eq!(n.stop("nope", 0).unwrap_err().kind(), "NotFound");
+        n.stop("a", 0).unwrap();
+        // The name is free again once its worker stopped.
+        n.submit(&shared("a", "1"), 1000, None).unwrap();
+    }
+
+    #[test]
+    fn restart_changes_no_placement() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let mut n =
+            Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
+        n.submit(&shared("listen", "2.2"), 1, None).unwrap();
+        n.submit(&shared("big", "7.5"), 1, None).unwrap();
+        let before: Vec<(String, Status)> = n
+            .workers()
+            .map(|w| (w.name().to_string(), w.status.clone()))
+            .collect();
+        drop(n);
+        let n = Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
+        let after: Vec<(String, Status)> = n
+            .workers()
+            .map(|w| (w.name().to_string(), w.status.clone()))
+            .collect();
+        assert_eq!(before, after);
+    }
+
+    #[test]
+    fn outside_use_shrinking_places_pending_work() {
+        let mut n = node();
+        n.submit(&shared("big", "7.5"), 1, None).unwrap();
+        assert_eq!(n.pending_count(), 1);
+        let m = sim::parse(&sim::MAJIN.replace("outside_gb = 1", "outside_gb = 0")).unwrap();
+        let c = n.set_machine(m).unwrap();
+        assert_eq!(c.updated, vec!["big".to_string()]);
+        assert_eq!(n.pending_count(), 0);
+    }
+
+    #[test]
+    fn why_not_changes_nothing() {
+        let mut n = node();
+        let v = n.why_not(&shared("x", "7.5")).unwrap();
+        assert!(v.is_err());
+        let v = n.why_not(&shared("x", "2")).unwrap();
+        assert_eq!(v.unwrap().len(), 1);
+        assert_eq!(n.workers().count(), 0);
+        assert_eq!(n.store().event_count().unwrap(), 0);
+    }
+
+    #[test]
+    fn reexamination_is_linear_in_pending_workers() {
+        // Eight 8 GB GPUs, each filled by one 7 GB sharer; then thousands of
+        // 2 GB workers wait. Each submit must cost one evaluation pass of its
+        // own, and a stop one pass over the queue — not a pass per pending
+        // worker per event.
+        let mut toml = String::from("machine = \"big\"\ncpu_cores = 64\nmemory_gb = 512\n");
+        for _ in 0..8 {
+            toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\n");
+        }
+        let gpus = 8u64;
+        let mut n =
+            Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
+        for i in 0..8 {
+            n.submit(&shared(&format!("fill{i}"), "7"), 1, None)
+                .unwrap();
+        }
+        let pending = 3000u64;
+        let start = n.evals.0;
+        for i in 0..pending {
+            n.submit(&shared(&format!("p{i}"), "2"), 1, None).unwrap();
+        }
+        assert_eq!(
+            n.evals.0 - start,
+            pending * gpus,
+            "each submit evaluates only itself"
+        );
+        let start = n.evals.0;
+        n.stop("fill0", 1).unwrap();
+        // One pass: every pending worker once, each over the 8 GPUs.
+        assert_eq!(n.evals.0 - start, pending * gpus);
+        assert_eq!(
+            n.pending_count() as u64,
+            pending - 4,
+            "four 2 GB workers fit in 8 GB"
+        );
+    }
+}

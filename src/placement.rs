@@ -1,0 +1,438 @@
+//! PURE placement core: a snapshot of the machine, what is already promised,
+//! and one request in; a placement or the reasons it waits out. No I/O, no clock.
+//!
+//! Rules (design.md): a GPU is free, held whole, or shared — never both.
+//! Shared work goes to the fullest GPU that fits (least offered memory left
+//! after placing it, ties to the lower index); only when no shared GPU fits is
+//! an empty one opened, the smallest that fits, so larger GPUs stay whole.
+
+use crate::quantity::Amount;
+use crate::request::{GpuCount, GpuId, GpuRequest, Resources};
+use std::collections::{BTreeMap, HashMap};
+
+/// One GPU as the inventory sees it now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    pub vendor: String,
+    pub total: Amount,
+    /// Memory held by something outside Astraeus (a desktop, NVML reserved…).
+    pub outside: Amount,
+    pub healthy: bool,
+    /// Owned by a time-slicing baseboard: never offered to workers.
+    pub sliced: bool,
+}
+
+impl Gpu {
+    /// What the GPU offers to shared work: total less what is held outside.
+    pub fn offered(&self) -> Amount {
+        self.total.saturating_sub(self.outside)
+    }
+}
+
+/// The machine as the placement core sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    pub name: String,
+    /// On WSL2 every container sees every GPU: shared work takes its memory on each.
+    pub wsl: bool,
+    pub cpu_cores: Amount,
+    pub memory_bytes: u64,
+    pub gpus: Vec<Gpu>,
+}
+
+/// One GPU given to a worker; `share` is `Some` for shared work.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Grant {
+    pub gpu_uuid: String,
+    pub gpu_index: u32,
+    pub share: Option<Amount>,
+}
+
+/// How one GPU is used by Astraeus workers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuUse {
+    pub whole: Option<String>,
+    pub sharers: BTreeMap<String, Amount>,
+}
+
+impl GpuUse {
+    pub fn taken(&self) -> Amount {
+        self.sharers.values().copied().sum()
+    }
+    pub fn is_free(&self) -> bool {
+        self.whole.is_none() && self.sharers.is_empty()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Free,
+    Whole,
+    Shared,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Free => "free",
+            Mode::Whole => "whole",
+            Mode::Shared => "shared",
+        }
+    }
+}
+
+/// Everything promised to running workers: GPUs (by UUID, so a renumbered or
+/// vanished GPU keeps its promises) and the host's cores and memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Book {
+    pub gpus: HashMap<String, GpuUse>,
+    pub cpu_cores: Amount,
+    pub memory_bytes: u64,
+}
+
+impl Book {
+    pub fn usage(&self, uuid: &str) -> Option<&GpuUse> {
+        self.gpus.get(uuid)
+    }
+
+    pub fn mode(&self, uuid: &str) -> Mode {
+        match self.gpus.get(uuid) {
+            None => Mode::Free,
+            Some(u) if u.whole.is_some() => Mode::Whole,
+            Some(u) if !u.sharers.is_empty() => Mode::Shared,
+            Some(_) => Mode::Free,
+        }
+    }
+
+    pub fn taken(&self, uuid: &str) -> Amount {
+        self.gpus.get(uuid).map(GpuUse::taken).unwrap_or_default()
+    }
+
+    /// Records a placement. The caller has checked it with [`place`].
+    pub fn add(&mut self, worker: &str, res: &Resources, grants: &[Grant]) {
+        self.cpu_cores = self.cpu_cores + res.cpu_cores;
+        self.memory_bytes = self.memory_bytes.saturating_add(res.memory_bytes);
+        for g in grants {
+            let u = self.gpus.entry(g.gpu_uuid.clone()).or_default();
+            match g.share {
+                Some(share) => {
+                    u.sharers.insert(worker.to_string(), share);
+                }
+                None => u.whole = Some(worker.to_string()),
+            }
+        }
+    }
+
+    /// Releases what a worker held.
+    pub fn remove(&mut self, worker: &str, res: &Resources, grants: &[Grant]) {
+        self.cpu_cores = self.cpu_cores.saturating_sub(res.cpu_cores);
+        self.memory_bytes = self.memory_bytes.saturating_sub(res.memory_bytes);
+        for g in grants {
+            if let Some(u) = self.gpus.get_mut(&g.gpu_uuid) {
+                u.sharers.remove(worker);
+                if u.whole.as_deref() == Some(worker) {
+                    u.whole = None;
+                }
+                if u.is_free() {
+                    self.gpus.remove(&g.gpu_uuid);
+                }
+            }
+        }
+    }
+}
+
+/// Counts GPU evaluations, so tests can prove re-examination is not quadratic.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Evaluations(pub u64);
+
+/// Where a request goes now, or every reason it waits.
+pub fn place(
+    machine: &Machine,
+    book: &Book,
+    res: &Resources,
+    evals: &mut Evaluations,
+) -> Result<Vec<Grant>, Vec<String>> {
+    let mut reasons = host_reasons(machine, book, res);
+    let grants = match &res.gpu {
+        None => Ok(Vec::new()),
+        Some(req) => place_gpus(machine, book, req, evals),
+    };
+    match grants {
+        Ok(g) if reasons.is_empty() => Ok(g),
+        Ok(_) => Err(reasons),
+        Err(mut r) => {
+            reasons.append(&mut r);
+            Err(reasons)
+        }
+    }
+}
+
+fn host_reasons(machine: &Machine, book: &Book, res: &Resources) -> Vec<String> {
+    let mut reasons = Vec::new();
+    let m = &machine.name;
+    let cores = book.cpu_cores + res.cpu_cores;
+    if !res.cpu_cores.is_zero() && cores > machine.cpu_cores {
+        reasons.push(format!(
+            "host {m}: {} of {} CPU cores promised to workers; it needs {}",
+            book.cpu_cores, machine.cpu_cores, res.cpu_cores
+        ));
+    }
+    let mem = book.memory_bytes.saturating_add(res.memory_bytes);
+    if res.memory_bytes > 0 && mem > machine.memory_bytes {
+        reasons.push(format!(
+            "host {m}: {} of {} GB of memory promised to workers; it needs {}",
+            Amount::gb_from_bytes_ceil(book.memory_bytes),
+            Amount::gb_from_bytes_floor(machine.memory_bytes),
+            Amount::gb_from_bytes_ceil(res.memory_bytes)
+        ));
+    }
+    reasons
+}
+
+fn matches_filters(gpu: &Gpu, req: &GpuRequest) -> bool {
+    let vendor_ok = req
+        .vendor
+        .as_ref()
+        .is_none_or(|v| v.eq_ignore_ascii_case(&gpu.vendor));
+    let model = gpu.model.to_lowercase();
+    let model_ok =
+        req.models.is_empty() || req.models.iter().any(|m| model.contains(&m.to_lowercase()));
+    let id_ok = req.ids.is_empty()
+        || req.ids.iter().any(|id| match id {
+            GpuId::Index(i) => *i == gpu.index,
+            GpuId::Uuid(u) => u.eq_ignore_ascii_case(&gpu.uuid),
+        });
+    vendor_ok && model_ok && id_ok
+}
+
+/// "no GPU of majin is an A100" — the one line when nothing matches at all.
+fn no_match_reason(machine: &Machine, req: &GpuRequest) -> String {
+    let mut parts = Vec::new();
+    if !req.models.is_empty() {
+        let models: Vec<String> = req.models.iter().map(|m| format!("an {m}")).collect();
+        parts.push(models.join(" or "));
+    }
+    if let Some(v) = &req.vendor {
+        parts.push(format!("made by {v}"));
+    }
+    if !req.ids.is_empty() {
+        let ids: Vec<String> = req
+            .ids
+            .iter()
+            .map(|id| match id {
+                GpuId::Index(i) => i.to_string(),
+                GpuId::Uuid(u) => u.clone(),
+            })
+            .collect();
+        parts.push(format!("one of {}", ids.join(", ")));
+    }
+    if parts.is_empty() {
+        format!(
+            "no GPU of {} is offered to workers (it has none, or all are time-sliced)",
+            machine.name
+        )
+    } else {
+        format!("no GPU of {} is {}", machine.name, parts.join(" and "))
+    }
+}
+
+fn place_gpus(
+    machine: &Machine,
+    book: &Book,
+    req: &GpuRequest,
+    evals: &mut Evaluations,
+) -> Result<Vec<Grant>, Vec<String>> {
+    let m = &machine.name;
+    let candidates: Vec<&Gpu> = machine
+        .gpus
+        .iter()
+        .filter(|g| !g.sliced && matches_filters(g, req))
+        .collect();
+    if candidates.is_empty() {
+        return Err(vec![no_match_reason(machine, req)]);
+    }
+    let mut reasons = Vec::new();
+    let unhealthy = |g: &Gpu| req.healthy_only && !g.healthy;
+
+    match req.shared_gb {
+        None => {
+            // Whole GPUs: free ones, lowest index first.
+            let mut fit = Vec::new();
+            for g in &candidates {
+                evals.0 += 1;
+                let usage = book.usage(&g.uuid);
+                if unhealthy(g) {
+                    reasons.push(format!("GPU {} of {m} is unhealthy", g.index));
+                } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
+                    reasons.push(format!("GPU {} of {m} is held whole by {holder}", g.index));
+                } else if let Some(u) = usage.filter(|u| !u.sharers.is_empty()) {
+                    let n = u.sharers.len();
+                    let workers = if n == 1 { "worker" } else { "workers" };
+                    reasons.push(format!(
+                        "GPU {} of {m} is shared by {n} {workers}; it needs it whole",
+                        g.index
+                    ));
+                } else {
+                    fit.push(*g);
+                }
+            }
+            let want = match req.count {
+                GpuCount::All => candidates.len(),
+                GpuCount::Exactly(n) => n as usize,
+            };
+            if fit.len() >= want {
+                return Ok(fit[..want].iter().map(|g| grant(g, None)).collect());
+            }
+            if candidates.len() < want {
+                reasons.push(too_few(m, "", candidates.len(), want));
+            } else if !fit.is_empty() && req.count != GpuCount::All {
+                reasons.push(too_few(m, "free ", fit.len(), want));
+            }
+            Err(reasons)
+        }
+        Some(need) => {
+            // On WSL2 the worker takes its share on every GPU of the pool.
+            let pool: Vec<&Gpu> = if machine.wsl {
+                machine.gpus.iter().filter(|g| !g.sliced).collect()
+            } else {
+                candidates.clone()
+            };
+            let mut shared_fit = Vec::new();
+            let mut free_fit = Vec::new();
+            for g in &pool {
+                evals.0 += 1;
+                let usage = book.usage(&g.uuid);
+                let taken = book.taken(&g.uuid);
+                let offered = g.offered();
+                if unhealthy(g) && !machine.wsl {
+                    reasons.push(format!("GPU {} of {m} is unhealthy", g.index));
+                } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
+                    reasons.push(format!("GPU {} of {m} is held whole by {holder}", g.index));
+                } else if need > offered {
+                    reasons.push(offers_reason(m, g, need));
+                } else if taken + need > offered {
+                    reasons.push(format!(
+                        "GPU {} of {m}: {taken} of {offered} GB taken by shared work; it needs {need}",
+                        g.index
+                    ));
+                } else if taken.is_zero() {
+                    free_fit.push(*g);
+                } else {
+                    shared_fit.push(*g);
+                }
+            }
+            if machine.wsl {
+                let matching_ok = candidates.iter().filter(|g| !unhealthy(g)).count();
+                let want = match req.count {
+                    GpuCount::Exactly(n) => n as usize,
+                    GpuCount::All => 1,
+                };
+                if matching_ok < want {
+                    reasons.push(too_few(m, "healthy ", matching_ok, want));
+                }
+                if !reasons.is_empty() {
+                    return Err(reasons);
+                }
+                return Ok(pool.iter().map(|g| grant(g, Some(need))).collect());
+            }
+            // Fullest first: least offered memory left after placing it.
+            shared_fit.sort_by_key(|g| {
+                (
+                    g.offered().saturating_sub(book.taken(&g.uuid) + need),
+                    g.index,
+                )
+            });
+            // Then empty GPUs: the smallest that fits.
+            free_fit.sort_by_key(|g| (g.offered(), g.index));
+            let want = match req.count {
+                GpuCount::Exactly(n) => n as usize,
+                GpuCount::All => unreachable!("validation refuses shared with policy All"),
+            };
+            let chosen: Vec<&Gpu> = shared_fit
+                .iter()
+                .chain(free_fit.iter())
+                .take(want)
+                .copied()
+                .collect();
+            if chosen.len() == want {
+                return Ok(chosen.iter().map(|g| grant(g, Some(need))).collect());
+            }
+            if candidates.len() < want {
+                reasons.push(too_few(m, "", candidates.len(), want));
+            } else if !chosen.is_empty() {
+                reasons.push(format!(
+                    "it fits on {} GPU{} of {m}; it needs {want}",
+                    chosen.len(),
+                    if chosen.len() == 1 { "" } else { "s" }
+                ));
+            }
+            Err(reasons)
+        }
+    }
+}
+
+/// "majin has 1 free GPU that matches; it needs 2".
+fn too_few(m: &str, kind: &str, have: usize, want: usize) -> String {
+    let (gpus, verb) = if have == 1 {
+        ("GPU", "matches")
+    } else {
+        ("GPUs", "match")
+    };
+    format!("{m} has {have} {kind}{gpus} that {verb}; it needs {want}")
+}
+
+/// The seed's sentence for a need larger than what the GPU offers at all.
+fn offers_reason(m: &str, g: &Gpu, need: Amount) -> String {
+    if g.outside.is_zero() {
+        format!(
+            "GPU {} of {m} has {} GB in all; it needs {need}",
+            g.index, g.total
+        )
+    } else {
+        format!(
+            "GPU {} of {m} offers {} of its {} GB ({} GB held outside Astraeus); it needs {need}",
+            g.index,
+            g.offered(),
+            g.total,
+            g.outside
+        )
+    }
+}
+
+fn grant(g: &Gpu, share: Option<Amount>) -> Grant {
+    Grant {
+        gpu_uuid: g.uuid.clone(),
+        gpu_index: g.index,
+        share,
+    }
+}
+
+/// The seed's GPUs column: `1 · shared 2.2 GB` or `2 · whole`.
+pub fn gpus_column(grants: &[Grant]) -> String {
+    match grants.first() {
+        None => "—".to_string(),
+        Some(Grant {
+            share: Some(share), ..
+        }) => format!("{} · shared {share} GB", grants.len()),
+        Some(_) => format!("{} · whole", grants.len()),
+    }
+}
+
+/// The seed's sharers line: `shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken`.
+pub fn sharers_line(usage: Option<&GpuUse>) -> String {
+    match usage {
+        Some(u) if u.whole.is_some() => format!("whole: {}", u.whole.as_ref().unwrap()),
+        Some(u) if !u.sharers.is_empty() => {
+            let list: Vec<String> = u
+                .sharers
+                .iter()
+                .map(|(n, gb)| format!("{n} {gb} GB"))
+                .collect();
+            format!("shared: {} — {} GB taken", list.join(", "), u.taken())
+        }
+        _ => "free".to_string(),
+    }
+}

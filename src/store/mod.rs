@@ -1,0 +1,398 @@
+//! The ledger: SQLite through rusqlite, in one place. Every mutation is one
+//! transaction, committed durably (WAL + synchronous=FULL) before the caller
+//! acknowledges anything, so a crash at any point loses nothing acknowledged
+//! and books nothing twice.
+
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::placement::Grant;
+use crate::quantity::Amount;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Versioned migrations: entry N brings the schema from version N to N+1.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE workers (
+    id            INTEGER PRIMARY KEY,
+    name          TEXT NOT NULL,
+    spec          TEXT NOT NULL,
+    owner_uid     INTEGER NOT NULL,
+    holders       TEXT NOT NULL DEFAULT '[]',
+    state         TEXT NOT NULL CHECK (state IN ('pending', 'running', 'stopped')),
+    submitted_ms  INTEGER NOT NULL,
+    started_ms    INTEGER,
+    ended_ms      INTEGER
+);
+-- A name belongs to at most one live worker.
+CREATE UNIQUE INDEX workers_live_name ON workers(name) WHERE state != 'stopped';
+CREATE INDEX workers_state ON workers(state);
+CREATE TABLE allocations (
+    worker_id        INTEGER NOT NULL REFERENCES workers(id),
+    gpu_uuid         TEXT NOT NULL,
+    gpu_index        INTEGER NOT NULL,
+    share_hundredths INTEGER,
+    PRIMARY KEY (worker_id, gpu_uuid)
+);
+CREATE TABLE events (
+    id         INTEGER PRIMARY KEY,
+    at_ms      INTEGER NOT NULL,
+    worker_id  INTEGER REFERENCES workers(id),
+    kind       TEXT NOT NULL,
+    detail     TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_worker ON events(worker_id);
+"#];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerState {
+    Pending,
+    Running,
+    Stopped,
+}
+
+impl WorkerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Pending => "pending",
+            WorkerState::Running => "running",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+    fn parse(s: &str) -> Result<WorkerState> {
+        match s {
+            "pending" => Ok(WorkerState::Pending),
+            "running" => Ok(WorkerState::Running),
+            "stopped" => Ok(WorkerState::Stopped),
+            other => Err(Error::Backend(format!(
+                "ledger: unknown worker state {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A live worker as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerRow {
+    pub id: i64,
+    pub name: String,
+    pub spec: String,
+    pub owner_uid: u32,
+    pub holders: Vec<u32>,
+    pub state: WorkerState,
+    pub submitted_ms: i64,
+    pub grants: Vec<Grant>,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store> {
+        let conn = Connection::open(path)
+            .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
+        Store::setup(conn)
+    }
+
+    pub fn open_in_memory() -> Result<Store> {
+        Store::setup(Connection::open_in_memory()?)
+    }
+
+    fn setup(mut conn: Connection) -> Result<Store> {
+        // WAL for concurrent readers; FULL so a commit survives power loss.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let version = version as usize;
+        if version > MIGRATIONS.len() {
+            return Err(Error::Backend(format!(
+                "ledger schema version {version} is newer than this daemon knows ({})",
+                MIGRATIONS.len()
+            )));
+        }
+        for (v, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+            let tx = conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", (v + 1) as i64)?;
+            tx.commit()?;
+        }
+        Ok(Store { conn })
+    }
+
+    /// Records a new worker, placed (`grants` is `Some`) or pending, in one transaction.
+    pub fn insert_worker(
+        &mut self,
+        name: &str,
+        spec: &str,
+        owner_uid: u32,
+        holders: &[u32],
+        grants: Option<&[Grant]>,
+        at_ms: i64,
+    ) -> Result<i64> {
+        let tx = self.conn.transaction()?;
+        let state = if grants.is_some() {
+            WorkerState::Running
+        } else {
+            WorkerState::Pending
+        };
+        tx.execute(
+            "INSERT INTO workers (name, spec, owner_uid, holders, state, submitted_ms, started_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                name,
+                spec,
+                owner_uid,
+                serde_json::to_string(holders).expect("pids serialize"),
+                state.as_str(),
+                at_ms,
+                grants.map(|_| at_ms),
+            ],
+        )
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Error::Exists(format!("a live worker named {name} already exists"))
+            }
+            e => e.into(),
+        })?;
+        let id = tx.last_insert_rowid();
+        failpoint::hit("store.insert.after-worker");
+        event(&tx, at_ms, id, "submitted", "")?;
+        if let Some(grants) = grants {
+            insert_grants(&tx, id, grants, at_ms)?;
+        }
+        failpoint::hit("store.insert.before-commit");
+        tx.commit()?;
+        failpoint::hit("store.insert.after-commit");
+        Ok(id)
+    }
+
+    /// A pending worker is placed.
+    pub fn start_worker(&mut self, id: i64, grants: &[Grant], at_ms: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "UPDATE workers SET state = 'running', started_ms = ?2 WHERE id = ?1 AND state = 'pending'",
+            params![id, at_ms],
+        )?;
+        if n != 1 {
+            return Err(Error::Backend(format!(
+                "ledger: worker {id} is not pending"
+            )));
+        }
+        failpoint::hit("store.start.after-state");
+        insert_grants(&tx, id, grants, at_ms)?;
+        failpoint::hit("store.start.before-commit");
+        tx.commit()?;
+        failpoint::hit("store.start.after-commit");
+        Ok(())
+    }
+
+    /// A worker ends: its allocations are released in the same transaction.
+    pub fn stop_worker(&mut self, id: i64, at_ms: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "UPDATE workers SET state = 'stopped', ended_ms = ?2 WHERE id = ?1 AND state != 'stopped'",
+            params![id, at_ms],
+        )?;
+        if n != 1 {
+            return Err(Error::Backend(format!("ledger: worker {id} is not live")));
+        }
+        failpoint::hit("store.stop.after-state");
+        tx.execute("DELETE FROM allocations WHERE worker_id = ?1", params![id])?;
+        event(&tx, at_ms, id, "stopped", "")?;
+        failpoint::hit("store.stop.before-commit");
+        tx.commit()?;
+        failpoint::hit("store.stop.after-commit");
+        Ok(())
+    }
+
+    /// Every live worker with its allocations, oldest first.
+    pub fn live_workers(&self) -> Result<Vec<WorkerRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms FROM workers
+             WHERE state != 'stopped' ORDER BY id",
+        )?;
+        let mut rows: Vec<WorkerRow> = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u32>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })?
+            .map(|row| {
+                let (id, name, spec, owner_uid, holders, state, submitted_ms) = row?;
+                Ok(WorkerRow {
+                    id,
+                    name,
+                    spec,
+                    owner_uid,
+                    holders: serde_json::from_str(&holders).map_err(|e| {
+                        Error::Backend(format!("ledger: holders of worker {id}: {e}"))
+                    })?,
+                    state: WorkerState::parse(&state)?,
+                    submitted_ms,
+                    grants: Vec::new(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut by_id: std::collections::HashMap<i64, usize> =
+            rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        let mut stmt = self.conn.prepare(
+            "SELECT a.worker_id, a.gpu_uuid, a.gpu_index, a.share_hundredths FROM allocations a
+             JOIN workers w ON w.id = a.worker_id WHERE w.state != 'stopped'
+             ORDER BY a.worker_id, a.gpu_index",
+        )?;
+        let allocs = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                Grant {
+                    gpu_uuid: r.get(1)?,
+                    gpu_index: r.get(2)?,
+                    share: r
+                        .get::<_, Option<i64>>(3)?
+                        .map(|h| Amount::from_hundredths(h as u64)),
+                },
+            ))
+        })?;
+        for a in allocs {
+            let (worker_id, grant) = a?;
+            if let Some(i) = by_id.get_mut(&worker_id) {
+                rows[*i].grants.push(grant);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Allocations whose worker is not running: must always be empty.
+    pub fn orphan_allocations(&self) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM allocations a LEFT JOIN workers w ON w.id = a.worker_id
+             WHERE w.id IS NULL OR w.state != 'running'",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The id of the live worker with this name, if any.
+    pub fn live_id(&self, name: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id FROM workers WHERE name = ?1 AND state != 'stopped'",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn event_count(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))?)
+    }
+}
+
+fn event(tx: &Transaction, at_ms: i64, worker: i64, kind: &str, detail: &str) -> Result<()> {
+    tx.execute(
+        "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, ?2, ?3, ?4)",
+        params![at_ms, worker, kind, detail],
+    )?;
+    Ok(())
+}
+
+fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at_ms: i64) -> Result<()> {
+    for g in grants {
+        tx.execute(
+            "INSERT INTO allocations (worker_id, gpu_uuid, gpu_index, share_hundredths)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![
+                id,
+                g.gpu_uuid,
+                g.gpu_index,
+                g.share.map(|s| s.hundredths() as i64)
+            ],
+        )?;
+        failpoint::hit("store.grant.after-row");
+    }
+    let detail = serde_json::to_string(
+        &grants
+            .iter()
+            .map(|g| (g.gpu_uuid.as_str(), g.share.map(|s| s.to_string())))
+            .collect::<Vec<_>>(),
+    )
+    .expect("grants serialize");
+    event(tx, at_ms, id, "placed", &detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(uuid: &str, share: Option<u64>) -> Grant {
+        Grant {
+            gpu_uuid: uuid.into(),
+            gpu_index: 0,
+            share: share.map(Amount::from_hundredths),
+        }
+    }
+
+    #[test]
+    fn migrations_apply_once_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut s = Store::open(&path).unwrap();
+        let id = s
+            .insert_worker("a", "{}", 1000, &[], Some(&[grant("GPU-x", Some(220))]), 1)
+            .unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let rows = s.live_workers().unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].id, id);
+        assert_eq!(rows[0].state, WorkerState::Running);
+        assert_eq!(rows[0].grants, vec![grant("GPU-x", Some(220))]);
+        let mode: String = s
+            .conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn live_names_are_unique_and_reusable_after_stop() {
+        let mut s = Store::open_in_memory().unwrap();
+        let id = s.insert_worker("a", "{}", 0, &[], None, 1).unwrap();
+        let e = s.insert_worker("a", "{}", 0, &[], None, 2).unwrap_err();
+        assert!(matches!(e, Error::Exists(_)));
+        s.stop_worker(id, 3).unwrap();
+        s.insert_worker("a", "{}", 0, &[], None, 4).unwrap();
+        assert_eq!(s.orphan_allocations().unwrap(), 0);
+    }
+
+    #[test]
+    fn stop_releases_allocations_in_the_same_transaction() {
+        let mut s = Store::open_in_memory().unwrap();
+        let id = s.insert_worker("a", "{}", 0, &[], None, 1).unwrap();
+        s.start_worker(id, &[grant("GPU-x", None)], 2).unwrap();
+        assert!(s.start_worker(id, &[grant("GPU-y", None)], 2).is_err());
+        s.stop_worker(id, 3).unwrap();
+        assert!(s.live_workers().unwrap().is_empty());
+        assert_eq!(s.orphan_allocations().unwrap(), 0);
+        assert!(s.stop_worker(id, 4).is_err());
+    }
+}
