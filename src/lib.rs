@@ -6,6 +6,9 @@
 //! - [`store`]: the SQLite ledger, the only place that touches the database;
 //! - [`node`]: the engine that joins them; one owner (the service loop) drives it.
 
+pub mod auth;
+pub mod bus;
+pub mod config;
 pub mod error;
 pub mod failpoint;
 pub mod inventory;
@@ -13,4 +16,5 @@ pub mod node;
 pub mod placement;
 pub mod quantity;
 pub mod request;
+pub mod service;
 pub mod store;

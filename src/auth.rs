@@ -1,0 +1,85 @@
+//! Who the caller is, in facts the service loop decides on: uid, pid and
+//! membership of the access group. Unknown users are not members (fail closed).
+
+use std::ffi::{CStr, CString};
+
+/// The caller of one D-Bus method, as the bus daemon vouches for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub pid: Option<u32>,
+    /// Member of the access group (root counts as a member).
+    pub member: bool,
+}
+
+impl Caller {
+    pub fn may_mutate(&self) -> bool {
+        self.uid == 0 || self.member
+    }
+}
+
+/// Whether `uid` belongs to `group` (primary or supplementary).
+pub fn is_member(uid: u32, group: &str) -> bool {
+    if uid == 0 {
+        return true;
+    }
+    let Ok(group_c) = CString::new(group) else {
+        return false;
+    };
+    let mut buf = vec![0u8; 16384];
+    // SAFETY: the *_r calls write only into our buffers, whose sizes we pass.
+    unsafe {
+        let mut grp: libc::group = std::mem::zeroed();
+        let mut grp_out: *mut libc::group = std::ptr::null_mut();
+        if libc::getgrnam_r(
+            group_c.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut grp_out,
+        ) != 0
+            || grp_out.is_null()
+        {
+            return false;
+        }
+        let gid = grp.gr_gid;
+        let mut pw_buf = vec![0u8; 16384];
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut pw_out: *mut libc::passwd = std::ptr::null_mut();
+        if libc::getpwuid_r(
+            uid,
+            &mut pw,
+            pw_buf.as_mut_ptr().cast(),
+            pw_buf.len(),
+            &mut pw_out,
+        ) != 0
+            || pw_out.is_null()
+        {
+            return false;
+        }
+        if pw.pw_gid == gid {
+            return true;
+        }
+        let name = CStr::from_ptr(pw.pw_name);
+        let mut groups = vec![0 as libc::gid_t; 1024];
+        let mut n = groups.len() as libc::c_int;
+        if libc::getgrouplist(name.as_ptr(), pw.pw_gid, groups.as_mut_ptr(), &mut n) < 0 {
+            return false;
+        }
+        groups[..n.max(0) as usize].contains(&gid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_always_a_member_and_unknowns_never() {
+        assert!(is_member(0, "no-such-group-xyz"));
+        assert!(!is_member(65534, "no-such-group-xyz"));
+        assert!(!is_member(4_000_000_000, "root"));
+        // nobody's primary group is nogroup on Debian.
+        assert!(!is_member(65534, "root"));
+    }
+}

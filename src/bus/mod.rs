@@ -1,0 +1,110 @@
+//! Thin D-Bus adaptors. Methods only translate: they learn who the caller is,
+//! send one command to the service loop and turn its reply into D-Bus types.
+//! Properties are read from snapshots the loop keeps current; no handler
+//! touches core state or takes a lock on it.
+
+pub mod objects;
+
+use crate::auth::{self, Caller};
+use crate::error::Error;
+use crate::service::Command;
+use tokio::sync::{mpsc, oneshot};
+use zbus::message::Header;
+use zbus::names::BusName;
+use zbus::Connection;
+
+pub const BUS_NAME: &str = "org.astraeus.Node1";
+pub const BASE_PATH: &str = "/org/astraeus/Node1";
+
+/// `org.astraeus.Node1.Error.<Kind>` with the engine's message.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.astraeus.Node1.Error")]
+pub enum BusError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    InvalidRequest(String),
+    NotFound(String),
+    Exists(String),
+    AccessDenied(String),
+    Conflict(String),
+    Backend(String),
+    Busy(String),
+}
+
+impl From<Error> for BusError {
+    fn from(e: Error) -> BusError {
+        match e {
+            Error::InvalidRequest(m) => BusError::InvalidRequest(m),
+            Error::NotFound(m) => BusError::NotFound(m),
+            Error::Exists(m) => BusError::Exists(m),
+            Error::AccessDenied(m) => BusError::AccessDenied(m),
+            Error::Conflict(m) => BusError::Conflict(m),
+            Error::Backend(m) => BusError::Backend(m),
+            Error::Busy(m) => BusError::Busy(m),
+        }
+    }
+}
+
+/// Object path label for a worker or template name: every byte outside
+/// `[A-Za-z0-9]` becomes `_xx` (hex), as systemd escapes unit names.
+pub fn escape_label(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("_{b:02x}"));
+        }
+    }
+    out
+}
+
+pub fn worker_path(name: &str) -> String {
+    format!("{BASE_PATH}/worker/{}", escape_label(name))
+}
+
+pub fn gpu_path(index: u32) -> String {
+    format!("{BASE_PATH}/gpu/{index}")
+}
+
+/// The handlers' side of the service loop: a bounded queue.
+#[derive(Clone)]
+pub struct Loop {
+    pub tx: mpsc::Sender<Command>,
+    pub group: String,
+}
+
+impl Loop {
+    /// Sends one request and awaits its reply. A full queue is `Busy`, never a wait
+    /// without bound.
+    pub async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, BusError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .try_send(make(reply))
+            .map_err(|_| BusError::Busy("the daemon is busy or stopping; try again".into()))?;
+        rx.await
+            .map_err(|_| BusError::Busy("the daemon is stopping; try again".into()))
+    }
+
+    /// Who is calling: uid and pid from the bus daemon, group membership from NSS.
+    pub async fn caller(&self, hdr: &Header<'_>, conn: &Connection) -> Result<Caller, BusError> {
+        let sender = hdr
+            .sender()
+            .ok_or_else(|| BusError::AccessDenied("the call carries no sender".into()))?;
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let name: BusName<'_> = sender.into();
+        let uid = dbus
+            .get_connection_unix_user(name.clone())
+            .await
+            .map_err(|e| BusError::AccessDenied(format!("cannot tell who the caller is: {e}")))?;
+        let pid = dbus.get_connection_unix_process_id(name).await.ok();
+        let group = self.group.clone();
+        let member = tokio::task::spawn_blocking(move || auth::is_member(uid, &group))
+            .await
+            .unwrap_or(false);
+        Ok(Caller { uid, pid, member })
+    }
+}

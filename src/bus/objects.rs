@@ -1,0 +1,387 @@
+//! The D-Bus objects: the Manager at the base path, one object per GPU and one
+//! per worker. Their properties are snapshots (views) the service loop replaces;
+//! `emit_changes` sends PropertiesChanged for exactly the fields that differ.
+//!
+//! A view sits behind its own small lock rather than the interface's: zbus holds
+//! an interface's read lock for the whole of a method call, so a loop that took
+//! the interface's write lock while a handler awaited the loop would deadlock.
+
+use super::{worker_path, BusError, Loop};
+use crate::service::Command;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, Connection, OwnedObjectPath};
+
+/// A view shared between its object (reads) and the service loop (replaces).
+#[derive(Clone, Debug, Default)]
+pub struct Shared<V>(Arc<RwLock<V>>);
+
+impl<V> Shared<V> {
+    pub fn new(v: V) -> Shared<V> {
+        Shared(Arc::new(RwLock::new(v)))
+    }
+    pub fn read(&self) -> RwLockReadGuard<'_, V> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Puts in the new view and hands back the old one.
+    pub fn replace(&self, v: V) -> V {
+        std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), v)
+    }
+}
+
+fn path(p: String) -> Result<OwnedObjectPath, BusError> {
+    OwnedObjectPath::try_from(p).map_err(|e| BusError::Backend(format!("object path: {e}")))
+}
+
+pub struct Manager {
+    pub lp: Loop,
+    pub view: Shared<ManagerView>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ManagerView {
+    pub machine: String,
+    pub wsl: bool,
+    pub running: u32,
+    pub pending: u32,
+}
+
+#[interface(name = "org.astraeus.Node1.Manager", introspection_docs = false)]
+impl Manager {
+    /// Submits a worker spec (the seed's JSON); it is placed now or waits.
+    #[zbus(out_args("worker", "state", "reasons"))]
+    async fn submit_worker(
+        &self,
+        spec: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(OwnedObjectPath, String, Vec<String>), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        let (name, state, reasons) = self
+            .lp
+            .ask(|reply| Command::Submit {
+                spec,
+                caller,
+                reply,
+            })
+            .await??;
+        Ok((path(worker_path(&name))?, state, reasons))
+    }
+
+    async fn stop_worker(
+        &self,
+        name: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        Ok(self
+            .lp
+            .ask(|reply| Command::Stop {
+                name,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    #[zbus(out_args("worker"))]
+    async fn get_worker(&self, name: String) -> Result<OwnedObjectPath, BusError> {
+        let name = self
+            .lp
+            .ask(|reply| Command::GetWorker { name, reply })
+            .await??;
+        path(worker_path(&name))
+    }
+
+    /// (name, state, owner uid, the GPUs column: `1 · shared 2.2 GB`)
+    #[zbus(out_args("workers"))]
+    async fn list_workers(&self) -> Result<Vec<(String, String, u32, String)>, BusError> {
+        self.lp.ask(|reply| Command::ListWorkers { reply }).await
+    }
+
+    /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB)
+    #[zbus(out_args("gpus"))]
+    async fn list_gpus(
+        &self,
+    ) -> Result<Vec<(u32, String, String, String, f64, f64, f64, f64)>, BusError> {
+        self.lp.ask(|reply| Command::ListGpus { reply }).await
+    }
+
+    /// The sharers of one GPU with their GB, and the seed's summary line.
+    #[zbus(out_args("sharers", "summary"))]
+    async fn list_sharers(&self, gpu: u32) -> Result<(Vec<(String, f64)>, String), BusError> {
+        Ok(self
+            .lp
+            .ask(|reply| Command::ListSharers { gpu, reply })
+            .await??)
+    }
+
+    /// A dry run: where the spec would go now, or every reason it would wait.
+    #[zbus(out_args("fits", "gpus", "reasons"))]
+    async fn why_not(&self, spec: String) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
+        Ok(self
+            .lp
+            .ask(|reply| Command::WhyNot { spec, reply })
+            .await??)
+    }
+
+    #[zbus(signal)]
+    pub async fn worker_new(
+        emitter: &SignalEmitter<'_>,
+        name: &str,
+        worker: OwnedObjectPath,
+    ) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    pub async fn worker_removed(
+        emitter: &SignalEmitter<'_>,
+        name: &str,
+        worker: OwnedObjectPath,
+    ) -> zbus::Result<()>;
+
+    #[zbus(property)]
+    async fn machine(&self) -> String {
+        self.view.read().machine.clone()
+    }
+    #[zbus(property)]
+    async fn wsl(&self) -> bool {
+        self.view.read().wsl
+    }
+    #[zbus(property)]
+    async fn workers_running(&self) -> u32 {
+        self.view.read().running
+    }
+    #[zbus(property)]
+    async fn workers_pending(&self) -> u32 {
+        self.view.read().pending
+    }
+}
+
+impl Manager {
+    pub async fn emit_changes(&self, old: &ManagerView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+        let new = self.view.read().clone();
+        if old.machine != new.machine {
+            self.machine_changed(e).await?;
+        }
+        if old.wsl != new.wsl {
+            self.wsl_changed(e).await?;
+        }
+        if old.running != new.running {
+            self.workers_running_changed(e).await?;
+        }
+        if old.pending != new.pending {
+            self.workers_pending_changed(e).await?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuView {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    pub vendor: String,
+    pub mode: String,
+    pub total_gb: f64,
+    pub offered_gb: f64,
+    pub held_outside_gb: f64,
+    pub taken_gb: f64,
+    pub sharers: Vec<(String, f64)>,
+    pub summary: String,
+}
+
+pub struct GpuObject {
+    pub view: Shared<GpuView>,
+}
+
+#[interface(name = "org.astraeus.Node1.Gpu", introspection_docs = false)]
+impl GpuObject {
+    #[zbus(property)]
+    async fn index(&self) -> u32 {
+        self.view.read().index
+    }
+    #[zbus(property)]
+    async fn uuid(&self) -> String {
+        self.view.read().uuid.clone()
+    }
+    #[zbus(property)]
+    async fn model(&self) -> String {
+        self.view.read().model.clone()
+    }
+    #[zbus(property)]
+    async fn vendor(&self) -> String {
+        self.view.read().vendor.clone()
+    }
+    /// free, whole or shared
+    #[zbus(property)]
+    async fn mode(&self) -> String {
+        self.view.read().mode.clone()
+    }
+    #[zbus(property)]
+    async fn total_gb(&self) -> f64 {
+        self.view.read().total_gb
+    }
+    #[zbus(property)]
+    async fn offered_gb(&self) -> f64 {
+        self.view.read().offered_gb
+    }
+    #[zbus(property)]
+    async fn held_outside_gb(&self) -> f64 {
+        self.view.read().held_outside_gb
+    }
+    #[zbus(property)]
+    async fn taken_gb(&self) -> f64 {
+        self.view.read().taken_gb
+    }
+    #[zbus(property)]
+    async fn sharers(&self) -> Vec<(String, f64)> {
+        self.view.read().sharers.clone()
+    }
+    #[zbus(property)]
+    async fn summary(&self) -> String {
+        self.view.read().summary.clone()
+    }
+}
+
+impl GpuObject {
+    pub async fn emit_changes(&self, old: &GpuView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+        let new = self.view.read().clone();
+        if old.index != new.index {
+            self.index_changed(e).await?;
+        }
+        if old.uuid != new.uuid {
+            self.uuid_changed(e).await?;
+        }
+        if old.model != new.model {
+            self.model_changed(e).await?;
+        }
+        if old.vendor != new.vendor {
+            self.vendor_changed(e).await?;
+        }
+        if old.mode != new.mode {
+            self.mode_changed(e).await?;
+        }
+        if old.total_gb != new.total_gb {
+            self.total_gb_changed(e).await?;
+        }
+        if old.offered_gb != new.offered_gb {
+            self.offered_gb_changed(e).await?;
+        }
+        if old.held_outside_gb != new.held_outside_gb {
+            self.held_outside_gb_changed(e).await?;
+        }
+        if old.taken_gb != new.taken_gb {
+            self.taken_gb_changed(e).await?;
+        }
+        if old.sharers != new.sharers {
+            self.sharers_changed(e).await?;
+        }
+        if old.summary != new.summary {
+            self.summary_changed(e).await?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkerView {
+    pub name: String,
+    pub state: String,
+    pub owner: u32,
+    pub gpus: Vec<(u32, String)>,
+    pub gpu_shared_gb: f64,
+    pub pending_reasons: Vec<String>,
+    /// The request as submitted, and with `run.*.env` values hidden.
+    pub request: String,
+    pub request_redacted: String,
+}
+
+pub struct WorkerObject {
+    pub lp: Loop,
+    pub view: Shared<WorkerView>,
+}
+
+#[interface(name = "org.astraeus.Node1.Worker", introspection_docs = false)]
+impl WorkerObject {
+    async fn stop(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        let name = self.view.read().name.clone();
+        Ok(self
+            .lp
+            .ask(|reply| Command::Stop {
+                name,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn name(&self) -> String {
+        self.view.read().name.clone()
+    }
+    /// pending or running
+    #[zbus(property)]
+    async fn state(&self) -> String {
+        self.view.read().state.clone()
+    }
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn owner(&self) -> u32 {
+        self.view.read().owner
+    }
+    /// (index, uuid) of each GPU it holds
+    #[zbus(property)]
+    async fn gpus(&self) -> Vec<(u32, String)> {
+        self.view.read().gpus.clone()
+    }
+    /// Its share per GPU in GB when shared; 0 when whole or none.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn gpu_shared_gb(&self) -> f64 {
+        self.view.read().gpu_shared_gb
+    }
+    #[zbus(property)]
+    async fn pending_reasons(&self) -> Vec<String> {
+        self.view.read().pending_reasons.clone()
+    }
+    /// The request; `run.*.env` values only for the owner and root.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn request(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> String {
+        let caller = match &hdr {
+            Some(h) => self.lp.caller(h, conn).await.ok(),
+            None => None,
+        };
+        match caller {
+            Some(c) if c.uid == 0 || c.uid == self.view.read().owner => {
+                self.view.read().request.clone()
+            }
+            _ => self.view.read().request_redacted.clone(),
+        }
+    }
+}
+
+impl WorkerObject {
+    pub async fn emit_changes(&self, old: &WorkerView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+        let new = self.view.read().clone();
+        if old.state != new.state {
+            self.state_changed(e).await?;
+        }
+        if old.gpus != new.gpus {
+            self.gpus_changed(e).await?;
+        }
+        if old.pending_reasons != new.pending_reasons {
+            self.pending_reasons_changed(e).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! astraeusd: the daemon's entry point. Parses flags, opens the ledger, reads
+//! the machine, serves D-Bus, and hands control to the service loop.
+
+use astraeusd::bus::BUS_NAME;
+use astraeusd::config::{self, Config};
+use astraeusd::error::Error;
+use astraeusd::inventory::{sim::SimSource, GpuSource};
+use astraeusd::node::Node;
+use astraeusd::service::Service;
+use astraeusd::store::Store;
+use clap::Parser;
+use sd_notify::NotifyState;
+use std::path::PathBuf;
+use tracing_subscriber::prelude::*;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "astraeusd",
+    version,
+    about = "Shares this host's GPUs by memory and by time"
+)]
+struct Args {
+    /// Serve on the session bus instead of the system bus.
+    #[arg(long, conflicts_with = "bus_address")]
+    session: bool,
+    /// Serve on the bus at this address (e.g. unix:path=/run/x).
+    #[arg(long, value_name = "ADDR")]
+    bus_address: Option<String>,
+    /// Simulated GPUs: the built-in machine `majin`, or the TOML file given.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    sim: Option<Option<PathBuf>>,
+    /// Where the ledger lives (default: $STATE_DIRECTORY, or the user's state dir with --session).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ASTRAEUS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter);
+    // journald when its socket is there (under systemd), stderr otherwise.
+    match tracing_journald::layer() {
+        Ok(journald) => registry
+            .with(journald.with_syslog_identifier("astraeusd".into()))
+            .init(),
+        Err(_) => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init(),
+    }
+}
+
+fn state_dir(args: &Args) -> PathBuf {
+    if let Some(d) = &args.state_dir {
+        return d.clone();
+    }
+    if let Some(d) = std::env::var_os("STATE_DIRECTORY") {
+        // systemd may pass several, colon-separated: the first is ours.
+        let first = d
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        return PathBuf::from(first);
+    }
+    if args.session || args.bus_address.is_some() {
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
+        return base.join("astraeus");
+    }
+    PathBuf::from("/var/lib/astraeus")
+}
+
+async fn run(args: Args) -> Result<(), Error> {
+    let config = match &args.config {
+        Some(p) => Config::load(p, true)?,
+        None => Config::load(std::path::Path::new(config::DEFAULT_PATH), false)?,
+    };
+    let mut source: Box<dyn GpuSource> = match &args.sim {
+        Some(None) => Box::new(SimSource::builtin()),
+        Some(Some(p)) => Box::new(SimSource::file(p.clone())),
+        None => {
+            return Err(Error::InvalidRequest(
+                "no GPU source: this build reads GPUs only from a simulated machine; start with --sim (built-in majin) or --sim FILE".into(),
+            ))
+        }
+    };
+    let mut machine = source.read()?;
+    if let Some(name) = &config.machine {
+        machine.name = name.clone();
+    }
+    let dir = state_dir(&args);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::Backend(format!("state directory {}: {e}", dir.display())))?;
+    let store = Store::open(&dir.join("ledger.db"))?;
+    let node = Node::open(store, machine)?;
+    tracing::info!(
+        "ledger {} loaded: {} running, {} pending",
+        dir.join("ledger.db").display(),
+        node.running_count(),
+        node.pending_count()
+    );
+
+    let builder = if let Some(addr) = &args.bus_address {
+        zbus::connection::Builder::address(addr.as_str())
+    } else if args.session {
+        zbus::connection::Builder::session()
+    } else {
+        zbus::connection::Builder::system()
+    };
+    let conn = builder
+        .build()
+        .await
+        .map_err(|e| Error::Backend(format!("connecting to the bus: {e}")))?;
+    let service = Service::register(
+        node,
+        source,
+        conn.clone(),
+        config.refresh(),
+        config.machine.clone(),
+        config.access.group.clone(),
+    )
+    .await?;
+    // The name last: once it is owned, every object is already there.
+    conn.request_name_with_flags(BUS_NAME, zbus::fdo::RequestNameFlags::DO_NOT_QUEUE)
+        .await
+        .map_err(|e| {
+            Error::Conflict(format!(
+                "cannot own {BUS_NAME}: {e} (is another astraeusd running?)"
+            ))
+        })?;
+    let status = service.status_line();
+    let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    tracing::info!("ready on {BUS_NAME}: {status}");
+    service.run().await
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    init_logging();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("astraeusd: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! The one service loop: it owns the node (state, ledger) and the GPU source.
+//! D-Bus handlers send it commands over a bounded queue; it runs them one at a
+//! time, then brings the bus objects up to date and signals what changed. It
+//! also feeds the systemd watchdog itself, so a stuck loop stops the pings.
+
+use crate::auth::Caller;
+use crate::bus::objects::{
+    GpuObject, GpuView, Manager, ManagerSignals, ManagerView, Shared, WorkerObject, WorkerView,
+};
+use crate::bus::{gpu_path, worker_path, Loop};
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::inventory::GpuSource;
+use crate::node::{Changes, Node, Worker};
+use crate::placement::{self, Gpu};
+use sd_notify::NotifyState;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, oneshot};
+use zbus::{Connection, OwnedObjectPath};
+
+type Reply<T> = oneshot::Sender<T>;
+
+/// What handlers ask of the loop.
+pub enum Command {
+    Submit {
+        spec: String,
+        caller: Caller,
+        reply: Reply<Result<(String, String, Vec<String>)>>,
+    },
+    Stop {
+        name: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    GetWorker {
+        name: String,
+        reply: Reply<Result<String>>,
+    },
+    ListWorkers {
+        reply: Reply<Vec<(String, String, u32, String)>>,
+    },
+    ListGpus {
+        reply: Reply<Vec<(u32, String, String, String, f64, f64, f64, f64)>>,
+    },
+    ListSharers {
+        gpu: u32,
+        reply: Reply<Result<(Vec<(String, f64)>, String)>>,
+    },
+    WhyNot {
+        spec: String,
+        reply: Reply<Result<(bool, Vec<u32>, Vec<String>)>>,
+    },
+}
+
+/// Bounded: a flood of calls gets `Busy` instead of growing memory.
+pub const QUEUE_DEPTH: usize = 256;
+
+pub struct Service {
+    node: Node,
+    source: Box<dyn GpuSource>,
+    conn: Connection,
+    rx: mpsc::Receiver<Command>,
+    lp: Loop,
+    refresh: Duration,
+    /// The machine name from config, overriding the source's.
+    machine_name: Option<String>,
+    /// GPU objects currently on the bus, by index.
+    gpu_objects: BTreeSet<u32>,
+}
+
+fn to_f64(a: crate::quantity::Amount) -> f64 {
+    a.as_f64()
+}
+
+pub fn manager_view(node: &Node) -> ManagerView {
+    ManagerView {
+        machine: node.machine().name.clone(),
+        wsl: node.machine().wsl,
+        running: node.running_count() as u32,
+        pending: node.pending_count() as u32,
+    }
+}
+
+pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
+    let usage = node.book().usage(&g.uuid);
+    GpuView {
+        index: g.index,
+        uuid: g.uuid.clone(),
+        model: g.model.clone(),
+        vendor: g.vendor.clone(),
+        mode: if g.sliced {
+            "time-sliced".into()
+        } else {
+            node.gpu_mode(&g.uuid).as_str().into()
+        },
+        total_gb: to_f64(g.total),
+        offered_gb: to_f64(g.offered()),
+        held_outside_gb: to_f64(g.outside),
+        taken_gb: to_f64(node.book().taken(&g.uuid)),
+        sharers: usage
+            .map(|u| {
+                u.sharers
+                    .iter()
+                    .map(|(n, a)| (n.clone(), to_f64(*a)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        summary: placement::sharers_line(usage),
+    }
+}
+
+pub fn worker_view(w: &Worker) -> WorkerView {
+    WorkerView {
+        name: w.name().to_string(),
+        state: w.status.as_str().to_string(),
+        owner: w.owner_uid,
+        gpus: w
+            .grants()
+            .iter()
+            .map(|g| (g.gpu_index, g.gpu_uuid.clone()))
+            .collect(),
+        gpu_shared_gb: w.spec.shared_gb().map(to_f64).unwrap_or(0.0),
+        pending_reasons: w.reasons().to_vec(),
+        request: w.spec_text.clone(),
+        request_redacted: redact_env(&w.spec_text),
+    }
+}
+
+/// The request with `run.<kind>.env` values replaced, for callers other than
+/// the owner and root (env often carries tokens).
+pub fn redact_env(spec: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(spec) else {
+        return String::new();
+    };
+    if let Some(run) = v.get_mut("run").and_then(|r| r.as_object_mut()) {
+        for body in run.values_mut() {
+            if let Some(env) = body.get_mut("env").and_then(|e| e.as_object_mut()) {
+                for val in env.values_mut() {
+                    *val = serde_json::Value::String("(hidden)".into());
+                }
+            }
+        }
+    }
+    v.to_string()
+}
+
+fn status_line(node: &Node) -> String {
+    let total = node.running_count() + node.pending_count();
+    format!(
+        "{total} worker{}, {} pending",
+        if total == 1 { "" } else { "s" },
+        node.pending_count()
+    )
+}
+
+fn obj_path(p: String) -> OwnedObjectPath {
+    OwnedObjectPath::try_from(p).expect("paths are built from escaped labels")
+}
+
+impl Service {
+    /// Registers every object for the node's current state on `conn`.
+    /// The caller requests the bus name afterwards, then calls [`Service::run`].
+    pub async fn register(
+        node: Node,
+        source: Box<dyn GpuSource>,
+        conn: Connection,
+        refresh: Duration,
+        machine_name: Option<String>,
+        group: String,
+    ) -> Result<Service> {
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let lp = Loop { tx, group };
+        let server = conn.object_server();
+        let bus_err = |e: zbus::Error| Error::Backend(format!("D-Bus: {e}"));
+        server
+            .at(
+                crate::bus::BASE_PATH,
+                Manager {
+                    lp: lp.clone(),
+                    view: Shared::new(manager_view(&node)),
+                },
+            )
+            .await
+            .map_err(bus_err)?;
+        server
+            .at(crate::bus::BASE_PATH, zbus::fdo::ObjectManager)
+            .await
+            .map_err(bus_err)?;
+        let mut gpu_objects = BTreeSet::new();
+        for g in &node.machine().gpus {
+            server
+                .at(
+                    gpu_path(g.index),
+                    GpuObject {
+                        view: Shared::new(gpu_view(&node, g)),
+                    },
+                )
+                .await
+                .map_err(bus_err)?;
+            gpu_objects.insert(g.index);
+        }
+        for w in node.workers() {
+            server
+                .at(
+                    worker_path(w.name()),
+                    WorkerObject {
+                        lp: lp.clone(),
+                        view: Shared::new(worker_view(w)),
+                    },
+                )
+                .await
+                .map_err(bus_err)?;
+        }
+        Ok(Service {
+            node,
+            source,
+            conn,
+            rx,
+            lp,
+            refresh,
+            machine_name,
+            gpu_objects,
+        })
+    }
+
+    pub fn status_line(&self) -> String {
+        status_line(&self.node)
+    }
+
+    /// Runs until SIGTERM/SIGINT: commands, inventory refresh, SIGHUP, watchdog.
+    pub async fn run(mut self) -> Result<()> {
+        let io = |e: std::io::Error| Error::Backend(format!("signals: {e}"));
+        let mut term = signal(SignalKind::terminate()).map_err(io)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(io)?;
+        let mut refresh = tokio::time::interval(self.refresh);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Ping at half the watchdog period; without a watchdog this never fires.
+        let watchdog = sd_notify::watchdog_enabled();
+        let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
+        loop {
+            // A test can stall exactly this loop here: the pings must stop with it.
+            failpoint::hit("service.loop");
+            tokio::select! {
+                cmd = self.rx.recv() => match cmd {
+                    Some(cmd) => self.handle(cmd).await,
+                    None => break,
+                },
+                _ = refresh.tick() => {
+                    if self.source.changed() {
+                        self.reread("the inventory changed").await;
+                    }
+                }
+                _ = hup.recv() => self.reread("SIGHUP").await,
+                _ = ping.tick(), if watchdog.is_some() => {
+                    let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        let _ = sd_notify::notify(&[NotifyState::Stopping]);
+        tracing::info!("stopping; the ledger is closed cleanly");
+        Ok(())
+    }
+
+    async fn reread(&mut self, why: &str) {
+        match self.source.read() {
+            Ok(mut machine) => {
+                if let Some(name) = &self.machine_name {
+                    machine.name = name.clone();
+                }
+                match self.node.set_machine(machine) {
+                    Ok(changes) => {
+                        tracing::info!("re-read the machine ({why})");
+                        self.publish(&changes).await;
+                    }
+                    Err(e) => tracing::error!("applying the new inventory failed: {e}"),
+                }
+            }
+            Err(e) => tracing::warn!("re-reading the machine ({why}) failed: {e}"),
+        }
+    }
+
+    async fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit {
+                spec,
+                caller,
+                reply,
+            } => {
+                let r = if !caller.may_mutate() {
+                    Err(Error::AccessDenied(format!(
+                        "uid {} may not submit workers: only root and members of group {} may",
+                        caller.uid, self.lp.group
+                    )))
+                } else {
+                    self.node.submit(&spec, caller.uid, caller.pid)
+                };
+                match r {
+                    Ok((name, changes)) => {
+                        let w = self.node.worker(&name).expect("just submitted");
+                        let out = (
+                            name.clone(),
+                            w.status.as_str().to_string(),
+                            w.reasons().to_vec(),
+                        );
+                        match &w.status {
+                            crate::node::Status::Running { .. } => {
+                                tracing::info!(worker = %name, "placed: {}", placement::gpus_column(w.grants()))
+                            }
+                            crate::node::Status::Pending { reasons } => {
+                                tracing::info!(worker = %name, "pending: {}", reasons.join("; "))
+                            }
+                        }
+                        self.publish(&changes).await;
+                        let _ = reply.send(Ok(out));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Command::Stop {
+                name,
+                caller,
+                reply,
+            } => {
+                let r = if !caller.may_mutate() {
+                    Err(Error::AccessDenied(format!(
+                        "uid {} may not stop workers: only root and members of group {} may",
+                        caller.uid, self.lp.group
+                    )))
+                } else {
+                    self.node.stop(&name, caller.uid)
+                };
+                match r {
+                    Ok(changes) => {
+                        tracing::info!(worker = %name, "stopped");
+                        self.publish(&changes).await;
+                        let _ = reply.send(Ok(()));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Command::GetWorker { name, reply } => {
+                let r = match self.node.worker(&name) {
+                    Some(w) => Ok(w.name().to_string()),
+                    None => Err(Error::NotFound(format!("no live worker named {name}"))),
+                };
+                let _ = reply.send(r);
+            }
+            Command::ListWorkers { reply } => {
+                let rows = self
+                    .node
+                    .workers()
+                    .map(|w| {
+                        (
+                            w.name().to_string(),
+                            w.status.as_str().to_string(),
+                            w.owner_uid,
+                            placement::gpus_column(w.grants()),
+                        )
+                    })
+                    .collect();
+                let _ = reply.send(rows);
+            }
+            Command::ListGpus { reply } => {
+                let rows = self
+                    .node
+                    .machine()
+                    .gpus
+                    .iter()
+                    .map(|g| {
+                        let v = gpu_view(&self.node, g);
+                        (
+                            v.index,
+                            v.uuid,
+                            v.model,
+                            v.mode,
+                            v.total_gb,
+                            v.offered_gb,
+                            v.held_outside_gb,
+                            v.taken_gb,
+                        )
+                    })
+                    .collect();
+                let _ = reply.send(rows);
+            }
+            Command::ListSharers { gpu, reply } => {
+                let r = match self.node.machine().gpus.iter().find(|g| g.index == gpu) {
+                    Some(g) => {
+                        let v = gpu_view(&self.node, g);
+                        Ok((v.sharers, v.summary))
+                    }
+                    None => Err(Error::NotFound(format!(
+                        "gpu: {} has no GPU {gpu}; it has {}",
+                        self.node.machine().name,
+                        describe_indexes(&self.node)
+                    ))),
+                };
+                let _ = reply.send(r);
+            }
+            Command::WhyNot { spec, reply } => {
+                let r = self.node.why_not(&spec).map(|v| match v {
+                    Ok(grants) => (
+                        true,
+                        grants.iter().map(|g| g.gpu_index).collect(),
+                        Vec::new(),
+                    ),
+                    Err(reasons) => (false, Vec::new(), reasons),
+                });
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    /// Brings bus objects in line with the node after `changes`, signalling
+    /// only what differs.
+    async fn publish(&mut self, changes: &Changes) {
+        if let Err(e) = self.try_publish(changes).await {
+            tracing::error!("updating D-Bus objects failed: {e}");
+        }
+        let _ = sd_notify::notify(&[NotifyState::Status(&status_line(&self.node))]);
+    }
+
+    async fn try_publish(&mut self, changes: &Changes) -> zbus::Result<()> {
+        let server = self.conn.object_server();
+        let manager = server
+            .interface::<_, Manager>(crate::bus::BASE_PATH)
+            .await?;
+        for name in &changes.removed {
+            let p = worker_path(name);
+            server.remove::<WorkerObject, _>(p.as_str()).await?;
+            manager.worker_removed(name, obj_path(p)).await?;
+        }
+        for name in &changes.added {
+            let Some(w) = self.node.worker(name) else {
+                continue;
+            };
+            let p = worker_path(name);
+            server
+                .at(
+                    p.as_str(),
+                    WorkerObject {
+                        lp: self.lp.clone(),
+                        view: Shared::new(worker_view(w)),
+                    },
+                )
+                .await?;
+            manager.worker_new(name, obj_path(p)).await?;
+        }
+        for name in &changes.updated {
+            let Some(w) = self.node.worker(name) else {
+                continue;
+            };
+            let iface = server
+                .interface::<_, WorkerObject>(worker_path(name).as_str())
+                .await?;
+            let obj = iface.get().await;
+            let old = obj.view.replace(worker_view(w));
+            obj.emit_changes(&old, iface.signal_emitter()).await?;
+        }
+        // GPUs: add or remove objects when the inventory's shape changed.
+        let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
+        for gone in self.gpu_objects.difference(&now) {
+            server
+                .remove::<GpuObject, _>(gpu_path(*gone).as_str())
+                .await?;
+        }
+        for g in &self.node.machine().gpus {
+            let view = gpu_view(&self.node, g);
+            if !self.gpu_objects.contains(&g.index) {
+                server
+                    .at(
+                        gpu_path(g.index),
+                        GpuObject {
+                            view: Shared::new(view),
+                        },
+                    )
+                    .await?;
+            } else if changes.machine_changed || changes.gpus.contains(&g.index) {
+                let iface = server
+                    .interface::<_, GpuObject>(gpu_path(g.index).as_str())
+                    .await?;
+                let obj = iface.get().await;
+                let old = obj.view.replace(view);
+                obj.emit_changes(&old, iface.signal_emitter()).await?;
+            }
+        }
+        self.gpu_objects = now;
+        let obj = manager.get().await;
+        let old = obj.view.replace(manager_view(&self.node));
+        obj.emit_changes(&old, manager.signal_emitter()).await?;
+        Ok(())
+    }
+}
+
+fn describe_indexes(node: &Node) -> String {
+    let idx: Vec<String> = node
+        .machine()
+        .gpus
+        .iter()
+        .map(|g| g.index.to_string())
+        .collect();
+    if idx.is_empty() {
+        "none".into()
+    } else {
+        idx.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_values_are_hidden_from_others() {
+        let spec = r#"{"name":"w","run":{"container":{"image":"x","env":{"TOKEN":"s3cret"}}}}"#;
+        let r = redact_env(spec);
+        assert!(!r.contains("s3cret"));
+        assert!(r.contains(r#""TOKEN":"(hidden)""#));
+    }
+}
