@@ -7,7 +7,7 @@ use std::time::Duration;
 
 pub const DEFAULT_PATH: &str = "/etc/astraeus/node.toml";
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// The machine's name in reasons and listings; the host name when unset.
@@ -28,16 +28,6 @@ pub struct Access {
 pub struct Inventory {
     /// How often the GPU inventory is re-read, in seconds.
     pub refresh_seconds: f64,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            machine: None,
-            access: Access::default(),
-            inventory: Inventory::default(),
-        }
-    }
 }
 
 impl Default for Access {

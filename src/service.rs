@@ -22,12 +22,23 @@ use zbus::{Connection, OwnedObjectPath};
 
 type Reply<T> = oneshot::Sender<T>;
 
+/// (name, state, owner uid, GPUs column)
+pub type WorkerRow = (String, String, u32, String);
+/// (index, uuid, model, mode, total, offered, held outside, taken) in GB
+pub type GpuRow = (u32, String, String, String, f64, f64, f64, f64);
+/// (sharers with their GB, summary line)
+pub type SharersReply = (Vec<(String, f64)>, String);
+/// (fits, GPU indexes it would take, reasons it would wait)
+pub type WhyNotReply = (bool, Vec<u32>, Vec<String>);
+/// (name, state, pending reasons)
+pub type SubmitReply = (String, String, Vec<String>);
+
 /// What handlers ask of the loop.
 pub enum Command {
     Submit {
         spec: String,
         caller: Caller,
-        reply: Reply<Result<(String, String, Vec<String>)>>,
+        reply: Reply<Result<SubmitReply>>,
     },
     Stop {
         name: String,
@@ -39,18 +50,18 @@ pub enum Command {
         reply: Reply<Result<String>>,
     },
     ListWorkers {
-        reply: Reply<Vec<(String, String, u32, String)>>,
+        reply: Reply<Vec<WorkerRow>>,
     },
     ListGpus {
-        reply: Reply<Vec<(u32, String, String, String, f64, f64, f64, f64)>>,
+        reply: Reply<Vec<GpuRow>>,
     },
     ListSharers {
         gpu: u32,
-        reply: Reply<Result<(Vec<(String, f64)>, String)>>,
+        reply: Reply<Result<SharersReply>>,
     },
     WhyNot {
         spec: String,
-        reply: Reply<Result<(bool, Vec<u32>, Vec<String>)>>,
+        reply: Reply<Result<WhyNotReply>>,
     },
 }
 

@@ -7,7 +7,7 @@
 //! the interface's write lock while a handler awaited the loop would deadlock.
 
 use super::{worker_path, BusError, Loop};
-use crate::service::Command;
+use crate::service::{Command, GpuRow, SharersReply, WhyNotReply, WorkerRow};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -97,21 +97,19 @@ impl Manager {
 
     /// (name, state, owner uid, the GPUs column: `1 · shared 2.2 GB`)
     #[zbus(out_args("workers"))]
-    async fn list_workers(&self) -> Result<Vec<(String, String, u32, String)>, BusError> {
+    async fn list_workers(&self) -> Result<Vec<WorkerRow>, BusError> {
         self.lp.ask(|reply| Command::ListWorkers { reply }).await
     }
 
     /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB)
     #[zbus(out_args("gpus"))]
-    async fn list_gpus(
-        &self,
-    ) -> Result<Vec<(u32, String, String, String, f64, f64, f64, f64)>, BusError> {
+    async fn list_gpus(&self) -> Result<Vec<GpuRow>, BusError> {
         self.lp.ask(|reply| Command::ListGpus { reply }).await
     }
 
     /// The sharers of one GPU with their GB, and the seed's summary line.
     #[zbus(out_args("sharers", "summary"))]
-    async fn list_sharers(&self, gpu: u32) -> Result<(Vec<(String, f64)>, String), BusError> {
+    async fn list_sharers(&self, gpu: u32) -> Result<SharersReply, BusError> {
         Ok(self
             .lp
             .ask(|reply| Command::ListSharers { gpu, reply })
@@ -120,7 +118,7 @@ impl Manager {
 
     /// A dry run: where the spec would go now, or every reason it would wait.
     #[zbus(out_args("fits", "gpus", "reasons"))]
-    async fn why_not(&self, spec: String) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
+    async fn why_not(&self, spec: String) -> Result<WhyNotReply, BusError> {
         Ok(self
             .lp
             .ask(|reply| Command::WhyNot { spec, reply })
