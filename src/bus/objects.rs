@@ -7,7 +7,7 @@
 //! the interface's write lock while a handler awaited the loop would deadlock.
 
 use super::{worker_path, BusError, Loop};
-use crate::service::{Command, GpuRow, SharersReply, WhyNotReply, WorkerRow};
+use crate::service::{Command, GpuRow, WorkerRow};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -109,7 +109,7 @@ impl Manager {
 
     /// The sharers of one GPU with their GB, and the seed's summary line.
     #[zbus(out_args("sharers", "summary"))]
-    async fn list_sharers(&self, gpu: u32) -> Result<SharersReply, BusError> {
+    async fn list_sharers(&self, gpu: u32) -> Result<(Vec<(String, f64)>, String), BusError> {
         Ok(self
             .lp
             .ask(|reply| Command::ListSharers { gpu, reply })
@@ -118,7 +118,7 @@ impl Manager {
 
     /// A dry run: where the spec would go now, or every reason it would wait.
     #[zbus(out_args("fits", "gpus", "reasons"))]
-    async fn why_not(&self, spec: String) -> Result<WhyNotReply, BusError> {
+    async fn why_not(&self, spec: String) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
         Ok(self
             .lp
             .ask(|reply| Command::WhyNot { spec, reply })

@@ -1,0 +1,271 @@
+//! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
+
+use astraeusd::bus::{BASE_PATH, BUS_NAME};
+use astraeusd::quantity::Amount;
+use astraeusd::service::{GpuRow, SharersReply, WhyNotReply, WorkerRow};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use std::io::Read;
+use std::process::ExitCode;
+use zbus::{Connection, OwnedObjectPath};
+
+const MANAGER: &str = "org.astraeus.Node1.Manager";
+
+#[derive(Parser)]
+#[command(name = "astraeusctl", version, about = "Control astraeusd over D-Bus")]
+struct Args {
+    /// Talk to a daemon on the session bus.
+    #[arg(long, global = true, conflicts_with = "bus_address")]
+    session: bool,
+    /// Talk to a daemon on the bus at this address.
+    #[arg(long, global = true, value_name = "ADDR")]
+    bus_address: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The machine's GPUs: what each offers and how it is used.
+    Gpus,
+    /// Workers with their state and GPUs (`1 · shared 2.2 GB`).
+    Workers,
+    /// Who shares one GPU, and how much each takes.
+    Sharers { gpu: u32 },
+    /// Submit a worker spec (JSON) from a file, or - for standard input.
+    Submit { file: String },
+    /// Stop a worker.
+    Stop { name: String },
+    /// Where a spec would go now, or why it would wait (changes nothing).
+    Why { file: String },
+}
+
+/// GB as the daemon shows them: `7`, `6.5`, `2.25`.
+fn gb(x: f64) -> String {
+    Amount::from_hundredths((x * 100.0).round().max(0.0) as u64).to_string()
+}
+
+fn read_spec(file: &str) -> Result<String, String> {
+    let mut text = String::new();
+    if file == "-" {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| format!("reading standard input: {e}"))?;
+    } else {
+        text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    }
+    Ok(text)
+}
+
+fn describe(e: zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, msg, _) => {
+            let kind = name
+                .as_str()
+                .rsplit('.')
+                .next()
+                .unwrap_or("Error")
+                .to_string();
+            format!("{kind}: {}", msg.unwrap_or_default())
+        }
+        zbus::Error::FDO(e) => e.to_string(),
+        e => e.to_string(),
+    }
+}
+
+struct Client {
+    conn: Connection,
+}
+
+impl Client {
+    async fn call<B, R>(&self, method: &str, body: &B) -> Result<R, String>
+    where
+        B: serde::Serialize + zbus::Type,
+        R: for<'d> serde::Deserialize<'d> + zbus::Type,
+    {
+        let msg = self
+            .conn
+            .call_method(Some(BUS_NAME), BASE_PATH, Some(MANAGER), method, body)
+            .await
+            .map_err(describe)?;
+        msg.body()
+            .deserialize()
+            .map_err(|e| format!("reply of {method}: {e}"))
+    }
+
+    async fn reasons(&self, name: &str) -> Result<Vec<String>, String> {
+        let path: OwnedObjectPath = self.call("GetWorker", &(name,)).await?;
+        let msg = self
+            .conn
+            .call_method(
+                Some(BUS_NAME),
+                path.as_str(),
+                Some("org.freedesktop.DBus.Properties"),
+                "Get",
+                &("org.astraeus.Node1.Worker", "PendingReasons"),
+            )
+            .await
+            .map_err(describe)?;
+        let v: zbus::OwnedVariant = msg.body().deserialize().map_err(|e| e.to_string())?;
+        Vec::<String>::try_from(v).map_err(|e| e.to_string())
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let conn = if let Some(addr) = &args.bus_address {
+        zbus::connection::Builder::address(addr.as_str())
+            .build()
+            .await
+    } else if args.session {
+        Connection::session().await
+    } else {
+        Connection::system().await
+    }
+    .map_err(|e| format!("connecting to the bus: {e}"))?;
+    let c = Client { conn };
+    match args.cmd {
+        Cmd::Gpus => {
+            let rows: Vec<GpuRow> = c.call("ListGpus", &()).await?;
+            if args.json {
+                let out: Vec<_> = rows
+                    .iter()
+                    .map(|(i, uuid, model, mode, total, offered, outside, taken)| {
+                        json!({"index": i, "uuid": uuid, "model": model, "mode": mode,
+                               "total_gb": total, "offered_gb": offered,
+                               "held_outside_gb": outside, "taken_gb": taken})
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                return Ok(());
+            }
+            for (i, _uuid, model, mode, total, offered, outside, taken) in rows {
+                let offers = if outside > 0.0 {
+                    format!(
+                        "offers {} of its {} GB ({} GB held outside Astraeus)",
+                        gb(offered),
+                        gb(total),
+                        gb(outside)
+                    )
+                } else {
+                    format!("offers all its {} GB", gb(total))
+                };
+                let used = match mode.as_str() {
+                    "shared" => format!("shared, {} GB taken", gb(taken)),
+                    other => other.to_string(),
+                };
+                println!("GPU {i}  {model}  {offers}  {used}");
+            }
+        }
+        Cmd::Workers => {
+            let rows: Vec<WorkerRow> = c.call("ListWorkers", &()).await?;
+            let mut out = Vec::new();
+            for (name, state, owner, gpus) in &rows {
+                let reasons = if state == "pending" {
+                    c.reasons(name).await?
+                } else {
+                    Vec::new()
+                };
+                out.push((name, state, owner, gpus, reasons));
+            }
+            if args.json {
+                let j: Vec<_> = out
+                    .iter()
+                    .map(|(n, s, o, g, r)| json!({"name": n, "state": s, "owner": o, "gpus": g, "pending_reasons": r}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+                return Ok(());
+            }
+            let w = out.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+            println!("{:<w$}  {:<8}  {:>6}  GPUS", "NAME", "STATE", "OWNER");
+            for (name, state, owner, gpus, reasons) in out {
+                println!("{name:<w$}  {state:<8}  {owner:>6}  {gpus}");
+                for r in reasons {
+                    println!("{:<w$}    {r}", "");
+                }
+            }
+        }
+        Cmd::Sharers { gpu } => {
+            let (sharers, summary): SharersReply = c.call("ListSharers", &(gpu,)).await?;
+            if args.json {
+                let s: Vec<_> = sharers
+                    .iter()
+                    .map(|(n, g)| json!({"name": n, "gb": g}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &json!({"gpu": gpu, "sharers": s, "summary": summary})
+                    )
+                    .expect("json")
+                );
+            } else {
+                println!("GPU {gpu}: {summary}");
+            }
+        }
+        Cmd::Submit { file } => {
+            let spec = read_spec(&file)?;
+            let (path, state, reasons): (OwnedObjectPath, String, Vec<String>) =
+                c.call("SubmitWorker", &(spec,)).await?;
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"worker": path.as_str(), "state": state, "pending_reasons": reasons})
+                );
+            } else {
+                println!("{state}: {}", path.as_str());
+                for r in reasons {
+                    println!("  {r}");
+                }
+            }
+        }
+        Cmd::Stop { name } => {
+            c.call::<_, ()>("StopWorker", &(name.as_str(),)).await?;
+            if args.json {
+                println!("{}", json!({"stopped": name}));
+            } else {
+                println!("stopped {name}");
+            }
+        }
+        Cmd::Why { file } => {
+            let spec = read_spec(&file)?;
+            let (fits, gpus, reasons): WhyNotReply = c.call("WhyNot", &(spec,)).await?;
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"fits": fits, "gpus": gpus, "reasons": reasons})
+                );
+            } else if fits {
+                let g: Vec<String> = gpus.iter().map(|i| format!("GPU {i}")).collect();
+                if g.is_empty() {
+                    println!("it would start now (no GPU asked for)");
+                } else {
+                    println!("it would start now on {}", g.join(", "));
+                }
+            } else {
+                println!("it would wait:");
+                for r in reasons {
+                    println!("  {r}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("astraeusctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

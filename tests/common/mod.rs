@@ -1,0 +1,304 @@
+//! Test support: a private dbus-daemon, the real daemon binary, and the real
+//! clients (busctl, gdbus, astraeusctl) run as any user.
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const MAJIN_TOML: &str = r#"
+machine = "majin"
+cpu_cores = 16
+memory_gb = 64
+[[gpu]]
+model = "NVIDIA GeForce RTX 4060"
+uuid = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000"
+total_gb = 8
+outside_gb = 1
+"#;
+
+pub struct Bus {
+    pub address: String,
+    pid: u32,
+}
+
+impl Bus {
+    /// A private session-type bus.
+    pub fn session() -> Bus {
+        Bus::start(&["--session"])
+    }
+
+    /// A bus configured like the system bus (default-deny for method calls),
+    /// listening at `dir/bus`, with `policy` (a busconfig file) included when given.
+    pub fn system_like(dir: &Path, policy: Option<&Path>) -> Bus {
+        let include = policy
+            .map(|p| format!("<include>{}</include>", p.display()))
+            .unwrap_or_default();
+        let conf = format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={dir}/bus</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+  </policy>
+  {include}
+</busconfig>
+"#,
+            dir = dir.display()
+        );
+        let path = dir.join("system-like.conf");
+        std::fs::write(&path, conf).unwrap();
+        // Let other users reach the socket's directory.
+        let _ = Command::new("chmod").arg("755").arg(dir).status();
+        Bus::start(&[&format!("--config-file={}", path.display())])
+    }
+
+    fn start(args: &[&str]) -> Bus {
+        let out = Command::new("dbus-daemon")
+            .args(args)
+            .args(["--print-address=1", "--print-pid=1", "--fork"])
+            .output()
+            .expect("dbus-daemon runs");
+        assert!(
+            out.status.success(),
+            "dbus-daemon: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut lines = text.lines();
+        let address = lines.next().unwrap().to_string();
+        let pid = lines.next().unwrap().trim().parse().unwrap();
+        Bus { address, pid }
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.pid as i32, libc::SIGTERM);
+        }
+    }
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub address: String,
+    pub state: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts the real daemon binary on `bus` and waits until it owns its name.
+    pub fn start(bus: &Bus, dir: &Path, sim: &Path, env: &[(&str, &str)]) -> Daemon {
+        let state = dir.join("state");
+        let log = dir.join("daemon.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_astraeusd"));
+        cmd.args(["--bus-address", &bus.address, "--sim"])
+            .arg(sim)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--config")
+            .arg(dir.join("node.toml"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if !dir.join("node.toml").exists() {
+            std::fs::write(
+                dir.join("node.toml"),
+                "[inventory]\nrefresh_seconds = 0.2\n",
+            )
+            .unwrap();
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        let d = Daemon {
+            child,
+            address: bus.address.clone(),
+            state,
+            log,
+        };
+        d.wait_for_name();
+        d
+    }
+
+    fn wait_for_name(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let out = busctl(
+                &self.address,
+                &[
+                    "call",
+                    "org.freedesktop.DBus",
+                    "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus",
+                    "NameHasOwner",
+                    "s",
+                    "org.astraeus.Node1",
+                ],
+            );
+            if out.stdout.contains("true") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("daemon did not take its name; log:\n{}", self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait: the clean path.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let status = self.child.wait().unwrap();
+        std::mem::forget(self);
+        status
+    }
+
+    pub fn signal(&self, sig: i32) {
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Out {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+fn out(o: Output) -> Out {
+    Out {
+        ok: o.status.success(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Runs a command as `user` (None: as ourselves) through setpriv.
+pub fn run_as(user: Option<&str>, program: &str, args: &[&str]) -> Out {
+    let mut cmd = match user {
+        None => Command::new(program),
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                &format!("--reuid={u}"),
+                &format!("--regid={}", primary_group(u)),
+                "--init-groups",
+                program,
+            ]);
+            if u == "nobody" {
+                c = Command::new("setpriv");
+                c.args([
+                    "--reuid=nobody",
+                    "--regid=nogroup",
+                    "--clear-groups",
+                    program,
+                ]);
+            }
+            c
+        }
+    };
+    out(cmd.args(args).stdin(Stdio::null()).output().unwrap())
+}
+
+fn primary_group(user: &str) -> String {
+    let o = Command::new("id").args(["-gn", user]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+pub fn busctl(address: &str, args: &[&str]) -> Out {
+    busctl_as(None, address, args)
+}
+
+pub fn busctl_as(user: Option<&str>, address: &str, args: &[&str]) -> Out {
+    let addr = format!("--address={address}");
+    let mut all = vec![addr.as_str()];
+    all.extend_from_slice(args);
+    run_as(user, "busctl", &all)
+}
+
+/// `busctl call` on the Manager.
+pub fn manager(address: &str, user: Option<&str>, method: &str, sig_args: &[&str]) -> Out {
+    let mut args = vec![
+        "call",
+        "org.astraeus.Node1",
+        "/org/astraeus/Node1",
+        "org.astraeus.Node1.Manager",
+        method,
+    ];
+    args.extend_from_slice(sig_args);
+    busctl_as(user, address, &args)
+}
+
+pub fn gdbus(address: &str, args: &[&str]) -> Out {
+    let mut all = vec!["call", "--address", address, "-d", "org.astraeus.Node1"];
+    all.extend_from_slice(args);
+    run_as(None, "gdbus", &all)
+}
+
+pub fn ctl(address: &str, user: Option<&str>, args: &[&str]) -> Out {
+    let mut all = vec!["--bus-address", address];
+    all.extend_from_slice(args);
+    run_as(user, env!("CARGO_BIN_EXE_astraeusctl"), &all)
+}
+
+pub fn shared_spec(name: &str, gb: &str) -> String {
+    format!(
+        r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#
+    )
+}
+
+/// A temp dir other users can enter (sockets, sim files).
+pub fn open_tempdir() -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix("astraeus-test")
+        .tempdir()
+        .unwrap();
+    let _ = Command::new("chmod").arg("755").arg(d.path()).status();
+    d
+}
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Polls until `f` holds or the deadline passes.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for: {what}");
+}

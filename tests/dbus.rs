@@ -1,0 +1,537 @@
+//! The real daemon on a real dbus-daemon, driven by busctl, gdbus and astraeusctl.
+
+mod common;
+use common::*;
+use std::process::{Command, Stdio};
+
+fn sim_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("majin.toml");
+    std::fs::write(&p, MAJIN_TOML).unwrap();
+    p
+}
+
+#[test]
+fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sim = sim_file(dir.path());
+    let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = bus.address.clone();
+
+    // Watch the bus for signals while we work.
+    let monitor_log = dir.path().join("monitor.log");
+    let mut monitor = Command::new("dbus-monitor")
+        .args(["--address", &a, "type='signal',sender='org.astraeus.Node1'"])
+        .stdout(std::fs::File::create(&monitor_log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+
+    let o = manager(
+        &a,
+        None,
+        "SubmitWorker",
+        &["s", &shared_spec("listen", "2.2")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(
+        o.stdout.trim(),
+        r#"osas "/org/astraeus/Node1/worker/listen" "running" 0"#
+    );
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            &shared_spec("voice", "4.2"),
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("'running'"), "{}", o.stdout);
+    let o = manager(
+        &a,
+        None,
+        "SubmitWorker",
+        &["s", &shared_spec("small", "1.5")],
+    );
+    assert_eq!(
+        o.stdout.trim(),
+        r#"osas "/org/astraeus/Node1/worker/small" "pending" 1 "GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5""#
+    );
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            &shared_spec("big", "7.5"),
+        ],
+    );
+    assert!(
+        o.stdout.contains(
+            "GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5"
+        ),
+        "{}",
+        o.stdout
+    );
+
+    // The sharers line and the GPU object.
+    let o = manager(&a, None, "ListSharers", &["u", "0"]);
+    assert!(
+        o.stdout.contains(r#""listen" 2.2 "voice" 4.2"#),
+        "{}",
+        o.stdout
+    );
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.ListSharers",
+            "0",
+        ],
+    );
+    assert!(
+        o.stdout
+            .contains("shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken"),
+        "{}",
+        o.stdout
+    );
+    let o = busctl(
+        &a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb",
+            "TakenGb",
+            "Mode",
+        ],
+    );
+    assert_eq!(o.stdout, "d 7\nd 6.4\ns \"shared\"\n");
+
+    // Typed errors with the foundation's messages.
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            r#"{"name":"x","requested_resources":{"gpu_requests":{"shared":true}}}"#,
+        ],
+    );
+    assert!(!o.ok);
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.InvalidRequest"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .contains("requested_resources.gpu_requests.memory_gb: required when shared is true"),
+        "{}",
+        o.stderr
+    );
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            &shared_spec("listen", "1"),
+        ],
+    );
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.Exists"),
+        "{}",
+        o.stderr
+    );
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.StopWorker",
+            "nope",
+        ],
+    );
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.NotFound"),
+        "{}",
+        o.stderr
+    );
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.GetWorker",
+            "small",
+        ],
+    );
+    assert!(
+        o.stdout
+            .contains("objectpath '/org/astraeus/Node1/worker/small'"),
+        "{}",
+        o.stdout
+    );
+
+    // Stop voice: small is placed, its properties change; big still waits.
+    let o = busctl(
+        &a,
+        &[
+            "call",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/worker/voice",
+            "org.astraeus.Node1.Worker",
+            "Stop",
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let o = busctl(
+        &a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/worker/small",
+            "org.astraeus.Node1.Worker",
+            "State",
+            "PendingReasons",
+            "Gpus",
+        ],
+    );
+    assert_eq!(
+        o.stdout,
+        "s \"running\"\nas 0\na(us) 1 0 \"GPU-5c0a7d3e-4060-4b1e-9f00-000000000000\"\n"
+    );
+    let o = busctl(
+        &a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager",
+            "WorkersRunning",
+            "WorkersPending",
+            "Machine",
+            "Wsl",
+        ],
+    );
+    assert_eq!(o.stdout, "u 2\nu 1\ns \"majin\"\nb false\n");
+
+    eventually("signals seen by dbus-monitor", || {
+        let log = std::fs::read_to_string(&monitor_log).unwrap_or_default();
+        log.contains("member=WorkerRemoved") && log.contains("path=/org/astraeus/Node1/worker/small; interface=org.freedesktop.DBus.Properties; member=PropertiesChanged")
+    });
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    let log = std::fs::read_to_string(&monitor_log).unwrap();
+    assert!(log.contains("member=WorkerNew"), "{log}");
+    assert!(log.contains("member=InterfacesAdded"), "{log}");
+    assert!(log.contains("member=InterfacesRemoved"), "{log}");
+    // PropertiesChanged only when something changed: big's reasons did not change,
+    // so it never signalled.
+    assert!(
+        !log.contains(
+            "path=/org/astraeus/Node1/worker/big; interface=org.freedesktop.DBus.Properties"
+        ),
+        "{log}"
+    );
+
+    // Restart: the same placements and reasons come back from the ledger.
+    let before = manager(&a, None, "ListWorkers", &[]).stdout;
+    assert!(d.stop().success());
+    let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    assert_eq!(manager(&a, None, "ListWorkers", &[]).stdout, before);
+    // (busctl escapes the non-ASCII middle dot.)
+    assert!(
+        before.contains(r#""small" "running" 0 "1 \302\267 shared 1.5 GB""#),
+        "{before}"
+    );
+
+    // The sim file changes (the desktop lets go of its GB): the GPU offers
+    // 8 and big's reason follows.
+    std::fs::write(&sim, MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 0")).unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("big placed after the inventory changed", || {
+        busctl(
+            &a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/gpu/0",
+                "org.astraeus.Node1.Gpu",
+                "OfferedGb",
+            ],
+        )
+        .stdout
+            == "d 8\n"
+    });
+    // 2.2 + 1.5 + 7.5 > 8: big still waits, with a current reason.
+    let o = busctl(
+        &a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/worker/big",
+            "org.astraeus.Node1.Worker",
+            "PendingReasons",
+        ],
+    );
+    assert_eq!(
+        o.stdout,
+        "as 1 \"GPU 0 of majin: 3.7 of 8 GB taken by shared work; it needs 7.5\"\n"
+    );
+}
+
+#[test]
+fn why_not_is_a_dry_run() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    let o = manager(&bus.address, None, "WhyNot", &["s", &shared_spec("x", "2")]);
+    assert_eq!(o.stdout.trim(), "bauas true 1 0 0");
+    let o = manager(
+        &bus.address,
+        None,
+        "WhyNot",
+        &["s", &shared_spec("x", "7.5")],
+    );
+    assert_eq!(
+        o.stdout.trim(),
+        r#"bauas false 0 1 "GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5""#
+    );
+    assert_eq!(
+        manager(&bus.address, None, "ListWorkers", &[])
+            .stdout
+            .trim(),
+        "a(ssus) 0"
+    );
+}
+
+/// The `<interface name="org.astraeus…">` blocks of an introspection document.
+fn interface_blocks(xml: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find("<interface name=\"org.astraeus.") {
+        let end = rest[start..].find("</interface>").unwrap() + start + "</interface>".len();
+        let block: Vec<&str> = rest[start..end].lines().map(str::trim).collect();
+        out.push(block.join("\n"));
+        rest = &rest[end..];
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn introspection_of_the_live_daemon_matches_the_committed_xml() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    let a = &bus.address;
+    manager(a, None, "SubmitWorker", &["s", r#"{"name":"w.1"}"#]);
+    let tree = busctl(a, &["tree", "--list", "org.astraeus.Node1"]).stdout;
+    let mut live = Vec::new();
+    for path in tree.lines() {
+        let xml = busctl(
+            a,
+            &["introspect", "--xml-interface", "org.astraeus.Node1", path],
+        )
+        .stdout;
+        for b in interface_blocks(&xml) {
+            if !live.contains(&b) {
+                live.push(b);
+            }
+        }
+    }
+    live.sort();
+    assert!(
+        tree.contains("/org/astraeus/Node1/worker/w_2e1"),
+        "escaped worker path: {tree}"
+    );
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dbus/org.astraeus.Node1.xml"
+    ))
+    .unwrap();
+    assert_eq!(
+        live,
+        interface_blocks(&committed),
+        "dbus/org.astraeus.Node1.xml differs from the live daemon: run scripts/introspect-xml"
+    );
+    assert_eq!(live.len(), 3);
+}
+
+#[test]
+fn watchdog_pings_come_from_the_service_loop_and_stop_when_it_is_stuck() {
+    use std::os::unix::net::UnixDatagram;
+    use std::time::{Duration, Instant};
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let sock_str = sock_path.to_str().unwrap().to_string();
+    // 100 ms watchdog: a ping every 50 ms. The loop blocks on its 40th turn.
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim_file(dir.path()),
+        &[
+            ("NOTIFY_SOCKET", &sock_str),
+            ("WATCHDOG_USEC", "100000"),
+            ("ASTRAEUS_FAILPOINTS", "service.loop=block@40"),
+        ],
+    );
+    let mut buf = [0u8; 4096];
+    let mut messages: Vec<(Instant, String)> = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(6) {
+        if let Ok(n) = sock.recv(&mut buf) {
+            messages.push((
+                Instant::now(),
+                String::from_utf8_lossy(&buf[..n]).into_owned(),
+            ));
+        }
+    }
+    let ready = messages
+        .iter()
+        .position(|(_, m)| m.contains("READY=1"))
+        .expect("READY=1 sent");
+    assert!(
+        messages[ready].1.contains("STATUS=0 workers, 0 pending"),
+        "{:?}",
+        messages[ready]
+    );
+    let pings: Vec<Instant> = messages
+        .iter()
+        .filter(|(_, m)| m.contains("WATCHDOG=1"))
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(pings.len() >= 10, "pings before the stall: {}", pings.len());
+    let last = *pings.last().unwrap();
+    assert!(
+        last.elapsed() > Duration::from_secs(2),
+        "pings went on while the service loop was blocked"
+    );
+    // The process is alive and its bus connection still answers Peer.Ping
+    // (zbus runs on other threads): only the loop is stuck, and the pings
+    // stopped with it.
+    let o = busctl(
+        &bus.address,
+        &[
+            "call",
+            "org.astraeus.Node1",
+            "/",
+            "org.freedesktop.DBus.Peer",
+            "Ping",
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    drop(d);
+}
+
+#[test]
+fn sigterm_says_stopping_and_exits_cleanly() {
+    use std::os::unix::net::UnixDatagram;
+    use std::time::Duration;
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim_file(dir.path()),
+        &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())],
+    );
+    manager(
+        &bus.address,
+        None,
+        "SubmitWorker",
+        &["s", &shared_spec("a", "1")],
+    );
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+    let mut all = String::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sock.recv(&mut buf) {
+        all.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if all.contains("STOPPING=1") {
+            break;
+        }
+    }
+    assert!(all.contains("READY=1"), "{all}");
+    assert!(all.contains("STATUS=1 worker, 0 pending"), "{all}");
+    assert!(all.contains("STOPPING=1"), "{all}");
+}
+
+#[test]
+fn astraeusctl_shows_the_seeds_words() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    let a = &bus.address;
+    for (name, gb) in [("listen", "2.2"), ("voice", "4.2"), ("small", "1.5")] {
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(&f, shared_spec(name, gb)).unwrap();
+        let o = ctl(a, None, &["submit", f.to_str().unwrap()]);
+        assert!(o.ok, "{}", o.stderr);
+    }
+    let o = ctl(a, None, &["gpus"]);
+    assert_eq!(
+        o.stdout,
+        "GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB (1 GB held outside Astraeus)  shared, 6.4 GB taken\n"
+    );
+    let o = ctl(a, None, &["workers"]);
+    assert_eq!(
+        o.stdout,
+        "NAME    STATE      OWNER  GPUS\n\
+         listen  running        0  1 · shared 2.2 GB\n\
+         small   pending        0  —\n\
+         \x20         GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5\n\
+         voice   running        0  1 · shared 4.2 GB\n"
+    );
+    let o = ctl(a, None, &["sharers", "0"]);
+    assert_eq!(
+        o.stdout,
+        "GPU 0: shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken\n"
+    );
+    let o = ctl(a, None, &["--json", "workers"]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v[1]["name"], "small");
+    assert_eq!(
+        v[1]["pending_reasons"][0],
+        "GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"
+    );
+    let o = ctl(a, None, &["--json", "gpus"]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v[0]["offered_gb"], 7.0);
+    let o = ctl(a, None, &["stop", "nope"]);
+    assert!(!o.ok);
+    assert_eq!(
+        o.stderr,
+        "astraeusctl: NotFound: no live worker named nope\n"
+    );
+    let o = ctl(a, None, &["stop", "voice"]);
+    assert_eq!(o.stdout, "stopped voice\n");
+    let f = dir.path().join("why.json");
+    std::fs::write(&f, shared_spec("x", "7.5")).unwrap();
+    let o = ctl(a, None, &["why", f.to_str().unwrap()]);
+    assert_eq!(
+        o.stdout,
+        "it would wait:\n  GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5\n"
+    );
+}

@@ -1,0 +1,333 @@
+//! The shipped bus policy and the daemon's own checks, on a bus configured like
+//! the system bus. Runs as root (as CI does): it starts clients as other users.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// Manager methods anyone may call; every other method must be denied to nobody.
+const READ_ONLY: &[&str] = &[
+    "GetWorker",
+    "ListWorkers",
+    "ListGpus",
+    "ListSharers",
+    "WhyNot",
+];
+
+fn policy_file() -> &'static Path {
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dbus/org.astraeus.Node1.conf"
+    ))
+}
+
+/// (interface, method, in-arg signatures) for every method in the committed XML.
+fn methods_in_xml() -> Vec<(String, String, Vec<String>)> {
+    let xml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dbus/org.astraeus.Node1.xml"
+    ))
+    .unwrap();
+    let mut out = Vec::new();
+    let mut iface = String::new();
+    let mut current: Option<(String, String, Vec<String>)> = None;
+    for line in xml.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("<interface name=\"") {
+            iface = rest.split('"').next().unwrap().to_string();
+        } else if let Some(rest) = line.strip_prefix("<method name=\"") {
+            let name = rest.split('"').next().unwrap().to_string();
+            current = Some((iface.clone(), name, Vec::new()));
+            if line.ends_with("/>") {
+                out.push(current.take().unwrap());
+            }
+        } else if line.starts_with("<arg ") && line.contains("direction=\"in\"") {
+            let ty = line
+                .split("type=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            current.as_mut().unwrap().2.push(ty.to_string());
+        } else if line == "</method>" {
+            out.push(current.take().unwrap());
+        }
+    }
+    out
+}
+
+fn object_for(iface: &str) -> &'static str {
+    match iface {
+        "org.astraeus.Node1.Manager" => "/org/astraeus/Node1",
+        "org.astraeus.Node1.Gpu" => "/org/astraeus/Node1/gpu/0",
+        "org.astraeus.Node1.Worker" => "/org/astraeus/Node1/worker/w",
+        other => panic!("no test object for interface {other}: add one"),
+    }
+}
+
+fn gdbus_as(user: Option<&str>, address: &str, path: &str, method: &str, args: &[&str]) -> Out {
+    let mut all = vec![
+        "call",
+        "--address",
+        address,
+        "-d",
+        "org.astraeus.Node1",
+        "-o",
+        path,
+        "-m",
+        method,
+    ];
+    all.extend_from_slice(args);
+    run_as(user, "gdbus", &all)
+}
+
+fn sim(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("majin.toml");
+    std::fs::write(&p, MAJIN_TOML).unwrap();
+    p
+}
+
+#[test]
+fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
+    assert!(
+        is_root(),
+        "this test starts clients as other users: run the suite as root (as CI does)"
+    );
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let a = &bus.address;
+    // Root may mutate: the object for the Worker interface.
+    let o = manager(a, None, "SubmitWorker", &["s", r#"{"name":"w"}"#]);
+    assert!(o.ok, "root submit: {}", o.stderr);
+
+    let methods = methods_in_xml();
+    assert!(methods.len() >= 8, "{methods:?}");
+    for (iface, method, ins) in &methods {
+        let args: Vec<String> = ins
+            .iter()
+            .map(|t| match (method.as_str(), t.as_str()) {
+                ("WhyNot" | "SubmitWorker", "s") => shared_spec("probe", "1"),
+                ("GetWorker" | "StopWorker", "s") => "w".to_string(),
+                (_, "s") => "x".to_string(),
+                (_, "u") => "0".to_string(),
+                (m, t) => panic!("{m}: add a probe value for type {t}"),
+            })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let full = format!("{iface}.{method}");
+        let o = gdbus_as(Some("nobody"), a, object_for(iface), &full, &args);
+        let bus_denied = o.stderr.contains("org.freedesktop.DBus.Error.AccessDenied");
+        if iface == "org.astraeus.Node1.Manager" && READ_ONLY.contains(&method.as_str()) {
+            assert!(o.ok, "nobody may call {full}: {}", o.stderr);
+        } else {
+            assert!(
+                bus_denied,
+                "the bus policy must deny {full} to nobody; got: {} {}",
+                o.stdout, o.stderr
+            );
+        }
+    }
+    // Properties and introspection are readable by anyone.
+    for path in [
+        "/org/astraeus/Node1",
+        "/org/astraeus/Node1/gpu/0",
+        "/org/astraeus/Node1/worker/w",
+    ] {
+        let o = busctl_as(
+            Some("nobody"),
+            a,
+            &["introspect", "org.astraeus.Node1", path],
+        );
+        assert!(o.ok, "introspect {path}: {}", o.stderr);
+    }
+    let o = gdbus_as(
+        Some("nobody"),
+        a,
+        "/org/astraeus/Node1/gpu/0",
+        "org.freedesktop.DBus.Properties.GetAll",
+        &["org.astraeus.Node1.Gpu"],
+    );
+    assert!(
+        o.ok && o.stdout.contains("'OfferedGb': <7.0>"),
+        "{} {}",
+        o.stdout,
+        o.stderr
+    );
+    let o = gdbus_as(
+        Some("nobody"),
+        a,
+        "/org/astraeus/Node1",
+        "org.freedesktop.DBus.ObjectManager.GetManagedObjects",
+        &[],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    // Nothing nobody did changed anything.
+    assert_eq!(
+        manager(a, None, "ListWorkers", &[])
+            .stdout
+            .matches("running")
+            .count(),
+        1
+    );
+}
+
+fn ensure_user(name: &str) -> u32 {
+    let _ = Command::new("groupadd").args(["-f", "astraeus"]).status();
+    if !Command::new("id")
+        .arg(name)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        let st = Command::new("useradd")
+            .args([
+                "-M",
+                "-N",
+                "-g",
+                "astraeus",
+                "-s",
+                "/usr/sbin/nologin",
+                name,
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success(), "useradd {name}");
+    }
+    let o = Command::new("id").args(["-u", name]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn members_of_astraeus_cannot_stop_each_others_workers() {
+    assert!(
+        is_root(),
+        "this test creates users and runs clients as them: run the suite as root (as CI does)"
+    );
+    let uid_a = ensure_user("astraeus-test-a");
+    ensure_user("astraeus-test-b");
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let a = &bus.address;
+
+    let o = gdbus_as(
+        Some("astraeus-test-a"),
+        a,
+        "/org/astraeus/Node1",
+        "org.astraeus.Node1.Manager.SubmitWorker",
+        &[&shared_spec("mine", "1")],
+    );
+    assert!(o.ok, "a member may submit: {}", o.stderr);
+    let o = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/worker/mine",
+            "org.astraeus.Node1.Worker",
+            "Owner",
+        ],
+    );
+    assert_eq!(o.stdout, format!("u {uid_a}\n"));
+
+    // b passes the bus policy (a member) but the daemon refuses: not b's worker.
+    let o = gdbus_as(
+        Some("astraeus-test-b"),
+        a,
+        "/org/astraeus/Node1",
+        "org.astraeus.Node1.Manager.StopWorker",
+        &["mine"],
+    );
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.AccessDenied"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .contains(&format!("worker mine belongs to uid {uid_a}")),
+        "{}",
+        o.stderr
+    );
+    let o = gdbus_as(
+        Some("astraeus-test-b"),
+        a,
+        "/org/astraeus/Node1/worker/mine",
+        "org.astraeus.Node1.Worker.Stop",
+        &[],
+    );
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.AccessDenied"),
+        "{}",
+        o.stderr
+    );
+    // The owner may.
+    let o = gdbus_as(
+        Some("astraeus-test-a"),
+        a,
+        "/org/astraeus/Node1/worker/mine",
+        "org.astraeus.Node1.Worker.Stop",
+        &[],
+    );
+    assert!(o.ok, "{}", o.stderr);
+}
+
+#[test]
+fn the_daemon_refuses_non_members_even_when_the_bus_lets_them_through() {
+    assert!(
+        is_root(),
+        "this test runs clients as nobody: run the suite as root (as CI does)"
+    );
+    let dir = open_tempdir();
+    // A careless bus policy that lets everyone call everything.
+    let open_policy = dir.path().join("open.conf");
+    std::fs::write(
+        &open_policy,
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><policy context="default"><allow own="org.astraeus.Node1"/><allow send_destination="org.astraeus.Node1"/></policy></busconfig>"#,
+    )
+    .unwrap();
+    let bus = Bus::system_like(dir.path(), Some(&open_policy));
+    let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let o = gdbus_as(
+        Some("nobody"),
+        &bus.address,
+        "/org/astraeus/Node1",
+        "org.astraeus.Node1.Manager.SubmitWorker",
+        &[&shared_spec("sneaky", "1")],
+    );
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.AccessDenied"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .contains("only root and members of group astraeus may"),
+        "{}",
+        o.stderr
+    );
+    // A request's env values are shown to the owner and root only.
+    let spec =
+        r#"{"name":"env","run":{"container":{"image":"localhost/bb","env":{"TOKEN":"s3cret"}}}}"#;
+    assert!(manager(&bus.address, None, "SubmitWorker", &["s", spec]).ok);
+    let args = [
+        "get-property",
+        "org.astraeus.Node1",
+        "/org/astraeus/Node1/worker/env",
+        "org.astraeus.Node1.Worker",
+        "Request",
+    ];
+    let o = busctl_as(Some("nobody"), &bus.address, &args);
+    assert!(
+        o.ok && !o.stdout.contains("s3cret") && o.stdout.contains("(hidden)"),
+        "{} {}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(busctl(&bus.address, &args).stdout.contains("s3cret"));
+}
