@@ -134,6 +134,7 @@ pub fn worker_view(w: &Worker) -> WorkerView {
             .collect(),
         gpu_shared_gb: w.spec.shared_gb().map(to_f64).unwrap_or(0.0),
         pending_reasons: w.reasons().to_vec(),
+        holders: w.holders.clone(),
         request: w.spec_text.clone(),
         request_redacted: redact_env(&w.spec_text),
     }

@@ -314,6 +314,20 @@ fn seed_lines() {
 
 // ---- property tests over random sequences ----
 
+/// Right after a placement, every GPU it touched carries at most what it offers.
+fn within_offered(m: &Machine, book: &Book, grants: &[Grant]) {
+    for g in grants {
+        let gpu = m.gpus.iter().find(|x| x.uuid == g.gpu_uuid).unwrap();
+        assert!(
+            book.taken(&g.gpu_uuid) <= gpu.offered(),
+            "GPU {} has {} of {} GB promised",
+            gpu.index,
+            book.taken(&g.gpu_uuid),
+            gpu.offered()
+        );
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Submit {
@@ -356,7 +370,11 @@ proptest! {
             let mut still = Vec::new();
             for (name, res) in pending.drain(..) {
                 match place(m, book, &res, &mut Evaluations::default()) {
-                    Ok(g) => { book.add(&name, &res, &g); running.push((name, res, g)); }
+                    Ok(g) => {
+                        book.add(&name, &res, &g);
+                        within_offered(m, book, &g);
+                        running.push((name, res, g));
+                    }
                     Err(_) => still.push((name, res)),
                 }
             }
@@ -377,6 +395,7 @@ proptest! {
                             let distinct: std::collections::HashSet<_> = g.iter().map(|g| &g.gpu_uuid).collect();
                             prop_assert_eq!(distinct.len(), g.len(), "GPUs are distinct");
                             book.add(&name, &res, &g);
+                            within_offered(&m, &book, &g);
                             running.push((name, res, g));
                         }
                         Err(reasons) => {

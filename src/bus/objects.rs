@@ -292,6 +292,8 @@ pub struct WorkerView {
     pub gpus: Vec<(u32, String)>,
     pub gpu_shared_gb: f64,
     pub pending_reasons: Vec<String>,
+    /// Pids whose GPU memory counts as this worker's own (a reservation's holders).
+    pub holders: Vec<u32>,
     /// The request as submitted, and with `run.*.env` values hidden.
     pub request: String,
     pub request_redacted: String,
@@ -343,6 +345,11 @@ impl WorkerObject {
     #[zbus(property(emits_changed_signal = "const"))]
     async fn gpu_shared_gb(&self) -> f64 {
         self.view.read().gpu_shared_gb
+    }
+    /// Pids whose GPU memory counts as this worker's own.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn holders(&self) -> Vec<u32> {
+        self.view.read().holders.clone()
     }
     #[zbus(property)]
     async fn pending_reasons(&self) -> Vec<String> {
