@@ -70,6 +70,22 @@ pub fn is_member(uid: u32, group: &str) -> bool {
     }
 }
 
+/// The user name of a uid, when NSS knows it.
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 16384];
+    // SAFETY: getpwuid_r writes only into our buffer, whose size we pass.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        if libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out) != 0
+            || out.is_null()
+        {
+            return None;
+        }
+        Some(CStr::from_ptr(pw.pw_name).to_string_lossy().into_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +97,6 @@ mod tests {
         assert!(!is_member(4_000_000_000, "root"));
         // nobody's primary group is nogroup on Debian.
         assert!(!is_member(65534, "root"));
+        assert_eq!(user_name(0).as_deref(), Some("root"));
     }
 }

@@ -28,6 +28,14 @@ pub struct Access {
 pub struct Inventory {
     /// How often the GPU inventory is re-read, in seconds.
     pub refresh_seconds: f64,
+    /// Read GPUs through NVML; false on a host that only time-slices.
+    pub nvml: bool,
+    /// The driver's NVML library; searched for when unset.
+    pub nvml_library: Option<std::path::PathBuf>,
+    /// Force WSL2 mode on or off; detected when unset.
+    pub wsl: Option<bool>,
+    /// GPUs (UUIDs or PCI bus ids) owned by a time-slicing baseboard: never offered.
+    pub baseboard: Vec<String>,
 }
 
 impl Default for Access {
@@ -42,6 +50,10 @@ impl Default for Inventory {
     fn default() -> Inventory {
         Inventory {
             refresh_seconds: 2.0,
+            nvml: true,
+            nvml_library: None,
+            wsl: None,
+            baseboard: Vec::new(),
         }
     }
 }

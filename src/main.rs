@@ -4,7 +4,8 @@
 use astraeusd::bus::BUS_NAME;
 use astraeusd::config::{self, Config};
 use astraeusd::error::Error;
-use astraeusd::inventory::{sim::SimSource, GpuSource};
+use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
+use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
 use astraeusd::service::Service;
 use astraeusd::store::Store;
@@ -81,16 +82,23 @@ async fn run(args: Args) -> Result<(), Error> {
         Some(p) => Config::load(p, true)?,
         None => Config::load(std::path::Path::new(config::DEFAULT_PATH), false)?,
     };
+    let wsl = config.inventory.wsl.unwrap_or_else(inventory::detect_wsl);
+    let machine_name = config.machine.clone().unwrap_or_else(inventory::host_name);
     let mut source: Box<dyn GpuSource> = match &args.sim {
         Some(None) => Box::new(SimSource::builtin()),
         Some(Some(p)) => Box::new(SimSource::file(p.clone())),
-        None => {
-            return Err(Error::InvalidRequest(
-                "no GPU source: this build reads GPUs only from a simulated machine; start with --sim (built-in majin) or --sim FILE".into(),
-            ))
-        }
+        None if !config.inventory.nvml => Box::new(NoGpus {
+            machine: machine_name.clone(),
+            wsl,
+        }),
+        None => Box::new(NvmlSource::open(NvmlOptions {
+            library: config.inventory.nvml_library.clone(),
+            machine: machine_name.clone(),
+            wsl,
+            baseboard: config.inventory.baseboard.clone(),
+        })?),
     };
-    let mut machine = source.read()?;
+    let mut machine = source.read(&Own::default())?;
     if let Some(name) = &config.machine {
         machine.name = name.clone();
     }
@@ -98,7 +106,14 @@ async fn run(args: Args) -> Result<(), Error> {
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::Backend(format!("state directory {}: {e}", dir.display())))?;
     let store = Store::open(&dir.join("ledger.db"))?;
-    let node = Node::open(store, machine)?;
+    let mut node = Node::open(store, machine)?;
+    // Now that the workers' holder pids are known, read again so their GPU
+    // memory counts as theirs and not as outside.
+    let mut machine = source.read(&node.own())?;
+    if let Some(name) = &config.machine {
+        machine.name = name.clone();
+    }
+    node.set_machine(machine)?;
     tracing::info!(
         "ledger {} loaded: {} running, {} pending",
         dir.join("ledger.db").display(),

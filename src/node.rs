@@ -4,7 +4,8 @@
 //! ledger first and mirrored in memory only after the commit succeeds.
 
 use crate::error::{Error, Result};
-use crate::placement::{self, Book, Evaluations, Grant, Machine, Mode};
+use crate::inventory::Own;
+use crate::placement::{self, Book, Evaluations, Gpu, Grant, Machine, Mode};
 use crate::request::WorkerSpec;
 use crate::store::{now_ms, Store, WorkerState};
 use std::collections::BTreeMap;
@@ -295,6 +296,68 @@ impl Node {
         changes.gpus.sort_unstable();
         changes.gpus.dedup();
         Ok(())
+    }
+
+    /// What is the workers' own on the GPUs: running workers' holder pids and
+    /// the GB promised on each GPU.
+    pub fn own(&self) -> Own {
+        Own {
+            pids: self
+                .workers
+                .values()
+                .filter(|w| matches!(w.status, Status::Running { .. }))
+                .flat_map(|w| w.holders.iter().copied())
+                .collect(),
+            promised: self
+                .book
+                .gpus
+                .iter()
+                .map(|(uuid, u)| (uuid.clone(), u.taken()))
+                .collect(),
+        }
+    }
+
+    /// Why a GPU needs attention, if it does: promised beyond what it offers
+    /// now (outside use grew after placement), or unhealthy while in use.
+    pub fn gpu_warning(&self, g: &Gpu) -> Option<String> {
+        let taken = self.book.taken(&g.uuid);
+        if taken > g.offered() {
+            return Some(format!(
+                "over-promised: {taken} GB promised to sharers but it offers {} of its {} GB ({} GB held outside Astraeus)",
+                g.offered(),
+                g.total,
+                g.outside
+            ));
+        }
+        if !g.healthy && self.book.usage(&g.uuid).is_some() {
+            return Some(format!(
+                "unhealthy while in use{}",
+                g.problem
+                    .as_ref()
+                    .map(|p| format!(": {p}"))
+                    .unwrap_or_default()
+            ));
+        }
+        None
+    }
+
+    /// Warnings about the GPUs a running worker holds.
+    pub fn worker_warnings(&self, w: &Worker) -> Vec<String> {
+        let m = &self.machine.name;
+        w.grants()
+            .iter()
+            .filter_map(
+                |grant| match self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid) {
+                    None => Some(format!(
+                        "GPU {} of {m} ({}) is no longer seen by the inventory",
+                        grant.gpu_index, grant.gpu_uuid
+                    )),
+                    Some(g) => self
+                        .gpu_warning(g)
+                        .map(|w| format!("GPU {} of {m} is {w}", g.index)),
+                },
+            )
+            .collect()
     }
 
     /// GPU mode by index, for the bus and CLI.

@@ -11,7 +11,7 @@ use crate::request::{GpuCount, GpuId, GpuRequest, Resources};
 use std::collections::{BTreeMap, HashMap};
 
 /// One GPU as the inventory sees it now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gpu {
     pub index: u32,
     pub uuid: String,
@@ -23,12 +23,33 @@ pub struct Gpu {
     pub healthy: bool,
     /// Owned by a time-slicing baseboard: never offered to workers.
     pub sliced: bool,
+    /// Who holds the outside memory, when known (`1 GB held by pid 4242 (Xorg, user gdm)`).
+    pub outside_detail: Vec<String>,
+    /// Why the GPU is unhealthy, when it is.
+    pub problem: Option<String>,
+    pub pci_bus_id: String,
 }
 
 impl Gpu {
     /// What the GPU offers to shared work: total less what is held outside.
     pub fn offered(&self) -> Amount {
         self.total.saturating_sub(self.outside)
+    }
+
+    /// ` — 1 GB held by pid 4242 (Xorg, user gdm)` after a seed sentence, when known.
+    fn outside_suffix(&self) -> String {
+        if self.outside_detail.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", self.outside_detail.join("; "))
+        }
+    }
+
+    fn unhealthy_reason(&self, m: &str) -> String {
+        match &self.problem {
+            Some(p) => format!("GPU {} of {m} is unhealthy — {p}", self.index),
+            None => format!("GPU {} of {m} is unhealthy", self.index),
+        }
     }
 }
 
@@ -265,7 +286,7 @@ fn place_gpus(
                 evals.0 += 1;
                 let usage = book.usage(&g.uuid);
                 if unhealthy(g) {
-                    reasons.push(format!("GPU {} of {m} is unhealthy", g.index));
+                    reasons.push(g.unhealthy_reason(m));
                 } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
                     reasons.push(format!("GPU {} of {m} is held whole by {holder}", g.index));
                 } else if let Some(u) = usage.filter(|u| !u.sharers.is_empty()) {
@@ -308,15 +329,16 @@ fn place_gpus(
                 let taken = book.taken(&g.uuid);
                 let offered = g.offered();
                 if unhealthy(g) && !machine.wsl {
-                    reasons.push(format!("GPU {} of {m} is unhealthy", g.index));
+                    reasons.push(g.unhealthy_reason(m));
                 } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
                     reasons.push(format!("GPU {} of {m} is held whole by {holder}", g.index));
                 } else if need > offered {
                     reasons.push(offers_reason(m, g, need));
                 } else if taken + need > offered {
                     reasons.push(format!(
-                        "GPU {} of {m}: {taken} of {offered} GB taken by shared work; it needs {need}",
-                        g.index
+                        "GPU {} of {m}: {taken} of {offered} GB taken by shared work; it needs {need}{}",
+                        g.index,
+                        g.outside_suffix()
                     ));
                 } else if taken.is_zero() {
                     free_fit.push(*g);
@@ -393,11 +415,12 @@ fn offers_reason(m: &str, g: &Gpu, need: Amount) -> String {
         )
     } else {
         format!(
-            "GPU {} of {m} offers {} of its {} GB ({} GB held outside Astraeus); it needs {need}",
+            "GPU {} of {m} offers {} of its {} GB ({} GB held outside Astraeus); it needs {need}{}",
             g.index,
             g.offered(),
             g.total,
-            g.outside
+            g.outside,
+            g.outside_suffix()
         )
     }
 }

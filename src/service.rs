@@ -24,8 +24,8 @@ type Reply<T> = oneshot::Sender<T>;
 
 /// (name, state, owner uid, GPUs column)
 pub type WorkerRow = (String, String, u32, String);
-/// (index, uuid, model, mode, total, offered, held outside, taken) in GB
-pub type GpuRow = (u32, String, String, String, f64, f64, f64, f64);
+/// (index, uuid, model, mode, total, offered, held outside, taken (GB), warning)
+pub type GpuRow = (u32, String, String, String, f64, f64, f64, f64, String);
 /// (sharers with their GB, summary line)
 pub type SharersReply = (Vec<(String, f64)>, String);
 /// (fits, GPU indexes it would take, reasons it would wait)
@@ -119,11 +119,13 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
             })
             .unwrap_or_default(),
         summary: placement::sharers_line(usage),
+        warning: node.gpu_warning(g).unwrap_or_default(),
     }
 }
 
-pub fn worker_view(w: &Worker) -> WorkerView {
+pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
     WorkerView {
+        warnings: node.worker_warnings(w),
         name: w.name().to_string(),
         state: w.status.as_str().to_string(),
         owner: w.owner_uid,
@@ -219,7 +221,7 @@ impl Service {
                     worker_path(w.name()),
                     WorkerObject {
                         lp: lp.clone(),
-                        view: Shared::new(worker_view(w)),
+                        view: Shared::new(worker_view(&node, w)),
                     },
                 )
                 .await
@@ -279,7 +281,7 @@ impl Service {
     }
 
     async fn reread(&mut self, why: &str) {
-        match self.source.read() {
+        match self.source.read(&self.node.own()) {
             Ok(mut machine) => {
                 if let Some(name) = &self.machine_name {
                     machine.name = name.clone();
@@ -398,6 +400,7 @@ impl Service {
                             v.offered_gb,
                             v.held_outside_gb,
                             v.taken_gb,
+                            v.warning,
                         )
                     })
                     .collect();
@@ -460,22 +463,26 @@ impl Service {
                     p.as_str(),
                     WorkerObject {
                         lp: self.lp.clone(),
-                        view: Shared::new(worker_view(w)),
+                        view: Shared::new(worker_view(&self.node, w)),
                     },
                 )
                 .await?;
             manager.worker_new(name, obj_path(p)).await?;
         }
         for name in &changes.updated {
-            let Some(w) = self.node.worker(name) else {
-                continue;
-            };
-            let iface = server
-                .interface::<_, WorkerObject>(worker_path(name).as_str())
-                .await?;
-            let obj = iface.get().await;
-            let old = obj.view.replace(worker_view(w));
-            obj.emit_changes(&old, iface.signal_emitter()).await?;
+            self.publish_worker(name).await?;
+        }
+        // A new reading can change any running worker's warnings.
+        if changes.machine_changed {
+            let names: Vec<String> = self
+                .node
+                .workers()
+                .filter(|w| !changes.updated.iter().any(|u| u == w.name()))
+                .map(|w| w.name().to_string())
+                .collect();
+            for name in names {
+                self.publish_worker(&name).await?;
+            }
         }
         // GPUs: add or remove objects when the inventory's shape changed.
         let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
@@ -500,7 +507,16 @@ impl Service {
                     .interface::<_, GpuObject>(gpu_path(g.index).as_str())
                     .await?;
                 let obj = iface.get().await;
+                let warning = view.warning.clone();
                 let old = obj.view.replace(view);
+                if old.warning != warning && !warning.is_empty() {
+                    tracing::warn!(
+                        gpu = g.index,
+                        "GPU {} of {} is {warning}",
+                        g.index,
+                        self.node.machine().name
+                    );
+                }
                 obj.emit_changes(&old, iface.signal_emitter()).await?;
             }
         }
@@ -509,6 +525,30 @@ impl Service {
         let old = obj.view.replace(manager_view(&self.node));
         obj.emit_changes(&old, manager.signal_emitter()).await?;
         Ok(())
+    }
+}
+
+impl Service {
+    async fn publish_worker(&self, name: &str) -> zbus::Result<()> {
+        let Some(w) = self.node.worker(name) else {
+            return Ok(());
+        };
+        let iface = self
+            .conn
+            .object_server()
+            .interface::<_, WorkerObject>(worker_path(name).as_str())
+            .await?;
+        let obj = iface.get().await;
+        let view = worker_view(&self.node, w);
+        for warning in view
+            .warnings
+            .iter()
+            .filter(|w| !obj.view.read().warnings.contains(w))
+        {
+            tracing::warn!(worker = %name, "{warning}");
+        }
+        let old = obj.view.replace(view);
+        obj.emit_changes(&old, iface.signal_emitter()).await
     }
 }
 

@@ -18,7 +18,7 @@ fn gpu(index: u32, model: &str, total: &str, outside: &str) -> Gpu {
         total: gb(total),
         outside: gb(outside),
         healthy: true,
-        sliced: false,
+        ..Gpu::default()
     }
 }
 

@@ -132,16 +132,19 @@ async fn run(args: Args) -> Result<(), String> {
             if args.json {
                 let out: Vec<_> = rows
                     .iter()
-                    .map(|(i, uuid, model, mode, total, offered, outside, taken)| {
-                        json!({"index": i, "uuid": uuid, "model": model, "mode": mode,
+                    .map(
+                        |(i, uuid, model, mode, total, offered, outside, taken, warning)| {
+                            json!({"index": i, "uuid": uuid, "model": model, "mode": mode,
                                "total_gb": total, "offered_gb": offered,
-                               "held_outside_gb": outside, "taken_gb": taken})
-                    })
+                               "held_outside_gb": outside, "taken_gb": taken,
+                               "warning": warning})
+                        },
+                    )
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&out).expect("json"));
                 return Ok(());
             }
-            for (i, _uuid, model, mode, total, offered, outside, taken) in rows {
+            for (i, _uuid, model, mode, total, offered, outside, taken, warning) in rows {
                 let offers = if outside > 0.0 {
                     format!(
                         "offers {} of its {} GB ({} GB held outside Astraeus)",
@@ -157,6 +160,9 @@ async fn run(args: Args) -> Result<(), String> {
                     other => other.to_string(),
                 };
                 println!("GPU {i}  {model}  {offers}  {used}");
+                if !warning.is_empty() {
+                    println!("  ! {warning}");
+                }
             }
         }
         Cmd::Workers => {

@@ -189,6 +189,8 @@ pub struct GpuView {
     pub taken_gb: f64,
     pub sharers: Vec<(String, f64)>,
     pub summary: String,
+    /// Non-empty when the GPU needs attention (over-promised, unhealthy in use).
+    pub warning: String,
 }
 
 pub struct GpuObject {
@@ -242,6 +244,15 @@ impl GpuObject {
     async fn summary(&self) -> String {
         self.view.read().summary.clone()
     }
+    /// Set when the sharers placed no longer fit what it offers, or it is unhealthy in use.
+    #[zbus(property)]
+    async fn over_promised(&self) -> bool {
+        self.view.read().warning.starts_with("over-promised")
+    }
+    #[zbus(property)]
+    async fn warning(&self) -> String {
+        self.view.read().warning.clone()
+    }
 }
 
 impl GpuObject {
@@ -280,6 +291,10 @@ impl GpuObject {
         if old.summary != new.summary {
             self.summary_changed(e).await?;
         }
+        if old.warning != new.warning {
+            self.warning_changed(e).await?;
+            self.over_promised_changed(e).await?;
+        }
         Ok(())
     }
 }
@@ -292,6 +307,8 @@ pub struct WorkerView {
     pub gpus: Vec<(u32, String)>,
     pub gpu_shared_gb: f64,
     pub pending_reasons: Vec<String>,
+    /// About the GPUs it holds: unhealthy, over-promised, no longer seen.
+    pub warnings: Vec<String>,
     /// Pids whose GPU memory counts as this worker's own (a reservation's holders).
     pub holders: Vec<u32>,
     /// The request as submitted, and with `run.*.env` values hidden.
@@ -355,6 +372,10 @@ impl WorkerObject {
     async fn pending_reasons(&self) -> Vec<String> {
         self.view.read().pending_reasons.clone()
     }
+    #[zbus(property)]
+    async fn warnings(&self) -> Vec<String> {
+        self.view.read().warnings.clone()
+    }
     /// The request; `run.*.env` values only for the owner and root.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn request(
@@ -386,6 +407,9 @@ impl WorkerObject {
         }
         if old.pending_reasons != new.pending_reasons {
             self.pending_reasons_changed(e).await?;
+        }
+        if old.warnings != new.warnings {
+            self.warnings_changed(e).await?;
         }
         Ok(())
     }

@@ -1,19 +1,141 @@
-//! Where the GPU inventory comes from, behind one small trait: the simulated
-//! machine (`--sim`) here; NVML through nvml-wrapper joins it as another source.
+//! Where the GPU inventory comes from, behind one small trait: NVML through
+//! nvml-wrapper on real hosts, the simulated machine (`--sim`) otherwise.
+//! `held_outside` is the pure rule that tells workers' memory from memory
+//! held outside Astraeus.
 
+pub mod nvml;
 pub mod sim;
 
 use crate::error::Result;
 use crate::placement::Machine;
 use crate::quantity::Amount;
+use std::collections::{HashMap, HashSet};
+
+/// What a source needs from the engine to tell workers' memory from outside memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Own {
+    /// Processes whose GPU memory is a worker's own (reservations' holders).
+    pub pids: HashSet<u32>,
+    /// GB promised to workers on each GPU (by UUID), for hosts without
+    /// per-process readings (WSL2).
+    pub promised: HashMap<String, Amount>,
+}
 
 /// Reads the machine as it is now. Called at start and on every refresh.
 pub trait GpuSource: Send {
-    fn read(&mut self) -> Result<Machine>;
-    /// Whether the source changed since the last read (cheap; e.g. a file's mtime).
+    fn read(&mut self, own: &Own) -> Result<Machine>;
+    /// Whether a re-read may find something new (cheap). A polled source
+    /// such as NVML always says yes; a file says so when it changed.
+    fn changed(&mut self) -> bool {
+        true
+    }
+}
+
+/// A host that only time-slices: no NVML, no GPUs in the memory-sharing pool.
+pub struct NoGpus {
+    pub machine: String,
+    pub wsl: bool,
+}
+
+impl GpuSource for NoGpus {
+    fn read(&mut self, _own: &Own) -> Result<Machine> {
+        let (cpu_cores, memory_bytes) = host_resources();
+        Ok(Machine {
+            name: self.machine.clone(),
+            wsl: self.wsl,
+            cpu_cores,
+            memory_bytes,
+            gpus: Vec::new(),
+        })
+    }
     fn changed(&mut self) -> bool {
         false
     }
+}
+
+/// One process using GPU memory, as NVML reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessUse {
+    pub pid: u32,
+    /// None when the driver cannot tell (WDDM / WSL2).
+    pub bytes: Option<u64>,
+    /// `Xorg, user gdm` when known.
+    pub who: String,
+}
+
+/// Memory held outside Astraeus on one GPU, rounded up, with who holds it.
+///
+/// Outside = memory used by processes that are not workers' + used memory no
+/// process accounts for + the driver's reserved memory. Without per-process
+/// readings, all used memory beyond what is promised to workers is outside.
+pub fn held_outside(
+    used: u64,
+    reserved: u64,
+    processes: Option<&[ProcessUse]>,
+    own: &Own,
+    promised: Amount,
+) -> (Amount, Vec<String>) {
+    let mut detail = Vec::new();
+    let outside_bytes = match processes {
+        Some(procs) if procs.iter().all(|p| p.bytes.is_some()) => {
+            let own_bytes: u64 = procs
+                .iter()
+                .filter(|p| own.pids.contains(&p.pid))
+                .filter_map(|p| p.bytes)
+                .sum();
+            let mut others: Vec<&ProcessUse> = procs
+                .iter()
+                .filter(|p| !own.pids.contains(&p.pid))
+                .collect();
+            others.sort_by_key(|p| std::cmp::Reverse(p.bytes));
+            for p in others {
+                let gb = Amount::gb_from_bytes_ceil(p.bytes.unwrap_or(0));
+                if !gb.is_zero() {
+                    detail.push(format!("{gb} GB held by pid {} ({})", p.pid, p.who));
+                }
+            }
+            used.saturating_sub(own_bytes)
+        }
+        _ => {
+            // No per-process figures: what workers were promised is theirs,
+            // the rest of what is used is outside.
+            let promised_bytes =
+                (promised.hundredths() as u128 * crate::quantity::GB_BYTES as u128 / 100) as u64;
+            used.saturating_sub(promised_bytes.min(used))
+        }
+    };
+    if reserved > 0 {
+        detail.push(format!(
+            "{} GB reserved by the driver",
+            Amount::gb_from_bytes_ceil(reserved)
+        ));
+    }
+    (
+        Amount::gb_from_bytes_ceil(outside_bytes.saturating_add(reserved)),
+        detail,
+    )
+}
+
+/// WSL2: every container sees every GPU. Detected from the kernel, /dev/dxg
+/// or WSL's environment; config can force it either way.
+pub fn detect_wsl() -> bool {
+    std::env::var_os("WSL_DISTRO_NAME").is_some()
+        || std::path::Path::new("/dev/dxg").exists()
+        || std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|r| {
+                let r = r.to_lowercase();
+                r.contains("microsoft") || r.contains("wsl")
+            })
+            .unwrap_or(false)
+}
+
+/// The host's name, for reasons and listings.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// The host's CPU cores and memory, promised to workers alongside GPUs.
@@ -29,4 +151,60 @@ pub fn host_resources() -> (Amount, u64) {
         })
         .unwrap_or(0);
     (Amount::whole(cores), mem_kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::GB_BYTES;
+
+    fn p(pid: u32, gb: u64, who: &str) -> ProcessUse {
+        ProcessUse {
+            pid,
+            bytes: Some(gb * GB_BYTES),
+            who: who.into(),
+        }
+    }
+
+    #[test]
+    fn outside_is_other_processes_plus_unaccounted_plus_reserved() {
+        let own = Own {
+            pids: [7].into(),
+            ..Own::default()
+        };
+        let procs = [p(4242, 1, "Xorg, user gdm"), p(7, 2, "listen, user ann")];
+        // 3.5 GB used: 1 by Xorg, 2 by a worker's holder, 0.5 by nobody we can see.
+        let used = 3 * GB_BYTES + GB_BYTES / 2;
+        let (outside, detail) = held_outside(used, 0, Some(&procs), &own, Amount::ZERO);
+        assert_eq!(outside.to_string(), "1.5");
+        assert_eq!(detail, vec!["1 GB held by pid 4242 (Xorg, user gdm)"]);
+        let (outside, detail) = held_outside(used, GB_BYTES / 4, Some(&procs), &own, Amount::ZERO);
+        assert_eq!(outside.to_string(), "1.75");
+        assert_eq!(detail[1], "0.25 GB reserved by the driver");
+    }
+
+    #[test]
+    fn without_per_process_readings_what_is_not_promised_is_outside() {
+        let procs = [ProcessUse {
+            pid: 9,
+            bytes: None,
+            who: "x".into(),
+        }];
+        let (outside, _) = held_outside(
+            5 * GB_BYTES,
+            0,
+            Some(&procs),
+            &Own::default(),
+            Amount::whole(2),
+        );
+        assert_eq!(outside, Amount::whole(3));
+        let (outside, _) = held_outside(GB_BYTES, 0, None, &Own::default(), Amount::whole(2));
+        assert_eq!(outside, Amount::ZERO);
+    }
+
+    #[test]
+    fn outside_rounds_up() {
+        let (outside, _) = held_outside(1, 0, Some(&[]), &Own::default(), Amount::ZERO);
+        assert_eq!(outside.to_string(), "0.01");
+    }
 }

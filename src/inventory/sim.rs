@@ -1,7 +1,7 @@
 //! The simulated machine: GPUs described in a TOML file (design.md's format),
 //! or the seed's `majin` built in. For people trying the daemon without a GPU.
 
-use super::{host_resources, GpuSource};
+use super::{host_resources, GpuSource, Own};
 use crate::error::{Error, Result};
 use crate::placement::{Gpu, Machine};
 use crate::quantity::Amount;
@@ -98,6 +98,8 @@ pub fn parse(text: &str) -> Result<Machine> {
             outside,
             healthy: g.healthy,
             sliced: g.baseboard.is_some(),
+            problem: (!g.healthy).then(|| "marked unhealthy in the sim file".to_string()),
+            ..Gpu::default()
         });
     }
     Ok(Machine {
@@ -139,7 +141,7 @@ impl SimSource {
 }
 
 impl GpuSource for SimSource {
-    fn read(&mut self) -> Result<Machine> {
+    fn read(&mut self, _own: &Own) -> Result<Machine> {
         match &self.path {
             None => parse(MAJIN),
             Some(p) => {
@@ -162,7 +164,7 @@ mod tests {
 
     #[test]
     fn builtin_is_the_seeds_majin() {
-        let m = SimSource::builtin().read().unwrap();
+        let m = SimSource::builtin().read(&Own::default()).unwrap();
         assert_eq!(m.name, "majin");
         assert_eq!(m.gpus.len(), 1);
         let g = &m.gpus[0];
@@ -189,7 +191,7 @@ mod tests {
         std::fs::write(&p, MAJIN).unwrap();
         let mut s = SimSource::file(p.clone());
         assert!(s.changed());
-        s.read().unwrap();
+        s.read(&Own::default()).unwrap();
         assert!(!s.changed());
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&p, MAJIN.replace("outside_gb = 1", "outside_gb = 2")).unwrap();
@@ -201,6 +203,9 @@ mod tests {
             .set_modified(t)
             .unwrap();
         assert!(s.changed());
-        assert_eq!(s.read().unwrap().gpus[0].outside, Amount::whole(2));
+        assert_eq!(
+            s.read(&Own::default()).unwrap().gpus[0].outside,
+            Amount::whole(2)
+        );
     }
 }

@@ -102,14 +102,22 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts the real daemon binary on `bus` and waits until it owns its name.
+    /// Starts the real daemon binary on `bus` with a sim file and waits until it owns its name.
     pub fn start(bus: &Bus, dir: &Path, sim: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_with(bus, dir, Some(sim), env)
+    }
+
+    /// Starts the daemon with the sim file given, or with NVML (as configured in
+    /// `dir/node.toml`) when `sim` is None.
+    pub fn start_with(bus: &Bus, dir: &Path, sim: Option<&Path>, env: &[(&str, &str)]) -> Daemon {
         let state = dir.join("state");
         let log = dir.join("daemon.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_astraeusd"));
-        cmd.args(["--bus-address", &bus.address, "--sim"])
-            .arg(sim)
-            .arg("--state-dir")
+        cmd.args(["--bus-address", &bus.address]);
+        if let Some(sim) = sim {
+            cmd.arg("--sim").arg(sim);
+        }
+        cmd.arg("--state-dir")
             .arg(&state)
             .arg("--config")
             .arg(dir.join("node.toml"))

@@ -1,0 +1,143 @@
+/* A stand-in for the NVIDIA driver's libnvidia-ml.so.1, so that the real
+ * nvml-wrapper code path runs on machines without a GPU. Devices come from a
+ * fixture file named by $FAKE_NVML_FIXTURE, re-read on every call, so a test
+ * changes the "hardware" by rewriting the file. Lines:
+ *   gpu uuid=GPU-a name=NVIDIA_GeForce_RTX_4060 total=BYTES used=BYTES reserved=BYTES
+ *       bus=00000000:01:00.0 power=MILLIWATTS energy=MILLIJOULES util=PERCENT fail=0|1 pending=0|1
+ *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
+ * (one gpu line per device, in index order; '_' in name stands for a space).
+ * Built with -DOMIT_OPTIONAL it leaves out power, energy, utilisation and
+ * retired-pages symbols, as an old driver or a consumer board might. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+
+#define MAXG 16
+#define MAXP 64
+typedef int nvmlReturn_t;
+typedef void *nvmlDevice_t;
+enum { OK = 0, UNINIT = 1, INVALID = 2, NOTSUP = 3, INSUFFICIENT = 7, LOST = 15, UNKNOWN = 999 };
+
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } mem_v2_t;
+typedef struct { unsigned int pid; unsigned long long used; unsigned int gi, ci; } proc_t;
+typedef struct { unsigned int gpu, memory; } util_t;
+typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
+
+struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy; unsigned int power, util; int fail, pending; };
+struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
+static struct gpu G[MAXG];
+static struct proc P[MAXP];
+static int ng, np, inited;
+
+static const char *val(const char *line, const char *key) {
+  static char buf[128];
+  char pat[32];
+  snprintf(pat, sizeof pat, " %s=", key);
+  const char *p = strstr(line, pat);
+  if (!p) return NULL;
+  p += strlen(pat);
+  size_t n = strcspn(p, " \t\n");
+  if (n >= sizeof buf) n = sizeof buf - 1;
+  memcpy(buf, p, n);
+  buf[n] = 0;
+  return buf;
+}
+static unsigned long long num(const char *line, const char *key) {
+  const char *v = val(line, key);
+  return v ? strtoull(v, NULL, 10) : 0;
+}
+static void load(void) {
+  ng = np = 0;
+  const char *path = getenv("FAKE_NVML_FIXTURE");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    char l[520] = " ";
+    strncat(l, line, sizeof l - 2);
+    if (!strncmp(line, "gpu ", 4) && ng < MAXG) {
+      struct gpu *g = &G[ng++];
+      memset(g, 0, sizeof *g);
+      const char *v;
+      if ((v = val(l, "uuid"))) snprintf(g->uuid, sizeof g->uuid, "%s", v);
+      if ((v = val(l, "name"))) snprintf(g->name, sizeof g->name, "%s", v);
+      for (char *c = g->name; *c; c++) if (*c == '_') *c = ' ';
+      if ((v = val(l, "bus"))) snprintf(g->bus, sizeof g->bus, "%s", v);
+      g->total = num(l, "total"); g->used = num(l, "used"); g->reserved = num(l, "reserved");
+      g->power = num(l, "power"); g->energy = num(l, "energy"); g->util = num(l, "util");
+      g->fail = num(l, "fail"); g->pending = num(l, "pending");
+    } else if (!strncmp(line, "proc ", 5) && np < MAXP) {
+      struct proc *p = &P[np++];
+      p->gpu = num(l, "gpu"); p->pid = num(l, "pid"); p->mem = num(l, "mem");
+      const char *m = val(l, "mem"); p->na = m && !strcmp(m, "na");
+      const char *k = val(l, "kind"); p->graphics = k && !strcmp(k, "graphics");
+    }
+  }
+  fclose(f);
+}
+/* Device handles are index + 1, never NULL. */
+static struct gpu *dev(nvmlDevice_t d, nvmlReturn_t *rc) {
+  load();
+  intptr_t i = (intptr_t)d - 1;
+  if (!inited) { *rc = UNINIT; return NULL; }
+  if (i < 0 || i >= ng) { *rc = INVALID; return NULL; }
+  if (G[i].fail) { *rc = LOST; return NULL; }
+  *rc = OK;
+  return &G[i];
+}
+#define DEV(d) nvmlReturn_t rc; struct gpu *g = dev(d, &rc); if (!g) return rc;
+
+nvmlReturn_t nvmlInit_v2(void) { inited = 1; return OK; }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; inited = 1; return OK; }
+nvmlReturn_t nvmlShutdown(void) { inited = 0; return OK; }
+const char *nvmlErrorString(nvmlReturn_t r) { return r == LOST ? "GPU is lost" : "fake NVML error"; }
+nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int n) { snprintf(v, n, "999.99-fake"); return OK; }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *c) { load(); if (!inited) return UNINIT; *c = ng; return OK; }
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) {
+  load();
+  if (!inited) return UNINIT;
+  if (i >= (unsigned)ng) return INVALID;
+  *d = (nvmlDevice_t)(intptr_t)(i + 1);
+  return OK;
+}
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *i) { DEV(d); *i = (unsigned)(g - G); return OK; }
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *s, unsigned int n) { DEV(d); snprintf(s, n, "%s", g->name); return OK; }
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *s, unsigned int n) { DEV(d); snprintf(s, n, "%s", g->uuid); return OK; }
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, mem_v2_t *m) {
+  DEV(d);
+  m->total = g->total; m->reserved = g->reserved; m->used = g->used;
+  m->free = g->total > g->used + g->reserved ? g->total - g->used - g->reserved : 0;
+  return OK;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, pci_t *p) {
+  DEV(d);
+  memset(p, 0, sizeof *p);
+  snprintf(p->busId, sizeof p->busId, "%s", g->bus);
+  snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%.15s", g->bus);
+  return OK;
+}
+static nvmlReturn_t procs(nvmlDevice_t d, unsigned int *count, proc_t *out, int graphics) {
+  DEV(d);
+  unsigned int n = 0;
+  for (int i = 0; i < np; i++) if (P[i].gpu == g - G && P[i].graphics == graphics) n++;
+  if (!out || *count < n) { *count = n; return n ? INSUFFICIENT : OK; }
+  unsigned int k = 0;
+  for (int i = 0; i < np; i++) {
+    if (P[i].gpu != g - G || P[i].graphics != graphics) continue;
+    out[k].pid = P[i].pid;
+    out[k].used = P[i].na ? 0xFFFFFFFFFFFFFFFFULL : P[i].mem; /* NVML_VALUE_NOT_AVAILABLE */
+    out[k].gi = out[k].ci = 0xFFFFFFFF;
+    k++;
+  }
+  *count = n;
+  return OK;
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, proc_t *o) { return procs(d, c, o, 0); }
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, proc_t *o) { return procs(d, c, o, 1); }
+#ifndef OMIT_OPTIONAL
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) { DEV(d); *mw = g->power; return OK; }
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj) { DEV(d); *mj = g->energy; return OK; }
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, util_t *u) { DEV(d); u->gpu = g->util; u->memory = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *state) { DEV(d); *state = g->pending; return OK; }
+#endif

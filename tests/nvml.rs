@@ -1,0 +1,405 @@
+//! The daemon reading GPUs through the real nvml-wrapper code path, against a
+//! fake libnvidia-ml.so.1 built here from tests/fake_nvml/fake_nvml.c, whose
+//! devices each test describes in a fixture file it rewrites as "hardware" changes.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::OnceLock;
+
+const GB: u64 = 1 << 30;
+
+/// Builds the fake library (full, and without optional symbols) once per run.
+fn fake_lib(minimal: bool) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("astraeus-fake-nvml-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("min")).unwrap();
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
+        for (out, extra) in [
+            ("libnvidia-ml.so.1", None),
+            ("min/libnvidia-ml.so.1", Some("-DOMIT_OPTIONAL")),
+        ] {
+            let st = Command::new("gcc")
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(dir.join(out))
+                .args(extra)
+                .arg(src)
+                .status()
+                .expect("gcc runs");
+            assert!(st.success(), "building the fake NVML library");
+        }
+        dir
+    });
+    if minimal {
+        dir.join("min/libnvidia-ml.so.1")
+    } else {
+        dir.join("libnvidia-ml.so.1")
+    }
+}
+
+struct Gpu<'a> {
+    uuid: &'a str,
+    name: &'a str,
+    total: u64,
+    used: u64,
+    reserved: u64,
+    fail: bool,
+}
+
+fn fixture(path: &Path, gpus: &[Gpu], procs: &[(u32, u32, u64, &str)]) {
+    let mut text = String::new();
+    for (i, g) in gpus.iter().enumerate() {
+        text.push_str(&format!(
+            "gpu uuid={} name={} total={} used={} reserved={} bus=00000000:0{i}:00.0 power=60000 energy=1000 util=3 fail={} pending=0\n",
+            g.uuid,
+            g.name.replace(' ', "_"),
+            g.total,
+            g.used,
+            g.reserved,
+            u8::from(g.fail)
+        ));
+    }
+    for (gpu, pid, mem, kind) in procs {
+        text.push_str(&format!("proc gpu={gpu} pid={pid} mem={mem} kind={kind}\n"));
+    }
+    // Write then rename, so the library never reads half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+fn rtx(used: u64, reserved: u64) -> Gpu<'static> {
+    Gpu {
+        uuid: "GPU-4060",
+        name: "NVIDIA GeForce RTX 4060",
+        total: 8 * GB,
+        used,
+        reserved,
+        fail: false,
+    }
+}
+fn l4(used: u64) -> Gpu<'static> {
+    Gpu {
+        uuid: "GPU-L4",
+        name: "NVIDIA L4",
+        total: 24 * GB,
+        used,
+        reserved: 0,
+        fail: false,
+    }
+}
+
+/// A real process to stand for a desktop or a reservation's holder.
+fn sleeper() -> Child {
+    Command::new("sleep").arg("120").spawn().unwrap()
+}
+
+fn start(bus: &Bus, dir: &Path, lib: &Path, fixture_path: &Path, extra_config: &str) -> Daemon {
+    std::fs::write(
+        dir.join("node.toml"),
+        format!(
+            "machine = \"majin\"\n[inventory]\nrefresh_seconds = 0.2\nwsl = false\nnvml_library = \"{}\"\n{extra_config}",
+            lib.display()
+        ),
+    )
+    .unwrap();
+    Daemon::start_with(
+        bus,
+        dir,
+        None,
+        &[("FAKE_NVML_FIXTURE", fixture_path.to_str().unwrap())],
+    )
+}
+
+fn prop(a: &str, path: &str, iface: &str, name: &str) -> String {
+    busctl(
+        a,
+        &["get-property", "org.astraeus.Node1", path, iface, name],
+    )
+    .stdout
+}
+
+#[test]
+fn two_gpus_a_desktop_and_outside_use_that_grows_and_shrinks() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let mut desktop = sleeper();
+    let pid = desktop.id();
+    fixture(&fx, &[rtx(GB, 0), l4(0)], &[(0, pid, GB, "graphics")]);
+    let bus = Bus::session();
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+
+    let o = ctl(a, None, &["gpus"]);
+    assert_eq!(
+        o.stdout,
+        "GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB (1 GB held outside Astraeus)  free\n\
+         GPU 1  NVIDIA L4  offers all its 24 GB  free\n"
+    );
+    // Shared work opens the smallest GPU that fits: the 4060.
+    assert!(
+        manager(
+            a,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec("listen", "2.2")]
+        )
+        .ok
+    );
+    assert!(
+        manager(
+            a,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec("voice", "4.2")]
+        )
+        .ok
+    );
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "TakenGb"
+        ),
+        "d 6.4\n"
+    );
+    // 7.5 does not fit the 4060 but opens the L4; with the L4 asked for by
+    // model it fits; asked for on the 4060 by id it waits with the seed's
+    // sentence and who holds the outside memory.
+    let spec = r#"{"name":"big","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":7.5,"ids":[0]}}}"#;
+    let o = manager(a, None, "SubmitWorker", &["s", spec]);
+    assert!(
+        o.stdout.contains(&format!(
+            "GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5 \\342\\200\\224 1 GB held by pid {pid} (sleep, user root)"
+        )),
+        "{}",
+        o.stdout
+    );
+    let small = r#"{"name":"small","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1.5,"ids":["GPU-4060"]}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", small])
+        .stdout
+        .contains("pending"));
+
+    // The desktop grows to 2 GB: the 4060 offers 6 but 6.4 are promised.
+    fixture(
+        &fx,
+        &[rtx(2 * GB, 0), l4(0)],
+        &[(0, pid, 2 * GB, "graphics")],
+    );
+    eventually("over-promised flag", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OverPromised",
+        ) == "b true\n"
+    });
+    let o = ctl(a, None, &["gpus"]);
+    assert!(o.stdout.contains("  ! over-promised: 6.4 GB promised to sharers but it offers 6 of its 8 GB (2 GB held outside Astraeus)"), "{}", o.stdout);
+    // Never a silent eviction: both sharers still run, and say why they should worry.
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/voice",
+            "org.astraeus.Node1.Worker",
+            "State"
+        ),
+        "s \"running\"\n"
+    );
+    assert!(prop(
+        a,
+        "/org/astraeus/Node1/worker/voice",
+        "org.astraeus.Node1.Worker",
+        "Warnings"
+    )
+    .contains("over-promised"));
+    assert!(d.log_text().contains("over-promised"), "logged");
+
+    // The desktop lets go and something reserves 0.25 GB: offers 7.75 of 8;
+    // small (1.5) still does not fit beside 6.4, but the flag clears.
+    fixture(&fx, &[rtx(0, GB / 4), l4(0)], &[]);
+    eventually("flag clears", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb",
+        ) == "d 7.75\n"
+    });
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OverPromised"
+        ),
+        "b false\n"
+    );
+    assert!(prop(a, "/org/astraeus/Node1/worker/small", "org.astraeus.Node1.Worker", "PendingReasons")
+        .contains("GPU 0 of majin: 6.4 of 7.75 GB taken by shared work; it needs 1.5 \\342\\200\\224 0.25 GB reserved by the driver"));
+    // Stop voice: small is re-examined and placed.
+    assert!(manager(a, None, "StopWorker", &["s", "voice"]).ok);
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/small",
+            "org.astraeus.Node1.Worker",
+            "State"
+        ),
+        "s \"running\"\n"
+    );
+    let _ = desktop.kill();
+    let _ = desktop.wait();
+}
+
+#[test]
+fn a_reservations_holder_is_its_own_use_not_outside() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let mut holder = sleeper();
+    let pid = holder.id();
+    fixture(&fx, &[rtx(0, 0)], &[]);
+    let bus = Bus::session();
+    let _d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let spec = format!(
+        r#"{{"name":"listen","holders":[{pid}],"requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":2.5}}}}}}"#
+    );
+    assert!(manager(a, None, "SubmitWorker", &["s", &spec]).ok);
+    // The holder starts using 2 GB: it is the worker's own, not outside.
+    fixture(&fx, &[rtx(2 * GB, 0)], &[(0, pid, 2 * GB, "compute")]);
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb"
+        ),
+        "d 8\n"
+    );
+    // Another process using 1 GB is outside.
+    let mut other = sleeper();
+    fixture(
+        &fx,
+        &[rtx(3 * GB, 0)],
+        &[(0, pid, 2 * GB, "compute"), (0, other.id(), GB, "compute")],
+    );
+    eventually("outside follows", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb",
+        ) == "d 7\n"
+    });
+    let _ = holder.kill();
+    let _ = other.kill();
+    let _ = holder.wait();
+    let _ = other.wait();
+}
+
+#[test]
+fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagged() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    fixture(&fx, &[rtx(0, 0), l4(0)], &[]);
+    let bus = Bus::session();
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let on_l4 = r#"{"name":"on-l4","requested_resources":{"gpu_requests":{"models":["L4"]}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", on_l4]).ok);
+    let mut failing = l4(0);
+    failing.fail = true;
+    fixture(&fx, &[rtx(0, 0), failing], &[]);
+    eventually("worker flagged", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/on_2dl4",
+            "org.astraeus.Node1.Worker",
+            "Warnings",
+        )
+        .contains("GPU 1 of majin is unhealthy while in use: its NVML queries keep failing")
+    });
+    // Nothing dropped from the ledger: it still runs, on the same GPU.
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/on_2dl4",
+            "org.astraeus.Node1.Worker",
+            "State"
+        ),
+        "s \"running\"\n"
+    );
+    // healthy_only (the default) avoids the GPU, with a reason.
+    let o = manager(
+        a,
+        None,
+        "WhyNot",
+        &[
+            "s",
+            r#"{"name":"x","requested_resources":{"gpu_requests":{"models":["L4"]}}}"#,
+        ],
+    );
+    assert!(
+        o.stdout
+            .contains("GPU 1 of majin is unhealthy \\342\\200\\224 its NVML queries keep failing"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        d.log_text().contains("NVML query failed"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn missing_optional_symbols_are_tolerated() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    fixture(&fx, &[rtx(GB, 0)], &[]);
+    let bus = Bus::session();
+    let _d = start(&bus, dir.path(), &fake_lib(true), &fx, "");
+    let o = ctl(&bus.address, None, &["gpus"]);
+    assert_eq!(
+        o.stdout,
+        "GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB (1 GB held outside Astraeus)  free\n"
+    );
+}
+
+#[test]
+fn without_nvml_the_daemon_says_what_it_tried_and_exits() {
+    let dir = open_tempdir();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[inventory]\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+    )
+    .unwrap();
+    let bus = Bus::session();
+    let out = Command::new(env!("CARGO_BIN_EXE_astraeusd"))
+        .args(["--bus-address", &bus.address, "--state-dir"])
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(dir.path().join("node.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("NVML could not be loaded; tried: /nonexistent/libnvidia-ml.so.1"),
+        "{err}"
+    );
+    assert!(err.contains("--sim"), "{err}");
+    // A host that only time-slices runs without NVML.
+    std::fs::write(dir.path().join("node.toml"), "[inventory]\nnvml = false\n").unwrap();
+    let d = Daemon::start_with(&bus, dir.path(), None, &[]);
+    assert_eq!(
+        manager(&bus.address, None, "ListGpus", &[]).stdout.trim(),
+        "a(usssdddds) 0"
+    );
+    drop(d);
+}
