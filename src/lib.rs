@@ -1,7 +1,7 @@
 //! astraeusd: a per-host daemon that shares a machine's GPUs by memory and by time.
 //!
 //! Layout (see docs/architecture.md):
-//! - pure cores: [`quantity`], [`request`], [`placement`] — no I/O, no clock;
+//! - pure cores: [`quantity`], [`request`], [`placement`], [`schedule`] — no I/O, no clock;
 //! - [`inventory`]: where GPUs come from (sim machine; NVML next), behind a trait;
 //! - [`store`]: the SQLite ledger, the only place that touches the database;
 //! - [`node`]: the engine that joins them; one owner (the service loop) drives it.
@@ -16,5 +16,6 @@ pub mod node;
 pub mod placement;
 pub mod quantity;
 pub mod request;
+pub mod schedule;
 pub mod service;
 pub mod store;
