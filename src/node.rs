@@ -341,10 +341,30 @@ impl Node {
         None
     }
 
-    /// Warnings about the GPUs a running worker holds.
+    /// The GPU memory a worker's processes use now, per GPU it holds (index,
+    /// bytes); `None` where the driver gives no per-process readings.
+    pub fn worker_use(&self, w: &Worker) -> Vec<(u32, Option<u64>)> {
+        w.grants()
+            .iter()
+            .map(|grant| {
+                let gpu = self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid);
+                let used = gpu.and_then(|g| g.own_use.as_ref()).map(|uses| {
+                    uses.iter()
+                        .filter(|(pid, _)| w.holders.contains(pid))
+                        .map(|(_, b)| b)
+                        .sum()
+                });
+                (grant.gpu_index, used)
+            })
+            .collect()
+    }
+
+    /// Warnings about a running worker: its GPUs (unhealthy, over-promised,
+    /// gone) and its promise (using more than its share).
     pub fn worker_warnings(&self, w: &Worker) -> Vec<String> {
         let m = &self.machine.name;
-        w.grants()
+        let mut out: Vec<String> = w
+            .grants()
             .iter()
             .filter_map(
                 |grant| match self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid) {
@@ -357,7 +377,18 @@ impl Node {
                         .map(|w| format!("GPU {} of {m} is {w}", g.index)),
                 },
             )
-            .collect()
+            .collect();
+        if let Some(share) = w.spec.shared_gb() {
+            for (index, used) in self.worker_use(w) {
+                let used = used.map(crate::quantity::Amount::gb_from_bytes_ceil);
+                if let Some(used) = used.filter(|u| *u > share) {
+                    out.push(format!(
+                        "uses more than its {share} GB share on GPU {index} of {m} ({used} GB now)"
+                    ));
+                }
+            }
+        }
+        out
     }
 
     /// GPU mode by index, for the bus and CLI.

@@ -28,6 +28,13 @@ pub struct Gpu {
     /// Why the GPU is unhealthy, when it is.
     pub problem: Option<String>,
     pub pci_bus_id: String,
+    /// Memory used now by workers' own processes (pid, bytes); `None` when the
+    /// driver gives no per-process readings (WSL2).
+    pub own_use: Option<Vec<(u32, u64)>>,
+    /// Power draw (mW), energy counter (mJ) and utilisation (%), when readable.
+    pub power_mw: Option<u32>,
+    pub energy_mj: Option<u64>,
+    pub utilization_pct: Option<u32>,
 }
 
 impl Gpu {

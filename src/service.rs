@@ -22,8 +22,8 @@ use zbus::{Connection, OwnedObjectPath};
 
 type Reply<T> = oneshot::Sender<T>;
 
-/// (name, state, owner uid, GPUs column)
-pub type WorkerRow = (String, String, u32, String);
+/// (name, state, owner uid, GPUs column, GB its processes use now per GPU at most; -1 unknown)
+pub type WorkerRow = (String, String, u32, String, f64);
 /// (index, uuid, model, mode, total, offered, held outside, taken (GB), warning)
 pub type GpuRow = (u32, String, String, String, f64, f64, f64, f64, String);
 /// (sharers with their GB, summary line)
@@ -120,11 +120,33 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
             .unwrap_or_default(),
         summary: placement::sharers_line(usage),
         warning: node.gpu_warning(g).unwrap_or_default(),
+        pci_bus_id: g.pci_bus_id.clone(),
+        power_w: g.power_mw.map_or(-1.0, |mw| mw as f64 / 1000.0),
+        utilization_pct: g.utilization_pct.map_or(-1, |u| u as i32),
     }
+}
+
+/// The most GPU memory a worker's processes use on any one of its GPUs, in
+/// GB; -1 when the driver cannot tell.
+pub fn used_gb(node: &Node, w: &Worker) -> f64 {
+    let uses = node.worker_use(w);
+    if uses.iter().any(|(_, u)| u.is_none()) {
+        return -1.0;
+    }
+    let max = uses.iter().filter_map(|(_, u)| *u).max().unwrap_or(0);
+    crate::quantity::Amount::gb_from_bytes_ceil(max).as_f64()
+}
+
+/// What a warning is about, without its changing numbers: a breach or an
+/// over-promise is logged once, not at every refresh.
+fn warning_key(w: &str) -> &str {
+    let end = w.find([':', '(']).unwrap_or(w.len());
+    &w[..end]
 }
 
 pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
     WorkerView {
+        gpu_used_gb: used_gb(node, w),
         warnings: node.worker_warnings(w),
         name: w.name().to_string(),
         state: w.status.as_str().to_string(),
@@ -378,6 +400,7 @@ impl Service {
                             w.status.as_str().to_string(),
                             w.owner_uid,
                             placement::gpus_column(w.grants()),
+                            used_gb(&self.node, w),
                         )
                     })
                     .collect();
@@ -509,7 +532,7 @@ impl Service {
                 let obj = iface.get().await;
                 let warning = view.warning.clone();
                 let old = obj.view.replace(view);
-                if old.warning != warning && !warning.is_empty() {
+                if warning_key(&old.warning) != warning_key(&warning) && !warning.is_empty() {
                     tracing::warn!(
                         gpu = g.index,
                         "GPU {} of {} is {warning}",

@@ -315,7 +315,7 @@ fn why_not_is_a_dry_run() {
         manager(&bus.address, None, "ListWorkers", &[])
             .stdout
             .trim(),
-        "a(ssus) 0"
+        "a(ssusd) 0"
     );
 }
 
@@ -498,12 +498,13 @@ fn astraeusctl_shows_the_seeds_words() {
     let o = ctl(a, None, &["workers"]);
     assert_eq!(
         o.stdout,
-        "NAME    STATE      OWNER  GPUS\n\
-         listen  running        0  1 · shared 2.2 GB\n\
-         small   pending        0  —\n\
+        "NAME    STATE      OWNER  GPUS                  USED\n\
+         listen  running        0  1 · shared 2.2 GB     unknown\n\
+         small   pending        0  —                     —\n\
          \x20         GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5\n\
-         voice   running        0  1 · shared 4.2 GB\n"
+         voice   running        0  1 · shared 4.2 GB     unknown\n"
     );
+    // The simulated machine has no per-process readings: use is unknown.
     let o = ctl(a, None, &["sharers", "0"]);
     assert_eq!(
         o.stdout,
@@ -533,5 +534,41 @@ fn astraeusctl_shows_the_seeds_words() {
     assert_eq!(
         o.stdout,
         "it would wait:\n  GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5\n"
+    );
+}
+
+#[test]
+fn a_wsl_host_says_so_and_shares_every_gpu() {
+    let dir = open_tempdir();
+    let sim = dir.path().join("wsl.toml");
+    std::fs::write(
+        &sim,
+        "machine = \"pc\"\nwsl = true\n[[gpu]]\nmodel = \"RTX 4090\"\ntotal_gb = 24\n[[gpu]]\nmodel = \"RTX 3060\"\ntotal_gb = 12\n",
+    )
+    .unwrap();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = &bus.address;
+    assert_eq!(
+        busctl(
+            a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1",
+                "org.astraeus.Node1.Manager",
+                "Wsl"
+            ]
+        )
+        .stdout,
+        "b true\n"
+    );
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("voice", "4")]).ok);
+    let o = ctl(a, None, &["gpus"]);
+    assert_eq!(
+        o.stdout,
+        "pc is a WSL2 host: every container sees every GPU, so shared work takes its memory on each\n\
+         GPU 0  RTX 4090  offers all its 24 GB  shared, 4 GB taken\n\
+         GPU 1  RTX 3060  offers all its 12 GB  shared, 4 GB taken\n"
     );
 }

@@ -263,7 +263,7 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
     let pid = holder.id();
     fixture(&fx, &[rtx(0, 0)], &[]);
     let bus = Bus::session();
-    let _d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
     let a = &bus.address;
     let spec = format!(
         r#"{{"name":"listen","holders":[{pid}],"requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":2.5}}}}}}"#
@@ -296,6 +296,46 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
             "OfferedGb",
         ) == "d 7\n"
     });
+    // Metering: the holder now uses 3 GB of its 2.5 GB promise.
+    fixture(
+        &fx,
+        &[rtx(4 * GB, 0)],
+        &[(0, pid, 3 * GB, "compute"), (0, other.id(), GB, "compute")],
+    );
+    eventually("breach flagged", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/listen",
+            "org.astraeus.Node1.Worker",
+            "Warnings",
+        ) == "as 1 \"uses more than its 2.5 GB share on GPU 0 of majin (3 GB now)\"\n"
+    });
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/listen",
+            "org.astraeus.Node1.Worker",
+            "GpuUsedGb"
+        ),
+        "d 3\n"
+    );
+    let o = ctl(a, None, &["workers"]);
+    assert!(
+        o.stdout
+            .contains("listen  running        0  1 · shared 2.5 GB     3 GB"),
+        "{}",
+        o.stdout
+    );
+    // Logged once per breach, not at every refresh.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert_eq!(
+        d.log_text()
+            .matches("uses more than its 2.5 GB share")
+            .count(),
+        1,
+        "{}",
+        d.log_text()
+    );
     let _ = holder.kill();
     let _ = other.kill();
     let _ = holder.wait();

@@ -96,6 +96,26 @@ impl Client {
             .map_err(|e| format!("reply of {method}: {e}"))
     }
 
+    async fn manager_property<T>(&self, name: &str) -> Result<T, String>
+    where
+        T: TryFrom<zbus::OwnedVariant>,
+        T::Error: std::fmt::Display,
+    {
+        let msg = self
+            .conn
+            .call_method(
+                Some(BUS_NAME),
+                BASE_PATH,
+                Some("org.freedesktop.DBus.Properties"),
+                "Get",
+                &(MANAGER, name),
+            )
+            .await
+            .map_err(describe)?;
+        let v: zbus::OwnedVariant = msg.body().deserialize().map_err(|e| e.to_string())?;
+        T::try_from(v).map_err(|e| format!("{name}: {e}"))
+    }
+
     async fn reasons(&self, name: &str) -> Result<Vec<String>, String> {
         let path: OwnedObjectPath = self.call("GetWorker", &(name,)).await?;
         let msg = self
@@ -144,6 +164,9 @@ async fn run(args: Args) -> Result<(), String> {
                 println!("{}", serde_json::to_string_pretty(&out).expect("json"));
                 return Ok(());
             }
+            if c.manager_property::<bool>("Wsl").await? {
+                println!("{} is a WSL2 host: every container sees every GPU, so shared work takes its memory on each", c.manager_property::<String>("Machine").await?);
+            }
             for (i, _uuid, model, mode, total, offered, outside, taken, warning) in rows {
                 let offers = if outside > 0.0 {
                     format!(
@@ -168,26 +191,39 @@ async fn run(args: Args) -> Result<(), String> {
         Cmd::Workers => {
             let rows: Vec<WorkerRow> = c.call("ListWorkers", &()).await?;
             let mut out = Vec::new();
-            for (name, state, owner, gpus) in &rows {
+            for (name, state, owner, gpus, used) in &rows {
                 let reasons = if state == "pending" {
                     c.reasons(name).await?
                 } else {
                     Vec::new()
                 };
-                out.push((name, state, owner, gpus, reasons));
+                out.push((name, state, owner, gpus, *used, reasons));
             }
             if args.json {
                 let j: Vec<_> = out
                     .iter()
-                    .map(|(n, s, o, g, r)| json!({"name": n, "state": s, "owner": o, "gpus": g, "pending_reasons": r}))
+                    .map(|(n, s, o, g, u, r)| {
+                        json!({"name": n, "state": s, "owner": o, "gpus": g,
+                        "gpu_used_gb": (*u >= 0.0).then_some(*u), "pending_reasons": r})
+                    })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&j).expect("json"));
                 return Ok(());
             }
             let w = out.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
-            println!("{:<w$}  {:<8}  {:>6}  GPUS", "NAME", "STATE", "OWNER");
-            for (name, state, owner, gpus, reasons) in out {
-                println!("{name:<w$}  {state:<8}  {owner:>6}  {gpus}");
+            println!(
+                "{:<w$}  {:<8}  {:>6}  {:<20}  USED",
+                "NAME", "STATE", "OWNER", "GPUS"
+            );
+            for (name, state, owner, gpus, used, reasons) in out {
+                let used = if *state != "running" {
+                    "—".to_string()
+                } else if used < 0.0 {
+                    "unknown".to_string()
+                } else {
+                    format!("{} GB", gb(used))
+                };
+                println!("{name:<w$}  {state:<8}  {owner:>6}  {gpus:<20}  {used}");
                 for r in reasons {
                     println!("{:<w$}    {r}", "");
                 }

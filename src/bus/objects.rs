@@ -95,7 +95,7 @@ impl Manager {
         path(worker_path(&name))
     }
 
-    /// (name, state, owner uid, the GPUs column: `1 · shared 2.2 GB`)
+    /// (name, state, owner uid, the GPUs column `1 · shared 2.2 GB`, GB used now or -1)
     #[zbus(out_args("workers"))]
     async fn list_workers(&self) -> Result<Vec<WorkerRow>, BusError> {
         self.lp.ask(|reply| Command::ListWorkers { reply }).await
@@ -191,6 +191,10 @@ pub struct GpuView {
     pub summary: String,
     /// Non-empty when the GPU needs attention (over-promised, unhealthy in use).
     pub warning: String,
+    pub pci_bus_id: String,
+    /// Watts and percent now; -1 when the board cannot tell.
+    pub power_w: f64,
+    pub utilization_pct: i32,
 }
 
 pub struct GpuObject {
@@ -253,6 +257,19 @@ impl GpuObject {
     async fn warning(&self) -> String {
         self.view.read().warning.clone()
     }
+    #[zbus(property)]
+    async fn pci_bus_id(&self) -> String {
+        self.view.read().pci_bus_id.clone()
+    }
+    /// Changes at every refresh: read it, no signal (clients poll).
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn power_w(&self) -> f64 {
+        self.view.read().power_w
+    }
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn utilization_percent(&self) -> i32 {
+        self.view.read().utilization_pct
+    }
 }
 
 impl GpuObject {
@@ -295,6 +312,9 @@ impl GpuObject {
             self.warning_changed(e).await?;
             self.over_promised_changed(e).await?;
         }
+        if old.pci_bus_id != new.pci_bus_id {
+            self.pci_bus_id_changed(e).await?;
+        }
         Ok(())
     }
 }
@@ -307,8 +327,10 @@ pub struct WorkerView {
     pub gpus: Vec<(u32, String)>,
     pub gpu_shared_gb: f64,
     pub pending_reasons: Vec<String>,
-    /// About the GPUs it holds: unhealthy, over-promised, no longer seen.
+    /// About the GPUs it holds (unhealthy, over-promised, no longer seen) and its promise.
     pub warnings: Vec<String>,
+    /// GB its processes use now, at most on any one GPU; -1 when unknown.
+    pub gpu_used_gb: f64,
     /// Pids whose GPU memory counts as this worker's own (a reservation's holders).
     pub holders: Vec<u32>,
     /// The request as submitted, and with `run.*.env` values hidden.
@@ -376,6 +398,11 @@ impl WorkerObject {
     async fn warnings(&self) -> Vec<String> {
         self.view.read().warnings.clone()
     }
+    /// GB its processes use now (at most, on any one of its GPUs); -1 when unknown.
+    #[zbus(property)]
+    async fn gpu_used_gb(&self) -> f64 {
+        self.view.read().gpu_used_gb
+    }
     /// The request; `run.*.env` values only for the owner and root.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn request(
@@ -410,6 +437,9 @@ impl WorkerObject {
         }
         if old.warnings != new.warnings {
             self.warnings_changed(e).await?;
+        }
+        if old.gpu_used_gb != new.gpu_used_gb {
+            self.gpu_used_gb_changed(e).await?;
         }
         Ok(())
     }

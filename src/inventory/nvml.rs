@@ -105,6 +105,13 @@ impl NvmlSource {
         let promised = own.promised.get(&uuid).copied().unwrap_or_default();
         let (outside, outside_detail) =
             held_outside(mem.used, mem.reserved, processes.as_deref(), own, promised);
+        let own_use = processes.as_ref().map(|procs| {
+            procs
+                .iter()
+                .filter(|p| own.pids.contains(&p.pid))
+                .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
+                .collect()
+        });
         // Optional queries: not every board or driver has them.
         let pending_retired = d.are_pages_pending_retired().unwrap_or(false);
         let sliced = self
@@ -125,6 +132,10 @@ impl NvmlSource {
             outside_detail,
             problem: pending_retired.then(|| "retired pages are pending".to_string()),
             pci_bus_id,
+            own_use,
+            power_mw: d.power_usage().ok(),
+            energy_mj: d.total_energy_consumption().ok(),
+            utilization_pct: d.utilization_rates().ok().map(|u| u.gpu),
         })
     }
 }

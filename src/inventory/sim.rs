@@ -85,7 +85,6 @@ pub fn parse(text: &str) -> Result<Machine> {
         if outside > total {
             return Err(Error::field(&path("outside_gb"), "at most total_gb"));
         }
-        let _ = g.power_w; // read by usage accounting
         gpus.push(Gpu {
             index: i as u32,
             uuid: g
@@ -99,6 +98,7 @@ pub fn parse(text: &str) -> Result<Machine> {
             healthy: g.healthy,
             sliced: g.baseboard.is_some(),
             problem: (!g.healthy).then(|| "marked unhealthy in the sim file".to_string()),
+            power_mw: (g.power_w > 0.0).then_some((g.power_w * 1000.0) as u32),
             ..Gpu::default()
         });
     }
