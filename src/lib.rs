@@ -12,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod failpoint;
 pub mod inventory;
+pub mod journal;
 pub mod node;
 pub mod placement;
 pub mod quantity;

@@ -48,7 +48,11 @@ fn init_logging() {
             .with(journald.with_syslog_identifier("astraeusd".into()))
             .init(),
         Err(_) => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
             .init(),
     }
 }
@@ -151,7 +155,10 @@ async fn run(args: Args) -> Result<(), Error> {
         })?;
     let status = service.status_line();
     let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
-    tracing::info!("ready on {BUS_NAME}: {status}");
+    tracing::info!(
+        message_id = astraeusd::journal::LIFECYCLE,
+        "ready on {BUS_NAME}: {status}"
+    );
     service.run().await
 }
 

@@ -11,6 +11,7 @@ use crate::bus::{gpu_path, worker_path, Loop};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
+use crate::journal;
 use crate::node::{Changes, Node, Worker};
 use crate::placement::{self, Gpu};
 use sd_notify::NotifyState;
@@ -298,7 +299,10 @@ impl Service {
             }
         }
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
-        tracing::info!("stopping; the ledger is closed cleanly");
+        tracing::info!(
+            message_id = journal::LIFECYCLE,
+            "stopping; the ledger is closed cleanly"
+        );
         Ok(())
     }
 
@@ -343,14 +347,6 @@ impl Service {
                             w.status.as_str().to_string(),
                             w.reasons().to_vec(),
                         );
-                        match &w.status {
-                            crate::node::Status::Running { .. } => {
-                                tracing::info!(worker = %name, "placed: {}", placement::gpus_column(w.grants()))
-                            }
-                            crate::node::Status::Pending { reasons } => {
-                                tracing::info!(worker = %name, "pending: {}", reasons.join("; "))
-                            }
-                        }
                         self.publish(&changes).await;
                         let _ = reply.send(Ok(out));
                     }
@@ -374,7 +370,6 @@ impl Service {
                 };
                 match r {
                     Ok(changes) => {
-                        tracing::info!(worker = %name, "stopped");
                         self.publish(&changes).await;
                         let _ = reply.send(Ok(()));
                     }
@@ -472,6 +467,7 @@ impl Service {
             .interface::<_, Manager>(crate::bus::BASE_PATH)
             .await?;
         for name in &changes.removed {
+            tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} stopped; its share is free");
             let p = worker_path(name);
             server.remove::<WorkerObject, _>(p.as_str()).await?;
             manager.worker_removed(name, obj_path(p)).await?;
@@ -491,6 +487,7 @@ impl Service {
                 )
                 .await?;
             manager.worker_new(name, obj_path(p)).await?;
+            log_state(w);
         }
         for name in &changes.updated {
             self.publish_worker(name).await?;
@@ -534,6 +531,11 @@ impl Service {
                 let old = obj.view.replace(view);
                 if warning_key(&old.warning) != warning_key(&warning) && !warning.is_empty() {
                     tracing::warn!(
+                        message_id = if warning.starts_with("over-promised") {
+                            journal::OVER_PROMISED
+                        } else {
+                            journal::WORKER_WARNING
+                        },
                         gpu = g.index,
                         "GPU {} of {} is {warning}",
                         g.index,
@@ -568,10 +570,37 @@ impl Service {
             .iter()
             .filter(|w| !obj.view.read().warnings.contains(w))
         {
-            tracing::warn!(worker = %name, "{warning}");
+            tracing::warn!(message_id = journal::WORKER_WARNING, worker = %name, "worker {name}: {warning}");
         }
+        let new_state = view.state.clone();
         let old = obj.view.replace(view);
+        if old.state != new_state {
+            log_state(w);
+        }
         obj.emit_changes(&old, iface.signal_emitter()).await
+    }
+}
+
+/// placed / pending, with the worker and its GPUs as journal fields.
+fn log_state(w: &Worker) {
+    let name = w.name();
+    match &w.status {
+        crate::node::Status::Running { grants } => {
+            let gpus: Vec<String> = grants.iter().map(|g| g.gpu_index.to_string()).collect();
+            tracing::info!(
+                message_id = journal::PLACED,
+                worker = %name,
+                gpu = %gpus.join(" "),
+                "worker {name} placed: {}",
+                placement::gpus_column(grants)
+            );
+        }
+        crate::node::Status::Pending { reasons } => tracing::info!(
+            message_id = journal::PENDING,
+            worker = %name,
+            "worker {name} waits: {}",
+            reasons.join("; ")
+        ),
     }
 }
 

@@ -248,6 +248,21 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
         "{log}"
     );
 
+    // Journal fields: each event about a worker names it and its kind.
+    let log = d.log_text();
+    assert!(
+        log.contains("message_id=\"289c420c04474b6894f80da2da49d6c0\" worker=listen gpu=0"),
+        "{log}"
+    );
+    assert!(
+        log.contains("message_id=\"c333d8604cae4623bc6d1d18f2136927\" worker=small"),
+        "{log}"
+    );
+    assert!(
+        log.contains("message_id=\"3f42d4092f59400783976b9f3a69e65d\" worker=voice"),
+        "{log}"
+    );
+
     // Restart: the same placements and reasons come back from the ledger.
     let before = manager(&a, None, "ListWorkers", &[]).stdout;
     assert!(d.stop().success());
