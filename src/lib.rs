@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod bus;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod failpoint;

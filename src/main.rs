@@ -2,6 +2,7 @@
 //! the machine, serves D-Bus, and hands control to the service loop.
 
 use astraeusd::bus::BUS_NAME;
+use astraeusd::cli::DaemonArgs as Args;
 use astraeusd::config::{self, Config};
 use astraeusd::error::Error;
 use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
@@ -13,30 +14,6 @@ use clap::Parser;
 use sd_notify::NotifyState;
 use std::path::PathBuf;
 use tracing_subscriber::prelude::*;
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "astraeusd",
-    version,
-    about = "Shares this host's GPUs by memory and by time"
-)]
-struct Args {
-    /// Serve on the session bus instead of the system bus.
-    #[arg(long, conflicts_with = "bus_address")]
-    session: bool,
-    /// Serve on the bus at this address (e.g. unix:path=/run/x).
-    #[arg(long, value_name = "ADDR")]
-    bus_address: Option<String>,
-    /// Simulated GPUs: the built-in machine `majin`, or the TOML file given.
-    #[arg(long, value_name = "FILE", num_args = 0..=1)]
-    sim: Option<Option<PathBuf>>,
-    /// Where the ledger lives (default: $STATE_DIRECTORY, or the user's state dir with --session).
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// Configuration file.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-}
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ASTRAEUS_LOG")

@@ -1,47 +1,16 @@
 //! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
 
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
+use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd};
 use astraeusd::quantity::Amount;
 use astraeusd::service::{GpuRow, SharersReply, WhyNotReply, WorkerRow};
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use serde_json::json;
 use std::io::Read;
 use std::process::ExitCode;
 use zbus::{Connection, OwnedObjectPath};
 
 const MANAGER: &str = "org.astraeus.Node1.Manager";
-
-#[derive(Parser)]
-#[command(name = "astraeusctl", version, about = "Control astraeusd over D-Bus")]
-struct Args {
-    /// Talk to a daemon on the session bus.
-    #[arg(long, global = true, conflicts_with = "bus_address")]
-    session: bool,
-    /// Talk to a daemon on the bus at this address.
-    #[arg(long, global = true, value_name = "ADDR")]
-    bus_address: Option<String>,
-    /// Print JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// The machine's GPUs: what each offers and how it is used.
-    Gpus,
-    /// Workers with their state and GPUs (`1 · shared 2.2 GB`).
-    Workers,
-    /// Who shares one GPU, and how much each takes.
-    Sharers { gpu: u32 },
-    /// Submit a worker spec (JSON) from a file, or - for standard input.
-    Submit { file: String },
-    /// Stop a worker.
-    Stop { name: String },
-    /// Where a spec would go now, or why it would wait (changes nothing).
-    Why { file: String },
-}
 
 /// GB as the daemon shows them: `7`, `6.5`, `2.25`.
 fn gb(x: f64) -> String {

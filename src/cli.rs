@@ -1,0 +1,70 @@
+//! The command lines of `astraeusd` and `astraeusctl`, in the library so that
+//! man pages and shell completions are generated from the same definitions
+//! (`cargo run --example gen-docs -- DIR`).
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "astraeusd",
+    version,
+    about = "Shares this host's GPUs by memory and by time",
+    long_about = "astraeusd places workers on this host's GPUs, whole or shared by memory \
+(best fit on the fullest GPU that still offers enough), explains every wait, and keeps its \
+ledger in SQLite. It serves org.astraeus.Node1 on the system bus (or --session); drive it with \
+busctl, gdbus or astraeusctl(1).\n\n\
+Files: /etc/astraeus/node.toml (configuration), /var/lib/astraeus/ledger.db (the ledger; \
+$STATE_DIRECTORY under systemd, $XDG_STATE_HOME/astraeus with --session). \
+Logs go to the journal (journalctl -u astraeusd; MESSAGE_ID per kind of event) or stderr. \
+Signals: SIGHUP re-reads the GPU inventory; SIGTERM stops cleanly."
+)]
+pub struct DaemonArgs {
+    /// Serve on the session bus instead of the system bus.
+    #[arg(long, conflicts_with = "bus_address")]
+    pub session: bool,
+    /// Serve on the bus at this address (e.g. unix:path=/run/x).
+    #[arg(long, value_name = "ADDR")]
+    pub bus_address: Option<String>,
+    /// Simulated GPUs: the built-in machine `majin`, or the TOML file given.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub sim: Option<Option<PathBuf>>,
+    /// Where the ledger lives (default: $STATE_DIRECTORY, or the user's state dir with --session).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Parser)]
+#[command(name = "astraeusctl", version, about = "Control astraeusd over D-Bus")]
+pub struct CtlArgs {
+    /// Talk to a daemon on the session bus.
+    #[arg(long, global = true, conflicts_with = "bus_address")]
+    pub session: bool,
+    /// Talk to a daemon on the bus at this address.
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub bus_address: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub cmd: CtlCommand,
+}
+
+#[derive(Subcommand)]
+pub enum CtlCommand {
+    /// The machine's GPUs: what each offers and how it is used.
+    Gpus,
+    /// Workers with their state and GPUs (`1 · shared 2.2 GB`).
+    Workers,
+    /// Who shares one GPU, and how much each takes.
+    Sharers { gpu: u32 },
+    /// Submit a worker spec (JSON) from a file, or - for standard input.
+    Submit { file: String },
+    /// Stop a worker.
+    Stop { name: String },
+    /// Where a spec would go now, or why it would wait (changes nothing).
+    Why { file: String },
+}
