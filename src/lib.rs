@@ -20,4 +20,5 @@ pub mod quantity;
 pub mod request;
 pub mod schedule;
 pub mod service;
+pub mod slices;
 pub mod store;

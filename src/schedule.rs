@@ -21,9 +21,10 @@ pub const MAX_JSON_BYTES: usize = 64 * 1024;
 pub const MAX_ACTIONS: usize = 256;
 /// Longest hourly interval, in hours (one week).
 pub const MAX_HOURLY_INTERVAL: u16 = 168;
-/// How many years ahead a calendar search looks before giving up, so that a
-/// day that (almost) never occurs still terminates. 400 years is one full
-/// Gregorian cycle: whatever exists at all exists within it.
+/// How many years ahead of its start, or of the last listed date it found, a
+/// calendar search looks before giving up, so that a day that (almost) never
+/// occurs still terminates. 400 years is one full Gregorian cycle: whatever
+/// exists at all exists within it.
 const SEARCH_YEARS: i32 = 400;
 
 const FIELDS: [&str; 6] = ["action", "time", "repeat", "days", "end_type", "end_value"];
@@ -715,16 +716,24 @@ impl ScheduledAction {
         self.days.binary_search(&day).is_ok()
     }
 
-    /// Visits the listed dates from `from` on, ascending, for at most
-    /// SEARCH_YEARS years, stepping by day, month or year as the repeat
-    /// allows.
+    /// Visits the listed dates from `from` on, ascending, stepping by day,
+    /// month or year as the repeat allows, until `visit` breaks or no listed
+    /// date turns up for SEARCH_YEARS years (counted from `from` or from the
+    /// last date visited, so a rare day with a long count, like day 365 for
+    /// a hundred leap years, is followed to its end).
     fn walk_dates(&self, from: Date, mut visit: impl FnMut(Date) -> ControlFlow<()>) {
-        let last_year = (i32::from(from.year()) + SEARCH_YEARS).min(9999) as i16;
+        let bound = |year: i16| (i32::from(year) + SEARCH_YEARS).min(9999) as i16;
+        let mut last_year = bound(from.year());
+        // Visits one date; true when the walk is to stop.
+        let mut step = |date: Date, last_year: &mut i16| {
+            *last_year = bound(date.year());
+            visit(date).is_break()
+        };
         match self.repeat {
             Repeat::Weekly => {
                 let mut date = from;
                 while date.year() <= last_year {
-                    if self.lists(date) && visit(date).is_break() {
+                    if self.lists(date) && step(date, &mut last_year) {
                         return;
                     }
                     match date.tomorrow() {
@@ -741,7 +750,7 @@ impl ScheduledAction {
                         let Ok(date) = Date::new(year, month, day as i8) else {
                             break;
                         };
-                        if date >= from && visit(date).is_break() {
+                        if date >= from && step(date, &mut last_year) {
                             return;
                         }
                     }
@@ -753,7 +762,8 @@ impl ScheduledAction {
                 }
             }
             Repeat::Yearly => {
-                for year in from.year()..=last_year {
+                let mut year = from.year();
+                while year <= last_year {
                     let Ok(new_year) = Date::new(year, 1, 1) else {
                         return;
                     };
@@ -766,10 +776,11 @@ impl ScheduledAction {
                         let Ok(date) = new_year.with().day_of_year(day as i16 + 1).build() else {
                             break;
                         };
-                        if date >= from && visit(date).is_break() {
+                        if date >= from && step(date, &mut last_year) {
                             return;
                         }
                     }
+                    year += 1;
                 }
             }
             Repeat::None | Repeat::Hourly => {}
@@ -1386,6 +1397,18 @@ mod tests {
                 ts("2026-03-01T12:00:00Z")
             ]
         );
+        // A count longer than one 400-year cycle of leap years (97 of them
+        // from 2001) is still followed to its end.
+        let long = ScheduledAction {
+            action: Action::Resume,
+            time: ts("2001-09-09T01:46:40Z"),
+            repeat: Repeat::Yearly,
+            days: vec![365],
+            end: End::After(98),
+        };
+        let all = long.occurrences_after(before(long.time), &TimeZone::UTC, 200);
+        assert_eq!(all.len(), 98);
+        assert_eq!(all[97], ts("2404-12-31T01:46:40Z"));
         // Near the end of the calendar the search stops instead of failing.
         assert_eq!(
             a.occurrences_after(ts("9999-01-01T00:00:00Z"), &TimeZone::UTC, 5),
@@ -1499,7 +1522,7 @@ mod tests {
                 date(2000, 2, 29),
                 date(2000, 3, 1),
                 date(2101, 1, 1),
-                // The walk stops 400 years after its start (1999).
+                // Almost 400 years of walking.
                 date(2398, 7, 9),
             ] {
                 let mut walked = 0;

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Versioned migrations: entry N brings the schema from version N to N+1.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE workers (
     id            INTEGER PRIMARY KEY,
     name          TEXT NOT NULL,
@@ -42,7 +43,16 @@ CREATE TABLE events (
     detail     TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX events_worker ON events(worker_id);
-"#];
+"#,
+    r#"
+-- A template's scheduled actions, normalized (+N already resolved).
+CREATE TABLE schedules (
+    template  TEXT PRIMARY KEY,
+    actions   TEXT NOT NULL,
+    set_ms    INTEGER NOT NULL
+);
+"#,
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerState {
@@ -298,6 +308,39 @@ impl Store {
                 |r| r.get(0),
             )
             .optional()?)
+    }
+
+    /// Replaces a template's schedule (an empty list removes it), in one transaction.
+    pub fn set_schedule(
+        &mut self,
+        template: &str,
+        actions: Option<&str>,
+        at_ms: i64,
+    ) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        match actions {
+            Some(json) => tx.execute(
+                "INSERT INTO schedules (template, actions, set_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(template) DO UPDATE SET actions = excluded.actions, set_ms = excluded.set_ms",
+                params![template, json, at_ms],
+            )?,
+            None => tx.execute("DELETE FROM schedules WHERE template = ?1", params![template])?,
+        };
+        tx.execute(
+            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'schedule', ?2)",
+            params![at_ms, template],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every template's schedule: (template, normalized actions JSON).
+    pub fn schedules(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT template, actions FROM schedules ORDER BY template")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     pub fn event_count(&self) -> Result<i64> {
