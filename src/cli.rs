@@ -67,4 +67,27 @@ pub enum CtlCommand {
     Stop { name: String },
     /// Where a spec would go now, or why it would wait (changes nothing).
     Why { file: String },
+    /// A template's scheduled actions (time-slicing rotation).
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+    /// Who owns the GPU baseboard when, in the daemon's time zone.
+    Slices {
+        /// Show the next N slices from now.
+        #[arg(long, value_name = "N", conflicts_with_all = ["from", "to"])]
+        next: Option<usize>,
+        /// Window start: YYYY-MM-DD, YYYY-MM-DDTHH:MM (daemon's zone) or epoch seconds.
+        #[arg(long, requires = "to")]
+        from: Option<String>,
+        /// Window end, as --from.
+        #[arg(long, requires = "from")]
+        to: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ScheduleCommand {
+    /// Set a template's actions from a JSON file, or - for standard input (`[]` removes them).
+    Set { template: String, file: String },
+    /// Show a template's actions.
+    Show { template: String },
 }

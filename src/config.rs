@@ -14,6 +14,25 @@ pub struct Config {
     pub machine: Option<String>,
     pub access: Access,
     pub inventory: Inventory,
+    pub schedule: ScheduleConfig,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleConfig {
+    /// The zone schedules are computed in (e.g. "Europe/Berlin"); the host's when unset.
+    pub time_zone: Option<String>,
+    /// At least this long between one slice's power-off and the next resume.
+    pub handoff_buffer_seconds: u64,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> ScheduleConfig {
+        ScheduleConfig {
+            time_zone: None,
+            handoff_buffer_seconds: 300,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -79,6 +98,19 @@ impl Config {
             ));
         }
         Ok(c)
+    }
+
+    /// The zone named in config, or the host's (UTC when the host has none).
+    pub fn time_zone(&self) -> Result<jiff::tz::TimeZone> {
+        match &self.schedule.time_zone {
+            Some(name) => jiff::tz::TimeZone::get(name).map_err(|e| {
+                Error::field(
+                    "schedule.time_zone",
+                    format!("{name:?} is not a known time zone ({e})"),
+                )
+            }),
+            None => Ok(jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC)),
+        }
     }
 
     pub fn refresh(&self) -> Duration {

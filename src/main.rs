@@ -8,7 +8,7 @@ use astraeusd::error::Error;
 use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
 use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
-use astraeusd::service::Service;
+use astraeusd::service::{Service, SliceRules};
 use astraeusd::store::Store;
 use clap::Parser;
 use sd_notify::NotifyState;
@@ -120,6 +120,10 @@ async fn run(args: Args) -> Result<(), Error> {
         config.refresh(),
         config.machine.clone(),
         config.access.group.clone(),
+        SliceRules {
+            tz: config.time_zone()?,
+            buffer: std::time::Duration::from_secs(config.schedule.handoff_buffer_seconds),
+        },
     )
     .await?;
     // The name last: once it is owned, every object is already there.

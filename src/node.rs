@@ -7,6 +7,8 @@ use crate::error::{Error, Result};
 use crate::inventory::Own;
 use crate::placement::{self, Book, Evaluations, Gpu, Grant, Machine, Mode};
 use crate::request::WorkerSpec;
+use crate::schedule::{self, ScheduledAction};
+use crate::slices;
 use crate::store::{now_ms, Store, WorkerState};
 use std::collections::BTreeMap;
 
@@ -67,6 +69,16 @@ pub struct Changes {
     pub machine_changed: bool,
 }
 
+/// The rules a rotation is checked against, and the moment it is set.
+pub struct Rotation {
+    pub now: jiff::Timestamp,
+    pub tz: jiff::tz::TimeZone,
+    /// At least this long between one slice's power-off and the next resume.
+    pub buffer: std::time::Duration,
+    /// How far ahead conflicts are looked for.
+    pub horizon: jiff::SignedDuration,
+}
+
 /// Where a dry run would go.
 pub type Verdict = std::result::Result<Vec<Grant>, Vec<String>>;
 
@@ -77,6 +89,8 @@ pub struct Node {
     /// Pending workers by ledger id: oldest first.
     pending: BTreeMap<i64, String>,
     store: Store,
+    /// Each template's scheduled actions (time-slicing rotation).
+    schedules: BTreeMap<String, Vec<ScheduledAction>>,
     /// GPU evaluations done so far (tests prove re-examination is linear).
     pub evals: Evaluations,
 }
@@ -91,8 +105,20 @@ impl Node {
             workers: BTreeMap::new(),
             pending: BTreeMap::new(),
             store,
+            schedules: BTreeMap::new(),
             evals: Evaluations::default(),
         };
+        for (template, json) in node.store.schedules()? {
+            // Stored actions are normalized (+N resolved); an END_VALUE that has
+            // passed since is not an error when loading, so parse as of the epoch.
+            let actions =
+                schedule::parse_actions(&json, jiff::Timestamp::UNIX_EPOCH).map_err(|e| {
+                    Error::Backend(format!(
+                        "ledger: schedule of {template} no longer parses: {e}"
+                    ))
+                })?;
+            node.schedules.insert(template, actions);
+        }
         for row in node.store.live_workers()? {
             let spec = WorkerSpec::parse(&row.spec).map_err(|e| {
                 Error::Backend(format!("ledger: worker {} no longer parses: {e}", row.name))
@@ -389,6 +415,54 @@ impl Node {
             }
         }
         out
+    }
+
+    /// Replaces a template's schedule, atomically: the new rotation (this
+    /// template's actions with every other template's) is validated first, and a
+    /// refused schedule leaves the old one in place. An empty list removes it.
+    pub fn set_schedule(&mut self, template: &str, json: &str, rules: &Rotation) -> Result<()> {
+        crate::request::validate_name("template", template)?;
+        let actions = schedule::parse_actions(json, rules.now)?;
+        let mut all: Vec<(String, Vec<ScheduledAction>)> = self
+            .schedules
+            .iter()
+            .filter(|(t, _)| t.as_str() != template)
+            .map(|(t, a)| (t.clone(), a.clone()))
+            .collect();
+        if !actions.is_empty() {
+            all.push((template.to_string(), actions.clone()));
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        slices::validate(&all, rules.now, rules.horizon, &rules.tz, rules.buffer)?;
+        let normalized = (!actions.is_empty())
+            .then(|| serde_json::to_string(&actions).expect("actions serialize"));
+        self.store
+            .set_schedule(template, normalized.as_deref(), rules.now.as_millisecond())?;
+        if actions.is_empty() {
+            self.schedules.remove(template);
+        } else {
+            self.schedules.insert(template.to_string(), actions);
+        }
+        Ok(())
+    }
+
+    pub fn schedule(&self, template: &str) -> Option<&[ScheduledAction]> {
+        self.schedules.get(template).map(Vec::as_slice)
+    }
+
+    /// Who owns the GPU baseboard when, in [from, to).
+    pub fn slices(
+        &self,
+        from: jiff::Timestamp,
+        to: jiff::Timestamp,
+        tz: &jiff::tz::TimeZone,
+    ) -> Vec<slices::Slice> {
+        let all: Vec<(String, Vec<ScheduledAction>)> = self
+            .schedules
+            .iter()
+            .map(|(t, a)| (t.clone(), a.clone()))
+            .collect();
+        slices::timeline(&all, from, to, tz)
     }
 
     /// GPU mode by index, for the bus and CLI.

@@ -12,8 +12,9 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
 use crate::journal;
-use crate::node::{Changes, Node, Worker};
+use crate::node::{Changes, Node, Rotation, Worker};
 use crate::placement::{self, Gpu};
+use crate::slices::SliceEnd;
 use sd_notify::NotifyState;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -64,7 +65,36 @@ pub enum Command {
         spec: String,
         reply: Reply<Result<WhyNotReply>>,
     },
+    SetSchedule {
+        template: String,
+        actions: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    GetSchedule {
+        template: String,
+        reply: Reply<Result<String>>,
+    },
+    ListSlices {
+        from: i64,
+        to: i64,
+        reply: Reply<Result<Vec<SliceRow>>>,
+    },
 }
+
+/// Time-slicing settings the loop applies to schedules.
+pub struct SliceRules {
+    pub tz: jiff::tz::TimeZone,
+    pub buffer: Duration,
+}
+
+/// How far ahead a new schedule is checked for conflicts.
+const SCHEDULE_HORIZON_DAYS: i64 = 400;
+/// The longest window ListSlices answers for.
+const MAX_SLICE_WINDOW_DAYS: i64 = 400;
+
+/// (template, start, end (epoch seconds), how it ends: poweroff, poweroff-hard, handoff:<to>, open)
+pub type SliceRow = (String, i64, i64, String);
 
 /// Bounded: a flood of calls gets `Busy` instead of growing memory.
 pub const QUEUE_DEPTH: usize = 256;
@@ -80,15 +110,17 @@ pub struct Service {
     machine_name: Option<String>,
     /// GPU objects currently on the bus, by index.
     gpu_objects: BTreeSet<u32>,
+    slice_rules: SliceRules,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
     a.as_f64()
 }
 
-pub fn manager_view(node: &Node) -> ManagerView {
+pub fn manager_view(node: &Node, tz: &jiff::tz::TimeZone) -> ManagerView {
     ManagerView {
         machine: node.machine().name.clone(),
+        time_zone: tz.iana_name().unwrap_or("UTC").to_string(),
         wsl: node.machine().wsl,
         running: node.running_count() as u32,
         pending: node.pending_count() as u32,
@@ -206,6 +238,7 @@ impl Service {
         refresh: Duration,
         machine_name: Option<String>,
         group: String,
+        slice_rules: SliceRules,
     ) -> Result<Service> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let lp = Loop { tx, group };
@@ -216,7 +249,7 @@ impl Service {
                 crate::bus::BASE_PATH,
                 Manager {
                     lp: lp.clone(),
-                    view: Shared::new(manager_view(&node)),
+                    view: Shared::new(manager_view(&node, &slice_rules.tz)),
                 },
             )
             .await
@@ -259,6 +292,7 @@ impl Service {
             refresh,
             machine_name,
             gpu_objects,
+            slice_rules,
         })
     }
 
@@ -438,6 +472,58 @@ impl Service {
                 };
                 let _ = reply.send(r);
             }
+            Command::SetSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            } => {
+                let r = if caller.uid != 0 {
+                    Err(Error::AccessDenied(format!(
+                        "uid {} may not set schedules: the GPU baseboard's rotation is root's to change",
+                        caller.uid
+                    )))
+                } else {
+                    let rules = Rotation {
+                        now: jiff::Timestamp::now(),
+                        tz: self.slice_rules.tz.clone(),
+                        buffer: self.slice_rules.buffer,
+                        horizon: jiff::SignedDuration::from_hours(24 * SCHEDULE_HORIZON_DAYS),
+                    };
+                    self.node.set_schedule(&template, &actions, &rules)
+                };
+                if r.is_ok() {
+                    tracing::info!(template = %template, "schedule of {template} set");
+                }
+                let _ = reply.send(r);
+            }
+            Command::GetSchedule { template, reply } => {
+                let r = match self.node.schedule(&template) {
+                    Some(actions) => Ok(serde_json::to_string(actions).expect("actions serialize")),
+                    None => Err(Error::NotFound(format!(
+                        "template {template} has no schedule"
+                    ))),
+                };
+                let _ = reply.send(r);
+            }
+            Command::ListSlices { from, to, reply } => {
+                let r = slice_window(from, to).map(|(from, to)| {
+                    self.node
+                        .slices(from, to, &self.slice_rules.tz)
+                        .into_iter()
+                        .map(|s| {
+                            let ends = match s.ends_by {
+                                SliceEnd::Poweroff => "poweroff".to_string(),
+                                SliceEnd::PoweroffHard => "poweroff-hard".to_string(),
+                                SliceEnd::Handoff { to } => format!("handoff:{to}"),
+                                SliceEnd::Open => "open".to_string(),
+                            };
+                            (s.template, s.start.as_second(), s.end.as_second(), ends)
+                        })
+                        .collect()
+                });
+                let _ = reply.send(r);
+            }
             Command::WhyNot { spec, reply } => {
                 let r = self.node.why_not(&spec).map(|v| match v {
                     Ok(grants) => (
@@ -547,7 +633,9 @@ impl Service {
         }
         self.gpu_objects = now;
         let obj = manager.get().await;
-        let old = obj.view.replace(manager_view(&self.node));
+        let old = obj
+            .view
+            .replace(manager_view(&self.node, &self.slice_rules.tz));
         obj.emit_changes(&old, manager.signal_emitter()).await?;
         Ok(())
     }
@@ -602,6 +690,25 @@ fn log_state(w: &Worker) {
             reasons.join("; ")
         ),
     }
+}
+
+/// A ListSlices window: epoch seconds, from before to, at most 400 days.
+fn slice_window(from: i64, to: i64) -> Result<(jiff::Timestamp, jiff::Timestamp)> {
+    let ts = |field: &str, v: i64| {
+        jiff::Timestamp::from_second(v)
+            .map_err(|_| Error::field(field, "epoch seconds within years 1 to 9999"))
+    };
+    let (f, t) = (ts("from", from)?, ts("to", to)?);
+    if t <= f {
+        return Err(Error::field("to", "must be after from"));
+    }
+    if to - from > MAX_SLICE_WINDOW_DAYS * 86_400 {
+        return Err(Error::field(
+            "to",
+            format!("a window of at most {MAX_SLICE_WINDOW_DAYS} days"),
+        ));
+    }
+    Ok((f, t))
 }
 
 fn describe_indexes(node: &Node) -> String {

@@ -13,6 +13,8 @@ const READ_ONLY: &[&str] = &[
     "ListGpus",
     "ListSharers",
     "WhyNot",
+    "GetSchedule",
+    "ListSlices",
 ];
 
 fn policy_file() -> &'static Path {
@@ -101,15 +103,26 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
     // Root may mutate: the object for the Worker interface.
     let o = manager(a, None, "SubmitWorker", &["s", r#"{"name":"w"}"#]);
     assert!(o.ok, "root submit: {}", o.stderr);
+    let o = manager(
+        a,
+        None,
+        "SetSchedule",
+        &["ss", "t", r#"[{"action":"resume","time":"+60"}]"#],
+    );
+    assert!(o.ok, "root sets a schedule: {}", o.stderr);
 
     let methods = methods_in_xml();
     assert!(methods.len() >= 8, "{methods:?}");
     for (iface, method, ins) in &methods {
         let args: Vec<String> = ins
             .iter()
-            .map(|t| match (method.as_str(), t.as_str()) {
+            .enumerate()
+            .map(|(i, t)| match (method.as_str(), t.as_str()) {
+                ("ListSlices", "x") => ["0", "86400"][i].to_string(),
+                ("SetSchedule", "s") => ["t", "[]"][i].to_string(),
                 ("WhyNot" | "SubmitWorker", "s") => shared_spec("probe", "1"),
                 ("GetWorker" | "StopWorker", "s") => "w".to_string(),
+                ("GetSchedule", "s") => "t".to_string(),
                 (_, "s") => "x".to_string(),
                 (_, "u") => "0".to_string(),
                 (m, t) => panic!("{m}: add a probe value for type {t}"),

@@ -1,9 +1,9 @@
 //! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
 
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
-use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd};
+use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand};
 use astraeusd::quantity::Amount;
-use astraeusd::service::{GpuRow, SharersReply, WhyNotReply, WorkerRow};
+use astraeusd::service::{GpuRow, SharersReply, SliceRow, WhyNotReply, WorkerRow};
 use clap::Parser;
 use serde_json::json;
 use std::io::Read;
@@ -262,8 +262,87 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
         }
+        Cmd::Schedule(ScheduleCommand::Set { template, file }) => {
+            let actions = read_spec(&file)?;
+            c.call::<_, ()>("SetSchedule", &(template.as_str(), actions.as_str()))
+                .await?;
+            if args.json {
+                println!("{}", json!({"set": template}));
+            } else {
+                println!("schedule of {template} set");
+            }
+        }
+        Cmd::Schedule(ScheduleCommand::Show { template }) => {
+            let actions: String = c.call("GetSchedule", &(template.as_str(),)).await?;
+            let v: serde_json::Value = serde_json::from_str(&actions).map_err(|e| e.to_string())?;
+            println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        }
+        Cmd::Slices { next, from, to } => {
+            let zone: String = c.manager_property("TimeZone").await?;
+            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let (from, to, limit) = match (from, to, next) {
+                (Some(f), Some(t), _) => {
+                    (when(&f, &tz, "--from")?, when(&t, &tz, "--to")?, usize::MAX)
+                }
+                (_, _, n) => {
+                    let now = jiff::Timestamp::now().as_second();
+                    (now, now + 400 * 86_400, n.unwrap_or(10))
+                }
+            };
+            let rows: Vec<SliceRow> = c.call("ListSlices", &(from, to)).await?;
+            let rows: Vec<SliceRow> = rows.into_iter().take(limit).collect();
+            if args.json {
+                let j: Vec<_> = rows
+                    .iter()
+                    .map(
+                        |(t, s, e, by)| json!({"template": t, "start": s, "end": e, "ends_by": by}),
+                    )
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+                return Ok(());
+            }
+            let local = |secs: i64| {
+                jiff::Timestamp::from_second(secs)
+                    .map(|t| {
+                        t.to_zoned(tz.clone())
+                            .strftime("%a %Y-%m-%d %H:%M")
+                            .to_string()
+                    })
+                    .unwrap_or_else(|_| secs.to_string())
+            };
+            let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(8).max(8);
+            println!("times in {zone}");
+            println!(
+                "{:<w$}  {:<20}  {:<20}  ENDS BY",
+                "TEMPLATE", "START", "END"
+            );
+            for (t, s, e, by) in rows {
+                let by = by.replace("handoff:", "handoff to ");
+                println!("{t:<w$}  {:<20}  {:<20}  {by}", local(s), local(e));
+            }
+        }
     }
     Ok(())
+}
+
+/// A time given on the command line: epoch seconds, or a date / date-time in `tz`.
+fn when(text: &str, tz: &jiff::tz::TimeZone, flag: &str) -> Result<i64, String> {
+    if let Ok(secs) = text.parse::<i64>() {
+        return Ok(secs);
+    }
+    let civil: jiff::civil::DateTime = text
+        .parse::<jiff::civil::DateTime>()
+        .or_else(|_| {
+            text.parse::<jiff::civil::Date>()
+                .map(|d| d.to_datetime(jiff::civil::Time::midnight()))
+        })
+        .map_err(|_| {
+            format!("{flag}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM or epoch seconds, got {text:?}")
+        })?;
+    civil
+        .to_zoned(tz.clone())
+        .map(|z| z.timestamp().as_second())
+        .map_err(|e| format!("{flag}: {e}"))
 }
 
 fn main() -> ExitCode {

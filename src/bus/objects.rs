@@ -7,7 +7,7 @@
 //! the interface's write lock while a handler awaited the loop would deadlock.
 
 use super::{worker_path, BusError, Loop};
-use crate::service::{Command, GpuRow, WorkerRow};
+use crate::service::{Command, GpuRow, SliceRow, WorkerRow};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -42,6 +42,8 @@ pub struct Manager {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ManagerView {
     pub machine: String,
+    /// The zone schedules are computed in (IANA name).
+    pub time_zone: String,
     pub wsl: bool,
     pub running: u32,
     pub pending: u32,
@@ -125,6 +127,46 @@ impl Manager {
             .await??)
     }
 
+    /// Sets a template's scheduled actions (JSON list; `[]` removes them).
+    /// Atomic: a refused schedule leaves the old one in place. Root only.
+    async fn set_schedule(
+        &self,
+        template: String,
+        actions: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        Ok(self
+            .lp
+            .ask(|reply| Command::SetSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// A template's scheduled actions as JSON (+N resolved to epoch seconds).
+    #[zbus(out_args("actions"))]
+    async fn get_schedule(&self, template: String) -> Result<String, BusError> {
+        Ok(self
+            .lp
+            .ask(|reply| Command::GetSchedule { template, reply })
+            .await??)
+    }
+
+    /// Who owns the GPU baseboard in [from, to) (epoch seconds):
+    /// (template, start, end, ends by: poweroff | poweroff-hard | handoff:<template> | open)
+    #[zbus(out_args("slices"))]
+    async fn list_slices(&self, from: i64, to: i64) -> Result<Vec<SliceRow>, BusError> {
+        Ok(self
+            .lp
+            .ask(|reply| Command::ListSlices { from, to, reply })
+            .await??)
+    }
+
     #[zbus(signal)]
     pub async fn worker_new(
         emitter: &SignalEmitter<'_>,
@@ -142,6 +184,11 @@ impl Manager {
     #[zbus(property)]
     async fn machine(&self) -> String {
         self.view.read().machine.clone()
+    }
+    /// The zone schedules and slices are computed in.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn time_zone(&self) -> String {
+        self.view.read().time_zone.clone()
     }
     #[zbus(property)]
     async fn wsl(&self) -> bool {
