@@ -15,6 +15,22 @@ pub struct Config {
     pub access: Access,
     pub inventory: Inventory,
     pub schedule: ScheduleConfig,
+    pub usage: UsageConfig,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageConfig {
+    /// Energy and utilisation samples are closed into a ledger row this often.
+    pub interval_seconds: u64,
+}
+
+impl Default for UsageConfig {
+    fn default() -> UsageConfig {
+        UsageConfig {
+            interval_seconds: 60,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -22,3 +22,4 @@ pub mod schedule;
 pub mod service;
 pub mod slices;
 pub mod store;
+pub mod usage;

@@ -124,6 +124,7 @@ async fn run(args: Args) -> Result<(), Error> {
             tz: config.time_zone()?,
             buffer: std::time::Duration::from_secs(config.schedule.handoff_buffer_seconds),
         },
+        std::time::Duration::from_secs(config.usage.interval_seconds.max(1)),
     )
     .await?;
     // The name last: once it is owned, every object is already there.

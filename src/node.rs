@@ -446,6 +446,11 @@ impl Node {
         Ok(())
     }
 
+    /// Closed energy / utilisation intervals go to the ledger for the usage report.
+    pub fn record_usage(&mut self, rows: &[crate::usage::Interval]) -> Result<()> {
+        self.store.insert_intervals(rows)
+    }
+
     pub fn schedule(&self, template: &str) -> Option<&[ScheduledAction]> {
         self.schedules.get(template).map(Vec::as_slice)
     }

@@ -15,6 +15,7 @@ use crate::journal;
 use crate::node::{Changes, Node, Rotation, Worker};
 use crate::placement::{self, Gpu};
 use crate::slices::SliceEnd;
+use crate::usage::Sampler;
 use sd_notify::NotifyState;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -88,6 +89,9 @@ pub struct SliceRules {
     pub buffer: Duration,
 }
 
+/// Samples kept per GPU in memory (an hour at the default 2 s refresh).
+const SAMPLES_KEPT: usize = 1800;
+
 /// How far ahead a new schedule is checked for conflicts.
 const SCHEDULE_HORIZON_DAYS: i64 = 400;
 /// The longest window ListSlices answers for.
@@ -111,6 +115,7 @@ pub struct Service {
     /// GPU objects currently on the bus, by index.
     gpu_objects: BTreeSet<u32>,
     slice_rules: SliceRules,
+    sampler: Sampler,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
@@ -239,6 +244,7 @@ impl Service {
         machine_name: Option<String>,
         group: String,
         slice_rules: SliceRules,
+        usage_interval: Duration,
     ) -> Result<Service> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let lp = Loop { tx, group };
@@ -293,6 +299,7 @@ impl Service {
             machine_name,
             gpu_objects,
             slice_rules,
+            sampler: Sampler::new(usage_interval.as_millis() as i64, SAMPLES_KEPT),
         })
     }
 
@@ -323,6 +330,7 @@ impl Service {
                     if self.source.changed() {
                         self.reread("the inventory changed").await;
                     }
+                    self.sample();
                 }
                 _ = hup.recv() => self.reread("SIGHUP").await,
                 _ = ping.tick(), if watchdog.is_some() => {
@@ -340,6 +348,18 @@ impl Service {
         Ok(())
     }
 
+    /// Keeps this refresh's energy and utilisation readings; closed intervals go to the ledger.
+    fn sample(&mut self) {
+        let rows = self
+            .sampler
+            .record(crate::store::now_ms(), &self.node.machine().gpus);
+        if !rows.is_empty() {
+            if let Err(e) = self.node.record_usage(&rows) {
+                tracing::error!("recording GPU usage intervals failed: {e}");
+            }
+        }
+    }
+
     async fn reread(&mut self, why: &str) {
         match self.source.read(&self.node.own()) {
             Ok(mut machine) => {
@@ -348,7 +368,7 @@ impl Service {
                 }
                 match self.node.set_machine(machine) {
                     Ok(changes) => {
-                        tracing::info!("re-read the machine ({why})");
+                        tracing::debug!("re-read the machine ({why})");
                         self.publish(&changes).await;
                     }
                     Err(e) => tracing::error!("applying the new inventory failed: {e}"),

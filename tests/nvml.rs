@@ -443,3 +443,45 @@ fn without_nvml_the_daemon_says_what_it_tried_and_exits() {
     );
     drop(d);
 }
+
+#[test]
+fn energy_and_utilisation_intervals_reach_the_ledger() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let write = |energy: u64| {
+        let text = format!(
+            "gpu uuid=GPU-4060 name=RTX total={} used=0 reserved=0 bus=00000000:01:00.0 power=60000 energy={energy} util=40 fail=0 pending=0\n",
+            8 * GB
+        );
+        std::fs::write(fx.with_extension("tmp"), text).unwrap();
+        std::fs::rename(fx.with_extension("tmp"), &fx).unwrap();
+    };
+    write(1_000);
+    let bus = Bus::session();
+    let d = start(
+        &bus,
+        dir.path(),
+        &fake_lib(false),
+        &fx,
+        "[usage]\ninterval_seconds = 1\n",
+    );
+    // The counter advances 60 J every 0.2 s (300 W).
+    for k in 1..=15u64 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        write(1_000 + k * 60_000);
+    }
+    let db = rusqlite::Connection::open(d.state.join("ledger.db")).unwrap();
+    let (rows, energy, util): (i64, i64, Option<i64>) = db
+        .query_row(
+            "SELECT count(*), sum(energy_mj), max(utilization_pct) FROM gpu_intervals WHERE gpu_uuid = 'GPU-4060'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert!(rows >= 1, "no interval recorded");
+    assert!(
+        energy > 0 && energy % 60_000 == 0,
+        "energy {energy} mJ is not a sum of counter steps"
+    );
+    assert_eq!(util, Some(40));
+}

@@ -52,6 +52,18 @@ CREATE TABLE schedules (
     set_ms    INTEGER NOT NULL
 );
 "#,
+    r#"
+-- Per-GPU energy and utilisation, one row per closed interval.
+CREATE TABLE gpu_intervals (
+    gpu_uuid         TEXT NOT NULL,
+    from_ms          INTEGER NOT NULL,
+    to_ms            INTEGER NOT NULL,
+    energy_mj        INTEGER NOT NULL,
+    utilization_pct  INTEGER,
+    samples          INTEGER NOT NULL,
+    PRIMARY KEY (gpu_uuid, from_ms)
+);
+"#,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,6 +342,28 @@ impl Store {
             "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'schedule', ?2)",
             params![at_ms, template],
         )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Closed sampling intervals, all in one transaction.
+    pub fn insert_intervals(&mut self, rows: &[crate::usage::Interval]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        for r in rows {
+            tx.execute(
+                "INSERT OR REPLACE INTO gpu_intervals
+                 (gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct, samples)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    r.gpu_uuid,
+                    r.from_ms,
+                    r.to_ms,
+                    r.energy_mj as i64,
+                    r.utilization_pct,
+                    r.samples
+                ],
+            )?;
+        }
         tx.commit()?;
         Ok(())
     }
