@@ -8,7 +8,7 @@ use astraeusd::error::Error;
 use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
 use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
-use astraeusd::service::{Service, SliceRules};
+use astraeusd::service::{Service, Settings, SliceRules};
 use astraeusd::store::Store;
 use clap::Parser;
 use sd_notify::NotifyState;
@@ -113,20 +113,17 @@ async fn run(args: Args) -> Result<(), Error> {
         .build()
         .await
         .map_err(|e| Error::Backend(format!("connecting to the bus: {e}")))?;
-    let service = Service::register(
-        node,
-        source,
-        conn.clone(),
-        config.refresh(),
-        config.machine.clone(),
-        config.access.group.clone(),
-        SliceRules {
+    let settings = Settings {
+        refresh: config.refresh(),
+        machine_name: config.machine.clone(),
+        group: config.access.group.clone(),
+        slice_rules: SliceRules {
             tz: config.time_zone()?,
             buffer: std::time::Duration::from_secs(config.schedule.handoff_buffer_seconds),
         },
-        std::time::Duration::from_secs(config.usage.interval_seconds.max(1)),
-    )
-    .await?;
+        usage_interval: std::time::Duration::from_secs(config.usage.interval_seconds.max(1)),
+    };
+    let service = Service::register(node, source, conn.clone(), settings).await?;
     // The name last: once it is owned, every object is already there.
     conn.request_name_with_flags(BUS_NAME, zbus::fdo::RequestNameFlags::DO_NOT_QUEUE)
         .await

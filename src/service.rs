@@ -89,6 +89,18 @@ pub struct SliceRules {
     pub buffer: Duration,
 }
 
+/// What the loop takes from the configuration.
+pub struct Settings {
+    pub refresh: Duration,
+    /// The machine name from config, overriding the source's.
+    pub machine_name: Option<String>,
+    /// Members (and root) may submit and stop workers.
+    pub group: String,
+    pub slice_rules: SliceRules,
+    /// Energy and utilisation samples are closed into a ledger row this often.
+    pub usage_interval: Duration,
+}
+
 /// Samples kept per GPU in memory (an hour at the default 2 s refresh).
 const SAMPLES_KEPT: usize = 1800;
 
@@ -240,13 +252,16 @@ impl Service {
         node: Node,
         source: Box<dyn GpuSource>,
         conn: Connection,
-        refresh: Duration,
-        machine_name: Option<String>,
-        group: String,
-        slice_rules: SliceRules,
-        usage_interval: Duration,
+        settings: Settings,
     ) -> Result<Service> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let Settings {
+            refresh,
+            machine_name,
+            group,
+            slice_rules,
+            usage_interval,
+        } = settings;
         let lp = Loop { tx, group };
         let server = conn.object_server();
         let bus_err = |e: zbus::Error| Error::Backend(format!("D-Bus: {e}"));
