@@ -451,6 +451,14 @@ impl Node {
         self.store.insert_intervals(rows)
     }
 
+    /// Every template's actions, by template name.
+    pub fn rotation(&self) -> Vec<(String, Vec<ScheduledAction>)> {
+        self.schedules
+            .iter()
+            .map(|(t, a)| (t.clone(), a.clone()))
+            .collect()
+    }
+
     pub fn schedule(&self, template: &str) -> Option<&[ScheduledAction]> {
         self.schedules.get(template).map(Vec::as_slice)
     }
@@ -462,12 +470,7 @@ impl Node {
         to: jiff::Timestamp,
         tz: &jiff::tz::TimeZone,
     ) -> Vec<slices::Slice> {
-        let all: Vec<(String, Vec<ScheduledAction>)> = self
-            .schedules
-            .iter()
-            .map(|(t, a)| (t.clone(), a.clone()))
-            .collect();
-        slices::timeline(&all, from, to, tz)
+        slices::timeline(&self.rotation(), from, to, tz)
     }
 
     /// GPU mode by index, for the bus and CLI.

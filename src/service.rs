@@ -5,9 +5,10 @@
 
 use crate::auth::Caller;
 use crate::bus::objects::{
-    GpuObject, GpuView, Manager, ManagerSignals, ManagerView, Shared, WorkerObject, WorkerView,
+    GpuObject, GpuView, Manager, ManagerSignals, ManagerView, RotationView, Shared, TemplateObject,
+    WorkerObject, WorkerView,
 };
-use crate::bus::{gpu_path, worker_path, Loop};
+use crate::bus::{gpu_path, template_path, worker_path, Loop};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
@@ -128,6 +129,8 @@ pub struct Service {
     gpu_objects: BTreeSet<u32>,
     slice_rules: SliceRules,
     sampler: Sampler,
+    /// What template objects compute their slices from.
+    rotation: Shared<RotationView>,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
@@ -304,6 +307,22 @@ impl Service {
                 .await
                 .map_err(bus_err)?;
         }
+        let rotation = Shared::new(RotationView {
+            templates: node.rotation(),
+            tz: slice_rules.tz.clone(),
+        });
+        for (name, _) in node.rotation() {
+            server
+                .at(
+                    template_path(&name),
+                    TemplateObject {
+                        name: name.clone(),
+                        rotation: rotation.clone(),
+                    },
+                )
+                .await
+                .map_err(bus_err)?;
+        }
         Ok(Service {
             node,
             source,
@@ -315,6 +334,7 @@ impl Service {
             gpu_objects,
             slice_rules,
             sampler: Sampler::new(usage_interval.as_millis() as i64, SAMPLES_KEPT),
+            rotation,
         })
     }
 
@@ -529,6 +549,9 @@ impl Service {
                 };
                 if r.is_ok() {
                     tracing::info!(template = %template, "schedule of {template} set");
+                    if let Err(e) = self.publish_rotation().await {
+                        tracing::error!("updating template objects failed: {e}");
+                    }
                 }
                 let _ = reply.send(r);
             }
@@ -701,6 +724,35 @@ impl Service {
             log_state(w);
         }
         obj.emit_changes(&old, iface.signal_emitter()).await
+    }
+}
+
+impl Service {
+    /// Template objects follow the schedules: one per template that has one.
+    async fn publish_rotation(&mut self) -> zbus::Result<()> {
+        let templates = self.node.rotation();
+        let old = self.rotation.replace(RotationView {
+            templates: templates.clone(),
+            tz: self.slice_rules.tz.clone(),
+        });
+        let server = self.conn.object_server();
+        for (name, _) in &old.templates {
+            if !templates.iter().any(|(t, _)| t == name) {
+                server
+                    .remove::<TemplateObject, _>(template_path(name).as_str())
+                    .await?;
+            }
+        }
+        for (name, _) in &templates {
+            if !old.templates.iter().any(|(t, _)| t == name) {
+                let obj = TemplateObject {
+                    name: name.clone(),
+                    rotation: self.rotation.clone(),
+                };
+                server.at(template_path(name), obj).await?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -355,6 +355,13 @@ fn introspection_of_the_live_daemon_matches_the_committed_xml() {
     let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
     let a = &bus.address;
     manager(a, None, "SubmitWorker", &["s", r#"{"name":"w.1"}"#]);
+    let o = manager(
+        a,
+        None,
+        "SetSchedule",
+        &["ss", "t", r#"[{"action":"resume","time":"+3600"}]"#],
+    );
+    assert!(o.ok, "{}", o.stderr);
     let tree = busctl(a, &["tree", "--list", "org.astraeus.Node1"]).stdout;
     let mut live = Vec::new();
     for path in tree.lines() {
@@ -384,7 +391,7 @@ fn introspection_of_the_live_daemon_matches_the_committed_xml() {
         interface_blocks(&committed),
         "dbus/org.astraeus.Node1.xml differs from the live daemon: run scripts/introspect-xml"
     );
-    assert_eq!(live.len(), 3);
+    assert_eq!(live.len(), 4, "Manager, Gpu, Worker and Template");
 }
 
 #[test]

@@ -64,6 +64,7 @@ fn object_for(iface: &str) -> &'static str {
         "org.astraeus.Node1.Manager" => "/org/astraeus/Node1",
         "org.astraeus.Node1.Gpu" => "/org/astraeus/Node1/gpu/0",
         "org.astraeus.Node1.Worker" => "/org/astraeus/Node1/worker/w",
+        "org.astraeus.Node1.Template" => "/org/astraeus/Node1/template/t",
         other => panic!("no test object for interface {other}: add one"),
     }
 }

@@ -2,16 +2,33 @@
 
 mod common;
 use common::*;
-use jiff::civil::date;
 use jiff::tz::TimeZone;
 
-fn berlin_epoch(y: i16, m: i8, d: i8, h: i8) -> i64 {
-    date(y, m, d)
+/// A Monday at least 30 days from now, so the test never ages.
+fn monday() -> jiff::civil::Date {
+    let mut d = jiff::Zoned::now().date() + jiff::Span::new().days(30);
+    while d.weekday() != jiff::civil::Weekday::Monday {
+        d = d.tomorrow().unwrap();
+    }
+    d
+}
+
+/// Epoch seconds of `days` after that Monday at `h`:00 in Berlin.
+fn berlin(days: i64, h: i8) -> i64 {
+    (monday() + jiff::Span::new().days(days))
         .at(h, 0, 0, 0)
         .to_zoned(TimeZone::get("Europe/Berlin").unwrap())
         .unwrap()
         .timestamp()
         .as_second()
+}
+
+fn local(days: i64, h: i8) -> String {
+    jiff::Timestamp::from_second(berlin(days, h))
+        .unwrap()
+        .to_zoned(TimeZone::get("Europe/Berlin").unwrap())
+        .strftime("%a %Y-%m-%d %H:%M")
+        .to_string()
 }
 
 #[test]
@@ -28,9 +45,9 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     let d = Daemon::start(&bus, dir.path(), &sim, &[]);
     let a = &bus.address;
 
-    // Mon 2027-03-01 is a Monday. A: Mon/Wed/Fri 09-17; B: Tue/Thu 09-17.
-    let nine = berlin_epoch(2027, 3, 1, 9);
-    let five = berlin_epoch(2027, 3, 1, 17);
+    // A: Mon/Wed/Fri 09-17; B: Tue/Thu 09-17.
+    let nine = berlin(0, 9);
+    let five = berlin(0, 17);
     let rot = |days: &str| {
         format!(
             r#"[{{"action":"resume","time":{nine},"repeat":0,"days":"{days}","end_type":0}},
@@ -49,26 +66,22 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
         a,
         None,
         "ListSlices",
-        &[
-            "xx",
-            &nine.to_string(),
-            &berlin_epoch(2027, 3, 6, 0).to_string(),
-        ],
+        &["xx", &nine.to_string(), &berlin(5, 0).to_string()],
     );
     assert_eq!(
         o.stdout.trim(),
         format!(
             r#"a(sxxs) 5 "alpha" {} {} "poweroff" "beta" {} {} "poweroff" "alpha" {} {} "poweroff" "beta" {} {} "poweroff" "alpha" {} {} "poweroff""#,
-            berlin_epoch(2027, 3, 1, 9),
-            berlin_epoch(2027, 3, 1, 17),
-            berlin_epoch(2027, 3, 2, 9),
-            berlin_epoch(2027, 3, 2, 17),
-            berlin_epoch(2027, 3, 3, 9),
-            berlin_epoch(2027, 3, 3, 17),
-            berlin_epoch(2027, 3, 4, 9),
-            berlin_epoch(2027, 3, 4, 17),
-            berlin_epoch(2027, 3, 5, 9),
-            berlin_epoch(2027, 3, 5, 17),
+            berlin(0, 9),
+            berlin(0, 17),
+            berlin(1, 9),
+            berlin(1, 17),
+            berlin(2, 9),
+            berlin(2, 17),
+            berlin(3, 9),
+            berlin(3, 17),
+            berlin(4, 9),
+            berlin(4, 17),
         )
     );
 
@@ -93,8 +106,8 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     // beta at noon on Mondays: inside alpha's slice, which means to power off by itself at 17:00.
     let noon = format!(
         r#"[{{"action":"resume","time":{},"repeat":0,"days":"1"}},{{"action":"poweroff","time":{},"repeat":0,"days":"1"}}]"#,
-        berlin_epoch(2027, 3, 1, 12),
-        berlin_epoch(2027, 3, 1, 13)
+        berlin(0, 12),
+        berlin(0, 13)
     );
     let o = gdbus(
         a,
@@ -113,7 +126,8 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
         o.stderr
     );
     assert!(
-        o.stderr.contains("at Mon 2027-03-01 12:00 Europe/Berlin"),
+        o.stderr
+            .contains(&format!("at {} Europe/Berlin", local(0, 12))),
         "{}",
         o.stderr
     );
@@ -146,17 +160,36 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     assert!(o.stderr.contains("to: must be after from"), "{}", o.stderr);
 
     // astraeusctl shows the table in the daemon's zone, with the zone named.
-    let o = ctl(
+    let day = |d: i64| (monday() + jiff::Span::new().days(d)).to_string();
+    let o = ctl(a, None, &["slices", "--from", &day(0), "--to", &day(2)]);
+    assert_eq!(
+        o.stdout,
+        format!(
+            "times in Europe/Berlin\n\
+             TEMPLATE  START                 END                   ENDS BY\n\
+             alpha     {}  {}  poweroff\n\
+             beta      {}  {}  poweroff\n",
+            local(0, 9),
+            local(0, 17),
+            local(1, 9),
+            local(1, 17)
+        )
+    );
+    // Each template is an object whose NextSlice is its next slice from now.
+    let o = busctl(
         a,
-        None,
-        &["slices", "--from", "2027-03-01", "--to", "2027-03-03"],
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/template/alpha",
+            "org.astraeus.Node1.Template",
+            "NextSlice",
+            "ActiveSlice",
+        ],
     );
     assert_eq!(
         o.stdout,
-        "times in Europe/Berlin\n\
-         TEMPLATE  START                 END                   ENDS BY\n\
-         alpha     Mon 2027-03-01 09:00  Mon 2027-03-01 17:00  poweroff\n\
-         beta      Tue 2027-03-02 09:00  Tue 2027-03-02 17:00  poweroff\n"
+        format!("(xxs) {nine} {five} \"poweroff\"\n(xxs) 0 0 \"\"\n")
     );
 
     // Kept in the ledger across a restart.
@@ -166,6 +199,28 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
         .stdout
         .contains(r#"\"days\":\"1,3,5\""#));
     // [] removes a schedule.
+    assert!(
+        busctl(
+            a,
+            &[
+                "introspect",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/template/beta"
+            ]
+        )
+        .ok
+    );
     assert!(manager(a, None, "SetSchedule", &["ss", "beta", "[]"]).ok);
     assert!(!manager(a, None, "GetSchedule", &["s", "beta"]).ok);
+    assert!(
+        !busctl(
+            a,
+            &[
+                "introspect",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/template/beta"
+            ]
+        )
+        .ok
+    );
 }

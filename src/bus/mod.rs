@@ -63,6 +63,10 @@ pub fn worker_path(name: &str) -> String {
     format!("{BASE_PATH}/worker/{}", escape_label(name))
 }
 
+pub fn template_path(name: &str) -> String {
+    format!("{BASE_PATH}/template/{}", escape_label(name))
+}
+
 pub fn gpu_path(index: u32) -> String {
     format!("{BASE_PATH}/gpu/{index}")
 }

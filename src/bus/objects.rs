@@ -491,3 +491,70 @@ impl WorkerObject {
         Ok(())
     }
 }
+
+/// Every template's actions and the zone: what a template object computes its
+/// slices from, replaced by the loop whenever a schedule changes.
+#[derive(Clone, Debug)]
+pub struct RotationView {
+    pub templates: Vec<(String, Vec<crate::schedule::ScheduledAction>)>,
+    pub tz: jiff::tz::TimeZone,
+}
+
+/// (start, end, ends by) of a slice; (0, 0, "") when there is none.
+pub type SliceTriple = (i64, i64, String);
+
+pub struct TemplateObject {
+    pub name: String,
+    pub rotation: Shared<RotationView>,
+}
+
+impl TemplateObject {
+    /// (active, next) slice of this template, computed for `now` over a year.
+    fn slices_now(&self) -> (SliceTriple, SliceTriple) {
+        let r = self.rotation.read().clone();
+        let now = jiff::Timestamp::now();
+        let until = now
+            .checked_add(jiff::SignedDuration::from_hours(24 * 400))
+            .unwrap_or(jiff::Timestamp::MAX);
+        let none = || (0, 0, String::new());
+        let mut active = none();
+        let mut next = none();
+        for s in crate::slices::timeline(&r.templates, now, until, &r.tz) {
+            if s.template != self.name {
+                continue;
+            }
+            let ends = match &s.ends_by {
+                crate::slices::SliceEnd::Poweroff => "poweroff".to_string(),
+                crate::slices::SliceEnd::PoweroffHard => "poweroff-hard".to_string(),
+                crate::slices::SliceEnd::Handoff { to } => format!("handoff:{to}"),
+                crate::slices::SliceEnd::Open => "open".to_string(),
+            };
+            let triple = (s.start.as_second(), s.end.as_second(), ends);
+            if s.start <= now && active.0 == 0 {
+                active = triple;
+            } else if s.start > now {
+                next = triple;
+                break;
+            }
+        }
+        (active, next)
+    }
+}
+
+#[interface(name = "org.astraeus.Node1.Template", introspection_docs = false)]
+impl TemplateObject {
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn name(&self) -> String {
+        self.name.clone()
+    }
+    /// The slice running now: (start, end, ends by), or (0, 0, "") — changes with time: read it.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn active_slice(&self) -> SliceTriple {
+        self.slices_now().0
+    }
+    /// The next slice to start: (start, end, ends by), or (0, 0, "").
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn next_slice(&self) -> SliceTriple {
+        self.slices_now().1
+    }
+}
