@@ -16,6 +16,28 @@ pub struct Config {
     pub inventory: Inventory,
     pub schedule: ScheduleConfig,
     pub usage: UsageConfig,
+    pub runtime: RuntimeConfig,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Podman's API socket (podman.socket / `podman system service`).
+    pub podman_socket: std::path::PathBuf,
+    /// The CDI device a container gets for each of its GPUs; `{uuid}` is replaced.
+    pub cdi_device: String,
+    /// StopWorker stops gracefully, then forces after this long.
+    pub stop_timeout_seconds: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> RuntimeConfig {
+        RuntimeConfig {
+            podman_socket: "/run/podman/podman.sock".into(),
+            cdi_device: "nvidia.com/gpu={uuid}".into(),
+            stop_timeout_seconds: 10,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -56,6 +78,9 @@ impl Default for ScheduleConfig {
 pub struct Access {
     /// Members of this group (and root) may submit and stop workers.
     pub group: String,
+    /// Let members run containers too. A container can mount the host and
+    /// run as root in it: membership then equals root (like the docker group).
+    pub containers_for_group: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -77,6 +102,7 @@ impl Default for Access {
     fn default() -> Access {
         Access {
             group: "astraeus".into(),
+            containers_for_group: false,
         }
     }
 }

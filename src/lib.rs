@@ -18,6 +18,7 @@ pub mod node;
 pub mod placement;
 pub mod quantity;
 pub mod request;
+pub mod runtime;
 pub mod schedule;
 pub mod service;
 pub mod slices;

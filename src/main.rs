@@ -8,6 +8,7 @@ use astraeusd::error::Error;
 use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
 use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
+use astraeusd::runtime::podman::Podman;
 use astraeusd::service::{Service, Settings, SliceRules};
 use astraeusd::store::Store;
 use clap::Parser;
@@ -122,6 +123,12 @@ async fn run(args: Args) -> Result<(), Error> {
             buffer: std::time::Duration::from_secs(config.schedule.handoff_buffer_seconds),
         },
         usage_interval: std::time::Duration::from_secs(config.usage.interval_seconds.max(1)),
+        containers: Some(std::sync::Arc::new(Podman {
+            socket: config.runtime.podman_socket.clone(),
+            cdi_device: config.runtime.cdi_device.clone(),
+        })),
+        stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
+        containers_for_group: config.access.containers_for_group,
     };
     let service = Service::register(node, source, conn.clone(), settings).await?;
     // The name last: once it is owned, every object is already there.

@@ -37,9 +37,60 @@ pub struct Worker {
     pub holders: Vec<u32>,
     pub submitted_ms: i64,
     pub status: Status,
+    /// For workers with a `run`: where its workload is in its life.
+    pub phase: Phase,
+    /// The runtime's id of its workload (container id), once launched.
+    pub runtime_id: Option<String>,
+}
+
+/// A placed worker's workload: a reservation is simply `Held`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Held,
+    Starting,
+    Running,
+    Stopping,
 }
 
 impl Worker {
+    /// pending, starting, running or stopping — the State a person sees.
+    pub fn state(&self) -> &'static str {
+        match (&self.status, self.phase) {
+            (Status::Pending { .. }, _) => "pending",
+            (_, Phase::Starting) => "starting",
+            (_, Phase::Stopping) => "stopping",
+            _ => "running",
+        }
+    }
+
+    /// Whether the daemon launches a workload for it (containers, for now).
+    pub fn launches(&self) -> bool {
+        matches!(self.spec.run, Some(crate::request::Run::Container { .. }))
+    }
+
+    /// What its runtime needs to start it.
+    pub fn launch(&self, machine: &Machine) -> Option<crate::runtime::Launch> {
+        let run = self.spec.run.clone()?;
+        let grants = self.grants();
+        let gpu_memory_gb = match self.spec.shared_gb() {
+            Some(share) => Some(share.to_string()),
+            None => grants
+                .iter()
+                .filter_map(|g| machine.gpus.iter().find(|m| m.uuid == g.gpu_uuid))
+                .map(|g| g.total)
+                .min()
+                .map(|t| t.to_string()),
+        };
+        Some(crate::runtime::Launch {
+            worker: self.name().to_string(),
+            run,
+            gpu_uuids: grants.iter().map(|g| g.gpu_uuid.clone()).collect(),
+            gpu_memory_gb,
+            cpu_cores: self.spec.resources.cpu_cores,
+            memory_bytes: self.spec.resources.memory_bytes,
+        })
+    }
+
     pub fn name(&self) -> &str {
         &self.spec.name
     }
@@ -67,6 +118,8 @@ pub struct Changes {
     /// GPUs (by index) whose use or inventory changed.
     pub gpus: Vec<u32>,
     pub machine_changed: bool,
+    /// Workers placed by this operation (their workloads are to be launched).
+    pub placed: Vec<String>,
 }
 
 /// The rules a rotation is checked against, and the moment it is set.
@@ -145,6 +198,8 @@ impl Node {
                     holders: row.holders,
                     submitted_ms: row.submitted_ms,
                     status,
+                    phase: Phase::Held,
+                    runtime_id: row.runtime_id,
                 },
             );
         }
@@ -209,6 +264,7 @@ impl Node {
             Ok(grants) => {
                 self.book.add(&name, &spec.resources, &grants);
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
+                changes.placed.push(name.clone());
                 Status::Running { grants }
             }
             Err(reasons) => {
@@ -226,6 +282,8 @@ impl Node {
                 holders,
                 submitted_ms: at,
                 status,
+                phase: Phase::Held,
+                runtime_id: None,
             },
         );
         Ok((name, changes))
@@ -234,6 +292,12 @@ impl Node {
     /// Stops a worker; its share frees and pending workers are re-examined.
     /// A caller other than root may stop only its own workers.
     pub fn stop(&mut self, name: &str, caller_uid: u32) -> Result<Changes> {
+        self.check_stop(name, caller_uid)?;
+        self.end(name, None, "stopped")
+    }
+
+    /// Whether `caller_uid` may stop the worker: its owner or root.
+    pub fn check_stop(&self, name: &str, caller_uid: u32) -> Result<&Worker> {
         let w = self
             .workers
             .get(name)
@@ -244,7 +308,17 @@ impl Node {
                 w.owner_uid
             )));
         }
-        self.store.stop_worker(w.id, now_ms())?;
+        Ok(w)
+    }
+
+    /// A worker ends (stopped, exited, failed): the ledger records how, its
+    /// share frees and pending workers are re-examined.
+    pub fn end(&mut self, name: &str, exit_status: Option<i32>, reason: &str) -> Result<Changes> {
+        let w = self
+            .workers
+            .get(name)
+            .ok_or_else(|| Error::NotFound(format!("no live worker named {name}")))?;
+        self.store.end_worker(w.id, now_ms(), exit_status, reason)?;
         let w = self.workers.remove(name).expect("checked above");
         let mut changes = Changes {
             removed: vec![name.to_string()],
@@ -308,6 +382,7 @@ impl Node {
                     changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
                     w.status = Status::Running { grants };
                     self.pending.remove(&id);
+                    changes.placed.push(name.clone());
                     changes.updated.push(name);
                 }
                 Err(reasons) => {
@@ -444,6 +519,29 @@ impl Node {
             self.schedules.insert(template.to_string(), actions);
         }
         Ok(())
+    }
+
+    /// A launched worker's runtime id, recorded before it counts as running.
+    pub fn set_launched(&mut self, name: &str, runtime_id: &str) -> Result<()> {
+        let Some(w) = self.workers.get(name) else {
+            return Err(Error::NotFound(format!("no live worker named {name}")));
+        };
+        if w.runtime_id.as_deref() != Some(runtime_id) {
+            self.store.set_runtime_id(w.id, runtime_id, now_ms())?;
+        }
+        let w = self.workers.get_mut(name).expect("checked");
+        w.runtime_id = Some(runtime_id.to_string());
+        if w.phase != Phase::Stopping {
+            w.phase = Phase::Running;
+        }
+        Ok(())
+    }
+
+    /// Where a launched worker's workload is (in memory: the ledger knows the rest).
+    pub fn set_phase(&mut self, name: &str, phase: Phase) {
+        if let Some(w) = self.workers.get_mut(name) {
+            w.phase = phase;
+        }
     }
 
     /// Closed energy / utilisation intervals go to the ledger for the usage report.

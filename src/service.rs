@@ -13,12 +13,15 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
 use crate::journal;
-use crate::node::{Changes, Node, Rotation, Worker};
+use crate::node::{Changes, Node, Phase, Rotation, Worker};
 use crate::placement::{self, Gpu};
+use crate::request::Run;
+use crate::runtime::{Exit, Runtime};
 use crate::slices::SliceEnd;
 use crate::usage::Sampler;
 use sd_notify::NotifyState;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot};
@@ -82,6 +85,17 @@ pub enum Command {
         to: i64,
         reply: Reply<Result<Vec<SliceRow>>>,
     },
+    /// From a launch task: the workload started (its runtime id) or failed.
+    Launched {
+        name: String,
+        result: Result<String>,
+    },
+    /// From a watcher: the workload ended.
+    Exited {
+        name: String,
+        id: String,
+        exit: Exit,
+    },
 }
 
 /// Time-slicing settings the loop applies to schedules.
@@ -100,6 +114,12 @@ pub struct Settings {
     pub slice_rules: SliceRules,
     /// Energy and utilisation samples are closed into a ledger row this often.
     pub usage_interval: Duration,
+    /// Podman, when configured; container workers are refused without it.
+    pub containers: Option<Arc<dyn Runtime>>,
+    /// Graceful stop, then forced after this long.
+    pub stop_timeout: Duration,
+    /// Whether members of the access group may run containers (root-equivalent).
+    pub containers_for_group: bool,
 }
 
 /// Samples kept per GPU in memory (an hour at the default 2 s refresh).
@@ -131,6 +151,9 @@ pub struct Service {
     sampler: Sampler,
     /// What template objects compute their slices from.
     rotation: Shared<RotationView>,
+    containers: Option<Arc<dyn Runtime>>,
+    stop_timeout: Duration,
+    containers_for_group: bool,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
@@ -202,7 +225,7 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
         gpu_used_gb: used_gb(node, w),
         warnings: node.worker_warnings(w),
         name: w.name().to_string(),
-        state: w.status.as_str().to_string(),
+        state: w.state().to_string(),
         owner: w.owner_uid,
         gpus: w
             .grants()
@@ -264,6 +287,9 @@ impl Service {
             group,
             slice_rules,
             usage_interval,
+            containers,
+            stop_timeout,
+            containers_for_group,
         } = settings;
         let lp = Loop { tx, group };
         let server = conn.object_server();
@@ -335,6 +361,9 @@ impl Service {
             slice_rules,
             sampler: Sampler::new(usage_interval.as_millis() as i64, SAMPLES_KEPT),
             rotation,
+            containers,
+            stop_timeout,
+            containers_for_group,
         })
     }
 
@@ -353,6 +382,7 @@ impl Service {
         // Ping at half the watchdog period; without a watchdog this never fires.
         let watchdog = sd_notify::watchdog_enabled();
         let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
+        self.reconcile().await;
         loop {
             // A test can stall exactly this loop here: the pings must stop with it.
             failpoint::hit("service.loop");
@@ -405,6 +435,7 @@ impl Service {
                     Ok(changes) => {
                         tracing::debug!("re-read the machine ({why})");
                         self.publish(&changes).await;
+                        self.launch_placed(&changes.placed).await;
                     }
                     Err(e) => tracing::error!("applying the new inventory failed: {e}"),
                 }
@@ -426,18 +457,16 @@ impl Service {
                         caller.uid, self.lp.group
                     )))
                 } else {
-                    self.node.submit(&spec, caller.uid, caller.pid)
+                    self.may_run(&spec, &caller)
+                        .and_then(|()| self.node.submit(&spec, caller.uid, caller.pid))
                 };
                 match r {
                     Ok((name, changes)) => {
                         let w = self.node.worker(&name).expect("just submitted");
-                        let out = (
-                            name.clone(),
-                            w.status.as_str().to_string(),
-                            w.reasons().to_vec(),
-                        );
+                        let out = (name.clone(), w.state().to_string(), w.reasons().to_vec());
                         self.publish(&changes).await;
                         let _ = reply.send(Ok(out));
+                        self.launch_placed(&changes.placed).await;
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -449,22 +478,31 @@ impl Service {
                 caller,
                 reply,
             } => {
-                let r = if !caller.may_mutate() {
-                    Err(Error::AccessDenied(format!(
+                if !caller.may_mutate() {
+                    let _ = reply.send(Err(Error::AccessDenied(format!(
                         "uid {} may not stop workers: only root and members of group {} may",
                         caller.uid, self.lp.group
-                    )))
-                } else {
-                    self.node.stop(&name, caller.uid)
-                };
-                match r {
-                    Ok(changes) => {
-                        self.publish(&changes).await;
-                        let _ = reply.send(Ok(()));
-                    }
+                    ))));
+                    return;
+                }
+                let launched = match self.node.check_stop(&name, caller.uid) {
                     Err(e) => {
                         let _ = reply.send(Err(e));
+                        return;
                     }
+                    Ok(w) => w.launches() && w.state() != "pending",
+                };
+                if launched {
+                    // The share frees when the runtime reports the workload gone.
+                    self.stop_workload(&name).await;
+                    let _ = reply.send(Ok(()));
+                } else {
+                    let r = self.node.stop(&name, caller.uid);
+                    if let Ok(changes) = &r {
+                        self.publish(changes).await;
+                        self.launch_placed(&changes.placed).await;
+                    }
+                    let _ = reply.send(r.map(|_| ()));
                 }
             }
             Command::GetWorker { name, reply } => {
@@ -582,6 +620,8 @@ impl Service {
                 });
                 let _ = reply.send(r);
             }
+            Command::Launched { name, result } => self.launched(name, result).await,
+            Command::Exited { name, id, exit } => self.exited(name, id, exit).await,
             Command::WhyNot { spec, reply } => {
                 let r = self.node.why_not(&spec).map(|v| match v {
                     Ok(grants) => (
@@ -753,6 +793,229 @@ impl Service {
             }
         }
         Ok(())
+    }
+}
+
+impl Service {
+    /// Containers are root-equivalent powers; units and VMs are not built yet.
+    fn may_run(&self, spec: &str, caller: &Caller) -> Result<()> {
+        // Parse errors are reported by submit itself, with their field.
+        let Ok(parsed) = crate::request::WorkerSpec::parse(spec) else {
+            return Ok(());
+        };
+        match &parsed.run {
+            Some(Run::Container { .. }) => {
+                if caller.uid != 0 && !self.containers_for_group {
+                    return Err(Error::AccessDenied(format!(
+                        "uid {}: containers are root-equivalent, so only root may run them \
+                         (access.containers_for_group extends this to group {})",
+                        caller.uid, self.lp.group
+                    )));
+                }
+                if self.containers.is_none() {
+                    return Err(Error::field(
+                        "run.container",
+                        "this daemon has no container runtime (set runtime.podman_socket)",
+                    ));
+                }
+                Ok(())
+            }
+            Some(Run::Unit { .. }) => Err(Error::field(
+                "run.unit",
+                "launching systemd units is not built yet; submit without run for a reservation",
+            )),
+            Some(Run::Vm(_)) => Err(Error::field(
+                "run.vm",
+                "launching VMs is not built yet; submit without run for a reservation",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the workloads of workers just placed, each in its own task.
+    async fn launch_placed(&mut self, placed: &[String]) {
+        for name in placed {
+            let Some(w) = self.node.worker(name) else {
+                continue;
+            };
+            if !w.launches() {
+                continue;
+            }
+            let (Some(rt), Some(launch)) = (self.containers.clone(), w.launch(self.node.machine()))
+            else {
+                continue;
+            };
+            self.node.set_phase(name, Phase::Starting);
+            let _ = self.publish_worker(name).await;
+            let tx = self.lp.tx.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                let result = rt.start(&launch).await;
+                // Never dropped: a lost report would leak a share.
+                let _ = tx.send(Command::Launched { name, result }).await;
+            });
+        }
+    }
+
+    async fn launched(&mut self, name: String, result: Result<String>) {
+        let Some(rt) = self.containers.clone() else {
+            return;
+        };
+        let live = self.node.worker(&name).map(|w| w.phase);
+        match (result, live) {
+            (Ok(id), Some(phase)) => {
+                if let Err(e) = self.node.set_launched(&name, &id) {
+                    tracing::error!(worker = %name, "recording the launch failed: {e}");
+                }
+                tracing::info!(worker = %name, "worker {name} started (container {})", &id[..12.min(id.len())]);
+                self.watch(name.clone(), id.clone());
+                if phase == Phase::Stopping {
+                    self.stop_workload(&name).await;
+                }
+                let _ = self.publish_worker(&name).await;
+            }
+            (Ok(id), None) => {
+                // Stopped while it was starting: nothing may keep running.
+                tokio::spawn(async move {
+                    let _ = rt.remove(&id).await;
+                });
+            }
+            (Err(e), Some(_)) => {
+                let reason = format!("failed to start: {}", e.message());
+                tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
+                self.end_worker(&name, None, &reason).await;
+            }
+            (Err(_), None) => {}
+        }
+    }
+
+    async fn end_worker(&mut self, name: &str, status: Option<i32>, reason: &str) {
+        match self.node.end(name, status, reason) {
+            Ok(changes) => {
+                self.publish(&changes).await;
+                self.launch_placed(&changes.placed).await;
+            }
+            Err(e) => tracing::error!(worker = %name, "ending the worker failed: {e}"),
+        }
+    }
+
+    /// Waits for the workload's end in a task of its own (the runtime's wait, not polling).
+    fn watch(&self, name: String, id: String) {
+        let Some(rt) = self.containers.clone() else {
+            return;
+        };
+        let tx = self.lp.tx.clone();
+        tokio::spawn(async move {
+            let exit = rt.wait(&id).await;
+            let _ = tx.send(Command::Exited { name, id, exit }).await;
+        });
+    }
+
+    async fn exited(&mut self, name: String, id: String, exit: Exit) {
+        let ours = self
+            .node
+            .worker(&name)
+            .is_some_and(|w| w.runtime_id.as_deref() == Some(id.as_str()));
+        if let Some(rt) = self.containers.clone() {
+            let id = id.clone();
+            tokio::spawn(async move {
+                let _ = rt.remove(&id).await;
+            });
+        }
+        if !ours {
+            return;
+        }
+        let (status, reason) = match &exit {
+            Exit::Exited(code) => (Some(*code), format!("exited with status {code}")),
+            Exit::Failed(why) => (None, format!("failed: {why}")),
+        };
+        tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
+        self.end_worker(&name, status, &reason).await;
+    }
+
+    /// Graceful stop, then forced; the watcher reports the end.
+    async fn stop_workload(&mut self, name: &str) {
+        self.node.set_phase(name, Phase::Stopping);
+        let _ = self.publish_worker(name).await;
+        let rt = self.containers.clone();
+        let id = self.node.worker(name).and_then(|w| w.runtime_id.clone());
+        let (Some(rt), Some(id)) = (rt, id) else {
+            return; // still starting: stopped when its launch reports back
+        };
+        let timeout = self.stop_timeout;
+        tokio::spawn(async move {
+            if let Err(e) = rt.stop(&id, timeout).await {
+                tracing::warn!("stopping container {id}: {e}");
+            }
+        });
+    }
+
+    /// After a start: the ledger against what really runs. Running workloads
+    /// are adopted, ended ones are ended, missing ones launched once; nothing
+    /// starts twice (containers are found by label and named by worker).
+    async fn reconcile(&mut self) {
+        let Some(rt) = self.containers.clone() else {
+            return;
+        };
+        let live: Vec<(String, Option<String>)> = self
+            .node
+            .workers()
+            .filter(|w| w.launches() && w.state() != "pending")
+            .map(|w| (w.name().to_string(), w.runtime_id.clone()))
+            .collect();
+        let found = match rt.list().await {
+            Ok(f) => f,
+            // No podman on a host that runs no containers is no news.
+            Err(e) if live.is_empty() => {
+                tracing::debug!("cannot list containers: {e}");
+                return;
+            }
+            Err(e) => {
+                tracing::error!("cannot reconcile containers (they stay as the ledger says): {e}");
+                return;
+            }
+        };
+        for f in &found {
+            if !live.iter().any(|(n, _)| *n == f.worker) {
+                tracing::warn!(
+                    "removing container {} of worker {}, which the ledger no longer holds",
+                    f.id,
+                    f.worker
+                );
+                let _ = rt.remove(&f.id).await;
+            }
+        }
+        let mut relaunch = Vec::new();
+        for (name, runtime_id) in live {
+            match found.iter().find(|f| f.worker == name) {
+                Some(f) if f.running => {
+                    if let Err(e) = self.node.set_launched(&name, &f.id) {
+                        tracing::error!(worker = %name, "adopting failed: {e}");
+                    }
+                    tracing::info!(worker = %name, "adopted the running container of worker {name}");
+                    self.watch(name.clone(), f.id.clone());
+                    let _ = self.publish_worker(&name).await;
+                }
+                Some(f) if f.exit_code.is_none() => {
+                    // Created but never started (a crash between the two): start afresh.
+                    let _ = rt.remove(&f.id).await;
+                    relaunch.push(name);
+                }
+                Some(f) => {
+                    // Ended while we were down.
+                    let _ = self.node.set_launched(&name, &f.id);
+                    let code = f.exit_code.unwrap_or_default();
+                    self.exited(name, f.id.clone(), Exit::Exited(code)).await;
+                }
+                None if runtime_id.is_none() => relaunch.push(name),
+                None => {
+                    let why = "its container vanished while the daemon was down";
+                    self.end_worker(&name, None, &format!("failed: {why}"))
+                        .await;
+                }
+            }
+        }
+        self.launch_placed(&relaunch).await;
     }
 }
 

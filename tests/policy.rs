@@ -325,23 +325,5 @@ fn the_daemon_refuses_non_members_even_when_the_bus_lets_them_through() {
         "{}",
         o.stderr
     );
-    // A request's env values are shown to the owner and root only.
-    let spec =
-        r#"{"name":"env","run":{"container":{"image":"localhost/bb","env":{"TOKEN":"s3cret"}}}}"#;
-    assert!(manager(&bus.address, None, "SubmitWorker", &["s", spec]).ok);
-    let args = [
-        "get-property",
-        "org.astraeus.Node1",
-        "/org/astraeus/Node1/worker/env",
-        "org.astraeus.Node1.Worker",
-        "Request",
-    ];
-    let o = busctl_as(Some("nobody"), &bus.address, &args);
-    assert!(
-        o.ok && !o.stdout.contains("s3cret") && o.stdout.contains("(hidden)"),
-        "{} {}",
-        o.stdout,
-        o.stderr
-    );
-    assert!(busctl(&bus.address, &args).stdout.contains("s3cret"));
+    // (Env redaction of Request is tested with a running container in tests/podman.rs.)
 }

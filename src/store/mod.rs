@@ -64,6 +64,12 @@ CREATE TABLE gpu_intervals (
     PRIMARY KEY (gpu_uuid, from_ms)
 );
 "#,
+    r#"
+-- Launched workers: the runtime's id (container id), and how a worker ended.
+ALTER TABLE workers ADD COLUMN runtime_id TEXT;
+ALTER TABLE workers ADD COLUMN exit_status INTEGER;
+ALTER TABLE workers ADD COLUMN end_reason TEXT;
+"#,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +110,8 @@ pub struct WorkerRow {
     pub state: WorkerState,
     pub submitted_ms: i64,
     pub grants: Vec<Grant>,
+    /// The runtime's id of its workload, once launched.
+    pub runtime_id: Option<String>,
 }
 
 pub fn now_ms() -> i64 {
@@ -221,27 +229,52 @@ impl Store {
 
     /// A worker ends: its allocations are released in the same transaction.
     pub fn stop_worker(&mut self, id: i64, at_ms: i64) -> Result<()> {
+        self.end_worker(id, at_ms, None, "stopped")
+    }
+
+    /// A worker ends — stopped, exited or failed — and its allocations are
+    /// released, in one transaction.
+    pub fn end_worker(
+        &mut self,
+        id: i64,
+        at_ms: i64,
+        exit_status: Option<i32>,
+        reason: &str,
+    ) -> Result<()> {
         let tx = self.conn.transaction()?;
         let n = tx.execute(
-            "UPDATE workers SET state = 'stopped', ended_ms = ?2 WHERE id = ?1 AND state != 'stopped'",
-            params![id, at_ms],
+            "UPDATE workers SET state = 'stopped', ended_ms = ?2, exit_status = ?3, end_reason = ?4
+             WHERE id = ?1 AND state != 'stopped'",
+            params![id, at_ms, exit_status, reason],
         )?;
         if n != 1 {
             return Err(Error::Backend(format!("ledger: worker {id} is not live")));
         }
         failpoint::hit("store.stop.after-state");
         tx.execute("DELETE FROM allocations WHERE worker_id = ?1", params![id])?;
-        event(&tx, at_ms, id, "stopped", "")?;
+        event(&tx, at_ms, id, "stopped", reason)?;
         failpoint::hit("store.stop.before-commit");
         tx.commit()?;
         failpoint::hit("store.stop.after-commit");
         Ok(())
     }
 
+    /// Records the runtime's id of a launched worker.
+    pub fn set_runtime_id(&mut self, id: i64, runtime_id: &str, at_ms: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE workers SET runtime_id = ?2 WHERE id = ?1 AND state = 'running'",
+            params![id, runtime_id],
+        )?;
+        event(&tx, at_ms, id, "launched", runtime_id)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Every live worker with its allocations, oldest first.
     pub fn live_workers(&self) -> Result<Vec<WorkerRow>> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms FROM workers
+            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id FROM workers
              WHERE state != 'stopped' ORDER BY id",
         )?;
         let mut rows: Vec<WorkerRow> = stmt
@@ -254,10 +287,11 @@ impl Store {
                     r.get::<_, String>(4)?,
                     r.get::<_, String>(5)?,
                     r.get::<_, i64>(6)?,
+                    r.get::<_, Option<String>>(7)?,
                 ))
             })?
             .map(|row| {
-                let (id, name, spec, owner_uid, holders, state, submitted_ms) = row?;
+                let (id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id) = row?;
                 Ok(WorkerRow {
                     id,
                     name,
@@ -269,6 +303,7 @@ impl Store {
                     state: WorkerState::parse(&state)?,
                     submitted_ms,
                     grants: Vec::new(),
+                    runtime_id,
                 })
             })
             .collect::<Result<_>>()?;

@@ -1,0 +1,239 @@
+//! Containers through podman's libpod REST API on its unix socket. Each
+//! container is named `astraeus-<worker>` and labelled `astraeus.worker=<worker>`,
+//! so a restarted daemon finds it again and a second start cannot happen.
+
+use super::http::{request, Response};
+use super::{BoxFuture, Exit, Found, Launch, Runtime};
+use crate::error::{Error, Result};
+use crate::request::Run;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const API: &str = "/v4.0.0/libpod";
+pub const LABEL: &str = "astraeus.worker";
+
+pub struct Podman {
+    pub socket: PathBuf,
+    /// CDI device name for a GPU, `{uuid}` replaced: `nvidia.com/gpu={uuid}`.
+    pub cdi_device: String,
+}
+
+fn backend(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Backend(format!("podman {what}: {e}"))
+}
+
+fn api_error(what: &str, r: &Response) -> Error {
+    // libpod errors are {"cause":…, "message":…}; show the message.
+    let msg = serde_json::from_slice::<Value>(&r.body)
+        .ok()
+        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| r.text());
+    Error::Backend(format!("podman {what}: {msg} (HTTP {})", r.status))
+}
+
+pub fn container_name(worker: &str) -> String {
+    format!("astraeus-{worker}")
+}
+
+impl Podman {
+    async fn call(
+        &self,
+        what: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Response> {
+        request(&self.socket, method, &format!("{API}{path}"), body)
+            .await
+            .map_err(|e| backend(what, format!("{e} (socket {})", self.socket.display())))
+    }
+
+    /// The libpod create body for a launch.
+    pub fn create_body(&self, l: &Launch) -> Result<Value> {
+        let Run::Container {
+            image,
+            command,
+            env,
+        } = &l.run
+        else {
+            return Err(Error::InvalidRequest("run: not a container".into()));
+        };
+        let mut env: serde_json::Map<String, Value> =
+            env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        if let Some(gb) = &l.gpu_memory_gb {
+            env.insert("ASTRAEUS_GPU_MEMORY_GB".into(), json!(gb));
+        }
+        let devices: Vec<Value> = l
+            .gpu_uuids
+            .iter()
+            .map(|u| json!({ "path": self.cdi_device.replace("{uuid}", u) }))
+            .collect();
+        let mut limits = serde_json::Map::new();
+        if !l.cpu_cores.is_zero() {
+            // CPU quota per 100 ms period: cores × 100 000 µs.
+            limits.insert(
+                "cpu".into(),
+                json!({ "quota": l.cpu_cores.hundredths() * 1000, "period": 100_000 }),
+            );
+        }
+        if l.memory_bytes > 0 {
+            limits.insert("memory".into(), json!({ "limit": l.memory_bytes }));
+        }
+        let mut body = json!({
+            "name": container_name(&l.worker),
+            "image": image,
+            "env": env,
+            "labels": { LABEL: l.worker },
+            "devices": devices,
+            "resource_limits": limits,
+        });
+        if !command.is_empty() {
+            body["command"] = json!(command);
+        }
+        Ok(body)
+    }
+}
+
+impl Runtime for Podman {
+    fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move {
+            let body = self.create_body(l)?;
+            let r = self
+                .call("create", "POST", "/containers/create", Some(&body))
+                .await?;
+            if r.status != 201 {
+                return Err(api_error("create", &r));
+            }
+            let id = serde_json::from_slice::<Value>(&r.body)
+                .ok()
+                .and_then(|v| v.get("Id").and_then(Value::as_str).map(str::to_string))
+                .ok_or_else(|| backend("create", "no Id in the reply"))?;
+            crate::failpoint::hit("podman.after-create");
+            let r = self
+                .call("start", "POST", &format!("/containers/{id}/start"), None)
+                .await?;
+            if r.status != 204 && r.status != 304 {
+                let err = api_error("start", &r);
+                let _ = self.remove(&id).await;
+                return Err(err);
+            }
+            Ok(id)
+        })
+    }
+
+    fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Exit> {
+        Box::pin(async move {
+            let path = format!("/containers/{id}/wait?condition=exited&condition=stopped");
+            match self.call("wait", "POST", &path, None).await {
+                Ok(r) if r.status == 200 => match r.text().trim().parse::<i32>() {
+                    Ok(code) => Exit::Exited(code),
+                    Err(_) => Exit::Failed(format!("podman wait: unexpected reply {:?}", r.text())),
+                },
+                Ok(r) => Exit::Failed(api_error("wait", &r).message().to_string()),
+                Err(e) => Exit::Failed(e.message().to_string()),
+            }
+        })
+    }
+
+    fn stop<'a>(&'a self, id: &'a str, timeout: Duration) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let path = format!("/containers/{id}/stop?timeout={}", timeout.as_secs());
+            let r = self.call("stop", "POST", &path, None).await?;
+            match r.status {
+                204 | 304 | 404 => Ok(()),
+                _ => Err(api_error("stop", &r)),
+            }
+        })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let r = self
+                .call(
+                    "remove",
+                    "DELETE",
+                    &format!("/containers/{id}?force=true"),
+                    None,
+                )
+                .await?;
+            match r.status {
+                200 | 204 | 404 => Ok(()),
+                _ => Err(api_error("remove", &r)),
+            }
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Found>>> {
+        Box::pin(async move {
+            let filters = json!({ "label": [LABEL] }).to_string();
+            let path = format!("/containers/json?all=true&filters={}", urlencode(&filters));
+            let r = self.call("list", "GET", &path, None).await?;
+            if r.status != 200 {
+                return Err(api_error("list", &r));
+            }
+            let items: Vec<Value> =
+                serde_json::from_slice(&r.body).map_err(|e| backend("list", e))?;
+            Ok(items
+                .iter()
+                .filter_map(|c| {
+                    let worker = c.get("Labels")?.get(LABEL)?.as_str()?.to_string();
+                    let state = c.get("State")?.as_str()?;
+                    Some(Found {
+                        worker,
+                        id: c.get("Id")?.as_str()?.to_string(),
+                        running: state == "running",
+                        exit_code: (state == "exited")
+                            .then(|| c.get("ExitCode").and_then(Value::as_i64).map(|x| x as i32))
+                            .flatten(),
+                    })
+                })
+                .collect())
+        })
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::Amount;
+
+    #[test]
+    fn the_create_body_carries_share_devices_and_limits() {
+        let p = Podman {
+            socket: "/x".into(),
+            cdi_device: "nvidia.com/gpu={uuid}".into(),
+        };
+        let l = Launch {
+            worker: "listen".into(),
+            run: Run::Container {
+                image: "localhost/bb".into(),
+                command: vec!["sh".into()],
+                env: [("K".to_string(), "V".to_string())].into(),
+            },
+            gpu_uuids: vec!["GPU-a".into()],
+            gpu_memory_gb: Some("2.5".into()),
+            cpu_cores: Amount::parse("1.5").unwrap(),
+            memory_bytes: 1 << 30,
+        };
+        let b = p.create_body(&l).unwrap();
+        assert_eq!(b["name"], "astraeus-listen");
+        assert_eq!(b["env"]["ASTRAEUS_GPU_MEMORY_GB"], "2.5");
+        assert_eq!(b["env"]["K"], "V");
+        assert_eq!(b["devices"][0]["path"], "nvidia.com/gpu=GPU-a");
+        assert_eq!(b["resource_limits"]["cpu"]["quota"], 150_000);
+        assert_eq!(b["resource_limits"]["memory"]["limit"], 1u64 << 30);
+        assert_eq!(b["labels"][LABEL], "listen");
+    }
+}
