@@ -17,7 +17,6 @@ use crate::node::{Changes, Node, Phase, Rotation, Worker};
 use crate::placement::{self, Gpu};
 use crate::request::Run;
 use crate::runtime::{Exit, Runtime};
-use crate::slices::SliceEnd;
 use crate::usage::Sampler;
 use sd_notify::NotifyState;
 use std::collections::BTreeSet;
@@ -608,12 +607,7 @@ impl Service {
                         .slices(from, to, &self.slice_rules.tz)
                         .into_iter()
                         .map(|s| {
-                            let ends = match s.ends_by {
-                                SliceEnd::Poweroff => "poweroff".to_string(),
-                                SliceEnd::PoweroffHard => "poweroff-hard".to_string(),
-                                SliceEnd::Handoff { to } => format!("handoff:{to}"),
-                                SliceEnd::Open => "open".to_string(),
-                            };
+                            let ends = s.ends_by.describe();
                             (s.template, s.start.as_second(), s.end.as_second(), ends)
                         })
                         .collect()

@@ -74,6 +74,18 @@ pub enum SliceEnd {
     Open,
 }
 
+impl SliceEnd {
+    /// `poweroff`, `poweroff-hard`, `handoff:<template>` or `open`, as D-Bus shows it.
+    pub fn describe(&self) -> String {
+        match self {
+            SliceEnd::Poweroff => "poweroff".to_string(),
+            SliceEnd::PoweroffHard => "poweroff-hard".to_string(),
+            SliceEnd::Handoff { to } => format!("handoff:{to}"),
+            SliceEnd::Open => "open".to_string(),
+        }
+    }
+}
+
 /// One template's uninterrupted hold of the baseboard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Slice {

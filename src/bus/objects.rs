@@ -523,13 +523,7 @@ impl TemplateObject {
             if s.template != self.name {
                 continue;
             }
-            let ends = match &s.ends_by {
-                crate::slices::SliceEnd::Poweroff => "poweroff".to_string(),
-                crate::slices::SliceEnd::PoweroffHard => "poweroff-hard".to_string(),
-                crate::slices::SliceEnd::Handoff { to } => format!("handoff:{to}"),
-                crate::slices::SliceEnd::Open => "open".to_string(),
-            };
-            let triple = (s.start.as_second(), s.end.as_second(), ends);
+            let triple = (s.start.as_second(), s.end.as_second(), s.ends_by.describe());
             if s.start <= now && active.0 == 0 {
                 active = triple;
             } else if s.start > now {
