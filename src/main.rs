@@ -9,6 +9,7 @@ use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
 use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
 use astraeusd::runtime::podman::Podman;
+use astraeusd::runtime::unit::Units;
 use astraeusd::service::{Service, Settings, SliceRules};
 use astraeusd::store::Store;
 use clap::Parser;
@@ -126,6 +127,10 @@ async fn run(args: Args) -> Result<(), Error> {
         containers: Some(std::sync::Arc::new(Podman {
             socket: config.runtime.podman_socket.clone(),
             cdi_device: config.runtime.cdi_device.clone(),
+        })),
+        units: Some(std::sync::Arc::new(Units {
+            conn: conn.clone(),
+            stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         })),
         stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         containers_for_group: config.access.containers_for_group,

@@ -63,9 +63,18 @@ impl Worker {
         }
     }
 
-    /// Whether the daemon launches a workload for it (containers, for now).
+    /// Whether the daemon launches a workload for it (containers and units, for now).
     pub fn launches(&self) -> bool {
-        matches!(self.spec.run, Some(crate::request::Run::Container { .. }))
+        self.kind().is_some()
+    }
+
+    /// Which runtime launches it.
+    pub fn kind(&self) -> Option<crate::runtime::Kind> {
+        match self.spec.run {
+            Some(crate::request::Run::Container { .. }) => Some(crate::runtime::Kind::Container),
+            Some(crate::request::Run::Unit { .. }) => Some(crate::runtime::Kind::Unit),
+            _ => None,
+        }
     }
 
     /// What its runtime needs to start it.
@@ -88,6 +97,7 @@ impl Worker {
             gpu_memory_gb,
             cpu_cores: self.spec.resources.cpu_cores,
             memory_bytes: self.spec.resources.memory_bytes,
+            user: Some(self.owner_uid),
         })
     }
 
@@ -286,6 +296,7 @@ impl Node {
                 runtime_id: None,
             },
         );
+        self.mark_starting(&changes.placed);
         Ok((name, changes))
     }
 
@@ -396,7 +407,19 @@ impl Node {
         }
         changes.gpus.sort_unstable();
         changes.gpus.dedup();
+        self.mark_starting(&changes.placed);
         Ok(())
+    }
+
+    /// Placed workers whose workload is to be launched are `starting` at once.
+    fn mark_starting(&mut self, placed: &[String]) {
+        for name in placed {
+            if let Some(w) = self.workers.get_mut(name) {
+                if w.launches() && w.phase == Phase::Held {
+                    w.phase = Phase::Starting;
+                }
+            }
+        }
     }
 
     /// What is the workers' own on the GPUs: running workers' holder pids and

@@ -16,7 +16,7 @@ use crate::journal;
 use crate::node::{Changes, Node, Phase, Rotation, Worker};
 use crate::placement::{self, Gpu};
 use crate::request::Run;
-use crate::runtime::{Exit, Runtime};
+use crate::runtime::{Exit, Kind, Runtime};
 use crate::usage::Sampler;
 use sd_notify::NotifyState;
 use std::collections::BTreeSet;
@@ -87,11 +87,13 @@ pub enum Command {
     /// From a launch task: the workload started (its runtime id) or failed.
     Launched {
         name: String,
+        kind: Kind,
         result: Result<String>,
     },
     /// From a watcher: the workload ended.
     Exited {
         name: String,
+        kind: Kind,
         id: String,
         exit: Exit,
     },
@@ -115,6 +117,8 @@ pub struct Settings {
     pub usage_interval: Duration,
     /// Podman, when configured; container workers are refused without it.
     pub containers: Option<Arc<dyn Runtime>>,
+    /// The service manager, for unit workers.
+    pub units: Option<Arc<dyn Runtime>>,
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
     /// Whether members of the access group may run containers (root-equivalent).
@@ -151,6 +155,7 @@ pub struct Service {
     /// What template objects compute their slices from.
     rotation: Shared<RotationView>,
     containers: Option<Arc<dyn Runtime>>,
+    units: Option<Arc<dyn Runtime>>,
     stop_timeout: Duration,
     containers_for_group: bool,
 }
@@ -287,6 +292,7 @@ impl Service {
             slice_rules,
             usage_interval,
             containers,
+            units,
             stop_timeout,
             containers_for_group,
         } = settings;
@@ -361,6 +367,7 @@ impl Service {
             sampler: Sampler::new(usage_interval.as_millis() as i64, SAMPLES_KEPT),
             rotation,
             containers,
+            units,
             stop_timeout,
             containers_for_group,
         })
@@ -614,8 +621,13 @@ impl Service {
                 });
                 let _ = reply.send(r);
             }
-            Command::Launched { name, result } => self.launched(name, result).await,
-            Command::Exited { name, id, exit } => self.exited(name, id, exit).await,
+            Command::Launched { name, kind, result } => self.launched(name, kind, result).await,
+            Command::Exited {
+                name,
+                kind,
+                id,
+                exit,
+            } => self.exited(name, kind, id, exit).await,
             Command::WhyNot { spec, reply } => {
                 let r = self.node.why_not(&spec).map(|v| match v {
                     Ok(grants) => (
@@ -791,7 +803,14 @@ impl Service {
 }
 
 impl Service {
-    /// Containers are root-equivalent powers; units and VMs are not built yet.
+    fn runtime(&self, kind: Kind) -> Option<Arc<dyn Runtime>> {
+        match kind {
+            Kind::Container => self.containers.clone(),
+            Kind::Unit => self.units.clone(),
+        }
+    }
+
+    /// Containers are root-equivalent powers; units run as their owner; VMs are not built yet.
     fn may_run(&self, spec: &str, caller: &Caller) -> Result<()> {
         // Parse errors are reported by submit itself, with their field.
         let Ok(parsed) = crate::request::WorkerSpec::parse(spec) else {
@@ -814,10 +833,11 @@ impl Service {
                 }
                 Ok(())
             }
-            Some(Run::Unit { .. }) => Err(Error::field(
+            Some(Run::Unit { .. }) if self.units.is_none() => Err(Error::field(
                 "run.unit",
-                "launching systemd units is not built yet; submit without run for a reservation",
+                "this daemon has no service manager to start units with",
             )),
+            Some(Run::Unit { .. }) => Ok(()),
             Some(Run::Vm(_)) => Err(Error::field(
                 "run.vm",
                 "launching VMs is not built yet; submit without run for a reservation",
@@ -832,10 +852,10 @@ impl Service {
             let Some(w) = self.node.worker(name) else {
                 continue;
             };
-            if !w.launches() {
+            let Some(kind) = w.kind() else {
                 continue;
-            }
-            let (Some(rt), Some(launch)) = (self.containers.clone(), w.launch(self.node.machine()))
+            };
+            let (Some(rt), Some(launch)) = (self.runtime(kind), w.launch(self.node.machine()))
             else {
                 continue;
             };
@@ -846,13 +866,13 @@ impl Service {
             tokio::spawn(async move {
                 let result = rt.start(&launch).await;
                 // Never dropped: a lost report would leak a share.
-                let _ = tx.send(Command::Launched { name, result }).await;
+                let _ = tx.send(Command::Launched { name, kind, result }).await;
             });
         }
     }
 
-    async fn launched(&mut self, name: String, result: Result<String>) {
-        let Some(rt) = self.containers.clone() else {
+    async fn launched(&mut self, name: String, kind: Kind, result: Result<String>) {
+        let Some(rt) = self.runtime(kind) else {
             return;
         };
         let live = self.node.worker(&name).map(|w| w.phase);
@@ -861,8 +881,8 @@ impl Service {
                 if let Err(e) = self.node.set_launched(&name, &id) {
                     tracing::error!(worker = %name, "recording the launch failed: {e}");
                 }
-                tracing::info!(worker = %name, "worker {name} started (container {})", &id[..12.min(id.len())]);
-                self.watch(name.clone(), id.clone());
+                tracing::info!(worker = %name, "worker {name} started ({})", &id[..20.min(id.len())]);
+                self.watch(name.clone(), kind, id.clone());
                 if phase == Phase::Stopping {
                     self.stop_workload(&name).await;
                 }
@@ -870,7 +890,9 @@ impl Service {
             }
             (Ok(id), None) => {
                 // Stopped while it was starting: nothing may keep running.
+                let timeout = self.stop_timeout;
                 tokio::spawn(async move {
+                    let _ = rt.stop(&id, timeout).await;
                     let _ = rt.remove(&id).await;
                 });
             }
@@ -893,24 +915,32 @@ impl Service {
         }
     }
 
-    /// Waits for the workload's end in a task of its own (the runtime's wait, not polling).
-    fn watch(&self, name: String, id: String) {
-        let Some(rt) = self.containers.clone() else {
+    /// Waits for the workload's end in a task of its own (the runtime's own
+    /// wait or change signals, not polling).
+    fn watch(&self, name: String, kind: Kind, id: String) {
+        let Some(rt) = self.runtime(kind) else {
             return;
         };
         let tx = self.lp.tx.clone();
         tokio::spawn(async move {
             let exit = rt.wait(&id).await;
-            let _ = tx.send(Command::Exited { name, id, exit }).await;
+            let _ = tx
+                .send(Command::Exited {
+                    name,
+                    kind,
+                    id,
+                    exit,
+                })
+                .await;
         });
     }
 
-    async fn exited(&mut self, name: String, id: String, exit: Exit) {
+    async fn exited(&mut self, name: String, kind: Kind, id: String, exit: Exit) {
         let ours = self
             .node
             .worker(&name)
             .is_some_and(|w| w.runtime_id.as_deref() == Some(id.as_str()));
-        if let Some(rt) = self.containers.clone() {
+        if let Some(rt) = self.runtime(kind) {
             let id = id.clone();
             tokio::spawn(async move {
                 let _ = rt.remove(&id).await;
@@ -931,51 +961,61 @@ impl Service {
     async fn stop_workload(&mut self, name: &str) {
         self.node.set_phase(name, Phase::Stopping);
         let _ = self.publish_worker(name).await;
-        let rt = self.containers.clone();
-        let id = self.node.worker(name).and_then(|w| w.runtime_id.clone());
+        let w = self.node.worker(name);
+        let rt = w.and_then(|w| w.kind()).and_then(|k| self.runtime(k));
+        let id = w.and_then(|w| w.runtime_id.clone());
         let (Some(rt), Some(id)) = (rt, id) else {
             return; // still starting: stopped when its launch reports back
         };
         let timeout = self.stop_timeout;
         tokio::spawn(async move {
             if let Err(e) = rt.stop(&id, timeout).await {
-                tracing::warn!("stopping container {id}: {e}");
+                tracing::warn!("stopping {id}: {e}");
             }
         });
     }
 
-    /// After a start: the ledger against what really runs. Running workloads
-    /// are adopted, ended ones are ended, missing ones launched once; nothing
-    /// starts twice (containers are found by label and named by worker).
+    /// After a start: the ledger against what really runs, for each runtime.
+    /// Running workloads are adopted, ended ones are ended, missing ones
+    /// launched once; nothing starts twice (workloads are named by worker).
     async fn reconcile(&mut self) {
-        let Some(rt) = self.containers.clone() else {
+        for kind in [Kind::Container, Kind::Unit] {
+            self.reconcile_kind(kind).await;
+        }
+    }
+
+    async fn reconcile_kind(&mut self, kind: Kind) {
+        let Some(rt) = self.runtime(kind) else {
             return;
         };
         let live: Vec<(String, Option<String>)> = self
             .node
             .workers()
-            .filter(|w| w.launches() && w.state() != "pending")
+            .filter(|w| w.kind() == Some(kind) && w.state() != "pending")
             .map(|w| (w.name().to_string(), w.runtime_id.clone()))
             .collect();
         let found = match rt.list().await {
             Ok(f) => f,
-            // No podman on a host that runs no containers is no news.
+            // No podman (or service manager) on a host that uses none is no news.
             Err(e) if live.is_empty() => {
-                tracing::debug!("cannot list containers: {e}");
+                tracing::debug!("cannot list {kind:?} workloads: {e}");
                 return;
             }
             Err(e) => {
-                tracing::error!("cannot reconcile containers (they stay as the ledger says): {e}");
+                tracing::error!(
+                    "cannot reconcile {kind:?} workloads (they stay as the ledger says): {e}"
+                );
                 return;
             }
         };
         for f in &found {
             if !live.iter().any(|(n, _)| *n == f.worker) {
                 tracing::warn!(
-                    "removing container {} of worker {}, which the ledger no longer holds",
+                    "removing {} of worker {}, which the ledger no longer holds",
                     f.id,
                     f.worker
                 );
+                let _ = rt.stop(&f.id, self.stop_timeout).await;
                 let _ = rt.remove(&f.id).await;
             }
         }
@@ -986,8 +1026,8 @@ impl Service {
                     if let Err(e) = self.node.set_launched(&name, &f.id) {
                         tracing::error!(worker = %name, "adopting failed: {e}");
                     }
-                    tracing::info!(worker = %name, "adopted the running container of worker {name}");
-                    self.watch(name.clone(), f.id.clone());
+                    tracing::info!(worker = %name, "adopted the running workload of worker {name}");
+                    self.watch(name.clone(), kind, f.id.clone());
                     let _ = self.publish_worker(&name).await;
                 }
                 Some(f) if f.exit_code.is_none() => {
@@ -999,11 +1039,12 @@ impl Service {
                     // Ended while we were down.
                     let _ = self.node.set_launched(&name, &f.id);
                     let code = f.exit_code.unwrap_or_default();
-                    self.exited(name, f.id.clone(), Exit::Exited(code)).await;
+                    self.exited(name, kind, f.id.clone(), Exit::Exited(code))
+                        .await;
                 }
                 None if runtime_id.is_none() => relaunch.push(name),
                 None => {
-                    let why = "its container vanished while the daemon was down";
+                    let why = "its workload vanished while the daemon was down";
                     self.end_worker(&name, None, &format!("failed: {why}"))
                         .await;
                 }

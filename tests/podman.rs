@@ -306,7 +306,7 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
     });
     assert!(
         d.log_text()
-            .contains("adopted the running container of worker one"),
+            .contains("adopted the running workload of worker one"),
         "{}",
         d.log_text()
     );

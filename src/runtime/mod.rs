@@ -1,9 +1,10 @@
 //! Launching workers: one small trait, one implementation per kind of `run`.
-//! Containers run through podman's REST API (podman.rs); systemd units and
-//! libvirt VMs join behind the same trait.
+//! Containers run through podman's REST API (podman.rs), units as systemd
+//! transient services (unit.rs); libvirt VMs join behind the same trait.
 
 mod http;
 pub mod podman;
+pub mod unit;
 
 use crate::error::Result;
 use std::future::Future;
@@ -23,6 +24,15 @@ pub struct Launch {
     pub gpu_memory_gb: Option<String>,
     pub cpu_cores: crate::quantity::Amount,
     pub memory_bytes: u64,
+    /// Run as this uid (units of non-root owners); None: as the runtime decides.
+    pub user: Option<u32>,
+}
+
+/// Which runtime a workload belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Container,
+    Unit,
 }
 
 /// How a workload ended.

@@ -226,6 +226,7 @@ mod tests {
             gpu_memory_gb: Some("2.5".into()),
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,
+            user: None,
         };
         let b = p.create_body(&l).unwrap();
         assert_eq!(b["name"], "astraeus-listen");

@@ -1,0 +1,315 @@
+//! `unit` workers as systemd transient services, over D-Bus
+//! (org.freedesktop.systemd1 StartTransientUnit): `astraeus-worker-<name>.service`,
+//! so `systemctl status` and `journalctl -u` work for each worker. The end is
+//! noticed from the unit's PropertiesChanged, not by polling.
+
+use super::{BoxFuture, Exit, Found, Launch, Runtime};
+use crate::error::{Error, Result};
+use crate::request::Run;
+use futures_util::StreamExt;
+use std::time::Duration;
+use zbus::{Connection, OwnedObjectPath, OwnedVariant, Variant};
+
+const SD: &str = "org.freedesktop.systemd1";
+const SD_PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+const PREFIX: &str = "astraeus-worker-";
+
+pub struct Units {
+    /// The bus of the service manager: the system bus, or a user's session bus.
+    pub conn: Connection,
+    /// TimeoutStopSec of each unit: graceful stop, then SIGKILL.
+    pub stop_timeout: Duration,
+}
+
+pub fn unit_name(worker: &str) -> String {
+    format!("{PREFIX}{worker}.service")
+}
+
+fn backend(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Backend(format!("systemd {what}: {e}"))
+}
+
+fn no_such_unit(e: &zbus::Error) -> bool {
+    matches!(e, zbus::Error::MethodError(name, _, _) if name.as_str() == "org.freedesktop.systemd1.NoSuchUnit")
+}
+
+impl Units {
+    async fn manager<B>(&self, method: &str, body: &B) -> zbus::Result<zbus::Message>
+    where
+        B: serde::Serialize + zbus::Type,
+    {
+        self.conn
+            .call_method(Some(SD), SD_PATH, Some(MANAGER), method, body)
+            .await
+    }
+
+    async fn property<T>(&self, path: &OwnedObjectPath, iface: &str, name: &str) -> zbus::Result<T>
+    where
+        T: TryFrom<OwnedVariant>,
+        T::Error: std::fmt::Display,
+    {
+        let m = self
+            .conn
+            .call_method(
+                Some(SD),
+                path.as_str(),
+                Some("org.freedesktop.DBus.Properties"),
+                "Get",
+                &(iface, name),
+            )
+            .await?;
+        let v: OwnedVariant = m.body().deserialize()?;
+        T::try_from(v).map_err(|e| zbus::Error::Failure(format!("{name}: {e}")))
+    }
+}
+
+/// The transient unit's properties for a launch.
+pub fn properties(l: &Launch, stop_timeout: Duration) -> Result<Vec<(&'static str, OwnedVariant)>> {
+    {
+        let Run::Unit { exec, env } = &l.run else {
+            return Err(Error::InvalidRequest("run: not a unit".into()));
+        };
+        let mut environment: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(gb) = &l.gpu_memory_gb {
+            environment.push(format!("ASTRAEUS_GPU_MEMORY_GB={gb}"));
+        }
+        if !l.gpu_uuids.is_empty() {
+            let uuids = l.gpu_uuids.join(",");
+            environment.push(format!("CUDA_VISIBLE_DEVICES={uuids}"));
+            environment.push(format!("NVIDIA_VISIBLE_DEVICES={uuids}"));
+        }
+        let v = |x: Variant<'static>| OwnedVariant::try_from(x).expect("plain values convert");
+        let mut props = vec![
+            (
+                "Description",
+                v(Variant::from(format!("astraeus worker {}", l.worker))),
+            ),
+            ("Type", v(Variant::from("exec"))),
+            (
+                "ExecStart",
+                v(Variant::from(vec![(exec[0].clone(), exec.clone(), false)])),
+            ),
+            ("Environment", v(Variant::from(environment))),
+            (
+                "TimeoutStopUSec",
+                v(Variant::from(stop_timeout.as_micros() as u64)),
+            ),
+        ];
+        if !l.cpu_cores.is_zero() {
+            // µs of CPU per second: one core is 1 000 000.
+            props.push((
+                "CPUQuotaPerSecUSec",
+                v(Variant::from(l.cpu_cores.hundredths() * 10_000)),
+            ));
+        }
+        if l.memory_bytes > 0 {
+            props.push(("MemoryMax", v(Variant::from(l.memory_bytes))));
+        }
+        if let Some(uid) = l.user.filter(|u| *u != 0) {
+            props.push(("User", v(Variant::from(uid.to_string()))));
+        }
+        Ok(props)
+    }
+}
+
+impl Units {
+    async fn ended(&self, path: &OwnedObjectPath) -> zbus::Result<Option<Exit>> {
+        let state: String = self
+            .property(path, "org.freedesktop.systemd1.Unit", "ActiveState")
+            .await?;
+        if state != "inactive" && state != "failed" {
+            return Ok(None);
+        }
+        let service = "org.freedesktop.systemd1.Service";
+        let status: i32 = self.property(path, service, "ExecMainStatus").await?;
+        let result: String = self.property(path, service, "Result").await?;
+        Ok(Some(match result.as_str() {
+            "success" | "exit-code" => Exit::Exited(status),
+            other => Exit::Failed(format!("the unit ended with result {other}")),
+        }))
+    }
+}
+
+impl Runtime for Units {
+    fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move {
+            let name = unit_name(&l.worker);
+            let props = properties(l, self.stop_timeout)?;
+            let aux: Vec<(String, Vec<(String, OwnedVariant)>)> = Vec::new();
+            self.manager("StartTransientUnit", &(name.as_str(), "fail", props, aux))
+                .await
+                .map_err(|e| backend("StartTransientUnit", e))?;
+            Ok(name)
+        })
+    }
+
+    fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Exit> {
+        Box::pin(async move {
+            let _ = self.manager("Subscribe", &()).await;
+            let path: OwnedObjectPath = match self.manager("GetUnit", &(id,)).await {
+                Ok(m) => match m.body().deserialize() {
+                    Ok(p) => p,
+                    Err(e) => return Exit::Failed(format!("systemd GetUnit: {e}")),
+                },
+                // Already gone: it finished and was collected.
+                Err(e) if no_such_unit(&e) => return Exit::Exited(0),
+                Err(e) => return Exit::Failed(format!("systemd GetUnit: {e}")),
+            };
+            let rule = zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .interface("org.freedesktop.DBus.Properties")
+                .member("PropertiesChanged")
+                .path(path.clone())
+                .build();
+            let mut changes = match rule {
+                Ok(rule) => zbus::MessageStream::for_match_rule(rule, &self.conn, None)
+                    .await
+                    .ok(),
+                Err(_) => None,
+            };
+            loop {
+                match self.ended(&path).await {
+                    Ok(Some(exit)) => return exit,
+                    Ok(None) => {}
+                    // Collected between two signals: it ended cleanly.
+                    Err(e) if matches!(&e, zbus::Error::MethodError(..) | zbus::Error::FDO(_)) => {
+                        return Exit::Exited(0)
+                    }
+                    Err(e) => return Exit::Failed(format!("systemd: {e}")),
+                }
+                // Wake on the unit's next change; a slow re-check only guards
+                // against a signal lost between subscribing and reading.
+                match changes.as_mut() {
+                    Some(s) => {
+                        let _ = tokio::time::timeout(Duration::from_secs(30), s.next()).await;
+                    }
+                    None => tokio::time::sleep(Duration::from_secs(5)).await,
+                }
+            }
+        })
+    }
+
+    fn stop<'a>(&'a self, id: &'a str, _timeout: Duration) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match self.manager("StopUnit", &(id, "replace")).await {
+                Ok(_) => Ok(()),
+                Err(e) if no_such_unit(&e) => Ok(()),
+                Err(e) => Err(backend("StopUnit", e)),
+            }
+        })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            // A failed unit stays listed until reset; a clean one is collected by itself.
+            let _ = self.manager("ResetFailedUnit", &(id,)).await;
+            Ok(())
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Found>>> {
+        Box::pin(async move {
+            type Row = (
+                String,
+                String,
+                String,
+                String,
+                String,
+                String,
+                OwnedObjectPath,
+                u32,
+                String,
+                OwnedObjectPath,
+            );
+            let m = self
+                .manager(
+                    "ListUnitsByPatterns",
+                    &(Vec::<String>::new(), vec![format!("{PREFIX}*.service")]),
+                )
+                .await
+                .map_err(|e| backend("ListUnitsByPatterns", e))?;
+            let rows: Vec<Row> = m
+                .body()
+                .deserialize()
+                .map_err(|e| backend("ListUnitsByPatterns", e))?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|r| {
+                    let worker =
+                        r.0.strip_prefix(PREFIX)?
+                            .strip_suffix(".service")?
+                            .to_string();
+                    let running = matches!(
+                        r.3.as_str(),
+                        "active" | "activating" | "reloading" | "deactivating"
+                    );
+                    Some(Found {
+                        worker,
+                        id: r.0.clone(),
+                        running,
+                        exit_code: (!running).then_some(0),
+                    })
+                })
+                .collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::Amount;
+
+    fn launch(user: Option<u32>) -> Launch {
+        Launch {
+            worker: "job".into(),
+            run: Run::Unit {
+                exec: vec![
+                    "/usr/bin/whisper-server".into(),
+                    "--port".into(),
+                    "9000".into(),
+                ],
+                env: [("K".to_string(), "V".to_string())].into(),
+            },
+            gpu_uuids: vec!["GPU-a".into(), "GPU-b".into()],
+            gpu_memory_gb: Some("2.5".into()),
+            cpu_cores: Amount::parse("1.5").unwrap(),
+            memory_bytes: 1 << 30,
+            user,
+        }
+    }
+
+    fn get<'a>(props: &'a [(&str, OwnedVariant)], key: &str) -> Option<&'a OwnedVariant> {
+        props.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    #[test]
+    fn a_non_root_owners_unit_runs_as_that_user_with_its_environment_and_limits() {
+        let p = properties(&launch(Some(1000)), Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            String::try_from(get(&p, "User").unwrap().clone()).unwrap(),
+            "1000"
+        );
+        let env = Vec::<String>::try_from(get(&p, "Environment").unwrap().clone()).unwrap();
+        assert!(env.contains(&"ASTRAEUS_GPU_MEMORY_GB=2.5".to_string()));
+        assert!(env.contains(&"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b".to_string()));
+        assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b".to_string()));
+        assert!(env.contains(&"K=V".to_string()));
+        assert_eq!(
+            u64::try_from(get(&p, "CPUQuotaPerSecUSec").unwrap().clone()).unwrap(),
+            1_500_000
+        );
+        assert_eq!(
+            u64::try_from(get(&p, "MemoryMax").unwrap().clone()).unwrap(),
+            1 << 30
+        );
+        assert_eq!(
+            u64::try_from(get(&p, "TimeoutStopUSec").unwrap().clone()).unwrap(),
+            10_000_000
+        );
+        // Root's units run as root: no User=.
+        let p = properties(&launch(Some(0)), Duration::from_secs(10)).unwrap();
+        assert!(get(&p, "User").is_none());
+    }
+}

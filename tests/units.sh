@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Unit workers against a real systemd user manager, in a private mount
+# namespace (recipe in shared/test-environment.md). Run by tests/units.rs as:
+#   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL
+# User= cannot be tested in a user manager (it is root's own); it is set only
+# for non-root owners, and the properties test in src/runtime/unit.rs covers it.
+set -euo pipefail
+daemon=$1 ctl=$2
+rt=$(mktemp -d /var/lib/astraeus-units.XXXXXX)
+mkdir -p "$rt/run-systemd/system" "$rt/state"
+mount --bind "$rt/run-systemd" /run/systemd
+export XDG_RUNTIME_DIR=$rt DBUS_SESSION_BUS_ADDRESS=unix:path=$rt/bus
+dbus-daemon --session --address="$DBUS_SESSION_BUS_ADDRESS" --fork --print-pid=1 > "$rt/dbus.pid"
+/lib/systemd/systemd --user > "$rt/manager.log" 2>&1 &
+manager=$!
+daemon_pid=
+cleanup() {
+    [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null
+    kill "$manager" "$(cat "$rt/dbus.pid")" 2>/dev/null || true
+    umount /run/systemd 2>/dev/null || true
+    rm -rf "$rt"
+}
+trap cleanup EXIT
+for _ in $(seq 100); do systemctl --user is-system-running >/dev/null 2>&1 && break; sleep 0.1; done
+cat > "$rt/majin.toml" <<TOML
+machine = "majin"
+cpu_cores = 16
+memory_gb = 64
+[[gpu]]
+model = "NVIDIA GeForce RTX 4060"
+uuid = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000"
+total_gb = 8
+outside_gb = 1
+TOML
+printf '[runtime]\nstop_timeout_seconds = 2\n' > "$rt/node.toml"
+start_daemon() {
+    "$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>>"$rt/daemon.log" &
+    daemon_pid=$!
+    for _ in $(seq 100); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && return; sleep 0.1; done
+    cat "$rt/daemon.log"; exit 1
+}
+state() { busctl --user get-property org.astraeus.Node1 "/org/astraeus/Node1/worker/$1" org.astraeus.Node1.Worker State 2>/dev/null || echo gone; }
+wait_for() { for _ in $(seq 150); do [ "$(state "$1")" = "$2" ] && return; sleep 0.1; done; echo "worker $1: wanted $2, is $(state "$1")"; cat "$rt/daemon.log"; exit 1; }
+fail() { echo "FAIL: $*"; cat "$rt/daemon.log"; exit 1; }
+start_daemon
+
+echo "== a unit gets its environment and limits, and its exit frees the share"
+cat > "$rt/job.json" <<JSON
+{"name":"job","requested_resources":{"cpu_cores":0.5,"memory_bytes":268435456,
+ "gpu_requests":{"shared":true,"memory_gb":2.5}},
+ "run":{"unit":{"exec":["/bin/sh","-c","echo GB=\$ASTRAEUS_GPU_MEMORY_GB CUDA=\$CUDA_VISIBLE_DEVICES K=\$K > $rt/out.txt; sleep 3; exit 4"],"env":{"K":"V"}}}}
+JSON
+"$ctl" --session submit "$rt/job.json"
+wait_for job 's "running"'
+for _ in $(seq 50); do [ -s "$rt/out.txt" ] && break; sleep 0.1; done
+grep -qx "GB=2.5 CUDA=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000 K=V" "$rt/out.txt" || fail "environment: $(cat "$rt/out.txt")"
+[ "$(systemctl --user show astraeus-worker-job.service -p MemoryMax --value)" = 268435456 ] || fail "MemoryMax"
+[ "$(systemctl --user show astraeus-worker-job.service -p CPUQuotaPerSecUSec --value)" = 500ms ] || fail "CPUQuota"
+wait_for job gone
+grep -q "worker job exited with status 4" "$rt/daemon.log" || fail "exit status not recorded"
+taken=$(busctl --user get-property org.astraeus.Node1 /org/astraeus/Node1/gpu/0 org.astraeus.Node1.Gpu TakenGb)
+[ "$taken" = "d 0" ] || fail "share not freed: $taken"
+
+echo "== StopWorker stops the unit"
+printf '{"name":"svc","run":{"unit":{"exec":["/bin/sleep","1000"]}}}' | "$ctl" --session submit -
+wait_for svc 's "running"'
+"$ctl" --session stop svc
+wait_for svc gone
+[ "$(systemctl --user show astraeus-worker-svc.service -p ActiveState --value)" != active ] || fail "unit still active"
+
+echo "== kill -9 of the daemon: the running unit is adopted, not started twice"
+printf '{"name":"keep","run":{"unit":{"exec":["/bin/sleep","1000"]}}}' | "$ctl" --session submit -
+wait_for keep 's "running"'
+pid_before=$(systemctl --user show astraeus-worker-keep.service -p MainPID --value)
+kill -9 "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true
+start_daemon
+wait_for keep 's "running"'
+grep -q "adopted the running workload of worker keep" "$rt/daemon.log" || fail "not adopted"
+[ "$(systemctl --user show astraeus-worker-keep.service -p MainPID --value)" = "$pid_before" ] || fail "started twice"
+"$ctl" --session stop keep
+wait_for keep gone
+echo "units: OK"
