@@ -249,6 +249,17 @@ impl Node {
         default_holder: Option<u32>,
     ) -> Result<(String, Changes)> {
         let spec = WorkerSpec::parse(spec_text)?;
+        self.submit_parsed(spec, spec_text, owner_uid, default_holder)
+    }
+
+    /// As [`Node::submit`], for a spec the caller has parsed (and checked) already.
+    pub fn submit_parsed(
+        &mut self,
+        spec: WorkerSpec,
+        spec_text: &str,
+        owner_uid: u32,
+        default_holder: Option<u32>,
+    ) -> Result<(String, Changes)> {
         let name = spec.name.clone();
         if self.workers.contains_key(&name) {
             return Err(Error::Exists(format!(

@@ -463,8 +463,11 @@ impl Service {
                         caller.uid, self.lp.group
                     )))
                 } else {
-                    self.may_run(&spec, &caller)
-                        .and_then(|()| self.node.submit(&spec, caller.uid, caller.pid))
+                    crate::request::WorkerSpec::parse(&spec).and_then(|parsed| {
+                        self.may_run(&parsed, &caller)?;
+                        self.node
+                            .submit_parsed(parsed, &spec, caller.uid, caller.pid)
+                    })
                 };
                 match r {
                     Ok((name, changes)) => {
@@ -811,12 +814,8 @@ impl Service {
     }
 
     /// Containers are root-equivalent powers; units run as their owner; VMs are not built yet.
-    fn may_run(&self, spec: &str, caller: &Caller) -> Result<()> {
-        // Parse errors are reported by submit itself, with their field.
-        let Ok(parsed) = crate::request::WorkerSpec::parse(spec) else {
-            return Ok(());
-        };
-        match &parsed.run {
+    fn may_run(&self, spec: &crate::request::WorkerSpec, caller: &Caller) -> Result<()> {
+        match &spec.run {
             Some(Run::Container { .. }) => {
                 if caller.uid != 0 && !self.containers_for_group {
                     return Err(Error::AccessDenied(format!(
