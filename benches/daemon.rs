@@ -117,7 +117,7 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
     sock.set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let t = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_astraeusd"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_astraeusd"))
         .args(["--bus-address", &bus.address, "--sim"])
         .arg(sim_file)
         .arg("--state-dir")
@@ -132,9 +132,16 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
         .unwrap();
     let mut buf = [0u8; 512];
     loop {
-        let n = sock.recv(&mut buf).expect("READY=1 within a minute");
-        if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
-            return (child, t.elapsed());
+        match sock.recv(&mut buf) {
+            Ok(n) if String::from_utf8_lossy(&buf[..n]).contains("READY=1") => {
+                return (child, t.elapsed())
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no READY=1 within a minute: {e}");
+            }
         }
     }
 }
