@@ -296,7 +296,11 @@ impl Service {
             stop_timeout,
             containers_for_group,
         } = settings;
-        let lp = Loop { tx, group };
+        let lp = Loop {
+            tx,
+            group,
+            facts: Default::default(),
+        };
         let server = conn.object_server();
         let bus_err = |e: zbus::Error| Error::Backend(format!("D-Bus: {e}"));
         server

@@ -8,6 +8,9 @@ pub mod objects;
 use crate::auth::{self, Caller};
 use crate::error::Error;
 use crate::service::Command;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use zbus::message::Header;
 use zbus::names::BusName;
@@ -76,7 +79,15 @@ pub fn gpu_path(index: u32) -> String {
 pub struct Loop {
     pub tx: mpsc::Sender<Command>,
     pub group: String,
+    /// Caller facts by unique bus name. The bus never reuses a unique name, so
+    /// uid and pid never go stale; group membership is re-read after a while.
+    pub facts: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
 }
+
+/// How long a caller's group membership is trusted before NSS is asked again.
+const MEMBERSHIP_TTL: Duration = Duration::from_secs(5);
+/// Bound on remembered callers; the map is simply cleared when it is reached.
+const MAX_REMEMBERED: usize = 4096;
 
 impl Loop {
     /// Sends one request and awaits its reply. A full queue is `Busy`, never a wait
@@ -98,6 +109,12 @@ impl Loop {
         let sender = hdr
             .sender()
             .ok_or_else(|| BusError::AccessDenied("the call carries no sender".into()))?;
+        let key = sender.to_string();
+        if let Some((caller, at)) = self.lock_facts().get(&key) {
+            if at.elapsed() < MEMBERSHIP_TTL {
+                return Ok(*caller);
+            }
+        }
         let dbus = zbus::fdo::DBusProxy::new(conn).await?;
         let name: BusName<'_> = sender.into();
         let uid = dbus
@@ -109,6 +126,16 @@ impl Loop {
         let member = tokio::task::spawn_blocking(move || auth::is_member(uid, &group))
             .await
             .unwrap_or(false);
-        Ok(Caller { uid, pid, member })
+        let caller = Caller { uid, pid, member };
+        let mut facts = self.lock_facts();
+        if facts.len() >= MAX_REMEMBERED {
+            facts.clear();
+        }
+        facts.insert(key, (caller, Instant::now()));
+        Ok(caller)
+    }
+
+    fn lock_facts(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Caller, Instant)>> {
+        self.facts.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
