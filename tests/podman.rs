@@ -78,15 +78,7 @@ impl Podman {
             "import: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let service = p
-            .cmd()
-            .args(["system", "service", "--time=0"])
-            .arg(format!("unix://{}", dir.join("podman.sock").display()))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("service.log")).unwrap())
-            .spawn()
-            .unwrap();
-        eventually("podman socket", || dir.join("podman.sock").exists());
+        let service = p.serve();
         // CDI specs are read only from /etc/cdi and /var/run/cdi: a uniquely named file.
         std::fs::create_dir_all("/etc/cdi").unwrap();
         let cdi = PathBuf::from(format!(
@@ -101,6 +93,22 @@ impl Podman {
         )
         .unwrap();
         Podman { dir, service, cdi }
+    }
+
+    /// `podman system service` on this podman's socket.
+    fn serve(&self) -> Child {
+        let sock = self.dir.join("podman.sock");
+        let _ = std::fs::remove_file(&sock);
+        let child = self
+            .cmd()
+            .args(["system", "service", "--time=0"])
+            .arg(format!("unix://{}", sock.display()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("service.log")).unwrap())
+            .spawn()
+            .unwrap();
+        eventually("podman socket", || sock.exists());
+        child
     }
 
     fn bare(dir: &Path) -> Podman {
@@ -397,4 +405,49 @@ fn a_crash_between_create_and_start_neither_loses_nor_doubles_the_workload() {
     let names = pm.run(&["ps", "-a", "--format", "{{.Names}} {{.State}}"]);
     assert_eq!(names.matches("astraeus-w").count(), 1, "{names}");
     assert!(names.contains("astraeus-w Up"), "{names}");
+}
+
+#[test]
+fn podman_going_away_does_not_free_a_share_whose_container_still_runs() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let mut pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let d = setup(dir.path(), &pm, &bus);
+    let a = &bus.address;
+    assert!(
+        manager(
+            a,
+            None,
+            "SubmitWorker",
+            &["s", &container("held", Some("3"), "sleep 1000")]
+        )
+        .ok
+    );
+    eventually("running", || state(a, "held") == "s \"running\"\n");
+    // Podman's API goes away (restarted, upgraded): the container runs on.
+    let _ = pm.service.kill();
+    let _ = pm.service.wait();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(state(a, "held"), "s \"running\"\n", "{}", d.log_text());
+    assert!(pm
+        .run(&["ps", "--format", "{{.Names}}"])
+        .contains("astraeus-held"));
+    // It comes back; a stop then goes through and frees the share.
+    pm.service = pm.serve();
+    assert!(manager(a, None, "StopWorker", &["s", "held"]).ok);
+    eventually("held gone", || {
+        !busctl(
+            a,
+            &[
+                "introspect",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/worker/held",
+            ],
+        )
+        .ok
+    });
+    assert!(d.log_text().contains("retrying"), "{}", d.log_text());
 }

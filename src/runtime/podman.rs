@@ -125,13 +125,25 @@ impl Runtime for Podman {
     fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Exit> {
         Box::pin(async move {
             let path = format!("/containers/{id}/wait?condition=exited&condition=stopped");
-            match self.call("wait", "POST", &path, None).await {
-                Ok(r) if r.status == 200 => match r.text().trim().parse::<i32>() {
-                    Ok(code) => Exit::Exited(code),
-                    Err(_) => Exit::Failed(format!("podman wait: unexpected reply {:?}", r.text())),
-                },
-                Ok(r) => Exit::Failed(api_error("wait", &r).message().to_string()),
-                Err(e) => Exit::Failed(e.message().to_string()),
+            loop {
+                match self.call("wait", "POST", &path, None).await {
+                    Ok(r) if r.status == 200 => {
+                        return match r.text().trim().parse::<i32>() {
+                            Ok(code) => Exit::Exited(code),
+                            Err(_) => Exit::Failed(format!(
+                                "podman wait: unexpected reply {:?}",
+                                r.text()
+                            )),
+                        }
+                    }
+                    Ok(r) => return Exit::Failed(api_error("wait", &r).message().to_string()),
+                    // Podman's socket is gone (restarted, stopped): the container
+                    // may well still run, so its share stays held; wait again.
+                    Err(e) => {
+                        tracing::warn!("waiting for container {id}: {e}; retrying");
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                }
             }
         })
     }
