@@ -664,7 +664,7 @@ impl Service {
             .interface::<_, Manager>(crate::bus::BASE_PATH)
             .await?;
         for name in &changes.removed {
-            tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} stopped; its share is free");
+            tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} ended; its share is free");
             let p = worker_path(name);
             server.remove::<WorkerObject, _>(p.as_str()).await?;
             manager.worker_removed(name, obj_path(p)).await?;
