@@ -68,6 +68,13 @@ wait_for svc 's "running"'
 wait_for svc gone
 [ "$(systemctl --user show astraeus-worker-svc.service -p ActiveState --value)" != active ] || fail "unit still active"
 
+echo "== a unit that cannot start ends the worker with the reason, and frees its share"
+printf '{"name":"bad","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1}},"run":{"unit":{"exec":["/nonexistent/server"]}}}' | "$ctl" --session submit -
+wait_for bad gone
+grep -E "worker bad (exited with status|failed)" "$rt/daemon.log" || fail "no reason recorded for bad"
+taken=$(busctl --user get-property org.astraeus.Node1 /org/astraeus/Node1/gpu/0 org.astraeus.Node1.Gpu TakenGb)
+[ "$taken" = "d 0" ] || fail "share of bad not freed: $taken"
+
 echo "== kill -9 of the daemon: the running unit is adopted, not started twice"
 printf '{"name":"keep","run":{"unit":{"exec":["/bin/sleep","1000"]}}}' | "$ctl" --session submit -
 wait_for keep 's "running"'
