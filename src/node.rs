@@ -605,6 +605,28 @@ impl Node {
         slices::timeline(&self.rotation(), from, to, tz)
     }
 
+    /// What the slice preview must say besides the slices: listed days that do
+    /// not occur in the window (day 31 in a 30-day month, day 365 outside leap years).
+    pub fn slice_notes(
+        &self,
+        from: jiff::Timestamp,
+        to: jiff::Timestamp,
+        tz: &jiff::tz::TimeZone,
+    ) -> Vec<String> {
+        let mut notes = Vec::new();
+        for (template, actions) in &self.schedules {
+            for (i, a) in actions.iter().enumerate() {
+                for line in a.missing_days(from, to, tz, 50) {
+                    notes.push(format!(
+                        "template {template}, actions[{i}] ({}): {line}",
+                        a.action.as_str()
+                    ));
+                }
+            }
+        }
+        notes
+    }
+
     /// GPU mode by index, for the bus and CLI.
     pub fn gpu_mode(&self, uuid: &str) -> Mode {
         self.book.mode(uuid)

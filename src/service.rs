@@ -84,6 +84,11 @@ pub enum Command {
         to: i64,
         reply: Reply<Result<Vec<SliceRow>>>,
     },
+    ListSliceNotes {
+        from: i64,
+        to: i64,
+        reply: Reply<Result<Vec<String>>>,
+    },
     /// From a launch task: the workload started (its runtime id) or failed.
     Launched {
         name: String,
@@ -626,6 +631,11 @@ impl Service {
                         })
                         .collect()
                 });
+                let _ = reply.send(r);
+            }
+            Command::ListSliceNotes { from, to, reply } => {
+                let r = slice_window(from, to)
+                    .map(|(from, to)| self.node.slice_notes(from, to, &self.slice_rules.tz));
                 let _ = reply.send(r);
             }
             Command::Launched { name, kind, result } => self.launched(name, kind, result).await,

@@ -224,3 +224,65 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
         .ok
     );
 }
+
+#[test]
+fn the_preview_says_when_a_monthly_day_does_not_occur() {
+    let dir = open_tempdir();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[schedule]\ntime_zone = \"Europe/Berlin\"\n",
+    )
+    .unwrap();
+    let sim = dir.path().join("majin.toml");
+    std::fs::write(&sim, MAJIN_TOML).unwrap();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = &bus.address;
+    // Maintenance on the 31st of each month, 02:00–06:00, from next January on.
+    let year = jiff::Zoned::now().year() + 1;
+    let at = |m: i8, d: i8, h: i8| {
+        jiff::civil::date(year, m, d)
+            .at(h, 0, 0, 0)
+            .to_zoned(TimeZone::get("Europe/Berlin").unwrap())
+            .unwrap()
+            .timestamp()
+            .as_second()
+    };
+    let actions = format!(
+        r#"[{{"action":"resume","time":{},"repeat":1,"days":"31"}},{{"action":"poweroff","time":{},"repeat":1,"days":"31"}}]"#,
+        at(1, 31, 2),
+        at(1, 31, 6)
+    );
+    assert!(manager(a, None, "SetSchedule", &["ss", "maint", &actions]).ok);
+    let (from, to) = (at(1, 1, 0).to_string(), at(5, 1, 0).to_string());
+    let o = manager(a, None, "ListSliceNotes", &["xx", &from, &to]);
+    assert!(
+        o.stdout
+            .contains(&format!("day 31 does not occur in February {year}")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains(&format!("day 31 does not occur in April {year}")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("template maint, actions[0] (resume): "),
+        "{}",
+        o.stdout
+    );
+    // Slices only in January and March; astraeusctl prints the notes under the table.
+    let o = manager(a, None, "ListSlices", &["xx", &from, &to]);
+    assert!(o.stdout.starts_with("a(sxxs) 2 "), "{}", o.stdout);
+    let day = |m: i8| jiff::civil::date(year, m, 1).to_string();
+    let o = ctl(a, None, &["slices", "--from", &day(1), "--to", &day(5)]);
+    assert!(
+        o.stdout.contains(&format!(
+            "note: template maint, actions[0] (resume): day 31 does not occur in April {year}"
+        )),
+        "{}",
+        o.stdout
+    );
+}

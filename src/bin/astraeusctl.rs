@@ -291,6 +291,7 @@ async fn run(args: Args) -> Result<(), String> {
             };
             let rows: Vec<SliceRow> = c.call("ListSlices", &(from, to)).await?;
             let rows: Vec<SliceRow> = rows.into_iter().take(limit).collect();
+            let notes: Vec<String> = c.call("ListSliceNotes", &(from, to)).await?;
             if args.json {
                 let j: Vec<_> = rows
                     .iter()
@@ -298,7 +299,8 @@ async fn run(args: Args) -> Result<(), String> {
                         |(t, s, e, by)| json!({"template": t, "start": s, "end": e, "ends_by": by}),
                     )
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+                let out = json!({"time_zone": zone, "slices": j, "notes": notes});
+                println!("{}", serde_json::to_string_pretty(&out).expect("json"));
                 return Ok(());
             }
             let local = |secs: i64| {
@@ -319,6 +321,9 @@ async fn run(args: Args) -> Result<(), String> {
             for (t, s, e, by) in rows {
                 let by = by.replace("handoff:", "handoff to ");
                 println!("{t:<w$}  {:<20}  {:<20}  {by}", local(s), local(e));
+            }
+            for n in notes {
+                println!("note: {n}");
             }
         }
     }

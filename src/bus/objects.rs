@@ -167,6 +167,16 @@ impl Manager {
             .await??)
     }
 
+    /// What the slice preview must say besides the slices in [from, to): listed
+    /// days that do not occur (day 31 in a 30-day month, day 365 outside leap years).
+    #[zbus(out_args("notes"))]
+    async fn list_slice_notes(&self, from: i64, to: i64) -> Result<Vec<String>, BusError> {
+        Ok(self
+            .lp
+            .ask(|reply| Command::ListSliceNotes { from, to, reply })
+            .await??)
+    }
+
     #[zbus(signal)]
     pub async fn worker_new(
         emitter: &SignalEmitter<'_>,
