@@ -110,6 +110,20 @@ impl Drop for Bus {
     }
 }
 
+/// A state folder for one daemon: a sim machine of `gpus` GPUs and a config
+/// with no container runtime.
+fn daemon_dir(gpus: usize) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let sim_file = dir.path().join("m.toml");
+    std::fs::write(&sim_file, machine_toml(gpus)).unwrap();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[runtime]\npodman_socket = \"/nonexistent\"\n",
+    )
+    .unwrap();
+    (dir, sim_file)
+}
+
 /// Starts the daemon and returns it once READY=1 arrived, with the time it took.
 fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
     let sock_path = dir.join("notify.sock");
@@ -149,14 +163,7 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
 
 /// 4. Restart → READY=1 with `workers` live workers and `history` history rows.
 fn restart(workers: usize, history: usize, out: &mut Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let sim_file = dir.path().join("m.toml");
-    std::fs::write(&sim_file, machine_toml(64)).unwrap();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[runtime]\npodman_socket = \"/nonexistent\"\n",
-    )
-    .unwrap();
+    let (dir, sim_file) = daemon_dir(64);
     std::fs::create_dir_all(dir.path().join("state")).unwrap();
     // Create the schema, then fill it in one transaction (the daemon's own
     // commits are one per operation; building the fixture that way would take
@@ -209,14 +216,7 @@ impl Echo {
 
 /// 1. SubmitWorker and StopWorker round trips ÷ (echo round trip + one durable commit).
 fn round_trips(n: usize, out: &mut Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let sim_file = dir.path().join("m.toml");
-    std::fs::write(&sim_file, machine_toml(8)).unwrap();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[runtime]\npodman_socket = \"/nonexistent\"\n",
-    )
-    .unwrap();
+    let (dir, sim_file) = daemon_dir(8);
     let bus = Bus::start();
     let (mut child, _) = start_daemon(&bus, dir.path(), &sim_file);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -349,14 +349,7 @@ fn ctxt_switches(pid: u32) -> u64 {
 
 /// 5. Idle daemon, 8 GPUs, 100 workers: resident memory and wake-ups per minute.
 fn idle(window: Duration, out: &mut Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let sim_file = dir.path().join("m.toml");
-    std::fs::write(&sim_file, machine_toml(8)).unwrap();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[runtime]\npodman_socket = \"/nonexistent\"\n",
-    )
-    .unwrap();
+    let (dir, sim_file) = daemon_dir(8);
     let bus = Bus::start();
     let (mut child, _) = start_daemon(&bus, dir.path(), &sim_file);
     for i in 0..100 {
