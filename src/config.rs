@@ -28,6 +28,8 @@ pub struct RuntimeConfig {
     pub cdi_device: String,
     /// StopWorker stops gracefully, then forces after this long.
     pub stop_timeout_seconds: u64,
+    /// libvirt, for VM workers; "" turns VM workers off.
+    pub libvirt_uri: String,
 }
 
 impl Default for RuntimeConfig {
@@ -36,6 +38,7 @@ impl Default for RuntimeConfig {
             podman_socket: "/run/podman/podman.sock".into(),
             cdi_device: "nvidia.com/gpu={uuid}".into(),
             stop_timeout_seconds: 10,
+            libvirt_uri: "qemu:///system".into(),
         }
     }
 }
@@ -81,6 +84,9 @@ pub struct Access {
     /// Let members run containers too. A container can mount the host and
     /// run as root in it: membership then equals root (like the docker group).
     pub containers_for_group: bool,
+    /// Let members run VMs too. A VM gets whole GPUs passed through and the
+    /// disks its XML names: membership then equals root.
+    pub vms_for_group: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -103,6 +109,7 @@ impl Default for Access {
         Access {
             group: "astraeus".into(),
             containers_for_group: false,
+            vms_for_group: false,
         }
     }
 }

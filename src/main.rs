@@ -8,6 +8,7 @@ use astraeusd::error::Error;
 use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
 use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
+use astraeusd::runtime::libvirt::Libvirt;
 use astraeusd::runtime::podman::Podman;
 use astraeusd::runtime::unit::Units;
 use astraeusd::service::{Service, Settings, SliceRules};
@@ -132,8 +133,13 @@ async fn run(args: Args) -> Result<(), Error> {
             conn: conn.clone(),
             stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         })),
+        vms: (!config.runtime.libvirt_uri.is_empty()).then(|| {
+            std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri))
+                as std::sync::Arc<dyn astraeusd::runtime::Runtime>
+        }),
         stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         containers_for_group: config.access.containers_for_group,
+        vms_for_group: config.access.vms_for_group,
     };
     let service = Service::register(node, source, conn.clone(), settings).await?;
     // The name last: once it is owned, every object is already there.

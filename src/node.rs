@@ -73,7 +73,8 @@ impl Worker {
         match self.spec.run {
             Some(crate::request::Run::Container { .. }) => Some(crate::runtime::Kind::Container),
             Some(crate::request::Run::Unit { .. }) => Some(crate::runtime::Kind::Unit),
-            _ => None,
+            Some(crate::request::Run::Vm(_)) => Some(crate::runtime::Kind::Vm),
+            None => None,
         }
     }
 
@@ -94,6 +95,17 @@ impl Worker {
             worker: self.name().to_string(),
             run,
             gpu_uuids: grants.iter().map(|g| g.gpu_uuid.clone()).collect(),
+            gpu_pci: grants
+                .iter()
+                .map(|g| {
+                    machine
+                        .gpus
+                        .iter()
+                        .find(|m| m.uuid == g.gpu_uuid)
+                        .map(|m| m.pci_bus_id.clone())
+                        .unwrap_or_default()
+                })
+                .collect(),
             gpu_memory_gb,
             cpu_cores: self.spec.resources.cpu_cores,
             memory_bytes: self.spec.resources.memory_bytes,

@@ -344,12 +344,7 @@ fn parse_run(v: &Value) -> Result<Run> {
                 }
                 (None, Some(xml)) => {
                     let xml = string(xml, "run.vm.domain_xml")?;
-                    if !xml.trim_start().starts_with("<domain") {
-                        return Err(Error::field(
-                            "run.vm.domain_xml",
-                            "a libvirt <domain> XML document",
-                        ));
-                    }
+                    crate::runtime::domain_xml::check(&xml, "run.vm.domain_xml")?;
                     Ok(Run::Vm(VmSource::DomainXml(xml)))
                 }
                 _ => Err(Error::field(

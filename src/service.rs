@@ -124,10 +124,14 @@ pub struct Settings {
     pub containers: Option<Arc<dyn Runtime>>,
     /// The service manager, for unit workers.
     pub units: Option<Arc<dyn Runtime>>,
+    /// libvirt, for VM workers.
+    pub vms: Option<Arc<dyn Runtime>>,
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
     /// Whether members of the access group may run containers (root-equivalent).
     pub containers_for_group: bool,
+    /// Whether members of the access group may run VMs (root-equivalent).
+    pub vms_for_group: bool,
 }
 
 /// Samples kept per GPU in memory (an hour at the default 2 s refresh).
@@ -161,8 +165,10 @@ pub struct Service {
     rotation: Shared<RotationView>,
     containers: Option<Arc<dyn Runtime>>,
     units: Option<Arc<dyn Runtime>>,
+    vms: Option<Arc<dyn Runtime>>,
     stop_timeout: Duration,
     containers_for_group: bool,
+    vms_for_group: bool,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
@@ -298,8 +304,10 @@ impl Service {
             usage_interval,
             containers,
             units,
+            vms,
             stop_timeout,
             containers_for_group,
+            vms_for_group,
         } = settings;
         let lp = Loop {
             tx,
@@ -377,8 +385,10 @@ impl Service {
             rotation,
             containers,
             units,
+            vms,
             stop_timeout,
             containers_for_group,
+            vms_for_group,
         })
     }
 
@@ -824,10 +834,11 @@ impl Service {
         match kind {
             Kind::Container => self.containers.clone(),
             Kind::Unit => self.units.clone(),
+            Kind::Vm => self.vms.clone(),
         }
     }
 
-    /// Containers are root-equivalent powers; units run as their owner; VMs are not built yet.
+    /// Containers and VMs are root-equivalent powers; units run as their owner.
     fn may_run(&self, spec: &crate::request::WorkerSpec, caller: &Caller) -> Result<()> {
         match &spec.run {
             Some(Run::Container { .. }) => {
@@ -851,10 +862,22 @@ impl Service {
                 "this daemon has no service manager to start units with",
             )),
             Some(Run::Unit { .. }) => Ok(()),
-            Some(Run::Vm(_)) => Err(Error::field(
-                "run.vm",
-                "launching VMs is not built yet; submit without run for a reservation",
-            )),
+            Some(Run::Vm(_)) => {
+                if caller.uid != 0 && !self.vms_for_group {
+                    return Err(Error::AccessDenied(format!(
+                        "uid {}: a VM with passed-through devices is root-equivalent, so only \
+                         root may run one (access.vms_for_group extends this to group {})",
+                        caller.uid, self.lp.group
+                    )));
+                }
+                if self.vms.is_none() {
+                    return Err(Error::field(
+                        "run.vm",
+                        "this daemon has no VM runtime (set runtime.libvirt_uri)",
+                    ));
+                }
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -992,7 +1015,7 @@ impl Service {
     /// Running workloads are adopted, ended ones are ended, missing ones
     /// launched once; nothing starts twice (workloads are named by worker).
     async fn reconcile(&mut self) {
-        for kind in [Kind::Container, Kind::Unit] {
+        for kind in [Kind::Container, Kind::Unit, Kind::Vm] {
             self.reconcile_kind(kind).await;
         }
     }
@@ -1058,6 +1081,7 @@ impl Service {
                 None if runtime_id.is_none() => relaunch.push(name),
                 None => {
                     let why = "its workload vanished while the daemon was down";
+                    tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} failed: {why}");
                     self.end_worker(&name, None, &format!("failed: {why}"))
                         .await;
                 }

@@ -162,20 +162,6 @@ fn container(name: &str, gb: Option<&str>, script: &str) -> String {
     )
 }
 
-fn state(a: &str, name: &str) -> String {
-    busctl(
-        a,
-        &[
-            "get-property",
-            "org.astraeus.Node1",
-            &format!("/org/astraeus/Node1/worker/{name}"),
-            "org.astraeus.Node1.Worker",
-            "State",
-        ],
-    )
-    .stdout
-}
-
 fn setup(dir: &Path, pm: &Podman, bus: &Bus) -> Daemon {
     std::fs::write(
         dir.join("node.toml"),

@@ -297,15 +297,7 @@ fn the_daemon_refuses_non_members_even_when_the_bus_lets_them_through() {
         "this test runs clients as nobody: run the suite as root (as CI does)"
     );
     let dir = open_tempdir();
-    // A careless bus policy that lets everyone call everything.
-    let open_policy = dir.path().join("open.conf");
-    std::fs::write(
-        &open_policy,
-        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig><policy context="default"><allow own="org.astraeus.Node1"/><allow send_destination="org.astraeus.Node1"/></policy></busconfig>"#,
-    )
-    .unwrap();
+    let open_policy = careless_policy(dir.path());
     let bus = Bus::system_like(dir.path(), Some(&open_policy));
     let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
     let o = gdbus_as(

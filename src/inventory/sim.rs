@@ -50,6 +50,8 @@ struct SimGpu {
     power_w: f64,
     /// Name of the time-slicing baseboard that owns this GPU, if any.
     baseboard: Option<String>,
+    /// PCI address (VM workers take it as a hostdev); 0000:<index+1>:00.0 when unset.
+    pci: Option<String>,
 }
 
 fn nvidia() -> String {
@@ -99,6 +101,10 @@ pub fn parse(text: &str) -> Result<Machine> {
             sliced: g.baseboard.is_some(),
             problem: (!g.healthy).then(|| "marked unhealthy in the sim file".to_string()),
             power_mw: (g.power_w > 0.0).then_some((g.power_w * 1000.0) as u32),
+            pci_bus_id: g
+                .pci
+                .clone()
+                .unwrap_or_else(|| format!("00000000:{:02X}:00.0", i + 1)),
             ..Gpu::default()
         });
     }

@@ -1,8 +1,10 @@
 //! Launching workers: one small trait, one implementation per kind of `run`.
 //! Containers run through podman's REST API (podman.rs), units as systemd
-//! transient services (unit.rs); libvirt VMs join behind the same trait.
+//! transient services (unit.rs), VMs as transient libvirt domains (libvirt.rs).
 
+pub mod domain_xml;
 mod http;
+pub mod libvirt;
 pub mod podman;
 pub mod unit;
 
@@ -20,6 +22,8 @@ pub struct Launch {
     pub run: crate::request::Run,
     /// UUIDs of the GPUs it holds.
     pub gpu_uuids: Vec<String>,
+    /// Their PCI addresses, in the same order (VMs take them as hostdevs).
+    pub gpu_pci: Vec<String>,
     /// ASTRAEUS_GPU_MEMORY_GB: its share per GPU (shared), or its GPUs' memory (whole).
     pub gpu_memory_gb: Option<String>,
     pub cpu_cores: crate::quantity::Amount,
@@ -33,6 +37,7 @@ pub struct Launch {
 pub enum Kind {
     Container,
     Unit,
+    Vm,
 }
 
 /// How a workload ended.

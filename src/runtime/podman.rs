@@ -235,6 +235,7 @@ mod tests {
                 env: [("K".to_string(), "V".to_string())].into(),
             },
             gpu_uuids: vec!["GPU-a".into()],
+            gpu_pci: vec![],
             gpu_memory_gb: Some("2.5".into()),
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,

@@ -310,3 +310,32 @@ pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
     panic!("timed out waiting for: {what}");
 }
+
+/// A worker's State property as busctl prints it (`s "running"\n`).
+pub fn state(a: &str, name: &str) -> String {
+    busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/worker/{name}"),
+            "org.astraeus.Node1.Worker",
+            "State",
+        ],
+    )
+    .stdout
+}
+
+/// A careless bus policy that lets everyone call everything: the daemon's
+/// own checks are then all that stands between a caller and a mutation.
+pub fn careless_policy(dir: &Path) -> PathBuf {
+    let path = dir.join("open.conf");
+    std::fs::write(
+        &path,
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><policy context="default"><allow own="org.astraeus.Node1"/><allow send_destination="org.astraeus.Node1"/></policy></busconfig>"#,
+    )
+    .unwrap();
+    path
+}

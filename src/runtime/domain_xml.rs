@@ -1,0 +1,325 @@
+//! A VM worker's domain XML, made from the one it was submitted with (or the
+//! existing domain's definition): its own name, no UUID (libvirt makes a new
+//! one, so it never clashes with the domain it was copied from), its GPUs as
+//! PCI hostdevs and the SMBIOS OEM strings that tell the guest its GPU memory.
+//! Pure string work on byte ranges found by a real XML parser, so everything
+//! else in the document is kept exactly as written.
+
+use crate::error::{Error, Result};
+
+/// The worker's domain name: reconciliation finds its VM by this name.
+pub fn domain_name(worker: &str) -> String {
+    format!("astraeus-{worker}")
+}
+
+/// Marks a domain as ours, naming its worker: a domain someone else named
+/// `astraeus-…` is never mistaken for a worker's.
+pub const NAMESPACE: &str = "https://astraeusd.org/xmlns/worker/1";
+
+/// The worker a domain belongs to, read from the mark in its XML.
+pub fn worker_of(xml: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    let metadata = doc
+        .root_element()
+        .children()
+        .find(|n| n.has_tag_name("metadata"))?;
+    let mark = metadata
+        .children()
+        .find(|n| n.tag_name().namespace() == Some(NAMESPACE))?;
+    let worker = mark.text()?.trim().to_string();
+    (doc.root_element()
+        .children()
+        .find(|n| n.has_tag_name("name"))
+        .and_then(|n| n.text())
+        == Some(domain_name(&worker).as_str()))
+    .then_some(worker)
+}
+
+/// Checks that `xml` is a well-formed `<domain>` document (at submit time).
+pub fn check(xml: &str, field: &str) -> Result<()> {
+    let doc = roxmltree::Document::parse(xml)
+        .map_err(|e| Error::field(field, format!("not well-formed XML: {e}")))?;
+    if doc.root_element().tag_name().name() != "domain" {
+        return Err(Error::field(
+            field,
+            format!(
+                "a libvirt <domain> document, not <{}>",
+                doc.root_element().tag_name().name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A PCI address as NVML writes it (`00000000:65:00.0`) or lspci (`0000:65:00.0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PciAddress {
+    pub domain: u32,
+    pub bus: u8,
+    pub slot: u8,
+    pub function: u8,
+}
+
+impl PciAddress {
+    pub fn parse(text: &str) -> Option<PciAddress> {
+        let (rest, function) = text.trim().rsplit_once('.')?;
+        let mut parts = rest.rsplitn(3, ':');
+        let slot = u8::from_str_radix(parts.next()?, 16).ok()?;
+        let bus = u8::from_str_radix(parts.next()?, 16).ok()?;
+        let domain = match parts.next() {
+            Some(d) => u32::from_str_radix(d, 16).ok()?,
+            None => 0,
+        };
+        let function = u8::from_str_radix(function, 16).ok()?;
+        (slot < 32 && function < 8).then_some(PciAddress {
+            domain,
+            bus,
+            slot,
+            function,
+        })
+    }
+
+    fn hostdev(&self) -> String {
+        format!(
+            "<hostdev mode='subsystem' type='pci' managed='yes'><source>\
+             <address domain='0x{:04x}' bus='0x{:02x}' slot='0x{:02x}' function='0x{:x}'/>\
+             </source></hostdev>",
+            self.domain, self.bus, self.slot, self.function
+        )
+    }
+}
+
+/// The worker's domain: `source` renamed, its UUID dropped, hostdevs for
+/// `gpus` and OEM strings with `gpu_memory_gb` added.
+pub fn worker_domain(
+    source: &str,
+    worker: &str,
+    gpus: &[PciAddress],
+    gpu_memory_gb: &str,
+) -> Result<String> {
+    let field = "run.vm.domain_xml";
+    check(source, field)?;
+    let doc = roxmltree::Document::parse(source).expect("checked above");
+    let root = doc.root_element();
+    let child = |name: &str| root.children().find(|n| n.has_tag_name(name));
+    let mut edits: Vec<Edit> = Vec::new();
+
+    let name = format!("<name>{}</name>", domain_name(worker));
+    match child("name") {
+        Some(n) => edits.push((n.range(), name)),
+        None => edits.push((open_end(source, &root), name)),
+    }
+    if let Some(u) = child("uuid") {
+        edits.push((u.range(), String::new()));
+    }
+    let mark = format!("<astraeus:worker xmlns:astraeus='{NAMESPACE}'>{worker}</astraeus:worker>");
+    match child("metadata") {
+        Some(m) => edits.push(append_into(source, &m, mark)),
+        None => edits.push(append_into(
+            source,
+            &root,
+            format!("<metadata>{mark}</metadata>"),
+        )),
+    }
+
+    let hostdevs: String = gpus.iter().map(PciAddress::hostdev).collect();
+    match child("devices") {
+        Some(d) => edits.push(append_into(source, &d, hostdevs)),
+        None => edits.push(append_into(
+            source,
+            &root,
+            format!("<devices>{hostdevs}</devices>"),
+        )),
+    }
+
+    let strings = format!(
+        "<entry>ASTRAEUS_GPU_MEMORY_GB={gpu_memory_gb}</entry>\
+         <entry>io.systemd.credential:astraeus.gpu_memory_gb={gpu_memory_gb}</entry>"
+    );
+    let smbios = root
+        .children()
+        .find(|n| n.has_tag_name("sysinfo") && n.attribute("type") == Some("smbios"));
+    match smbios {
+        Some(s) => match s.children().find(|n| n.has_tag_name("oemStrings")) {
+            Some(o) => edits.push(append_into(source, &o, strings)),
+            None => edits.push(append_into(
+                source,
+                &s,
+                format!("<oemStrings>{strings}</oemStrings>"),
+            )),
+        },
+        None => edits.push(append_into(
+            source,
+            &root,
+            format!("<sysinfo type='smbios'><oemStrings>{strings}</oemStrings></sysinfo>"),
+        )),
+    }
+    // The guest sees the sysinfo only with <smbios mode='sysinfo'/> in <os>.
+    if let Some(os) = child("os") {
+        if !os.children().any(|n| n.has_tag_name("smbios")) {
+            edits.push(append_into(source, &os, "<smbios mode='sysinfo'/>".into()));
+        }
+    } else {
+        return Err(Error::field(field, "the domain has no <os> element"));
+    }
+
+    // Apply back to front so earlier ranges stay valid.
+    edits.sort_by_key(|(r, _)| std::cmp::Reverse((r.start, r.end)));
+    let mut out = source.to_string();
+    for (range, text) in edits {
+        out.replace_range(range, &text);
+    }
+    Ok(out)
+}
+
+/// The edit that appends `text` inside the element, just before `</x>`; a
+/// self-closing `<x/>` is rewritten open (`<x>text</x>`).
+fn append_into(source: &str, node: &roxmltree::Node, text: String) -> Edit {
+    let r = node.range();
+    let element = &source[r.clone()];
+    if element.ends_with("/>") && !element.contains("</") {
+        let name = node.tag_name().name();
+        return ((r.end - 2)..r.end, format!(">{text}</{name}>"));
+    }
+    let at = r.start + element.rfind("</").expect("an element with content closes");
+    (at..at, text)
+}
+
+type Edit = (std::ops::Range<usize>, String);
+
+/// An empty range just after the element's opening tag.
+fn open_end(source: &str, node: &roxmltree::Node) -> std::ops::Range<usize> {
+    let r = node.range();
+    let at = r.start + source[r.clone()].find('>').expect("a tag ends") + 1;
+    at..at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &str = "<domain type='test'>\n  <name>base</name>\n  \
+        <uuid>6695eb01-f6a4-8304-79aa-97f2502e193f</uuid>\n  <memory>8192</memory>\n  \
+        <os><type>hvm</type></os>\n  <devices><disk type='file'/></devices>\n</domain>";
+
+    fn gpu(bus: u8) -> PciAddress {
+        PciAddress {
+            domain: 0,
+            bus,
+            slot: 0,
+            function: 0,
+        }
+    }
+
+    #[test]
+    fn pci_addresses_parse_in_nvml_and_lspci_forms() {
+        assert_eq!(PciAddress::parse("00000000:65:00.0"), Some(gpu(0x65)));
+        assert_eq!(PciAddress::parse("0000:65:00.0"), Some(gpu(0x65)));
+        assert_eq!(PciAddress::parse("65:00.0"), Some(gpu(0x65)));
+        assert_eq!(PciAddress::parse("65:40.0"), None);
+        assert_eq!(PciAddress::parse("GPU-1"), None);
+    }
+
+    #[test]
+    fn the_worker_domain_is_renamed_loses_its_uuid_and_gets_gpus_and_oem_strings() {
+        let out = worker_domain(SRC, "listen", &[gpu(0x65), gpu(0xb3)], "80").unwrap();
+        let doc = roxmltree::Document::parse(&out).unwrap();
+        let root = doc.root_element();
+        let text = |tag: &str| {
+            root.descendants()
+                .filter(|n| n.has_tag_name(tag))
+                .map(|n| n.text().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(text("name"), ["astraeus-listen"]);
+        assert_eq!(worker_of(&out).as_deref(), Some("listen"));
+        assert_eq!(worker_of(SRC), None);
+        assert!(text("uuid").is_empty());
+        assert_eq!(
+            text("entry"),
+            [
+                "ASTRAEUS_GPU_MEMORY_GB=80",
+                "io.systemd.credential:astraeus.gpu_memory_gb=80"
+            ]
+        );
+        let buses: Vec<&str> = root
+            .descendants()
+            .filter(|n| n.has_tag_name("hostdev"))
+            .filter_map(|h| h.descendants().find(|n| n.has_tag_name("address")))
+            .filter_map(|a| a.attribute("bus"))
+            .collect();
+        assert_eq!(buses, ["0x65", "0xb3"]);
+        let smbios = root
+            .descendants()
+            .find(|n| n.has_tag_name("smbios"))
+            .unwrap();
+        assert_eq!(smbios.parent().unwrap().tag_name().name(), "os");
+        assert_eq!(smbios.attribute("mode"), Some("sysinfo"));
+        // The rest is kept as written.
+        assert!(out.contains("<memory>8192</memory>"));
+        assert!(out.contains("<disk type='file'/>"));
+    }
+
+    #[test]
+    fn existing_sysinfo_and_self_closing_devices_are_extended() {
+        let src =
+            "<domain type='kvm'><name>b</name><os><type>hvm</type><smbios mode='sysinfo'/></os>\
+            <sysinfo type='smbios'><oemStrings><entry>keep</entry></oemStrings></sysinfo>\
+            <devices/></domain>";
+        let out = worker_domain(src, "w", &[gpu(1)], "7.5").unwrap();
+        let doc = roxmltree::Document::parse(&out).unwrap();
+        let entries: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("entry"))
+            .filter_map(|n| n.text())
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                "keep",
+                "ASTRAEUS_GPU_MEMORY_GB=7.5",
+                "io.systemd.credential:astraeus.gpu_memory_gb=7.5"
+            ]
+        );
+        assert_eq!(
+            doc.descendants()
+                .filter(|n| n.has_tag_name("smbios"))
+                .count(),
+            1
+        );
+        assert_eq!(
+            doc.descendants()
+                .filter(|n| n.has_tag_name("sysinfo"))
+                .count(),
+            1
+        );
+        assert_eq!(
+            doc.descendants()
+                .filter(|n| n.has_tag_name("hostdev"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn bad_documents_name_the_field() {
+        assert_eq!(
+            check("<domain><name>x</domain>", "run.vm.domain_xml")
+                .unwrap_err()
+                .message()
+                .split(':')
+                .next(),
+            Some("run.vm.domain_xml")
+        );
+        assert!(check("<network/>", "f")
+            .unwrap_err()
+            .message()
+            .contains("<network>"));
+        assert!(
+            worker_domain("<domain><name>x</name></domain>", "w", &[], "1")
+                .unwrap_err()
+                .message()
+                .contains("<os>")
+        );
+    }
+}

@@ -1,0 +1,334 @@
+//! VM workers through libvirt (the virt crate). A worker's VM is a transient
+//! domain named `astraeus-<worker>`, made from the submitted domain XML or
+//! from an existing (shut off) domain's definition, with its GPUs as PCI
+//! hostdevs and its GPU memory in SMBIOS OEM strings (domain_xml.rs). Being
+//! transient, it leaves nothing behind once it stops.
+//!
+//! This module owns libvirt's process-wide event loop: one thread runs it,
+//! and lifecycle events of every connection are broadcast to whoever waits
+//! (the VM runtime here; the time-slicer shares it). libvirt's calls block, so
+//! each runs on tokio's blocking pool.
+
+use super::domain_xml::{self, PciAddress};
+use super::{BoxFuture, Exit, Found, Launch, Runtime};
+use crate::error::{Error, Result};
+use crate::request::{Run, VmSource};
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use virt::connect::Connect;
+use virt::sys;
+
+/// One lifecycle event: which domain, and libvirt's event and detail numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub domain: String,
+    pub event: u32,
+    pub detail: u32,
+}
+
+impl Lifecycle {
+    pub fn stopped(&self) -> bool {
+        self.event == sys::VIR_DOMAIN_EVENT_STOPPED
+    }
+
+    /// How a STOPPED event ends a worker, in libvirt's own terms.
+    pub fn exit(&self) -> Exit {
+        match self.detail {
+            sys::VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN => Exit::Exited(0),
+            sys::VIR_DOMAIN_EVENT_STOPPED_DESTROYED => {
+                Exit::Failed("the domain was destroyed (forced off)".into())
+            }
+            sys::VIR_DOMAIN_EVENT_STOPPED_CRASHED => Exit::Failed("the guest crashed".into()),
+            sys::VIR_DOMAIN_EVENT_STOPPED_FAILED => {
+                Exit::Failed("the hypervisor failed to run the domain".into())
+            }
+            other => Exit::Failed(format!("the domain stopped (libvirt detail {other})")),
+        }
+    }
+}
+
+/// The broadcast every lifecycle event goes to; starts the event loop once.
+pub fn events() -> &'static broadcast::Sender<Lifecycle> {
+    static EVENTS: OnceLock<broadcast::Sender<Lifecycle>> = OnceLock::new();
+    EVENTS.get_or_init(|| {
+        // Errors come back as values; libvirt's default handler would also print them.
+        virt::error::clear_error_callback();
+        // Must precede every Connect::open, or connections get no events.
+        if let Err(e) = virt::event::event_register_default_impl() {
+            tracing::error!("libvirt's event loop cannot start: {e}");
+        }
+        std::thread::Builder::new()
+            .name("libvirt-events".into())
+            .spawn(|| loop {
+                if virt::event::event_run_default_impl().is_err() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+            .expect("spawning the libvirt event thread");
+        broadcast::channel(1024).0
+    })
+}
+
+unsafe extern "C" fn on_lifecycle(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    event: c_int,
+    detail: c_int,
+    _opaque: *mut c_void,
+) -> c_int {
+    // SAFETY: libvirt passes a valid domain for the duration of the call; the
+    // name belongs to the domain and is copied here.
+    let name = unsafe {
+        let p = sys::virDomainGetName(dom);
+        if p.is_null() {
+            return 0;
+        }
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    };
+    let _ = events().send(Lifecycle {
+        domain: name,
+        event: event as u32,
+        detail: detail as u32,
+    });
+    0
+}
+
+type LifecycleCallback =
+    unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, c_int, c_int, *mut c_void) -> c_int;
+
+/// Opens a connection whose lifecycle events reach [`events`].
+pub fn open(uri: &str) -> Result<Connect> {
+    events();
+    let conn = Connect::open(Some(uri))
+        .map_err(|e| Error::Backend(format!("libvirt at {uri}: {}", e.message())))?;
+    // SAFETY: the callback has the signature libvirt calls lifecycle callbacks
+    // with (libvirt's API takes it as the generic type, to be cast back);
+    // it keeps no pointer beyond the call and has no opaque data to free.
+    let id = unsafe {
+        let cb: LifecycleCallback = on_lifecycle;
+        sys::virConnectDomainEventRegisterAny(
+            conn.as_ptr(),
+            std::ptr::null_mut(),
+            sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
+            Some(std::mem::transmute::<
+                LifecycleCallback,
+                unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, *mut c_void),
+            >(cb)),
+            std::ptr::null_mut(),
+            None,
+        )
+    };
+    if id < 0 {
+        return Err(Error::Backend(format!(
+            "libvirt at {uri}: cannot watch domain events: {}",
+            virt::error::Error::last_error().message()
+        )));
+    }
+    Ok(conn)
+}
+
+/// libvirt's error, as a backend error naming the URI.
+fn backend(uri: &str, e: virt::error::Error) -> Error {
+    Error::Backend(format!("libvirt at {uri}: {}", e.message()))
+}
+
+/// The VM runtime.
+pub struct Libvirt {
+    uri: String,
+    /// Opened on first use (a host without libvirt still runs the daemon) and
+    /// reopened when libvirtd went away underneath it.
+    conn: Mutex<Option<Arc<Connect>>>,
+}
+
+impl Libvirt {
+    pub fn new(uri: &str) -> Libvirt {
+        Libvirt {
+            uri: uri.to_string(),
+            conn: Mutex::new(None),
+        }
+    }
+
+    fn conn(&self) -> Result<Arc<Connect>> {
+        let mut slot = self.conn.lock().expect("not poisoned");
+        if let Some(c) = slot.as_ref() {
+            if c.is_alive().unwrap_or(false) {
+                return Ok(c.clone());
+            }
+            tracing::warn!("libvirt at {} went away; reconnecting", self.uri);
+        }
+        let c = Arc::new(open(&self.uri)?);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs a blocking libvirt call on tokio's blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connect, &str) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn()?;
+        let uri = self.uri.clone();
+        tokio::task::spawn_blocking(move || f(&conn, &uri))
+            .await
+            .map_err(|e| Error::Backend(format!("libvirt call panicked: {e}")))?
+    }
+
+    /// Whether the domain is running now; false when it is gone.
+    async fn active(&self, name: &str) -> Result<bool> {
+        let name = name.to_string();
+        self.blocking(move |c, _| {
+            Ok(c.lookup_domain_by_name(&name)
+                .ok()
+                .and_then(|d| d.is_active().ok())
+                .unwrap_or(false))
+        })
+        .await
+    }
+
+    /// Resolves with the domain's STOPPED event, or at once when it is not running.
+    async fn stopped(&self, name: &str) -> Result<Lifecycle> {
+        // Subscribe before looking, so a stop in between is not missed.
+        let mut rx = events().subscribe();
+        let gone = Lifecycle {
+            domain: name.to_string(),
+            event: sys::VIR_DOMAIN_EVENT_STOPPED,
+            detail: u32::MAX,
+        };
+        if !self.active(name).await? {
+            return Ok(gone);
+        }
+        loop {
+            match rx.recv().await {
+                Ok(ev) if ev.domain == name && ev.stopped() => return Ok(ev),
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if !self.active(name).await? {
+                        return Ok(gone);
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return Ok(gone),
+            }
+        }
+    }
+}
+
+impl Runtime for Libvirt {
+    fn start<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move {
+            let Run::Vm(source) = &launch.run else {
+                return Err(Error::field("run", "the VM runtime runs only vm workers"));
+            };
+            let mut gpus = Vec::new();
+            for (uuid, pci) in launch.gpu_uuids.iter().zip(&launch.gpu_pci) {
+                gpus.push(PciAddress::parse(pci).ok_or_else(|| {
+                    Error::Backend(format!(
+                        "GPU {uuid} has no PCI address ({pci:?}) to pass through"
+                    ))
+                })?);
+            }
+            let source = source.clone();
+            let worker = launch.worker.clone();
+            let gb = launch.gpu_memory_gb.clone().unwrap_or_else(|| "0".into());
+            self.blocking(move |c, uri| {
+                let base = match &source {
+                    VmSource::DomainXml(xml) => xml.clone(),
+                    VmSource::Domain(name) => {
+                        let d = c.lookup_domain_by_name(name).map_err(|_| {
+                            Error::field(
+                                "run.vm.domain",
+                                format!("no domain named {name} in {uri}"),
+                            )
+                        })?;
+                        if d.is_active().unwrap_or(false) {
+                            return Err(Error::Conflict(format!(
+                                "run.vm.domain: {name} is running; the worker runs its own copy \
+                                 of it, on the same disks, so {name} must be shut off"
+                            )));
+                        }
+                        d.xml_desc(sys::VIR_DOMAIN_XML_INACTIVE | sys::VIR_DOMAIN_XML_SECURE)
+                            .map_err(|e| backend(uri, e))?
+                    }
+                };
+                let xml = domain_xml::worker_domain(&base, &worker, &gpus, &gb)?;
+                crate::failpoint::hit("libvirt.before-create");
+                let d = c.create_domain_xml(&xml, 0).map_err(|e| backend(uri, e))?;
+                crate::failpoint::hit("libvirt.after-create");
+                d.name().map_err(|e| backend(uri, e))
+            })
+            .await
+        })
+    }
+
+    fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Exit> {
+        Box::pin(async move {
+            loop {
+                match self.stopped(id).await {
+                    Ok(ev) if ev.detail == u32::MAX => {
+                        return Exit::Failed("the domain is no longer running".into())
+                    }
+                    Ok(ev) => return ev.exit(),
+                    // libvirtd away: keep waiting for it rather than end a VM that may run on.
+                    Err(e) => {
+                        tracing::warn!("waiting for domain {id}: {e}");
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                }
+            }
+        })
+    }
+
+    fn stop<'a>(&'a self, id: &'a str, timeout: Duration) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let name = id.to_string();
+            let mut done = Box::pin(self.stopped(id));
+            let asked = self
+                .blocking({
+                    let name = name.clone();
+                    move |c, uri| match c.lookup_domain_by_name(&name) {
+                        Ok(d) => d.shutdown().map(|_| ()).map_err(|e| backend(uri, e)),
+                        Err(_) => Ok(()), // already gone
+                    }
+                })
+                .await;
+            if asked.is_ok() && tokio::time::timeout(timeout, &mut done).await.is_ok() {
+                return Ok(());
+            }
+            // ACPI ignored (or refused): force it off.
+            self.blocking(move |c, uri| match c.lookup_domain_by_name(&name) {
+                Ok(d) if d.is_active().unwrap_or(false) => {
+                    d.destroy().map(|_| ()).map_err(|e| backend(uri, e))
+                }
+                _ => Ok(()),
+            })
+            .await
+        })
+    }
+
+    fn remove<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Result<()>> {
+        // Transient: libvirt forgets the domain when it stops.
+        Box::pin(async { Ok(()) })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Found>>> {
+        Box::pin(self.blocking(|c, uri| {
+            let domains = c
+                .list_all_domains(sys::VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+                .map_err(|e| backend(uri, e))?;
+            Ok(domains
+                .iter()
+                .filter_map(|d| {
+                    let worker = domain_xml::worker_of(&d.xml_desc(0).ok()?)?;
+                    Some(Found {
+                        worker,
+                        id: d.name().ok()?,
+                        running: true,
+                        exit_code: None,
+                    })
+                })
+                .collect())
+        }))
+    }
+}
