@@ -17,6 +17,7 @@ pub mod journal;
 pub mod node;
 pub mod placement;
 pub mod quantity;
+pub mod report;
 pub mod request;
 pub mod runtime;
 pub mod schedule;

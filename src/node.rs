@@ -41,6 +41,10 @@ pub struct Worker {
     pub phase: Phase,
     /// The runtime's id of its workload (container id), once launched.
     pub runtime_id: Option<String>,
+    /// Its workload's control group, and the processes found in it at the
+    /// last inventory refresh: their GPU memory is the worker's own.
+    pub cgroup: Option<String>,
+    pub cgroup_pids: Vec<u32>,
 }
 
 /// A placed worker's workload: a reservation is simply `Held`.
@@ -115,6 +119,11 @@ impl Worker {
 
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// Processes whose GPU memory is this worker's: its holders and its workload's.
+    pub fn own_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.holders.iter().chain(&self.cgroup_pids).copied()
     }
     pub fn grants(&self) -> &[Grant] {
         match &self.status {
@@ -222,6 +231,8 @@ impl Node {
                     status,
                     phase: Phase::Held,
                     runtime_id: row.runtime_id,
+                    cgroup: row.cgroup,
+                    cgroup_pids: Vec::new(),
                 },
             );
         }
@@ -317,6 +328,8 @@ impl Node {
                 status,
                 phase: Phase::Held,
                 runtime_id: None,
+                cgroup: None,
+                cgroup_pids: Vec::new(),
             },
         );
         self.mark_starting(&changes.placed);
@@ -453,7 +466,7 @@ impl Node {
                 .workers
                 .values()
                 .filter(|w| matches!(w.status, Status::Running { .. }))
-                .flat_map(|w| w.holders.iter().copied())
+                .flat_map(|w| w.own_pids())
                 .collect(),
             promised: self
                 .book
@@ -497,7 +510,7 @@ impl Node {
                 let gpu = self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid);
                 let used = gpu.and_then(|g| g.own_use.as_ref()).map(|uses| {
                     uses.iter()
-                        .filter(|(pid, _)| w.holders.contains(pid))
+                        .filter(|(pid, _)| w.own_pids().any(|p| p == *pid))
                         .map(|(_, b)| b)
                         .sum()
                 });
@@ -581,6 +594,33 @@ impl Node {
             w.phase = Phase::Running;
         }
         Ok(())
+    }
+
+    /// Records the control group of a launched worker's workload.
+    pub fn set_cgroup(&mut self, name: &str, cgroup: &str) -> Result<()> {
+        let Some(w) = self.workers.get_mut(name) else {
+            return Ok(()); // ended meanwhile
+        };
+        if w.cgroup.as_deref() != Some(cgroup) {
+            self.store.set_cgroup(w.id, cgroup)?;
+            w.cgroup = Some(cgroup.to_string());
+        }
+        Ok(())
+    }
+
+    /// Workers whose workload has a control group: (name, cgroup).
+    pub fn cgroups(&self) -> Vec<(String, String)> {
+        self.workers
+            .values()
+            .filter_map(|w| Some((w.name().to_string(), w.cgroup.clone()?)))
+            .collect()
+    }
+
+    /// The processes found in a worker's control group now.
+    pub fn set_cgroup_pids(&mut self, name: &str, pids: Vec<u32>) {
+        if let Some(w) = self.workers.get_mut(name) {
+            w.cgroup_pids = pids;
+        }
     }
 
     /// Where a launched worker's workload is (in memory: the ledger knows the rest).

@@ -95,6 +95,11 @@ pub enum Command {
         kind: Kind,
         result: Result<String>,
     },
+    /// A launched workload's control group, once its runtime told it.
+    Cgroup {
+        name: String,
+        cgroup: String,
+    },
     /// From a watcher: the workload ended.
     Exited {
         name: String,
@@ -451,6 +456,11 @@ impl Service {
     }
 
     async fn reread(&mut self, why: &str) {
+        // Processes in workers' control groups count as theirs (their GPU memory is not outside).
+        for (name, cgroup) in self.node.cgroups() {
+            let pids = crate::runtime::cgroup_pids(std::path::Path::new("/sys/fs/cgroup"), &cgroup);
+            self.node.set_cgroup_pids(&name, pids);
+        }
         match self.source.read(&self.node.own()) {
             Ok(mut machine) => {
                 if let Some(name) = &self.machine_name {
@@ -649,6 +659,11 @@ impl Service {
                 let _ = reply.send(r);
             }
             Command::Launched { name, kind, result } => self.launched(name, kind, result).await,
+            Command::Cgroup { name, cgroup } => {
+                if let Err(e) = self.node.set_cgroup(&name, &cgroup) {
+                    tracing::error!(worker = %name, "recording the control group failed: {e}");
+                }
+            }
             Command::Exited {
                 name,
                 kind,
@@ -958,6 +973,17 @@ impl Service {
             return;
         };
         let tx = self.lp.tx.clone();
+        let (cg_rt, cg_tx, cg_id, cg_name) = (rt.clone(), tx.clone(), id.clone(), name.clone());
+        tokio::spawn(async move {
+            if let Some(cgroup) = cg_rt.cgroup(&cg_id).await {
+                let _ = cg_tx
+                    .send(Command::Cgroup {
+                        name: cg_name,
+                        cgroup,
+                    })
+                    .await;
+            }
+        });
         tokio::spawn(async move {
             let exit = rt.wait(&id).await;
             let _ = tx

@@ -269,6 +269,29 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
     }
     let id_one = pm.run(&["inspect", "--format", "{{.Id}}", "astraeus-one"]);
 
+    // Its control group is recorded, and the container's process is in it:
+    // that is how its GPU memory counts as the worker's, not as outside use.
+    let pid: u32 = pm
+        .run(&["inspect", "--format", "{{.State.Pid}}", "astraeus-one"])
+        .trim()
+        .parse()
+        .unwrap();
+    let mut cgroup = String::new();
+    eventually("cgroup recorded", || {
+        let db = rusqlite::Connection::open(d.state.join("ledger.db")).unwrap();
+        cgroup = db
+            .query_row(
+                "SELECT cgroup FROM workers WHERE name = 'one' AND state = 'running'",
+                [],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .unwrap()
+            .unwrap_or_default();
+        !cgroup.is_empty()
+    });
+    let pids = astraeusd::runtime::cgroup_pids(Path::new("/sys/fs/cgroup"), &cgroup);
+    assert!(pids.contains(&pid), "{pid} not in {cgroup}: {pids:?}");
+
     // kill -9 the daemon; while it is down, "two" ends.
     let mut d = d;
     d.child.kill().unwrap();

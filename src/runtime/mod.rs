@@ -68,4 +68,62 @@ pub trait Runtime: Send + Sync {
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>>;
     /// Every workload this daemon started, by the worker it belongs to.
     fn list(&self) -> BoxFuture<'_, Result<Vec<Found>>>;
+    /// The workload's control group (a path below the cgroup root): GPU
+    /// processes in it are the worker's own, not outside use. None where the
+    /// runtime cannot tell (a VM's passed-through GPU is invisible to the
+    /// host's NVML anyway).
+    fn cgroup<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
+}
+
+/// The processes in a control group and its children, looked up in each
+/// hierarchy mounted under `root` (the unified one, or v1's per-controller ones).
+pub fn cgroup_pids(root: &std::path::Path, cgroup: &str) -> Vec<u32> {
+    let rel = cgroup.trim_start_matches('/');
+    if rel.is_empty() || rel.split('/').any(|part| part == "..") {
+        return Vec::new();
+    }
+    let mut pids = Vec::new();
+    for hierarchy in ["", "unified", "systemd", "pids", "memory"] {
+        let dir = root.join(hierarchy).join(rel);
+        if dir.is_dir() {
+            collect_pids(&dir, &mut pids, 0);
+            break;
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+fn collect_pids(dir: &std::path::Path, out: &mut Vec<u32>, depth: u32) {
+    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+        out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+    }
+    if depth >= 16 {
+        return;
+    }
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            collect_pids(&entry.path(), out, depth + 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cgroups_pids_include_its_children_in_whichever_hierarchy_has_it() {
+        let root = tempfile::tempdir().unwrap();
+        let g = root.path().join("unified/machine.slice/libpod-1.scope");
+        std::fs::create_dir_all(g.join("container")).unwrap();
+        std::fs::write(g.join("cgroup.procs"), "12\n").unwrap();
+        std::fs::write(g.join("container/cgroup.procs"), "40\n41\n").unwrap();
+        let pids = super::cgroup_pids(root.path(), "/machine.slice/libpod-1.scope");
+        assert_eq!(pids, [12, 40, 41]);
+        assert!(super::cgroup_pids(root.path(), "/machine.slice/other").is_empty());
+        assert!(super::cgroup_pids(root.path(), "/../etc").is_empty());
+        assert!(super::cgroup_pids(root.path(), "/").is_empty());
+    }
 }

@@ -176,6 +176,18 @@ impl Runtime for Podman {
         })
     }
 
+    fn cgroup<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let r = self
+                .call("inspect", "GET", &format!("/containers/{id}/json"), None)
+                .await
+                .ok()?;
+            let v: Value = serde_json::from_slice(&r.body).ok()?;
+            let path = v.pointer("/State/CgroupPath")?.as_str()?;
+            (!path.is_empty()).then(|| path.to_string())
+        })
+    }
+
     fn list(&self) -> BoxFuture<'_, Result<Vec<Found>>> {
         Box::pin(async move {
             let filters = json!({ "label": [LABEL] }).to_string();

@@ -208,6 +208,18 @@ impl Runtime for Units {
         })
     }
 
+    fn cgroup<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let m = self.manager("GetUnit", &(id,)).await.ok()?;
+            let path: OwnedObjectPath = m.body().deserialize().ok()?;
+            let cg: String = self
+                .property(&path, "org.freedesktop.systemd1.Service", "ControlGroup")
+                .await
+                .ok()?;
+            (!cg.is_empty()).then_some(cg)
+        })
+    }
+
     fn list(&self) -> BoxFuture<'_, Result<Vec<Found>>> {
         Box::pin(async move {
             type Row = (

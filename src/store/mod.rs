@@ -70,6 +70,10 @@ ALTER TABLE workers ADD COLUMN runtime_id TEXT;
 ALTER TABLE workers ADD COLUMN exit_status INTEGER;
 ALTER TABLE workers ADD COLUMN end_reason TEXT;
 "#,
+    r#"
+-- A launched worker's control group: GPU processes in it are its own.
+ALTER TABLE workers ADD COLUMN cgroup TEXT;
+"#,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +116,8 @@ pub struct WorkerRow {
     pub grants: Vec<Grant>,
     /// The runtime's id of its workload, once launched.
     pub runtime_id: Option<String>,
+    /// Its workload's control group, once known.
+    pub cgroup: Option<String>,
 }
 
 pub fn now_ms() -> i64 {
@@ -271,10 +277,19 @@ impl Store {
         Ok(())
     }
 
+    /// Records a launched worker's control group.
+    pub fn set_cgroup(&mut self, id: i64, cgroup: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE workers SET cgroup = ?2 WHERE id = ?1 AND state = 'running'",
+            params![id, cgroup],
+        )?;
+        Ok(())
+    }
+
     /// Every live worker with its allocations, oldest first.
     pub fn live_workers(&self) -> Result<Vec<WorkerRow>> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id FROM workers
+            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup FROM workers
              WHERE state != 'stopped' ORDER BY id",
         )?;
         let mut rows: Vec<WorkerRow> = stmt
@@ -288,10 +303,12 @@ impl Store {
                     r.get::<_, String>(5)?,
                     r.get::<_, i64>(6)?,
                     r.get::<_, Option<String>>(7)?,
+                    r.get::<_, Option<String>>(8)?,
                 ))
             })?
             .map(|row| {
-                let (id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id) = row?;
+                let (id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup) =
+                    row?;
                 Ok(WorkerRow {
                     id,
                     name,
@@ -304,6 +321,7 @@ impl Store {
                     submitted_ms,
                     grants: Vec::new(),
                     runtime_id,
+                    cgroup,
                 })
             })
             .collect::<Result<_>>()?;
