@@ -177,6 +177,8 @@ pub struct Node {
     schedules: BTreeMap<String, Vec<ScheduledAction>>,
     /// GPU evaluations done so far (tests prove re-examination is linear).
     pub evals: Evaluations,
+    /// This daemon run in the ledger (its start), once begun.
+    run: Option<i64>,
 }
 
 impl Node {
@@ -188,6 +190,7 @@ impl Node {
             book: Book::default(),
             workers: BTreeMap::new(),
             pending: BTreeMap::new(),
+            run: None,
             store,
             schedules: BTreeMap::new(),
             evals: Evaluations::default(),
@@ -631,8 +634,88 @@ impl Node {
     }
 
     /// Closed energy / utilisation intervals go to the ledger for the usage report.
-    pub fn record_usage(&mut self, rows: &[crate::usage::Interval]) -> Result<()> {
-        self.store.insert_intervals(rows)
+    pub fn record_usage(&mut self, rows: &[crate::usage::Interval], at_ms: i64) -> Result<()> {
+        self.store.insert_intervals(rows, self.run, at_ms)
+    }
+
+    /// This daemon run begins: from now until its last sign of life it is up.
+    pub fn begin_run(&mut self, at_ms: i64) -> Result<()> {
+        self.run = Some(self.store.begin_run(at_ms)?);
+        Ok(())
+    }
+
+    /// A sign of life (a clean stop): the run was up until `at_ms`.
+    pub fn alive(&mut self, at_ms: i64) -> Result<()> {
+        match self.run {
+            Some(run) => self.store.alive(run, at_ms),
+            None => Ok(()),
+        }
+    }
+
+    /// The usage report of [from_ms, to_ms), computed from the ledger (so a
+    /// restart loses nothing). This run counts as up until `now_ms`.
+    pub fn usage_report(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        by: crate::report::GroupBy,
+        now_ms: i64,
+        owner_name: impl Fn(u32) -> String,
+    ) -> Result<Vec<crate::report::Row>> {
+        use crate::report::{GpuFacts, Holding, Ledger, Up};
+        let mut inputs = self.store.usage_inputs(from_ms, to_ms)?;
+        if let Some(run) = self.run {
+            inputs.up.retain(|u| u.from_ms != run);
+            inputs.up.push(Up {
+                from_ms: run,
+                to_ms: now_ms,
+            });
+        }
+        let mut gpus: Vec<GpuFacts> = self
+            .machine
+            .gpus
+            .iter()
+            .map(|g| GpuFacts {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                total_bytes: g.total.bytes(),
+            })
+            .collect();
+        // GPUs held in the window but gone now: sized as last measured.
+        for h in &inputs.holds {
+            if !gpus.iter().any(|g| g.uuid == h.gpu_uuid) {
+                if let Some(&total) = inputs.totals.get(&h.gpu_uuid) {
+                    gpus.push(GpuFacts {
+                        uuid: h.gpu_uuid.clone(),
+                        index: h.gpu_index,
+                        total_bytes: total,
+                    });
+                }
+            }
+        }
+        let holds: Vec<Holding> = inputs
+            .holds
+            .iter()
+            .map(|h| Holding {
+                worker: h.worker.clone(),
+                owner: owner_name(h.owner_uid),
+                gpu_uuid: h.gpu_uuid.clone(),
+                share_bytes: h
+                    .share_hundredths
+                    .map(|s| crate::quantity::Amount::from_hundredths(s).bytes()),
+                from_ms: h.from_ms,
+                to_ms: h.to_ms,
+                runs_while_down: h.launched,
+            })
+            .collect();
+        let ledger = Ledger {
+            gpus: &gpus,
+            holds: &holds,
+            slices: &[],
+            measured: &inputs.measured,
+            up: &inputs.up,
+        };
+        Ok(crate::report::report(from_ms, to_ms, &ledger, by)?)
     }
 
     /// Every template's actions, by template name.

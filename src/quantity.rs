@@ -83,6 +83,11 @@ impl Amount {
     }
 
     /// GB from a byte count, rounded down: never promise memory that is not there.
+    /// The amount as bytes (GB = 2^30 bytes).
+    pub fn bytes(self) -> u64 {
+        (self.0 as u128 * GB_BYTES as u128 / 100) as u64
+    }
+
     pub fn gb_from_bytes_floor(bytes: u64) -> Amount {
         Amount(((bytes as u128 * 100) / GB_BYTES as u128) as u64)
     }

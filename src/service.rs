@@ -412,6 +412,9 @@ impl Service {
         // Ping at half the watchdog period; without a watchdog this never fires.
         let watchdog = sd_notify::watchdog_enabled();
         let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
+        if let Err(e) = self.node.begin_run(crate::store::now_ms()) {
+            tracing::error!("recording this run in the ledger failed: {e}");
+        }
         self.reconcile().await;
         loop {
             // A test can stall exactly this loop here: the pings must stop with it.
@@ -436,6 +439,9 @@ impl Service {
             }
         }
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
+        if let Err(e) = self.node.alive(crate::store::now_ms()) {
+            tracing::error!("recording the end of this run failed: {e}");
+        }
         tracing::info!(
             message_id = journal::LIFECYCLE,
             "stopping; the ledger is closed cleanly"
@@ -445,11 +451,10 @@ impl Service {
 
     /// Keeps this refresh's energy and utilisation readings; closed intervals go to the ledger.
     fn sample(&mut self) {
-        let rows = self
-            .sampler
-            .record(crate::store::now_ms(), &self.node.machine().gpus);
+        let now = crate::store::now_ms();
+        let rows = self.sampler.record(now, &self.node.machine().gpus);
         if !rows.is_empty() {
-            if let Err(e) = self.node.record_usage(&rows) {
+            if let Err(e) = self.node.record_usage(&rows, now) {
                 tracing::error!("recording GPU usage intervals failed: {e}");
             }
         }

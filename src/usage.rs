@@ -12,6 +12,8 @@ pub struct Sample {
     pub power_mw: Option<u32>,
     pub energy_mj: Option<u64>,
     pub utilization_pct: Option<u32>,
+    pub outside_bytes: u64,
+    pub total_bytes: u64,
 }
 
 /// One GPU's closed interval, as the ledger keeps it.
@@ -26,6 +28,9 @@ pub struct Interval {
     /// Mean utilisation over the samples that had one.
     pub utilization_pct: Option<u32>,
     pub samples: u32,
+    /// Memory held outside Astraeus (mean over the samples) and the GPU's size.
+    pub outside_bytes: u64,
+    pub total_bytes: u64,
 }
 
 /// Keeps the last `keep` samples per GPU and closes an interval every `every_ms`.
@@ -55,6 +60,8 @@ impl Sampler {
                 power_mw: g.power_mw,
                 energy_mj: g.energy_mj,
                 utilization_pct: g.utilization_pct,
+                outside_bytes: g.outside.bytes(),
+                total_bytes: g.total.bytes(),
             });
             while q.len() > self.keep {
                 q.pop_front();
@@ -113,6 +120,8 @@ fn close(uuid: &str, q: &VecDeque<Sample>, from_ms: i64, to_ms: i64) -> Option<I
         utilization_pct: (!utils.is_empty())
             .then(|| utils.iter().sum::<u32>() / utils.len() as u32),
         samples: inside.len() as u32,
+        outside_bytes: inside.iter().map(|s| s.outside_bytes).sum::<u64>() / inside.len() as u64,
+        total_bytes: last.total_bytes,
     })
 }
 

@@ -74,6 +74,32 @@ ALTER TABLE workers ADD COLUMN end_reason TEXT;
 -- A launched worker's control group: GPU processes in it are its own.
 ALTER TABLE workers ADD COLUMN cgroup TEXT;
 "#,
+    r#"
+-- Who held what and when, kept after a worker ends (allocations hold only
+-- the live promises): the usage report is computed from this.
+CREATE TABLE holds (
+    worker_id        INTEGER NOT NULL REFERENCES workers(id),
+    gpu_uuid         TEXT NOT NULL,
+    gpu_index        INTEGER NOT NULL,
+    share_hundredths INTEGER,
+    from_ms          INTEGER NOT NULL,
+    to_ms            INTEGER,
+    PRIMARY KEY (worker_id, gpu_uuid)
+);
+CREATE INDEX holds_time ON holds(from_ms, to_ms);
+INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
+    SELECT a.worker_id, a.gpu_uuid, a.gpu_index, a.share_hundredths, w.started_ms
+    FROM allocations a JOIN workers w ON w.id = a.worker_id;
+-- Memory held outside Astraeus (mean over the interval's samples) and the GPU's size.
+ALTER TABLE gpu_intervals ADD COLUMN outside_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE gpu_intervals ADD COLUMN total_bytes INTEGER NOT NULL DEFAULT 0;
+-- When the daemon ran: from its start to its last sign of life (each usage
+-- interval and a clean stop); the gaps are downtime in the report.
+CREATE TABLE daemon_runs (
+    started_ms INTEGER PRIMARY KEY,
+    alive_ms   INTEGER NOT NULL
+);
+"#,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +144,30 @@ pub struct WorkerRow {
     pub runtime_id: Option<String>,
     /// Its workload's control group, once known.
     pub cgroup: Option<String>,
+}
+
+/// One worker's hold on one GPU, as the usage report needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldRow {
+    pub worker: String,
+    pub owner_uid: u32,
+    /// It has a `run` (its workload keeps running while the daemon is down).
+    pub launched: bool,
+    pub gpu_uuid: String,
+    pub gpu_index: u32,
+    pub share_hundredths: Option<u64>,
+    pub from_ms: i64,
+    pub to_ms: Option<i64>,
+}
+
+/// The ledger's facts for one usage report.
+#[derive(Clone, Debug, Default)]
+pub struct UsageInputs {
+    pub holds: Vec<HoldRow>,
+    pub measured: Vec<crate::report::Measured>,
+    pub up: Vec<crate::report::Up>,
+    /// Each GPU's size as last measured, by UUID (for GPUs no longer present).
+    pub totals: std::collections::HashMap<String, u64>,
 }
 
 pub fn now_ms() -> i64 {
@@ -258,6 +308,10 @@ impl Store {
         }
         failpoint::hit("store.stop.after-state");
         tx.execute("DELETE FROM allocations WHERE worker_id = ?1", params![id])?;
+        tx.execute(
+            "UPDATE holds SET to_ms = ?2 WHERE worker_id = ?1 AND to_ms IS NULL",
+            params![id, at_ms],
+        )?;
         event(&tx, at_ms, id, "stopped", reason)?;
         failpoint::hit("store.stop.before-commit");
         tx.commit()?;
@@ -399,22 +453,114 @@ impl Store {
         Ok(())
     }
 
-    /// Closed sampling intervals, all in one transaction.
-    pub fn insert_intervals(&mut self, rows: &[crate::usage::Interval]) -> Result<()> {
+    /// What the usage report of [from_ms, to_ms) is computed from.
+    pub fn usage_inputs(&self, from_ms: i64, to_ms: i64) -> Result<UsageInputs> {
+        let mut out = UsageInputs::default();
+        let mut stmt = self.conn.prepare(
+            "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_index, h.share_hundredths,
+                    h.from_ms, h.to_ms
+             FROM holds h JOIN workers w ON w.id = h.worker_id
+             WHERE h.from_ms < ?2 AND (h.to_ms IS NULL OR h.to_ms > ?1)
+             ORDER BY h.from_ms, w.id",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok(HoldRow {
+                worker: r.get(0)?,
+                owner_uid: r.get(1)?,
+                launched: r.get::<_, String>(2)?.contains("\"run\""),
+                gpu_uuid: r.get(3)?,
+                gpu_index: r.get(4)?,
+                share_hundredths: r.get::<_, Option<i64>>(5)?.map(|h| h as u64),
+                from_ms: r.get(6)?,
+                to_ms: r.get(7)?,
+            })
+        })?;
+        out.holds = rows.collect::<rusqlite::Result<_>>()?;
+        let mut stmt = self.conn.prepare(
+            "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct, outside_bytes, total_bytes
+             FROM gpu_intervals WHERE from_ms < ?2 AND to_ms > ?1 ORDER BY from_ms",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok((
+                crate::report::Measured {
+                    gpu_uuid: r.get(0)?,
+                    from_ms: r.get(1)?,
+                    to_ms: r.get(2)?,
+                    energy_mj: r.get::<_, i64>(3)? as u64,
+                    utilization_pct: r.get(4)?,
+                    outside_bytes: r.get::<_, i64>(5)? as u64,
+                },
+                r.get::<_, i64>(6)? as u64,
+            ))
+        })?;
+        for row in rows {
+            let (m, total) = row?;
+            if total > 0 {
+                out.totals.insert(m.gpu_uuid.clone(), total);
+            }
+            out.measured.push(m);
+        }
+        let mut stmt = self.conn.prepare(
+            "SELECT started_ms, alive_ms FROM daemon_runs
+             WHERE started_ms < ?2 AND alive_ms > ?1 ORDER BY started_ms",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok(crate::report::Up {
+                from_ms: r.get(0)?,
+                to_ms: r.get(1)?,
+            })
+        })?;
+        out.up = rows.collect::<rusqlite::Result<_>>()?;
+        Ok(out)
+    }
+
+    /// A daemon run begins (its id is its start time).
+    pub fn begin_run(&mut self, at_ms: i64) -> Result<i64> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO daemon_runs (started_ms, alive_ms) VALUES (?1, ?1)",
+            params![at_ms],
+        )?;
+        Ok(at_ms)
+    }
+
+    /// The run was alive at `at_ms` (a usage interval closed, or a clean stop).
+    pub fn alive(&mut self, run: i64, at_ms: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE daemon_runs SET alive_ms = max(alive_ms, ?2) WHERE started_ms = ?1",
+            params![run, at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// Closed sampling intervals and the run's sign of life, in one transaction.
+    pub fn insert_intervals(
+        &mut self,
+        rows: &[crate::usage::Interval],
+        run: Option<i64>,
+        at_ms: i64,
+    ) -> Result<()> {
         let tx = self.conn.transaction()?;
         for r in rows {
             tx.execute(
                 "INSERT OR REPLACE INTO gpu_intervals
-                 (gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct, samples)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 (gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct, samples, outside_bytes, total_bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     r.gpu_uuid,
                     r.from_ms,
                     r.to_ms,
                     r.energy_mj as i64,
                     r.utilization_pct,
-                    r.samples
+                    r.samples,
+                    r.outside_bytes as i64,
+                    r.total_bytes as i64
                 ],
+            )?;
+        }
+        if let Some(run) = run {
+            tx.execute(
+                "UPDATE daemon_runs SET alive_ms = max(alive_ms, ?2) WHERE started_ms = ?1",
+                params![run, at_ms],
             )?;
         }
         tx.commit()?;
@@ -455,6 +601,17 @@ fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at_ms: i64) -> Res
                 g.gpu_uuid,
                 g.gpu_index,
                 g.share.map(|s| s.hundredths() as i64)
+            ],
+        )?;
+        tx.execute(
+            "INSERT OR REPLACE INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                id,
+                g.gpu_uuid,
+                g.gpu_index,
+                g.share.map(|s| s.hundredths() as i64),
+                at_ms
             ],
         )?;
         failpoint::hit("store.grant.after-row");

@@ -1,0 +1,161 @@
+//! The usage report from the ledger, on a simulated clock: two sharers of
+//! different sizes on an 8 GB GPU, one a launched workload (billed while the
+//! daemon is down) and one a reservation (not billed then; that time is
+//! downtime), the reservation stopping midway, a daemon restart in between,
+//! outside use changing. Every figure is checked exactly: time to the ms,
+//! energy to the millijoule, and the GPU's rows add up to the wall clock.
+
+use astraeusd::node::Node;
+use astraeusd::placement::{Gpu, Grant, Machine};
+use astraeusd::quantity::{Amount, GB_BYTES};
+use astraeusd::report::{GroupBy, Row, RowKind};
+use astraeusd::store::Store;
+use astraeusd::usage::Interval;
+
+const UUID: &str = "GPU-aaaa";
+const MIN: i64 = 60_000;
+
+fn machine() -> Machine {
+    Machine {
+        name: "majin".into(),
+        wsl: false,
+        cpu_cores: Amount::whole(16),
+        memory_bytes: 64 * GB_BYTES,
+        gpus: vec![Gpu {
+            index: 0,
+            uuid: UUID.into(),
+            total: Amount::whole(8),
+            healthy: true,
+            ..Gpu::default()
+        }],
+    }
+}
+
+fn interval(from_min: i64, to_min: i64, joules: u64, outside_gb: u64) -> Interval {
+    Interval {
+        gpu_uuid: UUID.into(),
+        from_ms: from_min * MIN,
+        to_ms: to_min * MIN,
+        energy_mj: joules * 1000,
+        utilization_pct: Some(50),
+        samples: 10,
+        outside_bytes: outside_gb * GB_BYTES,
+        total_bytes: 8 * GB_BYTES,
+    }
+}
+
+fn grant(gb: u64) -> Vec<Grant> {
+    vec![Grant {
+        gpu_uuid: UUID.into(),
+        gpu_index: 0,
+        share: Some(Amount::whole(gb)),
+    }]
+}
+
+/// Builds the hour's ledger and returns the path of its file.
+fn ledger(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("ledger.db");
+    let mut s = Store::open(&path).unwrap();
+    // Run 1: minutes 0 to 30.
+    let run1 = s.begin_run(0).unwrap();
+    let container = r#"{"name":"listen","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2}},"run":{"unit":{"exec":["/bin/true"]}}}"#;
+    let reservation =
+        r#"{"name":"voice","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":4}}}"#;
+    s.insert_worker("listen", container, 1000, &[], Some(&grant(2)), 0)
+        .unwrap();
+    let voice = s
+        .insert_worker("voice", reservation, 0, &[], Some(&grant(4)), 0)
+        .unwrap();
+    s.insert_intervals(&[interval(0, 10, 600, 1)], Some(run1), 10 * MIN)
+        .unwrap();
+    s.insert_intervals(&[interval(10, 20, 600, 2)], Some(run1), 20 * MIN)
+        .unwrap();
+    s.insert_intervals(&[interval(20, 30, 600, 2)], Some(run1), 30 * MIN)
+        .unwrap();
+    // Down from 30 to 40 (killed: no clean stop). Run 2: from 40.
+    drop(s);
+    let mut s = Store::open(&path).unwrap();
+    let run2 = s.begin_run(40 * MIN).unwrap();
+    s.insert_intervals(&[interval(40, 50, 1200, 2)], Some(run2), 50 * MIN)
+        .unwrap();
+    s.stop_worker(voice, 50 * MIN).unwrap();
+    s.insert_intervals(&[interval(50, 60, 601, 2)], Some(run2), 60 * MIN)
+        .unwrap();
+    path
+}
+
+fn report(path: &std::path::Path, by: GroupBy) -> Vec<Row> {
+    let node = Node::open(Store::open(path).unwrap(), machine()).unwrap();
+    node.usage_report(0, 60 * MIN, by, 60 * MIN, |uid| match uid {
+        0 => "root".into(),
+        n => format!("uid{n}"),
+    })
+    .unwrap()
+}
+
+fn find<'a>(rows: &'a [Row], kind: RowKind, key: &str) -> &'a Row {
+    rows.iter()
+        .find(|r| r.kind == kind && r.key == key)
+        .unwrap_or_else(|| panic!("no {kind:?} row {key} in {rows:#?}"))
+}
+
+#[test]
+fn shares_downtime_outside_and_idle_add_up_to_the_hour_and_its_energy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger(dir.path());
+    let rows = report(&path, GroupBy::Worker);
+    // listen: 2 of 8 GB for the whole hour, the downtime included (it ran on).
+    let listen = find(&rows, RowKind::Worker, "listen");
+    assert_eq!(
+        (listen.gpu_ms, listen.energy_mj),
+        (15 * MIN as u64, 900_250)
+    );
+    // voice: 4 of 8 GB while the daemon was up and it held them: 0–30 and 40–50.
+    let voice = find(&rows, RowKind::Worker, "voice");
+    assert_eq!(
+        (voice.gpu_ms, voice.energy_mj),
+        (20 * MIN as u64, 1_500_000)
+    );
+    // Downtime: 10 minutes of the 6 GB listen did not hold; nothing measured.
+    let down = find(&rows, RowKind::Downtime, "downtime");
+    assert_eq!((down.gpu_ms, down.energy_mj), (450_000, 0));
+    // Outside: 1 GB for 10 minutes, then 2 GB for 40 minutes of up-time.
+    let outside = find(&rows, RowKind::Outside, "outside");
+    assert_eq!((outside.gpu_ms, outside.energy_mj), (675_000, 825_250));
+    // Idle: 1 GB for the first 10 minutes, 4 GB for the last 10.
+    let idle = find(&rows, RowKind::Idle, "idle");
+    assert_eq!((idle.gpu_ms, idle.energy_mj), (375_000, 375_500));
+    assert_eq!(rows.len(), 5, "{rows:#?}");
+    assert_eq!(rows.iter().map(|r| r.gpu_ms).sum::<u64>(), 60 * MIN as u64);
+    assert_eq!(rows.iter().map(|r| r.energy_mj).sum::<u64>(), 3_601_000);
+    // Half busy throughout: busy time is half of each sharer's measured time.
+    assert_eq!(listen.busy_gpu_ms, Some(50 * MIN as u64 / 4 / 2));
+
+    // By owner: the same figures under the owners' names.
+    let by_owner = report(&path, GroupBy::Owner);
+    assert_eq!(
+        find(&by_owner, RowKind::Worker, "uid1000").gpu_ms,
+        listen.gpu_ms
+    );
+    assert_eq!(
+        find(&by_owner, RowKind::Worker, "root").energy_mj,
+        voice.energy_mj
+    );
+    // By GPU: one row per kind for the GPU, still adding up to the hour.
+    let by_gpu = report(&path, GroupBy::Gpu);
+    assert!(by_gpu.iter().all(|r| r.gpu_uuid == UUID));
+    assert_eq!(
+        by_gpu.iter().map(|r| r.gpu_ms).sum::<u64>(),
+        60 * MIN as u64
+    );
+}
+
+#[test]
+fn a_restart_loses_nothing_the_report_is_computed_from_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger(dir.path());
+    let before = report(&path, GroupBy::Worker);
+    // Reopen (as a restarted daemon would): the same report.
+    let again = report(&path, GroupBy::Worker);
+    assert_eq!(before, again);
+}
