@@ -82,6 +82,22 @@ pub enum CtlCommand {
         #[arg(long, requires = "from")]
         to: Option<String>,
     },
+    /// GPU-hours and energy by worker, owner, GPU or user; a shared GPU counts
+    /// for each sharer by its share of the GPU's memory.
+    Usage {
+        /// Window start: YYYY-MM-DD, YYYY-MM-DDTHH:MM (daemon's zone) or epoch seconds [default: 24 hours ago].
+        #[arg(long)]
+        since: Option<String>,
+        /// Window end, as --since [default: now].
+        #[arg(long)]
+        until: Option<String>,
+        /// Group rows by worker, owner, gpu or user.
+        #[arg(long, default_value = "owner", value_parser = ["worker", "owner", "gpu", "user"])]
+        by: String,
+        /// Print CSV instead of a table.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+    },
 }
 
 #[derive(Subcommand)]

@@ -89,6 +89,12 @@ pub enum Command {
         to: i64,
         reply: Reply<Result<Vec<String>>>,
     },
+    UsageReport {
+        from: i64,
+        to: i64,
+        group_by: String,
+        reply: Reply<Result<Vec<crate::bus::objects::UsageRow>>>,
+    },
     /// From a launch task: the workload started (its runtime id) or failed.
     Launched {
         name: String,
@@ -645,6 +651,14 @@ impl Service {
                 };
                 let _ = reply.send(r);
             }
+            Command::UsageReport {
+                from,
+                to,
+                group_by,
+                reply,
+            } => {
+                let _ = reply.send(self.usage_report(from, to, &group_by));
+            }
             Command::ListSlices { from, to, reply } => {
                 let r = slice_window(from, to).map(|(from, to)| {
                     self.node
@@ -900,6 +914,32 @@ impl Service {
             }
             None => Ok(()),
         }
+    }
+
+    /// The usage report over [from, to) (epoch seconds), as UsageReport rows.
+    fn usage_report(
+        &self,
+        from: i64,
+        to: i64,
+        group_by: &str,
+    ) -> Result<Vec<crate::bus::objects::UsageRow>> {
+        let by: crate::report::GroupBy = group_by.parse()?;
+        let (from, to) = slice_window(from, to)?;
+        let rows = self.node.usage_report(
+            from.as_millisecond(),
+            to.as_millisecond(),
+            by,
+            crate::store::now_ms(),
+            |uid| crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string()),
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let busy = r.busy_gpu_ms.map_or(-1, |b| b as i64);
+                let kind = r.kind.as_str().to_string();
+                (r.key, kind, r.gpu_uuid, r.gpu_ms, r.energy_mj, busy)
+            })
+            .collect())
     }
 
     /// Starts the workloads of workers just placed, each in its own task.

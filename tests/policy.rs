@@ -16,6 +16,7 @@ const READ_ONLY: &[&str] = &[
     "GetSchedule",
     "ListSlices",
     "ListSliceNotes",
+    "UsageReport",
 ];
 
 fn policy_file() -> &'static Path {
@@ -120,7 +121,10 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
             .iter()
             .enumerate()
             .map(|(i, t)| match (method.as_str(), t.as_str()) {
-                ("ListSlices" | "ListSliceNotes", "x") => ["0", "86400"][i].to_string(),
+                ("ListSlices" | "ListSliceNotes" | "UsageReport", "x") => {
+                    ["0", "86400"][i].to_string()
+                }
+                ("UsageReport", "s") => "owner".to_string(),
                 ("SetSchedule", "s") => ["t", "[]"][i].to_string(),
                 ("WhyNot" | "SubmitWorker", "s") => shared_spec("probe", "1"),
                 ("GetWorker" | "StopWorker", "s") => "w".to_string(),

@@ -159,3 +159,79 @@ fn a_restart_loses_nothing_the_report_is_computed_from_the_ledger() {
     let again = report(&path, GroupBy::Worker);
     assert_eq!(before, again);
 }
+
+// ---- over the bus ----
+
+mod common;
+use common::*;
+
+#[test]
+fn usage_report_over_the_bus_adds_up_and_astraeusctl_prints_it() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[inventory]\nrefresh_seconds = 0.2\n[usage]\ninterval_seconds = 1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("majin.toml"),
+        MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\npower_w = 60"),
+    )
+    .unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 5;
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("listen", "2")]).ok);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let until = since + 10;
+    let o = ctl(
+        a,
+        None,
+        &[
+            "usage",
+            "--since",
+            &since.to_string(),
+            "--until",
+            &until.to_string(),
+            "--by",
+            "gpu",
+            "--csv",
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let mut lines = o.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some("gpu,kind,gpu,gpu_ms,energy_mj,busy_gpu_ms")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let total: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert_eq!(total, 10_000, "{}", o.stdout);
+    let kinds: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    for kind in ["worker", "outside", "idle", "downtime"] {
+        assert!(kinds.contains(&kind), "{kind} missing: {}", o.stdout);
+    }
+    let energy: u64 = rows.iter().map(|r| r[4].parse::<u64>().unwrap()).sum();
+    assert!(energy > 0, "60 W were drawn: {}", o.stdout);
+
+    // The table and JSON forms; a bad grouping names its field.
+    let o = ctl(a, None, &["usage", "--by", "worker"]);
+    assert!(
+        o.ok && o.stdout.starts_with("WORKER") && o.stdout.contains("listen"),
+        "{}",
+        o.stdout
+    );
+    let o = manager(a, None, "UsageReport", &["xxs", "0", "3600", "team"]);
+    assert!(
+        o.stderr.contains("group_by: one of worker|owner|gpu|user"),
+        "{}",
+        o.stderr
+    );
+    let o = manager(a, None, "UsageReport", &["xxs", "3600", "0", "gpu"]);
+    assert!(o.stderr.contains("to:"), "{}", o.stderr);
+}

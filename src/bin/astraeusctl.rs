@@ -326,8 +326,82 @@ async fn run(args: Args) -> Result<(), String> {
                 println!("note: {n}");
             }
         }
+        Cmd::Usage {
+            since,
+            until,
+            by,
+            csv,
+        } => {
+            let zone: String = c.manager_property("TimeZone").await?;
+            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let now = jiff::Timestamp::now().as_second();
+            let until = match until {
+                Some(u) => when(&u, &tz, "--until")?,
+                None => now,
+            };
+            let since = match since {
+                Some(s) => when(&s, &tz, "--since")?,
+                None => until - 86_400,
+            };
+            let rows: Vec<UsageRow> = c.call("UsageReport", &(since, until, by.as_str())).await?;
+            print_usage(&rows, &by, args.json, csv);
+        }
     }
     Ok(())
+}
+
+type UsageRow = (String, String, String, u64, u64, i64);
+
+/// The usage report as a table (hours, kWh), JSON or CSV (exact ms and mJ).
+fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
+    let busy = |b: i64| (b >= 0).then_some(b as u64);
+    if json {
+        let j: Vec<_> = rows
+            .iter()
+            .map(|(key, kind, gpu, ms, mj, b)| {
+                json!({"key": key, "kind": kind, "gpu": gpu, "gpu_ms": ms,
+                       "gpu_hours": *ms as f64 / 3.6e6, "energy_mj": mj,
+                       "energy_kwh": *mj as f64 / 3.6e9, "busy_gpu_ms": busy(*b)})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return;
+    }
+    if csv {
+        println!("{by},kind,gpu,gpu_ms,energy_mj,busy_gpu_ms");
+        for (key, kind, gpu, ms, mj, b) in rows {
+            let b = busy(*b).map(|b| b.to_string()).unwrap_or_default();
+            let key = if key.contains([',', '"', '\n']) {
+                format!("\"{}\"", key.replace('"', "\"\""))
+            } else {
+                key.clone()
+            };
+            println!("{key},{kind},{gpu},{ms},{mj},{b}");
+        }
+        return;
+    }
+    let w = rows
+        .iter()
+        .map(|r| r.0.len())
+        .max()
+        .unwrap_or(8)
+        .max(by.len());
+    let header = by.to_uppercase();
+    println!(
+        "{header:<w$}  {:<8}  {:>10}  {:>10}  {:>6}",
+        "KIND", "GPU-HOURS", "ENERGY kWh", "BUSY"
+    );
+    for (key, kind, _gpu, ms, mj, b) in rows {
+        let use_ = match busy(*b) {
+            Some(b) if *ms > 0 => format!("{:.0}%", b as f64 * 100.0 / *ms as f64),
+            _ => "—".into(),
+        };
+        println!(
+            "{key:<w$}  {kind:<8}  {:>10.3}  {:>10.4}  {use_:>6}",
+            *ms as f64 / 3.6e6,
+            *mj as f64 / 3.6e9
+        );
+    }
 }
 
 /// A time given on the command line: epoch seconds, or a date / date-time in `tz`.

@@ -177,6 +177,30 @@ impl Manager {
             .await??)
     }
 
+    /// Who used how much of each GPU in [from, to) (epoch seconds), grouped by
+    /// worker, owner, gpu or user: (key, kind: worker | slice | outside | idle
+    /// | downtime, gpu uuid or "" when merged, GPU-milliseconds, millijoules,
+    /// busy GPU-milliseconds or -1 when not measured). A shared GPU counts
+    /// for each sharer by its share of the GPU's memory; per GPU the rows add
+    /// up to the wall-clock time.
+    #[zbus(out_args("rows"))]
+    async fn usage_report(
+        &self,
+        from: i64,
+        to: i64,
+        group_by: String,
+    ) -> Result<Vec<UsageRow>, BusError> {
+        Ok(self
+            .lp
+            .ask(|reply| Command::UsageReport {
+                from,
+                to,
+                group_by,
+                reply,
+            })
+            .await??)
+    }
+
     #[zbus(signal)]
     pub async fn worker_new(
         emitter: &SignalEmitter<'_>,
@@ -511,6 +535,9 @@ pub struct RotationView {
 }
 
 /// (start, end, ends by) of a slice; (0, 0, "") when there is none.
+/// (key, kind, gpu uuid, GPU-ms, mJ, busy GPU-ms or -1): one UsageReport row.
+pub type UsageRow = (String, String, String, u64, u64, i64);
+
 pub type SliceTriple = (i64, i64, String);
 
 pub struct TemplateObject {
