@@ -17,6 +17,33 @@ pub struct Config {
     pub schedule: ScheduleConfig,
     pub usage: UsageConfig,
     pub runtime: RuntimeConfig,
+    pub http: HttpConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// The machine page's address (`127.0.0.1:8089`, or a bare port for
+    /// loopback); unset: no HTTP server.
+    pub listen: Option<String>,
+}
+
+impl HttpConfig {
+    /// The socket address to listen on, if the page is on.
+    pub fn address(&self) -> Result<Option<std::net::SocketAddr>> {
+        let Some(text) = self.listen.as_deref() else {
+            return Ok(None);
+        };
+        if let Ok(port) = text.parse::<u16>() {
+            return Ok(Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))));
+        }
+        text.parse().map(Some).map_err(|_| {
+            Error::field(
+                "http.listen",
+                format!("an address and port such as 127.0.0.1:8089, or a port; got {text:?}"),
+            )
+        })
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -164,5 +191,39 @@ impl Config {
 
     pub fn refresh(&self) -> Duration {
         Duration::from_secs_f64(self.inventory.refresh_seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_example_parses_and_says_what_the_defaults_are() {
+        let example: Config = toml::from_str(include_str!("../packaging/node.toml")).unwrap();
+        let d = Config::default();
+        assert_eq!(example.access.group, d.access.group);
+        assert_eq!(example.access.vms_for_group, d.access.vms_for_group);
+        assert_eq!(example.runtime.libvirt_uri, d.runtime.libvirt_uri);
+        assert_eq!(example.runtime.podman_socket, d.runtime.podman_socket);
+        assert_eq!(example.http.listen, None, "the page is off by default");
+    }
+
+    #[test]
+    fn the_page_listens_on_loopback_for_a_bare_port_and_names_a_bad_address() {
+        let http = |s: &str| HttpConfig {
+            listen: Some(s.into()),
+        };
+        assert_eq!(
+            http("8089").address().unwrap(),
+            Some("127.0.0.1:8089".parse().unwrap())
+        );
+        assert_eq!(
+            http("[::1]:9000").address().unwrap(),
+            Some("[::1]:9000".parse().unwrap())
+        );
+        let e = http("localhost").address().unwrap_err();
+        assert!(e.message().starts_with("http.listen: "), "{e}");
+        assert_eq!(HttpConfig::default().address().unwrap(), None);
     }
 }

@@ -25,3 +25,4 @@ pub mod service;
 pub mod slices;
 pub mod store;
 pub mod usage;
+pub mod web;

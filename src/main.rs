@@ -142,6 +142,13 @@ async fn run(args: Args) -> Result<(), Error> {
         vms_for_group: config.access.vms_for_group,
     };
     let service = Service::register(node, source, conn.clone(), settings).await?;
+    if let Some(addr) = config.http.address()? {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::field("http.listen", format!("cannot listen on {addr}: {e}")))?;
+        tracing::info!("machine page on http://{addr}/");
+        tokio::spawn(astraeusd::web::serve(listener, service.commands()));
+    }
     // The name last: once it is owned, every object is already there.
     conn.request_name_with_flags(BUS_NAME, zbus::fdo::RequestNameFlags::DO_NOT_QUEUE)
         .await

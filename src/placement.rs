@@ -452,6 +452,20 @@ pub fn gpus_column(grants: &[Grant]) -> String {
 }
 
 /// The seed's sharers line: `shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken`.
+/// Both figures of a GPU: `offers 7 of its 8 GB (1 GB held outside Astraeus)`.
+pub fn offers_line(g: &Gpu) -> String {
+    if g.outside.is_zero() {
+        format!("offers all its {} GB", g.total)
+    } else {
+        format!(
+            "offers {} of its {} GB ({} GB held outside Astraeus)",
+            g.offered(),
+            g.total,
+            g.outside
+        )
+    }
+}
+
 pub fn sharers_line(usage: Option<&GpuUse>) -> String {
     match usage {
         Some(u) if u.whole.is_some() => format!("whole: {}", u.whole.as_ref().unwrap()),

@@ -19,7 +19,7 @@ use crate::request::Run;
 use crate::runtime::{Exit, Kind, Runtime};
 use crate::usage::Sampler;
 use sd_notify::NotifyState;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
@@ -88,6 +88,10 @@ pub enum Command {
         from: i64,
         to: i64,
         reply: Reply<Result<Vec<String>>>,
+    },
+    /// Everything the machine page shows, in one go.
+    Snapshot {
+        reply: Reply<crate::web::Snapshot>,
     },
     UsageReport {
         from: i64,
@@ -403,6 +407,11 @@ impl Service {
         })
     }
 
+    /// Where other adaptors (the machine page) send their commands.
+    pub fn commands(&self) -> mpsc::Sender<Command> {
+        self.lp.tx.clone()
+    }
+
     pub fn status_line(&self) -> String {
         status_line(&self.node)
     }
@@ -650,6 +659,9 @@ impl Service {
                     ))),
                 };
                 let _ = reply.send(r);
+            }
+            Command::Snapshot { reply } => {
+                let _ = reply.send(self.snapshot());
             }
             Command::UsageReport {
                 from,
@@ -913,6 +925,64 @@ impl Service {
                 Ok(())
             }
             None => Ok(()),
+        }
+    }
+
+    fn snapshot(&self) -> crate::web::Snapshot {
+        use crate::web::{GpuSnap, SliceSnap, WorkerSnap};
+        let node = &self.node;
+        let manager = manager_view(node, &self.slice_rules.tz);
+        let mut owners: HashMap<u32, String> = HashMap::new();
+        let workers = node
+            .workers()
+            .map(|w| WorkerSnap {
+                view: worker_view(node, w),
+                owner: owners
+                    .entry(w.owner_uid)
+                    .or_insert_with(|| {
+                        crate::auth::user_name(w.owner_uid)
+                            .unwrap_or_else(|| w.owner_uid.to_string())
+                    })
+                    .clone(),
+                shared_gb: w
+                    .spec
+                    .shared_gb()
+                    .filter(|_| w.state() != "pending")
+                    .map(to_f64),
+            })
+            .collect();
+        let rotation = self.rotation.read().clone();
+        let now = jiff::Timestamp::now();
+        let slices = rotation
+            .templates
+            .iter()
+            .map(|(t, _)| {
+                let (active, next) = crate::bus::objects::slices_now(&rotation, t, now);
+                SliceSnap {
+                    template: t.clone(),
+                    active: (active.0 != 0).then_some(active),
+                    next: (next.0 != 0).then_some(next),
+                }
+            })
+            .collect();
+        crate::web::Snapshot {
+            machine: manager.machine,
+            time_zone: manager.time_zone,
+            gpus: node
+                .machine()
+                .gpus
+                .iter()
+                .map(|g| GpuSnap {
+                    view: gpu_view(node, g),
+                    offers: placement::offers_line(g),
+                    used_gb: g.own_use.as_ref().map(|uses| {
+                        let bytes: u64 = uses.iter().map(|(_, b)| b).sum();
+                        crate::quantity::Amount::gb_from_bytes_ceil(bytes).as_f64()
+                    }),
+                })
+                .collect(),
+            workers,
+            slices,
         }
     }
 

@@ -546,30 +546,38 @@ pub struct TemplateObject {
 }
 
 impl TemplateObject {
-    /// (active, next) slice of this template, computed for `now` over a year.
     fn slices_now(&self) -> (SliceTriple, SliceTriple) {
         let r = self.rotation.read().clone();
-        let now = jiff::Timestamp::now();
-        let until = now
-            .checked_add(jiff::SignedDuration::from_hours(24 * 400))
-            .unwrap_or(jiff::Timestamp::MAX);
-        let none = || (0, 0, String::new());
-        let mut active = none();
-        let mut next = none();
-        for s in crate::slices::timeline(&r.templates, now, until, &r.tz) {
-            if s.template != self.name {
-                continue;
-            }
-            let triple = (s.start.as_second(), s.end.as_second(), s.ends_by.describe());
-            if s.start <= now && active.0 == 0 {
-                active = triple;
-            } else if s.start > now {
-                next = triple;
-                break;
-            }
-        }
-        (active, next)
+        slices_now(&r, &self.name, jiff::Timestamp::now())
     }
+}
+
+/// (active, next) slice of a template at `now`, looking a year ahead;
+/// (0, 0, "") where there is none.
+pub fn slices_now(
+    r: &RotationView,
+    template: &str,
+    now: jiff::Timestamp,
+) -> (SliceTriple, SliceTriple) {
+    let until = now
+        .checked_add(jiff::SignedDuration::from_hours(24 * 400))
+        .unwrap_or(jiff::Timestamp::MAX);
+    let none = || (0, 0, String::new());
+    let mut active = none();
+    let mut next = none();
+    for s in crate::slices::timeline(&r.templates, now, until, &r.tz) {
+        if s.template != template {
+            continue;
+        }
+        let triple = (s.start.as_second(), s.end.as_second(), s.ends_by.describe());
+        if s.start <= now && active.0 == 0 {
+            active = triple;
+        } else if s.start > now {
+            next = triple;
+            break;
+        }
+    }
+    (active, next)
 }
 
 #[interface(name = "org.astraeus.Node1.Template", introspection_docs = false)]

@@ -1,0 +1,570 @@
+//! The machine page: an optional read-only HTTP server (off unless
+//! `http.listen` is set; loopback by default). A thin adaptor like the bus
+//! layer: each request asks the service loop for a snapshot and translates
+//! it to the seed's JSON, Prometheus text or the HTML page. Nothing served
+//! changes state; any method but GET (and HEAD) gets 405.
+
+use crate::bus::objects::{GpuView, SliceTriple, WorkerView};
+use crate::service::Command;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+const PAGE: &str = include_str!("page.html");
+/// Requests are a line and a few headers; anything larger is refused.
+const MAX_HEAD: usize = 8 * 1024;
+const MAX_CONNECTIONS: usize = 64;
+
+/// What the page shows, taken by the loop in one go.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub machine: String,
+    pub time_zone: String,
+    pub gpus: Vec<GpuSnap>,
+    pub workers: Vec<WorkerSnap>,
+    pub slices: Vec<SliceSnap>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct GpuSnap {
+    pub view: GpuView,
+    /// `offers 7 of its 8 GB (1 GB held outside Astraeus)`.
+    pub offers: String,
+    /// GB workers' processes use on it now; None when the driver cannot tell.
+    pub used_gb: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WorkerSnap {
+    pub view: WorkerView,
+    pub owner: String,
+    /// Its share per GPU when shared; None for whole GPUs or none.
+    pub shared_gb: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SliceSnap {
+    pub template: String,
+    pub active: Option<SliceTriple>,
+    pub next: Option<SliceTriple>,
+}
+
+/// Serves until the listener fails; each connection in a task of its own.
+pub async fn serve(listener: TcpListener, tx: mpsc::Sender<Command>) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, tx)).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn connection(mut stream: TcpStream, tx: mpsc::Sender<Command>) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_HEAD {
+            let r = Response::error(431, "the request head is too large");
+            stream.write_all(&r.bytes(false)).await?;
+            // Read what the client still sends (bounded), so closing does not
+            // reset the connection before it has read the answer.
+            stream.shutdown().await?;
+            let mut left = 1 << 20;
+            while left > 0 {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left -= n.min(left),
+                }
+            }
+            return Ok(());
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut parts = text.lines().next().unwrap_or_default().split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let response = match method {
+        "GET" | "HEAD" => route(target, &tx).await,
+        _ => Response::error(
+            405,
+            &format!("{method} is not served here: the page is read-only"),
+        ),
+    };
+    stream.write_all(&response.bytes(method == "HEAD")).await
+}
+
+/// One response, always closing the connection.
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+impl Response {
+    fn json(status: u16, v: &Value) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            body: serde_json::to_string_pretty(v).expect("json") + "\n",
+        }
+    }
+
+    fn error(status: u16, message: &str) -> Response {
+        Response::json(status, &json!({ "error": message }))
+    }
+
+    fn bytes(&self, head_only: bool) -> Vec<u8> {
+        let reason = match self.status {
+            200 => "OK",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            431 => "Request Header Fields Too Large",
+            503 => "Service Unavailable",
+            _ => "Error",
+        };
+        let allow = if self.status == 405 {
+            "Allow: GET, HEAD\r\n"
+        } else {
+            ""
+        };
+        let mut out = format!(
+            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}\
+             Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n\
+             Content-Security-Policy: default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'\r\n\
+             Connection: close\r\n\r\n",
+            self.status,
+            self.content_type,
+            self.body.len()
+        )
+        .into_bytes();
+        if !head_only {
+            out.extend_from_slice(self.body.as_bytes());
+        }
+        out
+    }
+}
+
+async fn snapshot(tx: &mpsc::Sender<Command>) -> Option<Snapshot> {
+    let (reply, rx) = oneshot::channel();
+    tx.try_send(Command::Snapshot { reply }).ok()?;
+    rx.await.ok()
+}
+
+async fn route(target: &str, tx: &mpsc::Sender<Command>) -> Response {
+    let path = target.split(['?', '#']).next().unwrap_or("");
+    let Some(snap) = snapshot(tx).await else {
+        return Response::error(503, "the daemon is busy or stopping; try again");
+    };
+    respond(path, &snap)
+}
+
+/// The answer for a path, from a snapshot (pure: tested without a socket).
+pub fn respond(path: &str, snap: &Snapshot) -> Response {
+    let segments: Vec<String> = path
+        .trim_start_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    match seg.as_slice() {
+        [""] => Response {
+            status: 200,
+            content_type: "text/html; charset=utf-8",
+            body: PAGE.replace("{{MACHINE}}", &html_escape(&snap.machine)),
+        },
+        ["metrics"] => Response {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: metrics(snap),
+        },
+        ["machines", name] | ["machines", name, "workers"] if *name != snap.machine => {
+            Response::error(
+                404,
+                &format!("no machine named {name:?} here; this is {}", snap.machine),
+            )
+        }
+        ["machines", _] => Response::json(200, &machine_json(snap)),
+        ["machines", _, "workers"] => Response::json(200, &workers_json(snap)),
+        _ => Response::error(
+            404,
+            &format!(
+                "nothing at {path:?}: try /, /machines/{0}, /machines/{0}/workers or /metrics",
+                snap.machine
+            ),
+        ),
+    }
+}
+
+/// -1 means "the board cannot tell": JSON null.
+fn known(v: f64) -> Value {
+    if v < 0.0 {
+        Value::Null
+    } else {
+        json!(v)
+    }
+}
+
+fn slice_json(s: &Option<SliceTriple>, tz: &jiff::tz::TimeZone) -> Value {
+    let at = |secs: i64| {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| {
+                t.to_zoned(tz.clone())
+                    .strftime("%Y-%m-%dT%H:%M:%S%:z")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    };
+    match s {
+        Some((start, end, ends_by)) => {
+            json!({ "start": at(*start), "end": at(*end), "ends_by": ends_by })
+        }
+        None => Value::Null,
+    }
+}
+
+pub fn machine_json(snap: &Snapshot) -> Value {
+    let tz = jiff::tz::TimeZone::get(&snap.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
+    let gpus: Vec<Value> = snap
+        .gpus
+        .iter()
+        .map(|g| {
+            let v = &g.view;
+            json!({
+                "index": v.index, "uuid": v.uuid, "model": v.model, "mode": v.mode,
+                "total_gb": v.total_gb, "offered_gb": v.offered_gb,
+                "held_outside_gb": v.held_outside_gb, "taken_gb": v.taken_gb,
+                "sharers": v.sharers.iter().map(|(w, gb)| json!({"worker": w, "gb": gb})).collect::<Vec<_>>(),
+                "summary": v.summary, "offers": g.offers, "used_gb": g.used_gb,
+                "power_w": known(v.power_w), "utilization_pct": known(v.utilization_pct as f64),
+                "warning": v.warning,
+            })
+        })
+        .collect();
+    let slices: Vec<Value> = snap
+        .slices
+        .iter()
+        .map(|s| {
+            json!({
+                "template": s.template,
+                "state": if s.active.is_some() { "on" } else { "off" },
+                "active": slice_json(&s.active, &tz),
+                "next": slice_json(&s.next, &tz),
+            })
+        })
+        .collect();
+    json!({ "machine": snap.machine, "time_zone": snap.time_zone, "gpus": gpus, "slices": slices })
+}
+
+pub fn workers_json(snap: &Snapshot) -> Value {
+    let workers: Vec<Value> = snap
+        .workers
+        .iter()
+        .map(|w| {
+            let v = &w.view;
+            let mut o = json!({
+                "name": v.name, "state": v.state, "owner": w.owner,
+                "gpus": v.gpus.iter().map(|(i, u)| json!({"index": i, "uuid": u})).collect::<Vec<_>>(),
+                "gpu_used_gb": known(v.gpu_used_gb),
+                "pending_reasons": v.pending_reasons, "warnings": v.warnings,
+            });
+            if let Some(gb) = w.shared_gb {
+                o["gpu_shared_gb"] = json!(gb);
+            }
+            o
+        })
+        .collect();
+    json!({ "machine": snap.machine, "workers": workers })
+}
+
+/// Prometheus text format.
+pub fn metrics(snap: &Snapshot) -> String {
+    let mut out = String::new();
+    let gb = |v: f64| (v * crate::quantity::GB_BYTES as f64).round() as u64;
+    let mut family = |name: &str, help: &str, rows: Vec<(String, String)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (labels, value) in rows {
+            out.push_str(&format!("{name}{labels} {value}\n"));
+        }
+    };
+    let gpu_labels = |v: &GpuView| {
+        format!(
+            "{{machine=\"{}\",gpu=\"{}\",uuid=\"{}\"}}",
+            label(&snap.machine),
+            v.index,
+            label(&v.uuid)
+        )
+    };
+    let per_gpu = |f: &dyn Fn(&GpuView) -> f64| {
+        snap.gpus
+            .iter()
+            .map(|g| (gpu_labels(&g.view), gb(f(&g.view)).to_string()))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "astraeus_gpu_memory_total_bytes",
+        "GPU memory.",
+        per_gpu(&|v| v.total_gb),
+    );
+    family(
+        "astraeus_gpu_memory_offered_bytes",
+        "GPU memory offered to shared work (total less what is held outside).",
+        per_gpu(&|v| v.offered_gb),
+    );
+    family(
+        "astraeus_gpu_memory_outside_bytes",
+        "GPU memory held outside Astraeus.",
+        per_gpu(&|v| v.held_outside_gb),
+    );
+    family(
+        "astraeus_gpu_memory_taken_bytes",
+        "GPU memory promised to shared workers.",
+        per_gpu(&|v| v.taken_gb),
+    );
+    let mut shares = Vec::new();
+    let mut used = Vec::new();
+    for w in &snap.workers {
+        let v = &w.view;
+        for (index, uuid) in &v.gpus {
+            let labels = format!(
+                "{{machine=\"{}\",worker=\"{}\",gpu=\"{index}\",uuid=\"{}\"}}",
+                label(&snap.machine),
+                label(&v.name),
+                label(uuid)
+            );
+            let whole = snap
+                .gpus
+                .iter()
+                .find(|g| g.view.uuid == *uuid)
+                .map_or(0.0, |g| g.view.total_gb);
+            shares.push((labels, gb(w.shared_gb.unwrap_or(whole)).to_string()));
+        }
+        if v.gpu_used_gb >= 0.0 && !v.gpus.is_empty() {
+            let labels = format!(
+                "{{machine=\"{}\",worker=\"{}\"}}",
+                label(&snap.machine),
+                label(&v.name)
+            );
+            used.push((labels, gb(v.gpu_used_gb).to_string()));
+        }
+    }
+    family(
+        "astraeus_worker_share_bytes",
+        "GPU memory promised to a worker on a GPU (a whole GPU's memory when whole).",
+        shares,
+    );
+    family(
+        "astraeus_worker_used_bytes",
+        "GPU memory a worker's processes use now (the most on any one of its GPUs).",
+        used,
+    );
+    let m = format!("{{machine=\"{}\"}}", label(&snap.machine));
+    let count = |state: &str| {
+        snap.workers
+            .iter()
+            .filter(|w| w.view.state == state)
+            .count()
+    };
+    family(
+        "astraeus_workers_pending",
+        "Workers waiting for room.",
+        vec![(m.clone(), count("pending").to_string())],
+    );
+    family(
+        "astraeus_workers_running",
+        "Workers placed.",
+        vec![(m, count("running").to_string())],
+    );
+    family(
+        "astraeus_slice_active",
+        "1 while a template's time slice is scheduled now.",
+        snap.slices
+            .iter()
+            .map(|s| {
+                (
+                    format!("{{template=\"{}\"}}", label(&s.template)),
+                    u8::from(s.active.is_some()).to_string(),
+                )
+            })
+            .collect(),
+    );
+    out
+}
+
+/// A Prometheus label value, escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap() -> Snapshot {
+        Snapshot {
+            machine: "majin".into(),
+            time_zone: "UTC".into(),
+            gpus: vec![GpuSnap {
+                view: GpuView {
+                    index: 0,
+                    uuid: "GPU-a".into(),
+                    mode: "shared".into(),
+                    total_gb: 8.0,
+                    offered_gb: 7.0,
+                    held_outside_gb: 1.0,
+                    taken_gb: 2.5,
+                    sharers: vec![("listen".into(), 2.5)],
+                    summary: "shared: listen 2.5 GB — 2.5 GB taken".into(),
+                    power_w: -1.0,
+                    utilization_pct: 30,
+                    ..GpuView::default()
+                },
+                offers: "offers 7 of its 8 GB (1 GB held outside Astraeus)".into(),
+                used_gb: None,
+            }],
+            workers: vec![
+                WorkerSnap {
+                    view: WorkerView {
+                        name: "listen".into(),
+                        state: "running".into(),
+                        gpus: vec![(0, "GPU-a".into())],
+                        gpu_used_gb: -1.0,
+                        ..WorkerView::default()
+                    },
+                    owner: "alice".into(),
+                    shared_gb: Some(2.5),
+                },
+                WorkerSnap {
+                    view: WorkerView {
+                        name: "big\"<".into(),
+                        state: "pending".into(),
+                        pending_reasons: vec!["GPU 0 of majin: …".into()],
+                        ..WorkerView::default()
+                    },
+                    owner: "bob".into(),
+                    shared_gb: None,
+                },
+            ],
+            slices: vec![SliceSnap {
+                template: "llama".into(),
+                active: None,
+                next: Some((0, 3600, "poweroff".into())),
+            }],
+        }
+    }
+
+    #[test]
+    fn the_seeds_json_for_workers_and_gpus() {
+        let w = workers_json(&snap());
+        assert_eq!(
+            w["workers"][0]["gpus"],
+            json!([{"index": 0, "uuid": "GPU-a"}])
+        );
+        assert_eq!(w["workers"][0]["gpu_shared_gb"], json!(2.5));
+        assert_eq!(w["workers"][0]["gpu_used_gb"], Value::Null);
+        assert!(w["workers"][1].get("gpu_shared_gb").is_none());
+        let m = machine_json(&snap());
+        assert_eq!(
+            m["gpus"][0]["offers"],
+            json!("offers 7 of its 8 GB (1 GB held outside Astraeus)")
+        );
+        assert_eq!(m["gpus"][0]["power_w"], Value::Null);
+        assert_eq!(
+            m["gpus"][0]["sharers"],
+            json!([{"worker": "listen", "gb": 2.5}])
+        );
+        assert_eq!(
+            m["slices"][0]["next"]["start"],
+            json!("1970-01-01T00:00:00+00:00")
+        );
+        assert_eq!(m["slices"][0]["state"], json!("off"));
+    }
+
+    #[test]
+    fn routes_and_errors() {
+        let s = snap();
+        assert_eq!(respond("/", &s).status, 200);
+        assert!(respond("/", &s).body.contains("data-machine=\"majin\""));
+        assert_eq!(respond("/machines/majin", &s).status, 200);
+        assert_eq!(respond("/machines/m%61jin/workers", &s).status, 200);
+        let r = respond("/machines/other", &s);
+        assert_eq!(r.status, 404);
+        assert!(
+            r.body.contains("no machine named \\\"other\\\""),
+            "{}",
+            r.body
+        );
+        assert_eq!(respond("/machines/other/workers", &s).status, 404);
+        assert_eq!(respond("/nope", &s).status, 404);
+        assert_eq!(respond("/machines/majin/workers/x", &s).status, 404);
+    }
+
+    #[test]
+    fn metrics_are_prometheus_text_with_escaped_labels() {
+        let m = metrics(&snap());
+        assert!(m.contains(
+            "astraeus_gpu_memory_outside_bytes{machine=\"majin\",gpu=\"0\",uuid=\"GPU-a\"} 1073741824\n"
+        ));
+        assert!(m.contains(
+            "astraeus_worker_share_bytes{machine=\"majin\",worker=\"listen\",gpu=\"0\",uuid=\"GPU-a\"} 2684354560\n"
+        ));
+        assert!(m.contains("astraeus_workers_pending{machine=\"majin\"} 1\n"));
+        assert!(m.contains("astraeus_slice_active{template=\"llama\"} 0\n"));
+        assert!(m.contains("# TYPE astraeus_worker_used_bytes gauge\n"));
+        assert!(
+            !m.contains("astraeus_worker_used_bytes{"),
+            "use unknown: no sample"
+        );
+    }
+
+    #[test]
+    fn names_are_escaped_in_html_and_percent_decoding_is_strict() {
+        assert_eq!(html_escape("a\"<b>&'"), "a&quot;&lt;b&gt;&amp;&#39;");
+        assert_eq!(percent_decode("a%2Fb%zz%4"), "a/b%zz%4");
+        assert_eq!(label("x\"y\\\n"), "x\\\"y\\\\\\n");
+    }
+}

@@ -1,0 +1,228 @@
+//! The machine page: every HTTP endpoint and error against a real daemon on
+//! the sim machine, then real headless Chromium (Debian's chromium and
+//! chromedriver; .ci/run installs them) reading the page while a worker is
+//! stopped over D-Bus: the page changes without a reload. A screenshot is
+//! saved under target/ for people to look at. Set
+//! ASTRAEUS_REQUIRE_COMPONENTS=1 (CI does) to fail instead of skipping
+//! when Chromium is missing.
+
+mod common;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+/// A free loopback port for the daemon's page.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One raw HTTP request: (status, head, body).
+fn http(port: u16, request: &str) -> (u16, String, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("0")
+        .parse()
+        .unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+fn get(port: u16, path: &str) -> (u16, String, String) {
+    http(port, &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n"))
+}
+
+/// The seed's machine: an 8 GB GPU with 1 GB held by the desktop, two
+/// sharers (2.2 and 4.2 GB) and one worker waiting for 3 GB.
+fn setup(dir: &Path, bus: &Bus) -> (Daemon, u16) {
+    let port = free_port();
+    std::fs::write(
+        dir.join("node.toml"),
+        format!("[inventory]\nrefresh_seconds = 0.2\n[http]\nlisten = \"{port}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(bus, dir, &dir.join("majin.toml"), &[]);
+    for (name, gb) in [("listen", "2.2"), ("voice", "4.2"), ("big", "3")] {
+        let o = manager(
+            &bus.address,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec(name, gb)],
+        );
+        assert!(o.ok, "{}", o.stderr);
+    }
+    (d, port)
+}
+
+#[test]
+fn every_endpoint_answers_and_nothing_changes_state() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let (_d, port) = setup(dir.path(), &bus);
+
+    let (status, head, body) = get(port, "/machines/majin/workers");
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("Content-Type: application/json"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let listen = v["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "listen")
+        .unwrap();
+    assert_eq!(listen["gpu_shared_gb"], 2.2);
+    assert_eq!(listen["gpus"][0]["index"], 0);
+    assert_eq!(
+        listen["gpus"][0]["uuid"],
+        "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000"
+    );
+    let big = v["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "big")
+        .unwrap();
+    assert_eq!(big["state"], "pending");
+    assert_eq!(
+        big["pending_reasons"][0],
+        "GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 3"
+    );
+
+    let (status, _, body) = get(port, "/machines/majin");
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let g = &v["gpus"][0];
+    assert_eq!(
+        g["offers"],
+        "offers 7 of its 8 GB (1 GB held outside Astraeus)"
+    );
+    assert_eq!(
+        g["summary"],
+        "shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken"
+    );
+    assert_eq!(
+        (g["total_gb"].as_f64(), g["offered_gb"].as_f64()),
+        (Some(8.0), Some(7.0))
+    );
+    assert_eq!(g["mode"], "shared");
+
+    let (status, head, body) = get(port, "/");
+    assert_eq!(status, 200);
+    assert!(head.contains("text/html"));
+    assert!(body.contains("data-machine=\"majin\""));
+
+    let (status, _, body) = get(port, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("astraeus_workers_pending{machine=\"majin\"} 1\n"),
+        "{body}"
+    );
+    assert!(body.contains(
+        "astraeus_gpu_memory_outside_bytes{machine=\"majin\",gpu=\"0\",uuid=\"GPU-5c0a7d3e-4060-4b1e-9f00-000000000000\"} 1073741824\n"
+    ));
+
+    // Errors: unknown machine and path (404 JSON), other methods (405).
+    let (status, head, body) = get(port, "/machines/other/workers");
+    assert_eq!(status, 404);
+    assert!(head.contains("application/json"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("no machine named \"other\""));
+    assert_eq!(get(port, "/nope").0, 404);
+    for method in ["POST", "PUT", "DELETE"] {
+        let (status, head, _) = http(
+            port,
+            &format!("{method} /machines/majin/workers HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
+        );
+        assert_eq!(status, 405, "{method}");
+        assert!(head.contains("Allow: GET, HEAD"));
+    }
+    let (status, head, body) = http(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!((status, body.as_str()), (200, ""));
+    assert!(head.contains("Content-Length: "));
+    let (status, _, _) = http(
+        port,
+        &format!("GET /{} HTTP/1.1\r\n\r\n", "x".repeat(10_000)),
+    );
+    assert_eq!(status, 431);
+    // Nothing served changed anything.
+    let o = ctl(&bus.address, None, &["workers"]);
+    assert_eq!(o.stdout.matches("running").count(), 2, "{}", o.stdout);
+}
+
+#[test]
+fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
+    if !webdriver::available() {
+        assert!(
+            std::env::var_os("ASTRAEUS_REQUIRE_COMPONENTS").is_none(),
+            "chromium and chromium-driver are missing but ASTRAEUS_REQUIRE_COMPONENTS is set"
+        );
+        eprintln!("SKIPPED: chromium and chromium-driver are not installed");
+        return;
+    }
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let (_d, port) = setup(dir.path(), &bus);
+    let browser = webdriver::Browser::start().unwrap();
+    browser
+        .navigate(&format!("http://127.0.0.1:{port}/"))
+        .unwrap();
+    let wait = Duration::from_secs(10);
+    let summary = browser
+        .wait_for(".gpu .summary", |t| !t.is_empty(), wait)
+        .unwrap();
+    assert_eq!(
+        summary,
+        "shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken"
+    );
+    assert_eq!(
+        browser.text(".gpu .offers").as_deref(),
+        Some("offers 7 of its 8 GB (1 GB held outside Astraeus)")
+    );
+    let rows = browser.texts("#workers tbody tr");
+    let listen = rows.iter().find(|r| r.starts_with("listen")).unwrap();
+    assert!(listen.contains("1 · shared 2.2 GB"), "{rows:?}");
+    assert_eq!(
+        browser.texts("#pending li"),
+        ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 3"]
+    );
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    browser.screenshot(&shots.join("machine-page.png")).unwrap();
+
+    // Stop voice over D-Bus: big is placed, and the page follows by itself.
+    browser.execute("window.__not_reloaded = true; return null");
+    let o = manager(&bus.address, None, "StopWorker", &["s", "voice"]);
+    assert!(o.ok, "{}", o.stderr);
+    let summary = browser
+        .wait_for(".gpu .summary", |t| !t.contains("voice"), wait)
+        .unwrap();
+    assert_eq!(summary, "shared: big 3 GB, listen 2.2 GB — 5.2 GB taken");
+    browser
+        .wait_for("#workers tbody", |t| !t.contains("voice"), wait)
+        .unwrap();
+    assert!(browser.texts("#pending li").is_empty());
+    assert_eq!(
+        browser.execute("return window.__not_reloaded === true"),
+        Value::Bool(true),
+        "the page must update without a reload"
+    );
+    browser
+        .screenshot(&shots.join("machine-page-after-stop.png"))
+        .unwrap();
+}
