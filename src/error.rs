@@ -60,7 +60,18 @@ impl std::error::Error for Error {}
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Error {
-        Error::Backend(format!("ledger: {e}"))
+        use rusqlite::ErrorCode::{DiskFull, ReadOnly, SystemIoFailure};
+        let refused = "new work is refused until it can be written again; \
+                       nothing acknowledged is lost";
+        match e.sqlite_error_code() {
+            Some(DiskFull) => Error::Backend(format!("ledger: its disk is full, so {refused}")),
+            Some(ReadOnly) => Error::Backend(format!("ledger: it is read-only, so {refused}")),
+            // A filesystem that failed goes read-only: writes get EIO.
+            Some(SystemIoFailure) => {
+                Error::Backend(format!("ledger: its storage failed ({e}), so {refused}"))
+            }
+            _ => Error::Backend(format!("ledger: {e}")),
+        }
     }
 }
 
