@@ -328,6 +328,7 @@ impl Service {
             tx,
             group,
             facts: Default::default(),
+            in_flight: Default::default(),
         };
         let server = conn.object_server();
         let bus_err = |e: zbus::Error| Error::Backend(format!("D-Bus: {e}"));

@@ -133,3 +133,85 @@ fn oversized_and_malformed_requests_get_typed_errors_and_cost_no_memory() {
         "a(ssusd) 0"
     );
 }
+
+/// One call's outcome and how long it took.
+async fn timed(conn: &zbus::Connection, method: &str) -> (bool, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let r = conn
+        .call_method(
+            Some("org.astraeus.Node1"),
+            "/org/astraeus/Node1",
+            Some("org.astraeus.Node1.Manager"),
+            method,
+            &(),
+        )
+        .await;
+    (r.is_ok(), t.elapsed())
+}
+
+#[test]
+fn a_flooding_client_does_not_starve_another() {
+    let dir = open_tempdir();
+    let sim = dir.path().join("majin.toml");
+    std::fs::write(&sim, MAJIN_TOML).unwrap();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = bus.address.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (flood_ok, flood_busy, lat) = rt.block_on(async move {
+        let connect = || zbus::connection::Builder::address(a.as_str()).build();
+        let flooder = connect().await.unwrap();
+        let quiet = connect().await.unwrap();
+        // Alone first: the quiet client's latency without a flood.
+        let mut alone = Vec::new();
+        for _ in 0..30 {
+            alone.push(timed(&quiet, "ListGpus").await.1);
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for _ in 0..300 {
+            let (c, stop) = (flooder.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let (mut ok, mut busy) = (0u32, 0u32);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match timed(&c, "ListWorkers").await.0 {
+                        true => ok += 1,
+                        false => busy += 1,
+                    }
+                }
+                (ok, busy)
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let mut under = Vec::new();
+        for _ in 0..50 {
+            let (ok, took) = timed(&quiet, "ListGpus").await;
+            assert!(ok, "the quiet client was refused under the flood");
+            under.push(took);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (mut ok, mut busy) = (0, 0);
+        for t in tasks {
+            let (o, b) = t.await.unwrap();
+            ok += o;
+            busy += b;
+        }
+        alone.sort();
+        under.sort();
+        (ok, busy, (alone[15], under[25], under[49]))
+    });
+    eprintln!(
+        "flood: {flood_ok} calls answered, {flood_busy} refused Busy; quiet client p50 {:?} alone, \
+         p50 {:?} and max {:?} under the flood",
+        lat.0, lat.1, lat.2
+    );
+    assert!(
+        flood_busy > 0,
+        "300 concurrent calls of one client must meet its limit"
+    );
+    assert!(flood_ok > 0);
+}

@@ -259,6 +259,10 @@ const QEMU_DOMAIN: &str = "<domain type='qemu'><name>q</name><memory unit='MiB'>
 /// VMs of ours that its own ledger does not hold.
 static LIBVIRTD: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 
+const START_LIBVIRTD: &str = "set -e; n=/run/astraeus-test-kvm; [ -e $n ] || mknod $n c 10 232; \
+    chown root:kvm $n; chmod 0660 $n; mount --bind $n /dev/kvm; \
+    pgrep -x virtlogd >/dev/null || virtlogd -d; pgrep -x libvirtd >/dev/null || libvirtd -d";
+
 /// Starts libvirtd (once) in a private mount namespace with a usable /dev/kvm
 /// node, as test-environment.md describes; None when it cannot run here.
 fn libvirtd() -> Option<std::sync::MutexGuard<'static, bool>> {
@@ -274,11 +278,8 @@ fn libvirtd() -> Option<std::sync::MutexGuard<'static, bool>> {
     }
     let mut started = LIBVIRTD.lock().unwrap_or_else(|e| e.into_inner());
     if !*started {
-        let script = "set -e; n=/run/astraeus-test-kvm; [ -e $n ] || mknod $n c 10 232; \
-            chown root:kvm $n; chmod 0660 $n; mount --bind $n /dev/kvm; \
-            pgrep -x virtlogd >/dev/null || virtlogd -d; pgrep -x libvirtd >/dev/null || libvirtd -d";
         let st = Command::new("unshare")
-            .args(["-m", "sh", "-c", script])
+            .args(["-m", "sh", "-c", START_LIBVIRTD])
             .status()
             .unwrap();
         assert!(st.success(), "starting libvirtd");
@@ -409,4 +410,63 @@ fn real_qemu_a_crash_at_each_step_of_a_launch_neither_loses_nor_doubles_the_vm()
         assert!(!running_domains().contains(&"astraeus-crash".to_string()));
         drop(d);
     }
+}
+
+#[test]
+fn real_qemu_libvirtd_restarted_under_the_daemon_neither_loses_nor_doubles_the_vm() {
+    let Some(_lock) = libvirtd() else { return };
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = daemon(dir.path(), &bus, "qemu:///system", &[]);
+    let a = &bus.address;
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &vm_spec("lr", 0, QEMU_DOMAIN)],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("lr running", || state(a, "lr") == "s \"running\"\n");
+    let (pid, _) = qemu_of("astraeus-lr").expect("qemu runs");
+
+    // libvirtd goes away and comes back; QEMU runs on.
+    let st = Command::new("pkill")
+        .args(["-x", "libvirtd"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    eventually("libvirtd gone", || {
+        !Command::new("pgrep")
+            .args(["-x", "libvirtd"])
+            .status()
+            .unwrap()
+            .success()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        state(a, "lr"),
+        "s \"running\"\n",
+        "a VM whose QEMU runs is not ended"
+    );
+    let st = Command::new("unshare")
+        .args(["-m", "sh", "-c", START_LIBVIRTD])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    eventually("libvirtd back", || virsh(&["version"]).is_some());
+    assert_eq!(
+        qemu_of("astraeus-lr").map(|q| q.0),
+        Some(pid),
+        "not started twice"
+    );
+
+    // Its end is still noticed, through the daemon's new connection.
+    virsh(&["destroy", "astraeus-lr"]).expect("destroy lr");
+    eventually("lr ended", || gone(a, "lr"));
+    assert!(
+        // Destroyed (if the daemon had reconnected) or seen stopped on reconnecting.
+        d.log_text().contains("worker lr failed: the domain"),
+        "{}",
+        d.log_text()
+    );
 }

@@ -82,6 +82,30 @@ pub struct Loop {
     /// Caller facts by unique bus name. The bus never reuses a unique name, so
     /// uid and pid never go stale; group membership is re-read after a while.
     pub facts: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
+    /// Calls waiting in the queue, by client (unique bus name).
+    pub in_flight: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// At most this many calls of one client wait for the loop at once: a client
+/// flooding the daemon gets `Busy`, and every other client still gets in.
+pub const PER_CLIENT_IN_FLIGHT: usize = 16;
+
+/// A client's place in the queue, given back when its call is answered.
+struct Slot {
+    map: Arc<Mutex<HashMap<String, usize>>>,
+    key: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// How long a caller's group membership is trusted before NSS is asked again.
@@ -102,6 +126,31 @@ impl Loop {
             .map_err(|_| BusError::Busy("the daemon is busy or stopping; try again".into()))?;
         rx.await
             .map_err(|_| BusError::Busy("the daemon is stopping; try again".into()))
+    }
+
+    /// [`Loop::ask`] on behalf of the message's sender, within its share of the queue.
+    pub async fn ask_from<T>(
+        &self,
+        hdr: &Header<'_>,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, BusError> {
+        let key = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
+        let _slot = {
+            let mut m = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+            let n = m.entry(key.clone()).or_insert(0);
+            if *n >= PER_CLIENT_IN_FLIGHT {
+                return Err(BusError::Busy(format!(
+                    "{PER_CLIENT_IN_FLIGHT} calls of this client are already waiting; \
+                     wait for their replies"
+                )));
+            }
+            *n += 1;
+            Slot {
+                map: self.in_flight.clone(),
+                key,
+            }
+        };
+        self.ask(make).await
     }
 
     /// Who is calling: uid and pid from the bus daemon, group membership from NSS.

@@ -62,7 +62,7 @@ impl Manager {
         let caller = self.lp.caller(&hdr, conn).await?;
         let (name, state, reasons) = self
             .lp
-            .ask(|reply| Command::Submit {
+            .ask_from(&hdr, |reply| Command::Submit {
                 spec,
                 caller,
                 reply,
@@ -80,7 +80,7 @@ impl Manager {
         let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask(|reply| Command::Stop {
+            .ask_from(&hdr, |reply| Command::Stop {
                 name,
                 caller,
                 reply,
@@ -89,41 +89,60 @@ impl Manager {
     }
 
     #[zbus(out_args("worker"))]
-    async fn get_worker(&self, name: String) -> Result<OwnedObjectPath, BusError> {
+    async fn get_worker(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        name: String,
+    ) -> Result<OwnedObjectPath, BusError> {
         let name = self
             .lp
-            .ask(|reply| Command::GetWorker { name, reply })
+            .ask_from(&hdr, |reply| Command::GetWorker { name, reply })
             .await??;
         path(worker_path(&name))
     }
 
     /// (name, state, owner uid, the GPUs column `1 · shared 2.2 GB`, GB used now or -1)
     #[zbus(out_args("workers"))]
-    async fn list_workers(&self) -> Result<Vec<WorkerRow>, BusError> {
-        self.lp.ask(|reply| Command::ListWorkers { reply }).await
+    async fn list_workers(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> Result<Vec<WorkerRow>, BusError> {
+        self.lp
+            .ask_from(&hdr, |reply| Command::ListWorkers { reply })
+            .await
     }
 
     /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB)
     #[zbus(out_args("gpus"))]
-    async fn list_gpus(&self) -> Result<Vec<GpuRow>, BusError> {
-        self.lp.ask(|reply| Command::ListGpus { reply }).await
+    async fn list_gpus(&self, #[zbus(header)] hdr: Header<'_>) -> Result<Vec<GpuRow>, BusError> {
+        self.lp
+            .ask_from(&hdr, |reply| Command::ListGpus { reply })
+            .await
     }
 
     /// The sharers of one GPU with their GB, and the seed's summary line.
     #[zbus(out_args("sharers", "summary"))]
-    async fn list_sharers(&self, gpu: u32) -> Result<(Vec<(String, f64)>, String), BusError> {
+    async fn list_sharers(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        gpu: u32,
+    ) -> Result<(Vec<(String, f64)>, String), BusError> {
         Ok(self
             .lp
-            .ask(|reply| Command::ListSharers { gpu, reply })
+            .ask_from(&hdr, |reply| Command::ListSharers { gpu, reply })
             .await??)
     }
 
     /// A dry run: where the spec would go now, or every reason it would wait.
     #[zbus(out_args("fits", "gpus", "reasons"))]
-    async fn why_not(&self, spec: String) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
+    async fn why_not(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        spec: String,
+    ) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
         Ok(self
             .lp
-            .ask(|reply| Command::WhyNot { spec, reply })
+            .ask_from(&hdr, |reply| Command::WhyNot { spec, reply })
             .await??)
     }
 
@@ -139,7 +158,7 @@ impl Manager {
         let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask(|reply| Command::SetSchedule {
+            .ask_from(&hdr, |reply| Command::SetSchedule {
                 template,
                 actions,
                 caller,
@@ -150,30 +169,44 @@ impl Manager {
 
     /// A template's scheduled actions as JSON (+N resolved to epoch seconds).
     #[zbus(out_args("actions"))]
-    async fn get_schedule(&self, template: String) -> Result<String, BusError> {
+    async fn get_schedule(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        template: String,
+    ) -> Result<String, BusError> {
         Ok(self
             .lp
-            .ask(|reply| Command::GetSchedule { template, reply })
+            .ask_from(&hdr, |reply| Command::GetSchedule { template, reply })
             .await??)
     }
 
     /// Who owns the GPU baseboard in [from, to) (epoch seconds):
     /// (template, start, end, ends by: poweroff | poweroff-hard | handoff:<template> | open)
     #[zbus(out_args("slices"))]
-    async fn list_slices(&self, from: i64, to: i64) -> Result<Vec<SliceRow>, BusError> {
+    async fn list_slices(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<SliceRow>, BusError> {
         Ok(self
             .lp
-            .ask(|reply| Command::ListSlices { from, to, reply })
+            .ask_from(&hdr, |reply| Command::ListSlices { from, to, reply })
             .await??)
     }
 
     /// What the slice preview must say besides the slices in [from, to): listed
     /// days that do not occur (day 31 in a 30-day month, day 365 outside leap years).
     #[zbus(out_args("notes"))]
-    async fn list_slice_notes(&self, from: i64, to: i64) -> Result<Vec<String>, BusError> {
+    async fn list_slice_notes(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<String>, BusError> {
         Ok(self
             .lp
-            .ask(|reply| Command::ListSliceNotes { from, to, reply })
+            .ask_from(&hdr, |reply| Command::ListSliceNotes { from, to, reply })
             .await??)
     }
 
@@ -186,13 +219,14 @@ impl Manager {
     #[zbus(out_args("rows"))]
     async fn usage_report(
         &self,
+        #[zbus(header)] hdr: Header<'_>,
         from: i64,
         to: i64,
         group_by: String,
     ) -> Result<Vec<UsageRow>, BusError> {
         Ok(self
             .lp
-            .ask(|reply| Command::UsageReport {
+            .ask_from(&hdr, |reply| Command::UsageReport {
                 from,
                 to,
                 group_by,
@@ -435,7 +469,7 @@ impl WorkerObject {
         let name = self.view.read().name.clone();
         Ok(self
             .lp
-            .ask(|reply| Command::Stop {
+            .ask_from(&hdr, |reply| Command::Stop {
                 name,
                 caller,
                 reply,

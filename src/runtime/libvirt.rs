@@ -29,6 +29,9 @@ pub struct Lifecycle {
     pub detail: u32,
 }
 
+/// Not a libvirt event number: the connection closed (libvirtd went away).
+pub const CONNECTION_CLOSED: u32 = u32::MAX;
+
 impl Lifecycle {
     pub fn stopped(&self) -> bool {
         self.event == sys::VIR_DOMAIN_EVENT_STOPPED
@@ -96,6 +99,15 @@ unsafe extern "C" fn on_lifecycle(
     0
 }
 
+unsafe extern "C" fn on_close(_conn: sys::virConnectPtr, reason: c_int, _opaque: *mut c_void) {
+    // Waiters re-check their domains on a fresh connection.
+    let _ = events().send(Lifecycle {
+        domain: String::new(),
+        event: CONNECTION_CLOSED,
+        detail: reason as u32,
+    });
+}
+
 type LifecycleCallback =
     unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, c_int, c_int, *mut c_void) -> c_int;
 
@@ -126,6 +138,15 @@ pub fn open(uri: &str) -> Result<Connect> {
             "libvirt at {uri}: cannot watch domain events: {}",
             virt::error::Error::last_error().message()
         )));
+    }
+    // SAFETY: as above; the callback keeps nothing and has no opaque data.
+    unsafe {
+        sys::virConnectRegisterCloseCallback(
+            conn.as_ptr(),
+            Some(on_close),
+            std::ptr::null_mut(),
+            None,
+        );
     }
     Ok(conn)
 }
@@ -160,7 +181,11 @@ impl Libvirt {
             tracing::warn!("libvirt at {} went away; reconnecting", self.uri);
         }
         let c = Arc::new(open(&self.uri)?);
-        *slot = Some(c.clone());
+        if let Some(old) = slot.replace(c.clone()) {
+            // Never dropped: the virt crate panics when closing a connection
+            // fails, which a dead one may. Reconnects are rare; the leak is small.
+            std::mem::forget(old);
+        }
         Ok(c)
     }
 
@@ -203,8 +228,9 @@ impl Libvirt {
         loop {
             match rx.recv().await {
                 Ok(ev) if ev.domain == name && ev.stopped() => return Ok(ev),
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => {
+                Ok(ev) if ev.event != CONNECTION_CLOSED => {}
+                // Events may have been missed: look again (on a new connection).
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     if !self.active(name).await? {
                         return Ok(gone);
                     }
@@ -267,7 +293,11 @@ impl Runtime for Libvirt {
             loop {
                 match self.stopped(id).await {
                     Ok(ev) if ev.detail == u32::MAX => {
-                        return Exit::Failed("the domain is no longer running".into())
+                        return Exit::Failed(
+                            "the domain stopped while its events could not be seen \
+                             (libvirt was out of reach)"
+                                .into(),
+                        )
                     }
                     Ok(ev) => return ev.exit(),
                     // libvirtd away: keep waiting for it rather than end a VM that may run on.
