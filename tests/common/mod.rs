@@ -339,3 +339,38 @@ pub fn careless_policy(dir: &Path) -> PathBuf {
     .unwrap();
     path
 }
+
+/// Every method of the committed introspection XML: (interface, method, in-arg types).
+pub fn methods_in_xml() -> Vec<(String, String, Vec<String>)> {
+    let xml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dbus/org.astraeus.Node1.xml"
+    ))
+    .unwrap();
+    let mut out = Vec::new();
+    let mut iface = String::new();
+    let mut current: Option<(String, String, Vec<String>)> = None;
+    for line in xml.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("<interface name=\"") {
+            iface = rest.split('"').next().unwrap().to_string();
+        } else if let Some(rest) = line.strip_prefix("<method name=\"") {
+            let name = rest.split('"').next().unwrap().to_string();
+            current = Some((iface.clone(), name, Vec::new()));
+            if line.ends_with("/>") {
+                out.push(current.take().unwrap());
+            }
+        } else if line.starts_with("<arg ") && line.contains("direction=\"in\"") {
+            let ty = line
+                .split("type=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            current.as_mut().unwrap().2.push(ty.to_string());
+        } else if line == "</method>" {
+            out.push(current.take().unwrap());
+        }
+    }
+    out
+}
