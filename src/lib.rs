@@ -23,6 +23,7 @@ pub mod runtime;
 pub mod schedule;
 pub mod service;
 pub mod slices;
+pub mod slicing;
 pub mod store;
 pub mod usage;
 pub mod web;

@@ -1,0 +1,1793 @@
+//! The handoff interlock of one baseboard as a pure state machine: the
+//! caller feeds [`Event`]s (scheduled actions, libvirt lifecycle events, the
+//! answers to its checks, timers, manual requests) to [`step`] and carries
+//! out the returned [`Action`]s in order. No I/O and no clock: every event
+//! carries its time, the caller's clock when it hands the event over (never
+//! going back), so records come out in time order.
+//!
+//! A handoff is power-off (ACPI; destroyed when the stop timeout passes) →
+//! STOPPED → release confirmed (no active domain holds the baseboard's
+//! devices) → at least the buffer → create the incoming VM → started →
+//! ready (its readiness probe passes). Exactly one template VM is ever on:
+//! [`Action::Create`] is only ever returned in the step that handles a
+//! [`Event::Released`] (or retries a create that failed, when nothing came
+//! on), and only while the machine holds no VM.
+//!
+//! # Contract with the caller
+//!
+//! - Carry the actions out in the order given: each step's [`Action::Record`]
+//!   comes before the libvirt call it announces, so a daemon killed between
+//!   the two finds the intent in the ledger ([`converge`]).
+//! - [`Action::SetTimer`] replaces the pending wake-up (there is one); when
+//!   it is due, send [`Event::Timer`]. Stale or early timers are harmless.
+//! - [`Action::CheckRelease`]: if no active domain (template VM or any other)
+//!   holds the baseboard's devices — and no other template VM of this
+//!   baseboard is active, which covers an empty baseboard — send
+//!   [`Event::Released`] at once; otherwise send nothing (the machine asks
+//!   again every `poll_ms`).
+//! - [`Action::Create`]: answer [`Event::Started`] or [`Event::StartFailed`]
+//!   with libvirt's error. Forward libvirt's STARTED and STOPPED lifecycle
+//!   events of template domains too (a repeat is harmless; a template VM
+//!   started behind the daemon's back is taken in, or destroyed if another
+//!   is on). An event can wait in a queue while the domain changes again,
+//!   so send Stopped only while the domain is inactive and Started only
+//!   while it is active (virDomainIsActive when the event is handled): a
+//!   stale STOPPED must never end the VM created after it. [`Action::Probe`]: probe once (TCP, HTTP, guest
+//!   agent) and send [`Event::Ready`] if it passed; a template whose
+//!   readiness is libvirt's STARTED answers Ready at once.
+//! - Every [`Action::Record`] goes to the ledger and out as the HandoffStep
+//!   signal; [`Action::Signal`] carries the slice signals.
+//! - Templates are named, not domains: the caller maps between a template
+//!   and its domain (events for domains of no template are not sent).
+
+use std::collections::BTreeMap;
+
+use crate::schedule::Action as Scheduled;
+
+/// A poweroff that does not stop the guest within this long is forced.
+pub const DEFAULT_STOP_TIMEOUT_MS: u64 = 120_000;
+/// Between one VM's release and the next one's start (seed: e.g. 5 minutes).
+pub const DEFAULT_BUFFER_MS: u64 = 300_000;
+/// How often release is re-checked and readiness re-probed.
+pub const DEFAULT_POLL_MS: u64 = 5_000;
+pub const DEFAULT_START_RETRIES: u32 = 2;
+
+/// What a template may override (`stop_timeout_seconds`, `start_retries`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub stop_timeout_ms: u64,
+    /// Creates tried after the first one fails.
+    pub start_retries: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// 0 starts the incoming VM as soon as the release is confirmed.
+    pub buffer_ms: u64,
+    pub poll_ms: u64,
+    pub limits: Limits,
+    pub per_template: BTreeMap<String, Limits>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            buffer_ms: DEFAULT_BUFFER_MS,
+            poll_ms: DEFAULT_POLL_MS,
+            limits: Limits {
+                stop_timeout_ms: DEFAULT_STOP_TIMEOUT_MS,
+                start_retries: DEFAULT_START_RETRIES,
+            },
+            per_template: BTreeMap::new(),
+        }
+    }
+}
+
+impl Settings {
+    pub fn limits(&self, template: &str) -> Limits {
+        self.per_template
+            .get(template)
+            .copied()
+            .unwrap_or(self.limits)
+    }
+
+    fn poll(&self) -> u64 {
+        self.poll_ms.max(1)
+    }
+}
+
+/// Where the baseboard's handoff stands. Times are epoch milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// No template VM on. `released_ms`: the last confirmed release, which
+    /// the next start's buffer counts from (None: none known).
+    Idle { released_ms: Option<u64> },
+    /// `from` was asked to stop (`forced`: destroyed) at `since_ms`; `to`
+    /// starts once it is off and released.
+    PoweringOff {
+        from: String,
+        to: Option<String>,
+        forced: bool,
+        since_ms: u64,
+    },
+    /// `from` is off; waiting until nothing holds the baseboard's devices.
+    AwaitingRelease {
+        from: String,
+        to: Option<String>,
+        stopped_ms: u64,
+    },
+    /// Waiting until `until_ms`, then a last release check, then create `to`.
+    /// `release_confirmed_ms` is set when `to` takes over from another VM
+    /// (a handoff): the start of the handoff's dead time.
+    Buffer {
+        to: String,
+        release_confirmed_ms: Option<u64>,
+        until_ms: u64,
+    },
+    /// Create issued (`attempt` from 1), answer pending. `issued_ms` is the
+    /// first attempt's; `released_ms` as in `Buffer`.
+    Starting {
+        to: String,
+        attempt: u32,
+        issued_ms: u64,
+        released_ms: Option<u64>,
+    },
+    /// Started at `since_ms`; probing until ready.
+    AwaitingReady {
+        to: String,
+        issued_ms: u64,
+        since_ms: u64,
+    },
+    /// Ready since `since_ms`.
+    Running { template: String, since_ms: u64 },
+    /// The slice of `template` failed to start; no VM is on, the baseboard
+    /// is free for the next slice.
+    Failed {
+        template: String,
+        error: String,
+        at_ms: u64,
+    },
+}
+
+impl State {
+    /// The template whose VM is, or may be, on.
+    pub fn on(&self) -> Option<&str> {
+        match self {
+            State::PoweringOff { from, .. } => Some(from),
+            State::Starting { to, .. } | State::AwaitingReady { to, .. } => Some(to),
+            State::Running { template, .. } => Some(template),
+            _ => None,
+        }
+    }
+
+    /// The template that holds the baseboard once the machine settles.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            State::Idle { .. } | State::Failed { .. } => None,
+            State::PoweringOff { to, .. } | State::AwaitingRelease { to, .. } => to.as_deref(),
+            State::Buffer { to, .. }
+            | State::Starting { to, .. }
+            | State::AwaitingReady { to, .. } => Some(to),
+            State::Running { template, .. } => Some(template),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Idle { .. } => "idle",
+            State::PoweringOff { .. } => "powering-off",
+            State::AwaitingRelease { .. } => "awaiting-release",
+            State::Buffer { .. } => "buffer",
+            State::Starting { .. } => "starting",
+            State::AwaitingReady { .. } => "awaiting-ready",
+            State::Running { .. } => "running",
+            State::Failed { .. } => "failed",
+        }
+    }
+
+    /// One template's state, for its D-Bus object: `off`, `stopping`,
+    /// `waiting` (for release or the buffer), `starting`, `running` or `failed`.
+    pub fn state_of(&self, template: &str) -> &'static str {
+        match self {
+            State::PoweringOff { from, .. } if from == template => "stopping",
+            State::Starting { to, .. } | State::AwaitingReady { to, .. } if to == template => {
+                "starting"
+            }
+            State::Running { template: t, .. } if t == template => "running",
+            State::Failed { template: t, .. } if t == template => "failed",
+            _ if self.target() == Some(template) => "waiting",
+            _ => "off",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A scheduled action fired.
+    Due {
+        action: Scheduled,
+        template: String,
+        at_ms: u64,
+    },
+    /// libvirt: the template's domain stopped (STOPPED, or SHUTDOWN→off).
+    Stopped { template: String, at_ms: u64 },
+    /// The answer to [`Action::CheckRelease`]: nothing holds the devices.
+    Released { at_ms: u64 },
+    /// Force the power-off now (the same as the stop-timeout timer).
+    StopTimeout { at_ms: u64 },
+    /// The wake-up asked by [`Action::SetTimer`].
+    Timer { at_ms: u64 },
+    /// The create returned (libvirt STARTED).
+    Started { template: String, at_ms: u64 },
+    StartFailed {
+        template: String,
+        error: String,
+        at_ms: u64,
+    },
+    /// The readiness probe passed.
+    Ready { template: String, at_ms: u64 },
+    /// Resume from a person; `as_handoff` lets it take over from a holder.
+    ManualResume {
+        template: String,
+        as_handoff: bool,
+        at_ms: u64,
+    },
+    ManualPowerOff {
+        template: String,
+        hard: bool,
+        at_ms: u64,
+    },
+}
+
+impl Event {
+    pub fn at_ms(&self) -> u64 {
+        match self {
+            Event::Due { at_ms, .. }
+            | Event::Stopped { at_ms, .. }
+            | Event::Released { at_ms }
+            | Event::StopTimeout { at_ms }
+            | Event::Timer { at_ms }
+            | Event::Started { at_ms, .. }
+            | Event::StartFailed { at_ms, .. }
+            | Event::Ready { at_ms, .. }
+            | Event::ManualResume { at_ms, .. }
+            | Event::ManualPowerOff { at_ms, .. } => *at_ms,
+        }
+    }
+}
+
+/// A handoff step as the ledger keeps it (and HandoffStep shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    PowerOffAsked,
+    Forced,
+    Stopped,
+    ReleaseConfirmed,
+    StartIssued,
+    Started,
+    Ready,
+    /// One create failed (it may be retried).
+    StartFailed,
+    /// The slice gave up starting.
+    Failed,
+}
+
+const STEPS: [(Step, &str); 9] = [
+    (Step::PowerOffAsked, "power-off-asked"),
+    (Step::Forced, "forced"),
+    (Step::Stopped, "stopped"),
+    (Step::ReleaseConfirmed, "release-confirmed"),
+    (Step::StartIssued, "start-issued"),
+    (Step::Started, "started"),
+    (Step::Ready, "ready"),
+    (Step::StartFailed, "start-failed"),
+    (Step::Failed, "failed"),
+];
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        STEPS
+            .iter()
+            .find(|(s, _)| *s == self)
+            .expect("every step")
+            .1
+    }
+
+    pub fn parse(text: &str) -> Option<Step> {
+        STEPS.iter().find(|(_, t)| *t == text).map(|(s, _)| *s)
+    }
+}
+
+/// One ledger entry. `from` is the outgoing VM of the step (power-off,
+/// stop, release), `to` the incoming one (or the one starting).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub step: Step,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub at_ms: u64,
+    /// libvirt's error, why a power-off was forced, …
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// The slice begins: its VM is being created. `dead_time_ms`, in a
+    /// handoff: from the release confirmed to this start.
+    SliceStarted {
+        template: String,
+        at_ms: u64,
+        dead_time_ms: Option<u64>,
+    },
+    /// The probe passed; `start_to_ready_ms` from the first create issued.
+    SliceReady {
+        template: String,
+        at_ms: u64,
+        start_to_ready_ms: u64,
+    },
+    SliceEnded {
+        template: String,
+        at_ms: u64,
+    },
+    /// The slice never came up; it ends here.
+    SliceFailed {
+        template: String,
+        at_ms: u64,
+        error: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Record(Record),
+    /// virDomainShutdown (ACPI).
+    Shutdown {
+        template: String,
+    },
+    /// virDomainDestroy.
+    Destroy {
+        template: String,
+    },
+    CheckRelease,
+    SetTimer {
+        at_ms: u64,
+    },
+    /// virDomainCreate.
+    Create {
+        template: String,
+    },
+    Probe {
+        template: String,
+    },
+    Signal(Signal),
+    /// A manual request refused; the caller answers it with Conflict.
+    Refuse {
+        reason: String,
+    },
+}
+
+/// Applies one event. Events that do not fit the state (late, duplicated,
+/// about another template) change nothing.
+pub fn step(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) {
+    let mut out = Vec::new();
+    let at = event.at_ms();
+    let next = match event {
+        Event::Due {
+            action, template, ..
+        } => match action {
+            Scheduled::Resume => resume(state, template, at, s, &mut out),
+            Scheduled::Poweroff => power_off(state, template, false, at, s, &mut out),
+            Scheduled::PoweroffHard => power_off(state, template, true, at, s, &mut out),
+        },
+        Event::ManualResume {
+            template,
+            as_handoff,
+            ..
+        } => match holder_other_than(state, template) {
+            Some(reason) if !as_handoff => {
+                out.push(Action::Refuse { reason });
+                state.clone()
+            }
+            _ => resume(state, template, at, s, &mut out),
+        },
+        Event::ManualPowerOff { template, hard, .. } => {
+            power_off(state, template, *hard, at, s, &mut out)
+        }
+        Event::Stopped { template, .. } => match state {
+            State::PoweringOff { from, to, .. } if from == template => {
+                stopped(from, to.clone(), at, None, s, &mut out)
+            }
+            State::Starting { to: t, .. }
+            | State::AwaitingReady { to: t, .. }
+            | State::Running { template: t, .. }
+                if t == template =>
+            {
+                let why = Some("stopped on its own".to_string());
+                stopped(t, None, at, why, s, &mut out)
+            }
+            _ => state.clone(),
+        },
+        Event::Released { .. } => match state {
+            State::AwaitingRelease {
+                from,
+                to,
+                stopped_ms,
+            } if at >= *stopped_ms => {
+                record(
+                    &mut out,
+                    Step::ReleaseConfirmed,
+                    Some(from),
+                    to.as_deref(),
+                    at,
+                    None,
+                );
+                match to {
+                    None => State::Idle {
+                        released_ms: Some(at),
+                    },
+                    Some(to) if s.buffer_ms == 0 => create(to, Some(at), at, &mut out),
+                    Some(to) => buffer(to, Some(at), at + s.buffer_ms, at, s, &mut out),
+                }
+            }
+            // The last check after the buffer: start now.
+            State::Buffer {
+                to,
+                release_confirmed_ms,
+                until_ms,
+            } if at >= *until_ms => create(to, *release_confirmed_ms, at, &mut out),
+            _ => state.clone(),
+        },
+        Event::StopTimeout { .. } => match state {
+            State::PoweringOff { .. } => force(state, at, s, &mut out),
+            _ => state.clone(),
+        },
+        Event::Timer { .. } => timer(state, at, s, &mut out),
+        Event::Started { template, .. } => match state {
+            State::Starting { to, issued_ms, .. } if to == template => {
+                record(&mut out, Step::Started, None, Some(to), at, None);
+                out.push(Action::Probe {
+                    template: to.clone(),
+                });
+                out.push(Action::SetTimer {
+                    at_ms: at + s.poll(),
+                });
+                State::AwaitingReady {
+                    to: to.clone(),
+                    issued_ms: *issued_ms,
+                    since_ms: at,
+                }
+            }
+            _ => started_outside(state, template, at, s, &mut out),
+        },
+        Event::StartFailed {
+            template, error, ..
+        } => match state {
+            State::Starting {
+                to,
+                attempt,
+                issued_ms,
+                released_ms,
+            } if to == template => {
+                let tries = s.limits(to).start_retries + 1;
+                let detail = format!("attempt {attempt} of {tries}: {error}");
+                record(
+                    &mut out,
+                    Step::StartFailed,
+                    None,
+                    Some(to),
+                    at,
+                    Some(detail),
+                );
+                if *attempt < tries {
+                    // Nothing came on since the release was confirmed.
+                    let retry = format!("attempt {} of {tries}", attempt + 1);
+                    record(&mut out, Step::StartIssued, None, Some(to), at, Some(retry));
+                    out.push(Action::Create {
+                        template: to.clone(),
+                    });
+                    State::Starting {
+                        to: to.clone(),
+                        attempt: attempt + 1,
+                        issued_ms: *issued_ms,
+                        released_ms: *released_ms,
+                    }
+                } else {
+                    record(
+                        &mut out,
+                        Step::Failed,
+                        None,
+                        Some(to),
+                        at,
+                        Some(error.clone()),
+                    );
+                    out.push(Action::Signal(Signal::SliceFailed {
+                        template: to.clone(),
+                        at_ms: at,
+                        error: error.clone(),
+                    }));
+                    State::Failed {
+                        template: to.clone(),
+                        error: error.clone(),
+                        at_ms: at,
+                    }
+                }
+            }
+            // A VM destroyed while starting never came up: it is off.
+            State::PoweringOff { from, to, .. } if from == template => {
+                let why = Some(format!("did not start: {error}"));
+                stopped(from, to.clone(), at, why, s, &mut out)
+            }
+            _ => state.clone(),
+        },
+        Event::Ready { template, .. } => match state {
+            State::AwaitingReady { to, issued_ms, .. } if to == template => {
+                record(&mut out, Step::Ready, None, Some(to), at, None);
+                out.push(Action::Signal(Signal::SliceReady {
+                    template: to.clone(),
+                    at_ms: at,
+                    start_to_ready_ms: at.saturating_sub(*issued_ms),
+                }));
+                State::Running {
+                    template: to.clone(),
+                    since_ms: at,
+                }
+            }
+            _ => state.clone(),
+        },
+    };
+    (next, out)
+}
+
+/// The state at start-up, from the last ledger record and the template VM
+/// that is on now (the caller lists active domains). Finishes what the
+/// record shows in flight, safely: a power-off is asked again, a stop is
+/// followed by a release check, a start is redone only after a fresh check.
+pub fn resume_from(
+    last: Option<&Record>,
+    vm_on: Option<&str>,
+    now_ms: u64,
+    s: &Settings,
+) -> (State, Vec<Action>) {
+    let mut out = Vec::new();
+    let now = now_ms;
+    let to_of = |r: &Record| r.to.clone();
+    let state = match (vm_on, last) {
+        // Killed while powering it off: ask again, keeping the deadline.
+        (Some(t), Some(r))
+            if matches!(r.step, Step::PowerOffAsked | Step::Forced)
+                && r.from.as_deref() == Some(t) =>
+        {
+            let forced = r.step == Step::Forced;
+            let template = t.to_string();
+            out.push(if forced {
+                Action::Destroy { template }
+            } else {
+                Action::Shutdown { template }
+            });
+            out.push(Action::SetTimer {
+                at_ms: r.at_ms + s.limits(t).stop_timeout_ms,
+            });
+            State::PoweringOff {
+                from: t.to_string(),
+                to: to_of(r),
+                forced,
+                since_ms: r.at_ms,
+            }
+        }
+        (Some(t), Some(r)) if r.step == Step::Ready && r.to.as_deref() == Some(t) => {
+            State::Running {
+                template: t.to_string(),
+                since_ms: r.at_ms,
+            }
+        }
+        (Some(t), last) => {
+            let mine = last.filter(|r| {
+                r.to.as_deref() == Some(t)
+                    && matches!(
+                        r.step,
+                        Step::StartIssued | Step::Started | Step::StartFailed
+                    )
+            });
+            let (issued_ms, since_ms) = match mine {
+                Some(r) if r.step == Step::Started => (r.at_ms, r.at_ms),
+                Some(r) => (r.at_ms, now),
+                None => {
+                    // On, but no slice of it is open: someone started it.
+                    let why = Some("found running at start-up".to_string());
+                    record(&mut out, Step::Started, None, Some(t), now, why);
+                    out.push(Action::Signal(Signal::SliceStarted {
+                        template: t.to_string(),
+                        at_ms: now,
+                        dead_time_ms: None,
+                    }));
+                    (now, now)
+                }
+            };
+            out.push(Action::Probe {
+                template: t.to_string(),
+            });
+            out.push(Action::SetTimer {
+                at_ms: now + s.poll(),
+            });
+            State::AwaitingReady {
+                to: t.to_string(),
+                issued_ms,
+                since_ms,
+            }
+        }
+        (None, None) => State::Idle { released_ms: None },
+        (None, Some(r)) => match (r.step, r.from.as_deref(), r.to.as_deref()) {
+            (Step::PowerOffAsked | Step::Forced | Step::Stopped, Some(from), _) => {
+                if r.step == Step::Stopped {
+                    check_release_soon(now, s, &mut out);
+                    State::AwaitingRelease {
+                        from: from.to_string(),
+                        to: to_of(r),
+                        stopped_ms: now,
+                    }
+                } else {
+                    let why = Some("found off at start-up".to_string());
+                    stopped(from, to_of(r), now, why, s, &mut out)
+                }
+            }
+            (Step::ReleaseConfirmed, from, Some(to)) => {
+                let handoff = from.map(|_| r.at_ms);
+                buffer(to, handoff, r.at_ms + s.buffer_ms, now, s, &mut out)
+            }
+            (Step::ReleaseConfirmed, _, None) => State::Idle {
+                released_ms: Some(r.at_ms),
+            },
+            // A create that may never have run: check again, then redo it.
+            (Step::StartIssued | Step::StartFailed, _, Some(to)) => {
+                buffer(to, None, now, now, s, &mut out)
+            }
+            (Step::Started | Step::Ready, _, Some(to)) => {
+                let why = Some("found off at start-up".to_string());
+                stopped(to, None, now, why, s, &mut out)
+            }
+            (Step::Failed, _, Some(to)) => State::Failed {
+                template: to.to_string(),
+                error: r.detail.clone().unwrap_or_default(),
+                at_ms: r.at_ms,
+            },
+            _ => State::Idle { released_ms: None },
+        },
+    };
+    (state, out)
+}
+
+/// Start-up after downtime or a crash: only the state wanted now, never a
+/// burst of the actions missed. `want` is who should hold the baseboard now
+/// — the schedule's owner, or a manual request newer than the schedule's
+/// last event (the caller decides, and records what it skipped). `vm_on`:
+/// the template VMs active now; more than one breaks the rule, and all but
+/// one are destroyed at once.
+pub fn converge(
+    want: Option<&str>,
+    vm_on: &[String],
+    last: Option<&Record>,
+    now_ms: u64,
+    s: &Settings,
+) -> (State, Vec<Action>) {
+    let keep = want
+        .filter(|w| vm_on.iter().any(|v| v == w))
+        .or(vm_on.first().map(String::as_str));
+    let mut out = Vec::new();
+    for extra in vm_on.iter().filter(|v| Some(v.as_str()) != keep) {
+        let why = format!(
+            "on together with {}; exactly one template VM may be on",
+            keep.unwrap_or_default()
+        );
+        record(&mut out, Step::Forced, Some(extra), None, now_ms, Some(why));
+        out.push(Action::Destroy {
+            template: extra.clone(),
+        });
+    }
+    let (state, actions) = resume_from(last, keep, now_ms, s);
+    out.extend(actions);
+    let event = match (want, state.target()) {
+        (Some(w), target) if target != Some(w) => Some(Scheduled::Resume.at(w, now_ms)),
+        (None, Some(t)) => Some(Scheduled::Poweroff.at(t, now_ms)),
+        _ => None,
+    };
+    match event {
+        None => (state, out),
+        Some(event) => {
+            let (state, actions) = step(&state, &event, s);
+            out.extend(actions);
+            (state, out)
+        }
+    }
+}
+
+trait Due {
+    fn at(self, template: &str, at_ms: u64) -> Event;
+}
+
+impl Due for Scheduled {
+    fn at(self, template: &str, at_ms: u64) -> Event {
+        Event::Due {
+            action: self,
+            template: template.to_string(),
+            at_ms,
+        }
+    }
+}
+
+// ---- transitions ----
+
+/// `t` should hold the baseboard: start it, or hand over to it.
+fn resume(state: &State, t: &str, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+    let retarget = |to: &Option<String>| to.as_deref() != Some(t);
+    match state {
+        State::Idle { released_ms } => {
+            let until = released_ms.map_or(at, |r| at.max(r + s.buffer_ms));
+            buffer(t, None, until, at, s, out)
+        }
+        State::Failed { .. } => buffer(t, None, at, at, s, out),
+        _ if state.on() == Some(t) && !matches!(state, State::PoweringOff { .. }) => state.clone(),
+        State::Running { template: u, .. } | State::AwaitingReady { to: u, .. } => {
+            ask_power_off(u, Some(t), false, at, s, out)
+        }
+        // A VM still booting has nothing to save: destroy it.
+        State::Starting { to: u, .. } => ask_power_off(u, Some(t), true, at, s, out),
+        State::PoweringOff {
+            from,
+            to,
+            forced,
+            since_ms,
+        } if retarget(to) => State::PoweringOff {
+            from: from.clone(),
+            to: Some(t.to_string()),
+            forced: *forced,
+            since_ms: *since_ms,
+        },
+        State::AwaitingRelease {
+            from,
+            to,
+            stopped_ms,
+        } if retarget(to) => State::AwaitingRelease {
+            from: from.clone(),
+            to: Some(t.to_string()),
+            stopped_ms: *stopped_ms,
+        },
+        State::Buffer {
+            to,
+            release_confirmed_ms,
+            until_ms,
+        } if to != t => State::Buffer {
+            to: t.to_string(),
+            release_confirmed_ms: *release_confirmed_ms,
+            until_ms: *until_ms,
+        },
+        _ => state.clone(),
+    }
+}
+
+/// `t` should be off (`hard`: destroyed). Works in every state.
+fn power_off(
+    state: &State,
+    t: &str,
+    hard: bool,
+    at: u64,
+    s: &Settings,
+    out: &mut Vec<Action>,
+) -> State {
+    let mine = |to: &Option<String>| to.as_deref() == Some(t);
+    match state {
+        State::Running { template: u, .. } | State::AwaitingReady { to: u, .. } if u == t => {
+            ask_power_off(t, None, hard, at, s, out)
+        }
+        State::Starting { to: u, .. } if u == t => ask_power_off(t, None, true, at, s, out),
+        State::PoweringOff { from, forced, .. } if from == t => {
+            if hard && !forced {
+                force(state, at, s, out)
+            } else {
+                state.clone()
+            }
+        }
+        // `t` was coming next: it no longer is.
+        State::PoweringOff {
+            from,
+            to,
+            forced,
+            since_ms,
+        } if mine(to) => State::PoweringOff {
+            from: from.clone(),
+            to: None,
+            forced: *forced,
+            since_ms: *since_ms,
+        },
+        State::AwaitingRelease {
+            from,
+            to,
+            stopped_ms,
+        } if mine(to) => State::AwaitingRelease {
+            from: from.clone(),
+            to: None,
+            stopped_ms: *stopped_ms,
+        },
+        State::Buffer {
+            to,
+            release_confirmed_ms,
+            ..
+        } if to == t => State::Idle {
+            released_ms: *release_confirmed_ms,
+        },
+        _ => state.clone(),
+    }
+}
+
+fn ask_power_off(
+    from: &str,
+    to: Option<&str>,
+    hard: bool,
+    at: u64,
+    s: &Settings,
+    out: &mut Vec<Action>,
+) -> State {
+    let template = from.to_string();
+    if hard {
+        record(
+            out,
+            Step::Forced,
+            Some(from),
+            to,
+            at,
+            Some("hard power-off".into()),
+        );
+        out.push(Action::Destroy { template });
+    } else {
+        record(out, Step::PowerOffAsked, Some(from), to, at, None);
+        out.push(Action::Shutdown { template });
+    }
+    out.push(Action::SetTimer {
+        at_ms: at + s.limits(from).stop_timeout_ms,
+    });
+    State::PoweringOff {
+        from: from.to_string(),
+        to: to.map(str::to_string),
+        forced: hard,
+        since_ms: at,
+    }
+}
+
+/// `t` was started behind the daemon's back (`virsh start`). Another VM
+/// already on keeps the baseboard and the newcomer is destroyed; otherwise
+/// `t` is taken as holding it, and powered off if another should.
+fn started_outside(state: &State, t: &str, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+    match state.on() {
+        Some(u) if u == t => state.clone(),
+        Some(u) => {
+            let why = format!("started outside Astraeus while {u} holds the baseboard");
+            record(out, Step::Forced, Some(t), None, at, Some(why));
+            out.push(Action::Destroy {
+                template: t.to_string(),
+            });
+            state.clone()
+        }
+        None => {
+            let why = Some("started outside Astraeus".to_string());
+            record(out, Step::Started, None, Some(t), at, why);
+            out.push(Action::Signal(Signal::SliceStarted {
+                template: t.to_string(),
+                at_ms: at,
+                dead_time_ms: None,
+            }));
+            match state.target() {
+                Some(next) if next != t => ask_power_off(t, Some(next), false, at, s, out),
+                _ => {
+                    out.push(Action::Probe {
+                        template: t.to_string(),
+                    });
+                    out.push(Action::SetTimer {
+                        at_ms: at + s.poll(),
+                    });
+                    State::AwaitingReady {
+                        to: t.to_string(),
+                        issued_ms: at,
+                        since_ms: at,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Destroys the VM being powered off; again after each timeout, in case
+/// libvirt could not (a device busy).
+fn force(state: &State, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+    let State::PoweringOff {
+        from, to, forced, ..
+    } = state
+    else {
+        return state.clone();
+    };
+    let timeout = s.limits(from).stop_timeout_ms;
+    let why = if *forced {
+        "destroy asked again".to_string()
+    } else {
+        format!("did not stop within {} s", timeout / 1000)
+    };
+    record(out, Step::Forced, Some(from), to.as_deref(), at, Some(why));
+    out.push(Action::Destroy {
+        template: from.clone(),
+    });
+    out.push(Action::SetTimer {
+        at_ms: at + timeout,
+    });
+    State::PoweringOff {
+        from: from.clone(),
+        to: to.clone(),
+        forced: true,
+        since_ms: at,
+    }
+}
+
+fn timer(state: &State, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+    match state {
+        State::PoweringOff { from, since_ms, .. } => {
+            let deadline = since_ms + s.limits(from).stop_timeout_ms;
+            if at >= deadline {
+                return force(state, at, s, out);
+            }
+            out.push(Action::SetTimer { at_ms: deadline });
+        }
+        State::AwaitingRelease { .. } => check_release_soon(at, s, out),
+        State::Buffer { until_ms, .. } if at >= *until_ms => check_release_soon(at, s, out),
+        State::Buffer { until_ms, .. } => out.push(Action::SetTimer { at_ms: *until_ms }),
+        State::AwaitingReady { to, .. } => {
+            out.push(Action::Probe {
+                template: to.clone(),
+            });
+            out.push(Action::SetTimer {
+                at_ms: at + s.poll(),
+            });
+        }
+        _ => {}
+    }
+    state.clone()
+}
+
+/// `from` is off: its slice ends; the baseboard is free once released.
+fn stopped(
+    from: &str,
+    to: Option<String>,
+    at: u64,
+    why: Option<String>,
+    s: &Settings,
+    out: &mut Vec<Action>,
+) -> State {
+    record(out, Step::Stopped, Some(from), to.as_deref(), at, why);
+    out.push(Action::Signal(Signal::SliceEnded {
+        template: from.to_string(),
+        at_ms: at,
+    }));
+    check_release_soon(at, s, out);
+    State::AwaitingRelease {
+        from: from.to_string(),
+        to,
+        stopped_ms: at,
+    }
+}
+
+fn check_release_soon(at: u64, s: &Settings, out: &mut Vec<Action>) {
+    out.push(Action::CheckRelease);
+    out.push(Action::SetTimer {
+        at_ms: at + s.poll(),
+    });
+}
+
+/// Waits until `until`, then checks the release once more before starting.
+fn buffer(
+    to: &str,
+    release_confirmed_ms: Option<u64>,
+    until: u64,
+    at: u64,
+    s: &Settings,
+    out: &mut Vec<Action>,
+) -> State {
+    if until <= at {
+        check_release_soon(at, s, out);
+    } else {
+        out.push(Action::SetTimer { at_ms: until });
+    }
+    State::Buffer {
+        to: to.to_string(),
+        release_confirmed_ms,
+        until_ms: until,
+    }
+}
+
+/// Only ever called in the step that handled a `Released`.
+fn create(to: &str, released_ms: Option<u64>, at: u64, out: &mut Vec<Action>) -> State {
+    record(out, Step::StartIssued, None, Some(to), at, None);
+    out.push(Action::Create {
+        template: to.to_string(),
+    });
+    out.push(Action::Signal(Signal::SliceStarted {
+        template: to.to_string(),
+        at_ms: at,
+        dead_time_ms: released_ms.map(|r| at.saturating_sub(r)),
+    }));
+    State::Starting {
+        to: to.to_string(),
+        attempt: 1,
+        issued_ms: at,
+        released_ms,
+    }
+}
+
+/// Why a plain manual resume of `t` is refused: another template holds
+/// the baseboard, or is about to.
+fn holder_other_than(state: &State, t: &str) -> Option<String> {
+    let holder = match state {
+        State::Starting { to, .. } | State::AwaitingReady { to, .. } => Some(to),
+        State::Running { template, .. } => Some(template),
+        _ => None,
+    };
+    if let Some(u) = holder.filter(|u| *u != t) {
+        return Some(format!(
+            "template {u} holds the GPU baseboard; resume {t} as a handoff to take it over"
+        ));
+    }
+    match state.target() {
+        Some(u) if u != t => Some(format!(
+            "the GPU baseboard is being handed over to template {u}; resume {t} as a \
+             handoff to take it over"
+        )),
+        _ => None,
+    }
+}
+
+fn record(
+    out: &mut Vec<Action>,
+    step: Step,
+    from: Option<&str>,
+    to: Option<&str>,
+    at_ms: u64,
+    detail: Option<String>,
+) {
+    out.push(Action::Record(Record {
+        step,
+        from: from.map(str::to_string),
+        to: to.map(str::to_string),
+        at_ms,
+        detail,
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(buffer_ms: u64) -> Settings {
+        Settings {
+            buffer_ms,
+            poll_ms: 1_000,
+            limits: Limits {
+                stop_timeout_ms: 60_000,
+                start_retries: 1,
+            },
+            per_template: BTreeMap::new(),
+        }
+    }
+
+    fn due(action: Scheduled, t: &str, at_ms: u64) -> Event {
+        action.at(t, at_ms)
+    }
+
+    fn running(t: &str) -> State {
+        State::Running {
+            template: t.into(),
+            since_ms: 0,
+        }
+    }
+
+    fn steps(actions: &[Action]) -> Vec<&'static str> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Record(r) => Some(r.step.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn has(actions: &[Action], want: &Action) -> bool {
+        actions.contains(want)
+    }
+
+    fn create(t: &str) -> Action {
+        Action::Create { template: t.into() }
+    }
+
+    /// Feeds events in order, returning the last state and all actions.
+    fn run(state: State, events: &[Event], s: &Settings) -> (State, Vec<Action>) {
+        let mut state = state;
+        let mut all = Vec::new();
+        for e in events {
+            let (next, actions) = step(&state, e, s);
+            state = next;
+            all.extend(actions);
+        }
+        (state, all)
+    }
+
+    #[test]
+    fn a_handoff_runs_every_step_in_order_with_its_timings() {
+        let s = settings(300_000);
+        let stopped = |at_ms| Event::Stopped {
+            template: "a".into(),
+            at_ms,
+        };
+        let (state, actions) = run(
+            running("a"),
+            &[
+                due(Scheduled::Resume, "b", 1_000),
+                stopped(21_000),
+                Event::Released { at_ms: 22_000 },
+                Event::Timer { at_ms: 100_000 }, // early: re-armed
+                Event::Timer { at_ms: 322_000 },
+                Event::Released { at_ms: 322_500 },
+                Event::Started {
+                    template: "b".into(),
+                    at_ms: 330_000,
+                },
+                Event::Ready {
+                    template: "b".into(),
+                    at_ms: 400_000,
+                },
+            ],
+            &s,
+        );
+        assert_eq!(state, running_since("b", 400_000));
+        assert_eq!(
+            steps(&actions),
+            [
+                "power-off-asked",
+                "stopped",
+                "release-confirmed",
+                "start-issued",
+                "started",
+                "ready"
+            ]
+        );
+        assert!(has(
+            &actions,
+            &Action::Shutdown {
+                template: "a".into()
+            }
+        ));
+        assert!(has(&actions, &Action::SetTimer { at_ms: 61_000 }));
+        assert!(has(&actions, &Action::SetTimer { at_ms: 322_000 }));
+        assert!(has(
+            &actions,
+            &Action::Signal(Signal::SliceEnded {
+                template: "a".into(),
+                at_ms: 21_000
+            })
+        ));
+        assert!(has(
+            &actions,
+            &Action::Signal(Signal::SliceStarted {
+                template: "b".into(),
+                at_ms: 322_500,
+                dead_time_ms: Some(300_500)
+            })
+        ));
+        assert!(has(
+            &actions,
+            &Action::Signal(Signal::SliceReady {
+                template: "b".into(),
+                at_ms: 400_000,
+                start_to_ready_ms: 77_500
+            })
+        ));
+    }
+
+    fn running_since(t: &str, since_ms: u64) -> State {
+        State::Running {
+            template: t.into(),
+            since_ms,
+        }
+    }
+
+    #[test]
+    fn no_create_before_release_or_during_the_buffer() {
+        let s = settings(300_000);
+        let off = State::AwaitingRelease {
+            from: "a".into(),
+            to: Some("b".into()),
+            stopped_ms: 10_000,
+        };
+        // A check answered before the stop, and timers, start nothing.
+        let (state, actions) = run(
+            off.clone(),
+            &[
+                Event::Released { at_ms: 9_000 },
+                Event::Timer { at_ms: 11_000 },
+            ],
+            &s,
+        );
+        assert_eq!(state, off);
+        assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+        assert!(has(&actions, &Action::CheckRelease));
+        // Released inside the buffer: still waiting.
+        let (state, actions) = run(
+            off,
+            &[
+                Event::Released { at_ms: 12_000 },
+                Event::Released { at_ms: 13_000 },
+            ],
+            &s,
+        );
+        assert!(matches!(
+            state,
+            State::Buffer {
+                until_ms: 312_000,
+                ..
+            }
+        ));
+        assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+    }
+
+    #[test]
+    fn a_zero_buffer_starts_on_the_release() {
+        let s = settings(0);
+        let (state, actions) = step(
+            &State::AwaitingRelease {
+                from: "a".into(),
+                to: Some("b".into()),
+                stopped_ms: 5,
+            },
+            &Event::Released { at_ms: 7 },
+            &s,
+        );
+        assert!(matches!(
+            state,
+            State::Starting {
+                attempt: 1,
+                issued_ms: 7,
+                ..
+            }
+        ));
+        assert_eq!(steps(&actions), ["release-confirmed", "start-issued"]);
+        assert!(has(&actions, &create("b")));
+        // From idle, a resume checks the release first, then starts.
+        let (state, actions) = run(
+            State::Idle { released_ms: None },
+            &[
+                due(Scheduled::Resume, "a", 100),
+                Event::Released { at_ms: 100 },
+            ],
+            &s,
+        );
+        assert!(matches!(state, State::Starting { .. }));
+        assert_eq!(actions[0], Action::CheckRelease);
+        assert!(has(
+            &actions,
+            &Action::Signal(Signal::SliceStarted {
+                template: "a".into(),
+                at_ms: 100,
+                dead_time_ms: None
+            })
+        ));
+    }
+
+    #[test]
+    fn a_resume_soon_after_a_poweroff_waits_out_the_buffer() {
+        let s = settings(300_000);
+        let (state, actions) = step(
+            &State::Idle {
+                released_ms: Some(1_000),
+            },
+            &due(Scheduled::Resume, "b", 60_000),
+            &s,
+        );
+        assert_eq!(
+            state,
+            State::Buffer {
+                to: "b".into(),
+                release_confirmed_ms: None,
+                until_ms: 301_000
+            }
+        );
+        assert_eq!(actions, [Action::SetTimer { at_ms: 301_000 }]);
+    }
+
+    #[test]
+    fn a_guest_that_ignores_acpi_is_destroyed_after_the_timeout() {
+        let s = settings(0);
+        let (state, _) = step(&running("a"), &due(Scheduled::Poweroff, "a", 0), &s);
+        // Before the deadline: re-armed, nothing forced.
+        let (state, actions) = step(&state, &Event::Timer { at_ms: 30_000 }, &s);
+        assert_eq!(actions, [Action::SetTimer { at_ms: 60_000 }]);
+        let (state, actions) = step(&state, &Event::Timer { at_ms: 60_000 }, &s);
+        assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "a".into()
+            }
+        ));
+        match &actions[0] {
+            Action::Record(r) => {
+                assert_eq!(r.step, Step::Forced);
+                assert_eq!(r.detail.as_deref(), Some("did not stop within 60 s"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Destroy is asked again if the VM still does not stop.
+        let (_, actions) = step(&state, &Event::Timer { at_ms: 120_000 }, &s);
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "a".into()
+            }
+        ));
+        // StopTimeout forces at once.
+        let (_, actions) = step(
+            &State::PoweringOff {
+                from: "a".into(),
+                to: None,
+                forced: false,
+                since_ms: 0,
+            },
+            &Event::StopTimeout { at_ms: 1 },
+            &s,
+        );
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "a".into()
+            }
+        ));
+    }
+
+    #[test]
+    fn poweroff_hard_destroys_and_escalates_a_graceful_one() {
+        let s = settings(0);
+        let (state, actions) = step(&running("a"), &due(Scheduled::PoweroffHard, "a", 5), &s);
+        assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+        assert_eq!(steps(&actions), ["forced"]);
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "a".into()
+            }
+        ));
+        let graceful = State::PoweringOff {
+            from: "a".into(),
+            to: None,
+            forced: false,
+            since_ms: 0,
+        };
+        let (state, actions) = step(
+            &graceful,
+            &Event::ManualPowerOff {
+                template: "a".into(),
+                hard: true,
+                at_ms: 9,
+            },
+            &s,
+        );
+        assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "a".into()
+            }
+        ));
+    }
+
+    #[test]
+    fn start_failures_are_retried_then_the_slice_fails_and_the_gpu_stays_free() {
+        let s = settings(0);
+        let starting = State::Starting {
+            to: "b".into(),
+            attempt: 1,
+            issued_ms: 0,
+            released_ms: None,
+        };
+        let fail = |at_ms| Event::StartFailed {
+            template: "b".into(),
+            error: "internal error: no IOMMU".into(),
+            at_ms,
+        };
+        let (state, actions) = step(&starting, &fail(1), &s);
+        assert!(matches!(
+            state,
+            State::Starting {
+                attempt: 2,
+                issued_ms: 0,
+                ..
+            }
+        ));
+        assert_eq!(steps(&actions), ["start-failed", "start-issued"]);
+        assert!(has(&actions, &create("b")));
+        let (state, actions) = step(&state, &fail(2), &s);
+        assert_eq!(
+            state,
+            State::Failed {
+                template: "b".into(),
+                error: "internal error: no IOMMU".into(),
+                at_ms: 2
+            }
+        );
+        assert_eq!(steps(&actions), ["start-failed", "failed"]);
+        match &actions[0] {
+            Action::Record(r) => assert_eq!(
+                r.detail.as_deref(),
+                Some("attempt 2 of 2: internal error: no IOMMU")
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+        // The next slice starts normally.
+        let (state, _) = step(&state, &due(Scheduled::Resume, "c", 3), &s);
+        assert!(matches!(state, State::Buffer { .. }));
+        assert_eq!(state.on(), None);
+    }
+
+    #[test]
+    fn a_manual_resume_while_another_holds_is_refused_naming_the_holder() {
+        let s = settings(0);
+        let ask = |as_handoff| Event::ManualResume {
+            template: "b".into(),
+            as_handoff,
+            at_ms: 1,
+        };
+        let (state, actions) = step(&running("a"), &ask(false), &s);
+        assert_eq!(state, running("a"));
+        assert_eq!(
+            actions,
+            [Action::Refuse {
+                reason: "template a holds the GPU baseboard; resume b as a handoff to take \
+                         it over"
+                    .into()
+            }]
+        );
+        let to_c = State::AwaitingRelease {
+            from: "a".into(),
+            to: Some("c".into()),
+            stopped_ms: 0,
+        };
+        let (_, actions) = step(&to_c, &ask(false), &s);
+        assert_eq!(
+            actions,
+            [Action::Refuse {
+                reason: "the GPU baseboard is being handed over to template c; resume b as \
+                         a handoff to take it over"
+                    .into()
+            }]
+        );
+        // As a handoff it takes over.
+        let (state, actions) = step(&running("a"), &ask(true), &s);
+        assert!(matches!(
+            &state,
+            State::PoweringOff { from, to: Some(to), forced: false, .. } if from == "a" && to == "b"
+        ));
+        assert_eq!(steps(&actions), ["power-off-asked"]);
+        // Nobody holds it: a plain resume is fine.
+        let (state, _) = step(&State::Idle { released_ms: None }, &ask(false), &s);
+        assert_eq!(state.target(), Some("b"));
+    }
+
+    #[test]
+    fn poweroff_works_in_every_state() {
+        let s = settings(300_000);
+        let off = |t: &str| Event::ManualPowerOff {
+            template: t.into(),
+            hard: false,
+            at_ms: 50,
+        };
+        // The incoming one is dropped from a handoff in progress.
+        let (state, actions) = step(
+            &State::AwaitingRelease {
+                from: "a".into(),
+                to: Some("b".into()),
+                stopped_ms: 0,
+            },
+            &off("b"),
+            &s,
+        );
+        assert_eq!(state.target(), None);
+        assert!(actions.is_empty());
+        let (state, _) = step(
+            &State::Buffer {
+                to: "b".into(),
+                release_confirmed_ms: Some(10),
+                until_ms: 99,
+            },
+            &off("b"),
+            &s,
+        );
+        assert_eq!(
+            state,
+            State::Idle {
+                released_ms: Some(10)
+            }
+        );
+        // A VM still starting is destroyed.
+        let (state, actions) = step(
+            &State::Starting {
+                to: "b".into(),
+                attempt: 1,
+                issued_ms: 0,
+                released_ms: None,
+            },
+            &off("b"),
+            &s,
+        );
+        assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "b".into()
+            }
+        ));
+        // It never came up: off, then released.
+        let (state, actions) = step(
+            &state,
+            &Event::StartFailed {
+                template: "b".into(),
+                error: "x".into(),
+                at_ms: 60,
+            },
+            &s,
+        );
+        assert!(matches!(state, State::AwaitingRelease { .. }));
+        assert!(has(&actions, &Action::CheckRelease));
+        // Off already, or not ours: nothing to do, nothing refused.
+        let idle = State::Idle { released_ms: None };
+        assert_eq!(step(&idle, &off("a"), &s), (idle.clone(), vec![]));
+    }
+
+    #[test]
+    fn a_vm_that_stops_on_its_own_ends_its_slice() {
+        let s = settings(0);
+        let (state, actions) = step(
+            &running("a"),
+            &Event::Stopped {
+                template: "a".into(),
+                at_ms: 9,
+            },
+            &s,
+        );
+        assert!(matches!(state, State::AwaitingRelease { to: None, .. }));
+        assert!(has(
+            &actions,
+            &Action::Signal(Signal::SliceEnded {
+                template: "a".into(),
+                at_ms: 9
+            })
+        ));
+        let (state, actions) = step(&state, &Event::Released { at_ms: 10 }, &s);
+        assert_eq!(
+            state,
+            State::Idle {
+                released_ms: Some(10)
+            }
+        );
+        assert_eq!(steps(&actions), ["release-confirmed"]);
+        // Late or foreign events change nothing.
+        for e in [
+            Event::Stopped {
+                template: "z".into(),
+                at_ms: 11,
+            },
+            Event::Ready {
+                template: "a".into(),
+                at_ms: 11,
+            },
+            Event::Released { at_ms: 11 },
+        ] {
+            assert_eq!(step(&state, &e, &s).0, state);
+        }
+    }
+
+    #[test]
+    fn a_vm_started_behind_our_back_is_taken_in_or_sent_away() {
+        let s = settings(0);
+        let started = |t: &str| Event::Started {
+            template: t.into(),
+            at_ms: 5,
+        };
+        // Nobody held the baseboard: it holds it now.
+        let (state, actions) = step(&State::Idle { released_ms: None }, &started("a"), &s);
+        assert!(matches!(state, State::AwaitingReady { .. }));
+        assert_eq!(state.on(), Some("a"));
+        assert_eq!(steps(&actions), ["started"]);
+        // b was coming next: a is powered off for it.
+        let (state, _) = step(
+            &State::Buffer {
+                to: "b".into(),
+                release_confirmed_ms: None,
+                until_ms: 9,
+            },
+            &started("a"),
+            &s,
+        );
+        assert!(matches!(
+            &state,
+            State::PoweringOff { from, to: Some(to), .. } if from == "a" && to == "b"
+        ));
+        // Another VM is on: the newcomer is destroyed at once.
+        let (state, actions) = step(&running("b"), &started("a"), &s);
+        assert_eq!(state, running("b"));
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "a".into()
+            }
+        ));
+        // A repeated STARTED of the holder changes nothing.
+        assert_eq!(
+            step(&running("b"), &started("b"), &s),
+            (running("b"), vec![])
+        );
+    }
+
+    #[test]
+    fn a_resume_during_a_poweroff_changes_only_who_comes_next() {
+        let s = settings(0);
+        let p = State::PoweringOff {
+            from: "a".into(),
+            to: Some("b".into()),
+            forced: false,
+            since_ms: 0,
+        };
+        let (state, actions) = step(&p, &due(Scheduled::Resume, "c", 5), &s);
+        assert!(actions.is_empty());
+        assert_eq!(state.target(), Some("c"));
+        assert_eq!(state.on(), Some("a"));
+        assert_eq!(state.state_of("a"), "stopping");
+        assert_eq!(state.state_of("c"), "waiting");
+        assert_eq!(state.state_of("b"), "off");
+    }
+
+    fn rec(step: Step, from: Option<&str>, to: Option<&str>, at_ms: u64) -> Record {
+        Record {
+            step,
+            from: from.map(Into::into),
+            to: to.map(Into::into),
+            at_ms,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn a_restart_finishes_the_recorded_handoff() {
+        let s = settings(300_000);
+        // Killed while powering a off: asked again, the deadline kept.
+        let asked = rec(Step::PowerOffAsked, Some("a"), Some("b"), 1_000);
+        let (state, actions) = resume_from(Some(&asked), Some("a"), 5_000, &s);
+        assert_eq!(
+            state,
+            State::PoweringOff {
+                from: "a".into(),
+                to: Some("b".into()),
+                forced: false,
+                since_ms: 1_000
+            }
+        );
+        assert_eq!(
+            actions,
+            [
+                Action::Shutdown {
+                    template: "a".into()
+                },
+                Action::SetTimer { at_ms: 61_000 }
+            ]
+        );
+        // It stopped while we were down: release is checked.
+        let (state, actions) = resume_from(Some(&asked), None, 5_000, &s);
+        assert!(matches!(
+            state,
+            State::AwaitingRelease {
+                stopped_ms: 5_000,
+                ..
+            }
+        ));
+        assert_eq!(steps(&actions), ["stopped"]);
+        assert!(has(&actions, &Action::CheckRelease));
+        // Release was confirmed: the buffer counts from then.
+        let released = rec(Step::ReleaseConfirmed, Some("a"), Some("b"), 2_000);
+        let (state, actions) = resume_from(Some(&released), None, 5_000, &s);
+        assert_eq!(
+            state,
+            State::Buffer {
+                to: "b".into(),
+                release_confirmed_ms: Some(2_000),
+                until_ms: 302_000
+            }
+        );
+        assert_eq!(actions, [Action::SetTimer { at_ms: 302_000 }]);
+        // A create that may not have run: checked again before redoing it.
+        let issued = rec(Step::StartIssued, None, Some("b"), 302_000);
+        let (state, actions) = resume_from(Some(&issued), None, 303_000, &s);
+        assert!(matches!(
+            state,
+            State::Buffer {
+                until_ms: 303_000,
+                ..
+            }
+        ));
+        assert_eq!(actions[0], Action::CheckRelease);
+        // It did run: probe it.
+        let (state, actions) = resume_from(Some(&issued), Some("b"), 303_000, &s);
+        assert!(matches!(
+            state,
+            State::AwaitingReady {
+                issued_ms: 302_000,
+                ..
+            }
+        ));
+        assert!(has(
+            &actions,
+            &Action::Probe {
+                template: "b".into()
+            }
+        ));
+        let ready = rec(Step::Ready, None, Some("b"), 310_000);
+        assert_eq!(
+            resume_from(Some(&ready), Some("b"), 400_000, &s).0,
+            running_since("b", 310_000)
+        );
+    }
+
+    #[test]
+    fn converge_goes_straight_to_what_is_wanted_now() {
+        let s = settings(0);
+        let ready_a = rec(Step::Ready, None, Some("a"), 1_000);
+        // Down for days; the schedule now says c: a hands over to c, once.
+        let (state, actions) = converge(Some("c"), &["a".into()], Some(&ready_a), 9_000_000, &s);
+        assert!(matches!(
+            &state,
+            State::PoweringOff { from, to: Some(to), .. } if from == "a" && to == "c"
+        ));
+        assert_eq!(steps(&actions), ["power-off-asked"]);
+        // Nothing wanted: the holder is powered off.
+        let (state, _) = converge(None, &["a".into()], Some(&ready_a), 9_000_000, &s);
+        assert_eq!(state.target(), None);
+        // Already as wanted: nothing at all.
+        let (state, actions) = converge(Some("a"), &["a".into()], Some(&ready_a), 9_000_000, &s);
+        assert_eq!(state, running_since("a", 1_000));
+        assert!(actions.is_empty());
+        // Two on (someone else's doing): all but the wanted one destroyed.
+        let (state, actions) = converge(
+            Some("b"),
+            &["a".into(), "b".into()],
+            Some(&ready_a),
+            9_000_000,
+            &s,
+        );
+        assert_eq!(state.on(), Some("b"));
+        assert!(has(
+            &actions,
+            &Action::Destroy {
+                template: "a".into()
+            }
+        ));
+        assert!(!has(
+            &actions,
+            &Action::Destroy {
+                template: "b".into()
+            }
+        ));
+        // Nothing on, something wanted: a release check first, never a create.
+        let (state, actions) = converge(Some("b"), &[], None, 9_000_000, &s);
+        assert!(matches!(state, State::Buffer { .. }));
+        assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+    }
+
+    #[test]
+    fn steps_have_stable_names() {
+        for (step, name) in STEPS {
+            assert_eq!(step.as_str(), name);
+            assert_eq!(Step::parse(name), Some(step));
+        }
+        assert_eq!(Step::parse("nope"), None);
+    }
+}

@@ -1,0 +1,935 @@
+//! A time-slicing template: the workload it serves, the user of its slices,
+//! its persistent VM, the baseboard it owns and its two disks (seed 003, §4).
+//!
+//! Parsed from JSON by hand, like [`crate::request`], so every error names
+//! its field path and what would be accepted. The checks that need facts
+//! from outside (the domain XML of an existing domain, the filesystem the
+//! weights live on, the other templates) are separate pure functions: the
+//! caller gathers the facts and calls them.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::request::{validate_name, VmSource, MAX_STRING};
+use crate::runtime::domain_xml::{self, PciAddress};
+
+/// Largest template definition accepted (a domain XML is most of it).
+pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
+/// Most PCI devices one baseboard lists (8 GPUs and their NVSwitches fit).
+pub const MAX_BASEBOARD: usize = 64;
+/// Longest graceful power-off a template may ask for before it is forced.
+pub const MAX_STOP_TIMEOUT_SECONDS: u64 = 3600;
+/// Most start retries a template may ask for.
+pub const MAX_START_RETRIES: u32 = 10;
+/// The config key that lets weights live on a networked filesystem.
+pub const ALLOW_NETWORKED_WEIGHTS: &str = "slicing.allow_networked_weights";
+const MAX_PATH: usize = 4096;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    pub name: String,
+    pub workload: Workload,
+    pub user: User,
+    pub vm: VmSource,
+    /// The PCI devices passed whole to the VM; empty only where no device
+    /// can be passed (tests): such templates still take turns.
+    pub baseboard: Vec<PciAddress>,
+    /// Absent for a diskless VM (tests); then nothing is checked.
+    pub os_disk: Option<String>,
+    /// Absent for a diskless VM (tests); then nothing is checked.
+    pub weights_disk: Option<String>,
+    pub readiness: Readiness,
+    /// Overrides the config's graceful power-off timeout.
+    pub stop_timeout_seconds: Option<u64>,
+    /// Overrides the config's number of start retries.
+    pub start_retries: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub model: String,
+    /// Free text: the runtime and its configuration, as the owner writes it.
+    pub runtime: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserKind {
+    /// The customer's own staff.
+    Internal,
+    /// The customer's partners or their own customers.
+    External,
+}
+
+impl UserKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UserKind::Internal => "internal",
+            UserKind::External => "external",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub kind: UserKind,
+    pub name: String,
+}
+
+/// When a started VM counts as ready to serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// libvirt's STARTED event (the default).
+    Started,
+    /// A TCP connect to this port on the guest succeeds.
+    Tcp(u16),
+    /// A GET of this URL answers 2xx.
+    Http(String),
+    /// The QEMU guest agent answers `guest-ping`.
+    Agent,
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Template> {
+        if text.len() > MAX_TEMPLATE_BYTES {
+            return Err(Error::InvalidRequest(format!(
+                "template: {} bytes is too large; at most {MAX_TEMPLATE_BYTES} are accepted",
+                text.len()
+            )));
+        }
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Error::InvalidRequest(format!("template: not valid JSON ({e})")))?;
+        Template::from_value(&value)
+    }
+
+    /// Parses and validates; with `domain_xml`, also checks the XML against
+    /// the baseboard and the weights disk (for an existing domain the caller
+    /// calls [`Template::check_domain`] with its XML).
+    pub fn from_value(value: &Value) -> Result<Template> {
+        let top = object(
+            value,
+            "",
+            &[
+                "name",
+                "workload",
+                "user",
+                "vm",
+                "baseboard",
+                "os_disk",
+                "weights_disk",
+                "readiness",
+                "stop_timeout_seconds",
+                "start_retries",
+            ],
+        )?;
+        let name = string(required(top, "", "name")?, "name")?;
+        validate_name("name", &name)?;
+
+        let w = object(
+            required(top, "", "workload")?,
+            "workload",
+            &["model", "runtime"],
+        )?;
+        let workload = Workload {
+            model: short(required(w, "workload", "model")?, "workload.model")?,
+            runtime: string(required(w, "workload", "runtime")?, "workload.runtime")?,
+        };
+
+        let u = object(required(top, "", "user")?, "user", &["kind", "name"])?;
+        let kind = match required(u, "user", "kind")?.as_str() {
+            Some("internal") => UserKind::Internal,
+            Some("external") => UserKind::External,
+            _ => {
+                return Err(Error::field(
+                    "user.kind",
+                    "\"internal\" (the customer's staff) or \"external\" (partners, customers)",
+                ))
+            }
+        };
+        let user = User {
+            kind,
+            name: short(required(u, "user", "name")?, "user.name")?,
+        };
+
+        let vm = parse_vm(required(top, "", "vm")?)?;
+        let baseboard = parse_baseboard(required(top, "", "baseboard")?)?;
+        let os_disk = top.get("os_disk").map(|v| path(v, "os_disk")).transpose()?;
+        let weights_disk = top
+            .get("weights_disk")
+            .map(|v| path(v, "weights_disk"))
+            .transpose()?;
+        if os_disk.is_some() && os_disk == weights_disk {
+            return Err(Error::field(
+                "weights_disk",
+                "must be a disk of its own, not the os_disk",
+            ));
+        }
+        let readiness = match top.get("readiness") {
+            None => Readiness::Started,
+            Some(v) => parse_readiness(v)?,
+        };
+        let stop_timeout_seconds = match top.get("stop_timeout_seconds") {
+            None => None,
+            Some(v) => match v.as_u64() {
+                Some(s) if (1..=MAX_STOP_TIMEOUT_SECONDS).contains(&s) => Some(s),
+                _ => {
+                    return Err(Error::field(
+                        "stop_timeout_seconds",
+                        format!("a whole number of seconds from 1 to {MAX_STOP_TIMEOUT_SECONDS}"),
+                    ))
+                }
+            },
+        };
+        let start_retries = match top.get("start_retries") {
+            None => None,
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= u64::from(MAX_START_RETRIES) => Some(n as u32),
+                _ => {
+                    return Err(Error::field(
+                        "start_retries",
+                        format!("a whole number from 0 to {MAX_START_RETRIES}"),
+                    ))
+                }
+            },
+        };
+        let template = Template {
+            name,
+            workload,
+            user,
+            vm,
+            baseboard,
+            os_disk,
+            weights_disk,
+            readiness,
+            stop_timeout_seconds,
+            start_retries,
+        };
+        if let VmSource::DomainXml(xml) = &template.vm {
+            template.check_domain(xml)?;
+        }
+        Ok(template)
+    }
+
+    /// The definition as JSON, in the shape [`Template::from_value`] reads.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("name".into(), json!(self.name));
+        m.insert(
+            "workload".into(),
+            json!({"model": self.workload.model, "runtime": self.workload.runtime}),
+        );
+        m.insert(
+            "user".into(),
+            json!({"kind": self.user.kind.as_str(), "name": self.user.name}),
+        );
+        m.insert(
+            "vm".into(),
+            match &self.vm {
+                VmSource::Domain(d) => json!({ "domain": d }),
+                VmSource::DomainXml(x) => json!({ "domain_xml": x }),
+            },
+        );
+        let devices: Vec<String> = self.baseboard.iter().map(pci_text).collect();
+        m.insert("baseboard".into(), json!(devices));
+        if let Some(p) = &self.os_disk {
+            m.insert("os_disk".into(), json!(p));
+        }
+        if let Some(p) = &self.weights_disk {
+            m.insert("weights_disk".into(), json!(p));
+        }
+        match &self.readiness {
+            Readiness::Started => {}
+            Readiness::Tcp(port) => {
+                m.insert("readiness".into(), json!({ "tcp": port }));
+            }
+            Readiness::Http(url) => {
+                m.insert("readiness".into(), json!({ "http": url }));
+            }
+            Readiness::Agent => {
+                m.insert("readiness".into(), json!({ "agent": true }));
+            }
+        }
+        if let Some(s) = self.stop_timeout_seconds {
+            m.insert("stop_timeout_seconds".into(), json!(s));
+        }
+        if let Some(n) = self.start_retries {
+            m.insert("start_retries".into(), json!(n));
+        }
+        Value::Object(m)
+    }
+
+    /// Checks the VM's domain XML (the template's own, or an existing
+    /// domain's as libvirt gives it): every baseboard device is a PCI hostdev
+    /// and the weights disk is attached read-only.
+    pub fn check_domain(&self, xml: &str) -> Result<()> {
+        check_hostdevs(&self.baseboard, xml)?;
+        if let Some(weights) = &self.weights_disk {
+            check_weights_readonly(weights, xml)?;
+        }
+        Ok(())
+    }
+
+    /// Whether both own the same baseboard (and so take turns on it).
+    pub fn same_baseboard(&self, other: &Template) -> bool {
+        device_set(&self.baseboard) == device_set(&other.baseboard)
+    }
+}
+
+/// `0000:41:00.0`, the lspci form, for messages and JSON.
+pub fn pci_text(a: &PciAddress) -> String {
+    format!(
+        "{:04x}:{:02x}:{:02x}.{:x}",
+        a.domain, a.bus, a.slot, a.function
+    )
+}
+
+/// (a) Every baseboard device is passed to the domain as a PCI hostdev.
+pub fn check_hostdevs(baseboard: &[PciAddress], xml: &str) -> Result<()> {
+    let doc = parse_domain(xml)?;
+    // The host side is `<hostdev type='pci'><source><address …/>`; the
+    // `<address>` right under `<hostdev>` is the guest's slot, not ours.
+    let passed: Vec<PciAddress> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("hostdev") && n.attribute("type") == Some("pci"))
+        .filter_map(|h| h.children().find(|n| n.has_tag_name("source")))
+        .filter_map(|s| s.children().find(|n| n.has_tag_name("address")))
+        .filter_map(|a| {
+            Some(PciAddress {
+                domain: xml_number(a.attribute("domain").unwrap_or("0"))?,
+                bus: u8::try_from(xml_number(a.attribute("bus")?)?).ok()?,
+                slot: u8::try_from(xml_number(a.attribute("slot")?)?).ok()?,
+                function: u8::try_from(xml_number(a.attribute("function")?)?).ok()?,
+            })
+        })
+        .collect();
+    for (i, device) in baseboard.iter().enumerate() {
+        if !passed.contains(device) {
+            return Err(Error::field(
+                &format!("baseboard[{i}]"),
+                format!(
+                    "{} is not passed to the domain; add <hostdev mode='subsystem' \
+                     type='pci' managed='yes'><source><address domain='0x{:04x}' \
+                     bus='0x{:02x}' slot='0x{:02x}' function='0x{:x}'/></source></hostdev>",
+                    pci_text(device),
+                    device.domain,
+                    device.bus,
+                    device.slot,
+                    device.function
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// (b) The weights disk is a disk of the domain (source file or dev) and
+/// every such disk carries `<readonly/>`: weights are staged once and must
+/// never be written by a guest.
+pub fn check_weights_readonly(weights_disk: &str, xml: &str) -> Result<()> {
+    let doc = parse_domain(xml)?;
+    let disks: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("disk"))
+        .filter(|d| {
+            d.children().any(|s| {
+                s.has_tag_name("source")
+                    && (s.attribute("file") == Some(weights_disk)
+                        || s.attribute("dev") == Some(weights_disk))
+            })
+        })
+        .collect();
+    if disks.is_empty() {
+        return Err(Error::field(
+            "weights_disk",
+            format!(
+                "{weights_disk} is not a disk of the domain; attach it read-only \
+                 (<disk><source file='{weights_disk}'/><readonly/></disk>)"
+            ),
+        ));
+    }
+    if !disks
+        .iter()
+        .all(|d| d.children().any(|n| n.has_tag_name("readonly")))
+    {
+        return Err(Error::field(
+            "weights_disk",
+            "must be attached read-only in the domain (<readonly/>)",
+        ));
+    }
+    Ok(())
+}
+
+/// Filesystem types (as /proc/self/mountinfo names them) whose data lives
+/// across a network or on storage shared between hosts.
+const NETWORKED_FS: &[&str] = &[
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "ceph",
+    "glusterfs",
+    "9p",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "ocfs2",
+    "gfs2",
+    "afs",
+    "coda",
+    "orangefs",
+    "pvfs2",
+    "davfs",
+    "sshfs",
+];
+
+/// FUSE filesystems are `fuse.<subtype>`; these subtypes are networked.
+const NETWORKED_FUSE: &[&str] = &[
+    "sshfs",
+    "glusterfs",
+    "ceph",
+    "ceph-fuse",
+    "cephfs",
+    "s3fs",
+    "rclone",
+    "juicefs",
+    "mfs",
+    "moosefs",
+    "lizardfs",
+    "davfs2",
+    "gcsfuse",
+    "goofys",
+    "beegfs",
+];
+
+/// (c) Whether a filesystem type is networked (NFS, CIFS, Ceph, …).
+pub fn is_networked_fs(fs_type: &str) -> bool {
+    let t = fs_type.trim().to_ascii_lowercase();
+    if NETWORKED_FS.contains(&t.as_str()) {
+        return true;
+    }
+    t.strip_prefix("fuse.")
+        .or_else(|| t.strip_prefix("fuseblk."))
+        .is_some_and(|sub| NETWORKED_FUSE.contains(&sub))
+}
+
+/// (c) The weights must be host-local, judged by the filesystem type of the
+/// path they live on (the caller looks it up): each slice reloads them, and
+/// that load must be a local read (seed §4). `allow_networked` is the
+/// config's [`ALLOW_NETWORKED_WEIGHTS`].
+pub fn check_weights_local(weights_disk: &str, fs_type: &str, allow_networked: bool) -> Result<()> {
+    if allow_networked || !is_networked_fs(fs_type) {
+        return Ok(());
+    }
+    Err(Error::field(
+        "weights_disk",
+        format!(
+            "{weights_disk} is on a networked filesystem ({fs_type}); weights belong on \
+             host-local storage so that each slice reloads them locally — move them, or set \
+             {ALLOW_NETWORKED_WEIGHTS} = true in the config"
+        ),
+    ))
+}
+
+/// (d) `new` agrees with every other template about the baseboard: the same
+/// devices (they take turns) or none in common (a second baseboard). A
+/// template of the same name is the one being replaced and is skipped.
+pub fn check_baseboard_agrees(new: &Template, others: &[Template]) -> Result<()> {
+    let mine = device_set(&new.baseboard);
+    for other in others.iter().filter(|o| o.name != new.name) {
+        let theirs = device_set(&other.baseboard);
+        if mine == theirs || mine.is_disjoint(&theirs) {
+            continue;
+        }
+        let list = |set: &BTreeSet<(u32, u8, u8, u8)>| {
+            set.iter()
+                .map(|&(domain, bus, slot, function)| {
+                    pci_text(&PciAddress {
+                        domain,
+                        bus,
+                        slot,
+                        function,
+                    })
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(Error::field(
+            "baseboard",
+            format!(
+                "templates {} and {} disagree about the baseboard ({} has {}; {} has {}); \
+                 a baseboard passes whole: list the same devices, or none in common for a \
+                 second baseboard",
+                other.name,
+                new.name,
+                other.name,
+                list(&theirs),
+                new.name,
+                list(&mine)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// (d) for a whole set of templates (e.g. at start-up, from the ledger).
+pub fn check_baseboards(templates: &[Template]) -> Result<()> {
+    for (i, t) in templates.iter().enumerate() {
+        check_baseboard_agrees(t, &templates[..i])?;
+    }
+    Ok(())
+}
+
+fn device_set(devices: &[PciAddress]) -> BTreeSet<(u32, u8, u8, u8)> {
+    devices
+        .iter()
+        .map(|a| (a.domain, a.bus, a.slot, a.function))
+        .collect()
+}
+
+fn parse_domain(xml: &str) -> Result<roxmltree::Document<'_>> {
+    domain_xml::check(xml, "vm.domain_xml")?;
+    Ok(roxmltree::Document::parse(xml).expect("checked above"))
+}
+
+/// libvirt writes address parts as `0x41` (hex) or `65` (decimal).
+fn xml_number(text: &str) -> Option<u32> {
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+fn parse_vm(v: &Value) -> Result<VmSource> {
+    let m = object(v, "vm", &["domain", "domain_xml"])?;
+    match (m.get("domain"), m.get("domain_xml")) {
+        (Some(d), None) => {
+            let d = string(d, "vm.domain")?;
+            validate_name("vm.domain", &d)?;
+            Ok(VmSource::Domain(d))
+        }
+        (None, Some(x)) => {
+            let x = string(x, "vm.domain_xml")?;
+            domain_xml::check(&x, "vm.domain_xml")?;
+            Ok(VmSource::DomainXml(x))
+        }
+        _ => Err(Error::field(
+            "vm",
+            "exactly one of domain (an existing domain's name) or domain_xml",
+        )),
+    }
+}
+
+fn parse_baseboard(v: &Value) -> Result<Vec<PciAddress>> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| Error::field("baseboard", "a JSON array of PCI addresses"))?;
+    if items.len() > MAX_BASEBOARD {
+        return Err(Error::field(
+            "baseboard",
+            format!("at most {MAX_BASEBOARD} devices"),
+        ));
+    }
+    let mut out: Vec<PciAddress> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("baseboard[{i}]");
+        let device = item
+            .as_str()
+            .and_then(PciAddress::parse)
+            .ok_or_else(|| Error::field(&path, "a PCI address such as 0000:41:00.0"))?;
+        if out.contains(&device) {
+            return Err(Error::field(
+                &path,
+                format!("{} is listed twice", pci_text(&device)),
+            ));
+        }
+        out.push(device);
+    }
+    Ok(out)
+}
+
+fn parse_readiness(v: &Value) -> Result<Readiness> {
+    let m = object(v, "readiness", &["tcp", "http", "agent"])?;
+    if m.len() != 1 {
+        return Err(Error::field(
+            "readiness",
+            "exactly one of tcp (a port), http (a URL) or agent (true); \
+             leave it out to count libvirt's STARTED as ready",
+        ));
+    }
+    let (kind, body) = m.iter().next().expect("one entry");
+    match kind.as_str() {
+        "tcp" => body
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .map(Readiness::Tcp)
+            .ok_or_else(|| Error::field("readiness.tcp", "a port from 1 to 65535")),
+        "http" => {
+            let url = string(body, "readiness.http")?;
+            let ok = url.len() <= 2048
+                && url
+                    .strip_prefix("http://")
+                    .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+                && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+            if !ok {
+                return Err(Error::field(
+                    "readiness.http",
+                    "a URL such as http://10.0.0.5:8000/health",
+                ));
+            }
+            Ok(Readiness::Http(url))
+        }
+        "agent" => match body.as_bool() {
+            Some(true) => Ok(Readiness::Agent),
+            _ => Err(Error::field(
+                "readiness.agent",
+                "true (the QEMU guest agent answers); leave readiness out to count \
+                 libvirt's STARTED as ready",
+            )),
+        },
+        _ => unreachable!("object() admits only known keys"),
+    }
+}
+
+// ---- small typed readers; each error names the path ----
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn object<'a>(v: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
+    let shown = if path.is_empty() { "template" } else { path };
+    let m = v
+        .as_object()
+        .ok_or_else(|| Error::field(shown, "expected a JSON object"))?;
+    if let Some(unknown) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let key = if unknown.len() > 64 || unknown.chars().any(char::is_control) {
+            "(a field name)"
+        } else {
+            unknown
+        };
+        return Err(Error::field(
+            &join(path, key),
+            format!("unknown field; accepted here: {}", allowed.join(", ")),
+        ));
+    }
+    Ok(m)
+}
+
+fn required<'a>(m: &'a Map<String, Value>, path: &str, key: &str) -> Result<&'a Value> {
+    m.get(key)
+        .ok_or_else(|| Error::field(&join(path, key), "required"))
+}
+
+fn string(v: &Value, path: &str) -> Result<String> {
+    match v {
+        Value::String(s) if s.len() > MAX_STRING => Err(Error::field(
+            path,
+            format!("too long; at most {MAX_STRING} bytes"),
+        )),
+        Value::String(s) if s.contains('\0') => {
+            Err(Error::field(path, "must not contain a NUL character"))
+        }
+        Value::String(s) => Ok(s.clone()),
+        _ => Err(Error::field(path, "expected a string")),
+    }
+}
+
+/// A name-like string (model, user): short and printable.
+fn short(v: &Value, path: &str) -> Result<String> {
+    let s = string(v, path)?;
+    if s.trim().is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
+        return Err(Error::field(path, "1 to 128 printable characters"));
+    }
+    Ok(s)
+}
+
+/// An absolute, normalised path: compared as written against the domain's
+/// disk sources, so `/a//b` or `/a/./b` would never match.
+fn path(v: &Value, field: &str) -> Result<String> {
+    let p = string(v, field)?;
+    let normal = p.len() > 1
+        && p.len() <= MAX_PATH
+        && p.starts_with('/')
+        && !p.ends_with('/')
+        && !p.chars().any(char::is_control)
+        && p[1..]
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if !normal {
+        return Err(Error::field(
+            field,
+            "an absolute, normalised path such as /var/lib/astraeus/weights/llama.img",
+        ));
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const XML: &str = "<domain type='kvm'><name>llama</name><os><type>hvm</type></os><devices>\
+        <disk type='file' device='disk'><source file='/srv/os/llama.qcow2'/><target dev='vda'/></disk>\
+        <disk type='file' device='disk'><source file='/nvme/llama.img'/><target dev='vdb'/><readonly/></disk>\
+        <hostdev mode='subsystem' type='pci' managed='yes'><source>\
+        <address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
+        <address type='pci' domain='0x0000' bus='0x07' slot='0x00' function='0x0'/></hostdev>\
+        <hostdev mode='subsystem' type='pci' managed='yes'><source>\
+        <address domain='0' bus='66' slot='0' function='0'/></source></hostdev>\
+        </devices></domain>";
+
+    fn spec(edit: impl FnOnce(&mut Value)) -> Value {
+        let mut v = json!({
+            "name": "llama",
+            "workload": {"model": "Llama-3.1-70B", "runtime": "vllm --tp 8"},
+            "user": {"kind": "internal", "name": "research"},
+            "vm": {"domain_xml": XML},
+            "baseboard": ["0000:41:00.0", "0000:42:00.0"],
+            "os_disk": "/srv/os/llama.qcow2",
+            "weights_disk": "/nvme/llama.img",
+            "readiness": {"tcp": 8000},
+            "stop_timeout_seconds": 60,
+            "start_retries": 2
+        });
+        edit(&mut v);
+        v
+    }
+
+    fn err(v: Value) -> String {
+        match Template::from_value(&v) {
+            Err(Error::InvalidRequest(m)) => m,
+            other => panic!("expected InvalidRequest, got {other:?}"),
+        }
+    }
+
+    fn pci(bus: u8) -> PciAddress {
+        PciAddress {
+            domain: 0,
+            bus,
+            slot: 0,
+            function: 0,
+        }
+    }
+
+    fn board(name: &str, buses: &[u8]) -> Template {
+        let mut t = Template::from_value(&spec(|v| {
+            v["vm"] = json!({"domain": "d"});
+        }))
+        .unwrap();
+        t.name = name.into();
+        t.baseboard = buses.iter().map(|b| pci(*b)).collect();
+        t
+    }
+
+    #[test]
+    fn a_full_template_parses_and_round_trips() {
+        let t = Template::from_value(&spec(|_| {})).unwrap();
+        assert_eq!(t.baseboard, [pci(0x41), pci(0x42)]);
+        assert_eq!(t.user.kind, UserKind::Internal);
+        assert_eq!(t.readiness, Readiness::Tcp(8000));
+        assert_eq!(t.start_retries, Some(2));
+        assert_eq!(Template::from_value(&t.to_value()).unwrap(), t);
+        let bare = Template::from_value(&spec(|v| {
+            let m = v.as_object_mut().unwrap();
+            for k in [
+                "os_disk",
+                "weights_disk",
+                "readiness",
+                "stop_timeout_seconds",
+                "start_retries",
+            ] {
+                m.remove(k);
+            }
+            m.insert("baseboard".into(), json!([]));
+        }))
+        .unwrap();
+        assert_eq!(bare.readiness, Readiness::Started);
+        assert_eq!(Template::from_value(&bare.to_value()).unwrap(), bare);
+    }
+
+    #[test]
+    fn field_errors_name_their_path() {
+        assert_eq!(
+            err(spec(|v| v["user"]["kind"] = json!("guest"))),
+            "user.kind: \"internal\" (the customer's staff) or \"external\" (partners, customers)"
+        );
+        assert_eq!(
+            err(spec(|v| v["baseboard"] = json!(["0000:41:00.0", "nvidia0"]))),
+            "baseboard[1]: a PCI address such as 0000:41:00.0"
+        );
+        assert_eq!(
+            err(spec(|v| v["baseboard"] = json!(["41:00.0", "0000:41:00.0"]))),
+            "baseboard[1]: 0000:41:00.0 is listed twice"
+        );
+        assert_eq!(
+            err(spec(|v| v["weights_disk"] = json!("nvme/llama.img"))),
+            "weights_disk: an absolute, normalised path such as /var/lib/astraeus/weights/llama.img"
+        );
+        assert_eq!(
+            err(spec(|v| v["weights_disk"] = json!("/srv/os/llama.qcow2"))),
+            "weights_disk: must be a disk of its own, not the os_disk"
+        );
+        assert_eq!(
+            err(spec(|v| v["readiness"] = json!({"tcp": 0}))),
+            "readiness.tcp: a port from 1 to 65535"
+        );
+        assert_eq!(
+            err(spec(|v| v["readiness"] = json!({"http": "ftp://x"}))),
+            "readiness.http: a URL such as http://10.0.0.5:8000/health"
+        );
+        assert!(
+            err(spec(|v| v["readiness"] = json!({"tcp": 1, "agent": true})))
+                .starts_with("readiness: exactly one of tcp")
+        );
+        assert!(err(spec(|v| v["readiness"] = json!({"agent": false})))
+            .starts_with("readiness.agent: true"));
+        assert_eq!(
+            err(spec(|v| v["start_retries"] = json!(11))),
+            "start_retries: a whole number from 0 to 10"
+        );
+        assert_eq!(
+            err(spec(|v| v["stop_timeout_seconds"] = json!(0))),
+            "stop_timeout_seconds: a whole number of seconds from 1 to 3600"
+        );
+        assert_eq!(
+            err(spec(|v| v["vm"] = json!({}))),
+            "vm: exactly one of domain (an existing domain's name) or domain_xml"
+        );
+        assert!(err(spec(|v| v["vm"] = json!({"domain_xml": "<network/>"})))
+            .starts_with("vm.domain_xml: a libvirt <domain> document"));
+        assert!(err(spec(|v| v["workload"]["gpu"] = json!(1)))
+            .starts_with("workload.gpu: unknown field; accepted here: model, runtime"));
+        assert_eq!(
+            err(spec(|v| {
+                v.as_object_mut().unwrap().remove("user");
+            })),
+            "user: required"
+        );
+        assert!(err(json!([])).starts_with("template: expected a JSON object"));
+    }
+
+    #[test]
+    fn every_baseboard_device_must_be_a_hostdev() {
+        // 0x42 = 66: decimal and hex addresses both count.
+        check_hostdevs(&[pci(0x41), pci(0x42)], XML).unwrap();
+        // The guest-side address (bus 0x07) is not a passed device.
+        assert_eq!(
+            check_hostdevs(&[pci(0x41), pci(0x07)], XML)
+                .unwrap_err()
+                .message(),
+            "baseboard[1]: 0000:07:00.0 is not passed to the domain; add <hostdev \
+             mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' \
+             bus='0x07' slot='0x00' function='0x0'/></source></hostdev>"
+        );
+        assert!(err(spec(
+            |v| v["baseboard"] = json!(["0000:41:00.0", "0000:43:00.1"])
+        ))
+        .starts_with("baseboard[1]: 0000:43:00.1 is not passed to the domain"));
+    }
+
+    #[test]
+    fn the_weights_disk_must_be_attached_read_only() {
+        check_weights_readonly("/nvme/llama.img", XML).unwrap();
+        assert_eq!(
+            check_weights_readonly("/srv/os/llama.qcow2", XML)
+                .unwrap_err()
+                .message(),
+            "weights_disk: must be attached read-only in the domain (<readonly/>)"
+        );
+        assert_eq!(
+            check_weights_readonly("/nvme/other.img", XML)
+                .unwrap_err()
+                .message(),
+            "weights_disk: /nvme/other.img is not a disk of the domain; attach it read-only \
+             (<disk><source file='/nvme/other.img'/><readonly/></disk>)"
+        );
+        let block = "<domain><name>b</name><devices><disk type='block'>\
+            <source dev='/dev/nvme0n1p3'/><readonly/></disk></devices></domain>";
+        check_weights_readonly("/dev/nvme0n1p3", block).unwrap();
+        let writable = XML.replace("<readonly/>", "");
+        assert_eq!(
+            err(spec(|v| v["vm"] = json!({ "domain_xml": writable }))),
+            "weights_disk: must be attached read-only in the domain (<readonly/>)"
+        );
+    }
+
+    #[test]
+    fn networked_filesystems_are_recognised() {
+        for fs in [
+            "nfs",
+            "nfs4",
+            "cifs",
+            "smb3",
+            "ceph",
+            "fuse.sshfs",
+            "glusterfs",
+            "fuse.glusterfs",
+            "9p",
+            "lustre",
+            "gpfs",
+            "beegfs",
+            "ocfs2",
+            "gfs2",
+            "fuse.s3fs",
+            "NFS4",
+        ] {
+            assert!(is_networked_fs(fs), "{fs}");
+        }
+        for fs in [
+            "ext4",
+            "xfs",
+            "btrfs",
+            "zfs",
+            "tmpfs",
+            "overlay",
+            "fuseblk",
+            "fuse.ntfs-3g",
+        ] {
+            assert!(!is_networked_fs(fs), "{fs}");
+        }
+    }
+
+    #[test]
+    fn weights_on_a_networked_filesystem_are_refused_unless_allowed() {
+        check_weights_local("/nvme/llama.img", "xfs", false).unwrap();
+        check_weights_local("/mnt/nfs/llama.img", "nfs4", true).unwrap();
+        assert_eq!(
+            check_weights_local("/mnt/nfs/llama.img", "nfs4", false)
+                .unwrap_err()
+                .message(),
+            "weights_disk: /mnt/nfs/llama.img is on a networked filesystem (nfs4); weights \
+             belong on host-local storage so that each slice reloads them locally — move \
+             them, or set slicing.allow_networked_weights = true in the config"
+        );
+    }
+
+    #[test]
+    fn templates_share_a_baseboard_whole_or_not_at_all() {
+        let a = board("a", &[0x41, 0x42]);
+        let b = board("b", &[0x42, 0x41]);
+        let c = board("c", &[0x81, 0x82]);
+        let d = board("d", &[0x42, 0x43]);
+        check_baseboards(&[a.clone(), b.clone(), c.clone()]).unwrap();
+        assert!(a.same_baseboard(&b) && !a.same_baseboard(&c));
+        assert_eq!(
+            check_baseboard_agrees(&d, &[a.clone(), c])
+                .unwrap_err()
+                .message(),
+            "baseboard: templates a and d disagree about the baseboard (a has 0000:41:00.0, \
+             0000:42:00.0; d has 0000:42:00.0, 0000:43:00.0); a baseboard passes whole: list \
+             the same devices, or none in common for a second baseboard"
+        );
+        // Replacing a template by itself is no disagreement.
+        let a2 = board("a", &[0x42, 0x43]);
+        check_baseboard_agrees(&a2, &[a]).unwrap();
+        // Empty baseboards (tests) agree with each other.
+        check_baseboards(&[board("x", &[]), board("y", &[])]).unwrap();
+    }
+}
