@@ -460,3 +460,50 @@ fn podman_going_away_does_not_free_a_share_whose_container_still_runs() {
     });
     assert!(d.log_text().contains("retrying"), "{}", d.log_text());
 }
+
+#[test]
+fn podman_gone_at_launch_fails_the_worker_and_frees_its_share() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let mut pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let d = setup(dir.path(), &pm, &bus);
+    let a = &bus.address;
+    // Podman's API is down when the worker is placed.
+    let _ = pm.service.kill();
+    let _ = pm.service.wait();
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &container("late", Some("3"), "sleep 1000")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("late ended", || {
+        !busctl(
+            a,
+            &[
+                "introspect",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/worker/late",
+            ],
+        )
+        .ok
+    });
+    assert!(
+        d.log_text().contains("worker late failed to start:"),
+        "{}",
+        d.log_text()
+    );
+    // Its share is free: the whole offer is there for the next one.
+    let o = manager(a, None, "WhyNot", &["s", &shared_spec("next", "7")]);
+    assert!(o.stdout.starts_with("bauas true"), "{}", o.stdout);
+    // Podman back: nothing of the failed launch exists or appears.
+    pm.service = pm.serve();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!pm
+        .run(&["ps", "-a", "--format", "{{.Names}}"])
+        .contains("astraeus-late"));
+}
