@@ -70,6 +70,9 @@ pub enum CtlCommand {
     /// A template's scheduled actions (time-slicing rotation).
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// Time-slicing templates: persistent VMs that own the GPU baseboard in turn.
+    #[command(subcommand)]
+    Template(TemplateCommand),
     /// Who owns the GPU baseboard when, in the daemon's time zone.
     Slices {
         /// Show the next N slices from now.
@@ -97,6 +100,28 @@ pub enum CtlCommand {
         /// Print CSV instead of a table.
         #[arg(long, conflicts_with = "json")]
         csv: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TemplateCommand {
+    /// Define a template (JSON) from a file, or - for standard input. Root only.
+    Create { file: String },
+    /// Every template with its user, VM and state.
+    List,
+    /// Remove a template whose VM is off (the libvirt domain is kept). Root only.
+    Remove { name: String },
+    /// Boot a template's VM now; --handoff takes the baseboard over from its holder.
+    Resume {
+        name: String,
+        #[arg(long)]
+        handoff: bool,
+    },
+    /// Power a template's VM off (ACPI, forced after the timeout; --hard: at once).
+    Poweroff {
+        name: String,
+        #[arg(long)]
+        hard: bool,
     },
 }
 

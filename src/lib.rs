@@ -22,6 +22,7 @@ pub mod request;
 pub mod runtime;
 pub mod schedule;
 pub mod service;
+pub mod slicer;
 pub mod slices;
 pub mod slicing;
 pub mod store;

@@ -116,6 +116,9 @@ async fn run(args: Args) -> Result<(), Error> {
         .build()
         .await
         .map_err(|e| Error::Backend(format!("connecting to the bus: {e}")))?;
+    // One libvirt connection (and event loop) for VM workers and templates.
+    let libvirt = (!config.runtime.libvirt_uri.is_empty())
+        .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
     let settings = Settings {
         refresh: config.refresh(),
         machine_name: config.machine.clone(),
@@ -133,10 +136,10 @@ async fn run(args: Args) -> Result<(), Error> {
             conn: conn.clone(),
             stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         })),
-        vms: (!config.runtime.libvirt_uri.is_empty()).then(|| {
-            std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri))
-                as std::sync::Arc<dyn astraeusd::runtime::Runtime>
-        }),
+        vms: libvirt
+            .clone()
+            .map(|l| l as std::sync::Arc<dyn astraeusd::runtime::Runtime>),
+        templates: libvirt,
         stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         containers_for_group: config.access.containers_for_group,
         vms_for_group: config.access.vms_for_group,

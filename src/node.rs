@@ -638,6 +638,31 @@ impl Node {
         self.store.insert_intervals(rows, self.run, at_ms)
     }
 
+    /// Time-slicing templates in the ledger: (name, JSON).
+    pub fn templates(&self) -> Result<Vec<(String, String)>> {
+        self.store.templates()
+    }
+
+    pub fn insert_template(&mut self, name: &str, spec: &str) -> Result<()> {
+        self.store.insert_template(name, spec, now_ms())
+    }
+
+    /// Removes a template and its schedule.
+    pub fn remove_template(&mut self, name: &str) -> Result<bool> {
+        let removed = self.store.remove_template(name, now_ms())?;
+        self.schedules.remove(name);
+        Ok(removed)
+    }
+
+    pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
+        self.store.record_step(r)
+    }
+
+    /// The last handoff step recorded, if any.
+    pub fn last_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
+        Ok(self.store.steps(Some(1))?.pop())
+    }
+
     /// This daemon run begins: from now until its last sign of life it is up.
     pub fn begin_run(&mut self, at_ms: i64) -> Result<()> {
         self.run = Some(self.store.begin_run(at_ms)?);

@@ -5,8 +5,8 @@
 
 use crate::auth::Caller;
 use crate::bus::objects::{
-    GpuObject, GpuView, Manager, ManagerSignals, ManagerView, RotationView, Shared, TemplateObject,
-    WorkerObject, WorkerView,
+    GpuObject, GpuView, Manager, ManagerSignals, ManagerView, RotationView, Shared, SlicingView,
+    TemplateObject, WorkerObject, WorkerView,
 };
 use crate::bus::{gpu_path, template_path, worker_path, Loop};
 use crate::error::{Error, Result};
@@ -89,6 +89,36 @@ pub enum Command {
         to: i64,
         reply: Reply<Result<Vec<String>>>,
     },
+    /// Time-slicing: a template and its persistent VM (root only).
+    CreateTemplate {
+        spec: String,
+        caller: Caller,
+        reply: Reply<Result<String>>,
+    },
+    RemoveTemplate {
+        name: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    /// (name, user, domain, state) of every template.
+    ListTemplates {
+        reply: Reply<Vec<(String, String, String, String)>>,
+    },
+    /// A person's resume or power-off of a template's VM (root only).
+    Resume {
+        template: String,
+        as_handoff: bool,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    PowerOff {
+        template: String,
+        hard: bool,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    /// A handoff event from a libvirt task (a failed create, a release confirmed…).
+    Slice(crate::slicing::handoff::Event),
     /// Everything the machine page shows, in one go.
     Snapshot {
         reply: Reply<crate::web::Snapshot>,
@@ -141,6 +171,8 @@ pub struct Settings {
     pub units: Option<Arc<dyn Runtime>>,
     /// libvirt, for VM workers.
     pub vms: Option<Arc<dyn Runtime>>,
+    /// libvirt, for time-slicing templates (the same connection as `vms`).
+    pub templates: Option<Arc<crate::runtime::libvirt::Libvirt>>,
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
     /// Whether members of the access group may run containers (root-equivalent).
@@ -184,6 +216,11 @@ pub struct Service {
     stop_timeout: Duration,
     containers_for_group: bool,
     vms_for_group: bool,
+    /// Time-slicing (None without libvirt).
+    slicer: Option<crate::slicer::Slicer>,
+    /// What template objects show of it, and which objects exist.
+    slicing: Shared<SlicingView>,
+    template_objects: BTreeSet<String>,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
@@ -320,6 +357,7 @@ impl Service {
             containers,
             units,
             vms,
+            templates,
             stop_timeout,
             containers_for_group,
             vms_for_group,
@@ -375,19 +413,32 @@ impl Service {
             templates: node.rotation(),
             tz: slice_rules.tz.clone(),
         });
-        for (name, _) in node.rotation() {
-            server
-                .at(
-                    template_path(&name),
-                    TemplateObject {
-                        name: name.clone(),
-                        rotation: rotation.clone(),
+        let slicer = templates.map(|vms| {
+            let mut s = crate::slicer::Slicer::new(
+                vms,
+                crate::slicing::handoff::Settings {
+                    buffer_ms: slice_rules.buffer.as_millis() as u64,
+                    poll_ms: 1000,
+                    limits: crate::slicing::handoff::Limits {
+                        stop_timeout_ms: stop_timeout.as_millis() as u64,
+                        start_retries: crate::slicing::handoff::DEFAULT_START_RETRIES,
                     },
-                )
-                .await
-                .map_err(bus_err)?;
-        }
-        Ok(Service {
+                    per_template: Default::default(),
+                },
+                lp.tx.clone(),
+            );
+            for (name, spec) in node.templates().unwrap_or_default() {
+                match crate::slicer::Slicer::restore(&spec) {
+                    Ok(d) => {
+                        s.templates.insert(name, d);
+                    }
+                    Err(e) => tracing::error!(template = %name, "template {name} unreadable: {e}"),
+                }
+            }
+            s.refresh_limits();
+            s
+        });
+        let mut service = Service {
             node,
             source,
             conn,
@@ -405,7 +456,12 @@ impl Service {
             stop_timeout,
             containers_for_group,
             vms_for_group,
-        })
+            slicer,
+            slicing: Shared::new(SlicingView::default()),
+            template_objects: BTreeSet::new(),
+        };
+        service.publish_templates().await.map_err(bus_err)?;
+        Ok(service)
     }
 
     /// Where other adaptors (the machine page) send their commands.
@@ -432,14 +488,68 @@ impl Service {
             tracing::error!("recording this run in the ledger failed: {e}");
         }
         self.reconcile().await;
+        self.converge_slices().await;
         loop {
             // A test can stall exactly this loop here: the pings must stop with it.
             failpoint::hit("service.loop");
+            // Time-slicing's wake-ups: the handoff's timer and the next
+            // scheduled action (timers, not polling).
+            let now_ms = crate::slicer::now_ms();
+            let handoff_in = self
+                .slicer
+                .as_ref()
+                .and_then(|s| s.timer_ms)
+                .map(|t| Duration::from_millis(t.saturating_sub(now_ms)));
+            let due = self.slicer.as_ref().and_then(|s| {
+                let r = self.rotation.read();
+                s.next_due(&r.templates, &r.tz)
+            });
+            let due_in = due.as_ref().map(|(t, _)| {
+                Duration::from_millis((t.as_millisecond() - now_ms as i64).max(0) as u64)
+            });
+            let lifecycle = async {
+                match self.slicer.as_mut() {
+                    Some(s) => s.events.recv().await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => self.handle(cmd).await,
                     None => break,
                 },
+                ev = lifecycle => {
+                    if let Some(ev) = ev {
+                        let event = match self.slicer.as_ref() {
+                            Some(s) => s.lifecycle(&ev).await,
+                            None => None,
+                        };
+                        if let Some(event) = event {
+                            let _ = self.slice(event).await;
+                        }
+                    }
+                }
+                _ = sleep_or_never(handoff_in) => {
+                    if let Some(s) = self.slicer.as_mut() {
+                        s.timer_ms = None;
+                    }
+                    let at_ms = crate::slicer::now_ms();
+                    let _ = self.slice(crate::slicing::handoff::Event::Timer { at_ms }).await;
+                }
+                _ = sleep_or_never(due_in) => {
+                    if let Some((t, list)) = due {
+                        if let Some(s) = self.slicer.as_mut() {
+                            s.cursor = t;
+                        }
+                        for (template, action) in list {
+                            tracing::info!(template = %template, "scheduled {action:?} of {template} is due");
+                            let at_ms = t.as_millisecond().max(0) as u64;
+                            let _ = self
+                                .slice(crate::slicing::handoff::Event::Due { action, template, at_ms })
+                                .await;
+                        }
+                    }
+                }
                 _ = refresh.tick() => {
                     if self.source.changed() {
                         self.reread("the inventory changed").await;
@@ -661,6 +771,81 @@ impl Service {
                 };
                 let _ = reply.send(r);
             }
+            Command::CreateTemplate {
+                spec,
+                caller,
+                reply,
+            } => {
+                let r = self.create_template(&spec, &caller).await;
+                let _ = reply.send(r);
+            }
+            Command::RemoveTemplate {
+                name,
+                caller,
+                reply,
+            } => {
+                let r = self.remove_template(&name, &caller).await;
+                let _ = reply.send(r);
+            }
+            Command::ListTemplates { reply } => {
+                let rows = match &self.slicer {
+                    Some(s) => s
+                        .templates
+                        .values()
+                        .map(|d| {
+                            let t = &d.template;
+                            let user = format!("{} ({})", t.user.name, t.user.kind.as_str());
+                            let state = s.state.state_of(&t.name).to_string();
+                            (t.name.clone(), user, d.domain.clone(), state)
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
+                let _ = reply.send(rows);
+            }
+            Command::Resume {
+                template,
+                as_handoff,
+                caller,
+                reply,
+            } => {
+                let r = match self.manual(&caller, &template) {
+                    Ok(()) => {
+                        let at_ms = crate::slicer::now_ms();
+                        self.slice(crate::slicing::handoff::Event::ManualResume {
+                            template,
+                            as_handoff,
+                            at_ms,
+                        })
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(r);
+            }
+            Command::PowerOff {
+                template,
+                hard,
+                caller,
+                reply,
+            } => {
+                let r = match self.manual(&caller, &template) {
+                    Ok(()) => {
+                        let at_ms = crate::slicer::now_ms();
+                        self.slice(crate::slicing::handoff::Event::ManualPowerOff {
+                            template,
+                            hard,
+                            at_ms,
+                        })
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(r);
+            }
+            Command::Slice(event) => {
+                let _ = self.slice(event).await;
+            }
             Command::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot());
             }
@@ -851,27 +1036,47 @@ impl Service {
     /// Template objects follow the schedules: one per template that has one.
     async fn publish_rotation(&mut self) -> zbus::Result<()> {
         let templates = self.node.rotation();
-        let old = self.rotation.replace(RotationView {
-            templates: templates.clone(),
+        self.rotation.replace(RotationView {
+            templates,
             tz: self.slice_rules.tz.clone(),
         });
+        self.publish_templates().await
+    }
+
+    /// Template objects for every template defined or scheduled, and the
+    /// slicing view behind them.
+    async fn publish_templates(&mut self) -> zbus::Result<()> {
+        let mut names: BTreeSet<String> =
+            self.node.rotation().into_iter().map(|(t, _)| t).collect();
+        let mut view = SlicingView::default();
+        if let Some(s) = &self.slicer {
+            view.state = s.state.clone();
+            for (name, d) in &s.templates {
+                names.insert(name.clone());
+                let user = format!(
+                    "{} ({})",
+                    d.template.user.name,
+                    d.template.user.kind.as_str()
+                );
+                view.info.insert(name.clone(), (user, d.domain.clone()));
+            }
+        }
+        self.slicing.replace(view);
         let server = self.conn.object_server();
-        for (name, _) in &old.templates {
-            if !templates.iter().any(|(t, _)| t == name) {
-                server
-                    .remove::<TemplateObject, _>(template_path(name).as_str())
-                    .await?;
-            }
+        for name in self.template_objects.difference(&names) {
+            server
+                .remove::<TemplateObject, _>(template_path(name).as_str())
+                .await?;
         }
-        for (name, _) in &templates {
-            if !old.templates.iter().any(|(t, _)| t == name) {
-                let obj = TemplateObject {
-                    name: name.clone(),
-                    rotation: self.rotation.clone(),
-                };
-                server.at(template_path(name), obj).await?;
-            }
+        for name in names.difference(&self.template_objects) {
+            let obj = TemplateObject {
+                name: name.clone(),
+                rotation: self.rotation.clone(),
+                slicing: self.slicing.clone(),
+            };
+            server.at(template_path(name), obj).await?;
         }
+        self.template_objects = names;
         Ok(())
     }
 }
@@ -985,6 +1190,209 @@ impl Service {
             workers,
             slices,
         }
+    }
+
+    /// Root only, and the template must exist.
+    fn manual(&self, caller: &Caller, template: &str) -> Result<()> {
+        if caller.uid != 0 {
+            return Err(Error::AccessDenied(format!(
+                "uid {}: the GPU baseboard's VMs are root's to start and stop",
+                caller.uid
+            )));
+        }
+        match &self.slicer {
+            None => Err(Error::Conflict(
+                "time-slicing needs libvirt (set runtime.libvirt_uri)".into(),
+            )),
+            Some(s) if !s.templates.contains_key(template) => {
+                Err(Error::NotFound(format!("no template named {template}")))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    async fn create_template(&mut self, spec: &str, caller: &Caller) -> Result<String> {
+        if caller.uid != 0 {
+            return Err(Error::AccessDenied(format!(
+                "uid {}: templates own the GPU baseboard; only root may define them",
+                caller.uid
+            )));
+        }
+        let Some(slicer) = &self.slicer else {
+            return Err(Error::Conflict(
+                "time-slicing needs libvirt (set runtime.libvirt_uri)".into(),
+            ));
+        };
+        let defined = slicer.prepare(spec).await?;
+        let name = defined.template.name.clone();
+        self.node.insert_template(&name, spec)?;
+        let slicer = self.slicer.as_mut().expect("checked above");
+        slicer.templates.insert(name.clone(), defined);
+        slicer.refresh_limits();
+        tracing::info!(template = %name, "template {name} defined");
+        if let Err(e) = self.publish_templates().await {
+            tracing::error!("publishing template {name}: {e}");
+        }
+        Ok(name)
+    }
+
+    async fn remove_template(&mut self, name: &str, caller: &Caller) -> Result<()> {
+        self.manual(caller, name)?;
+        let slicer = self.slicer.as_ref().expect("manual() checked");
+        if slicer.state.state_of(name) != "off" {
+            return Err(Error::Conflict(format!(
+                "template {name}'s VM is {}; power it off first",
+                slicer.state.state_of(name)
+            )));
+        }
+        self.node.remove_template(name)?;
+        let slicer = self.slicer.as_mut().expect("checked");
+        slicer.templates.remove(name);
+        slicer.refresh_limits();
+        tracing::info!(template = %name, "template {name} removed (its libvirt domain is kept)");
+        let _ = self.publish_rotation().await;
+        Ok(())
+    }
+
+    /// Feeds one event to the handoff machine and carries out its actions:
+    /// steps into the ledger and onto the bus, hypervisor calls in tasks.
+    /// A refused manual request comes back as Conflict.
+    async fn slice(&mut self, event: crate::slicing::handoff::Event) -> Result<()> {
+        use crate::slicing::handoff::{step, Action, Signal};
+        let Some(slicer) = self.slicer.as_mut() else {
+            return Ok(());
+        };
+        let (state, actions) = step(&slicer.state, &event, &slicer.settings);
+        slicer.state = state;
+        let mut refused = None;
+        let emitter = self.manager_emitter();
+        for a in &actions {
+            match a {
+                Action::Record(r) => {
+                    if let Err(e) = self.node.record_step(r) {
+                        tracing::error!("recording handoff step {}: {e}", r.step.as_str());
+                    }
+                    let (from, to) = (
+                        r.from.as_deref().unwrap_or(""),
+                        r.to.as_deref().unwrap_or(""),
+                    );
+                    let detail = r.detail.as_deref().unwrap_or("");
+                    tracing::info!(
+                        message_id = journal::HANDOFF_STEP,
+                        template = %if to.is_empty() { from } else { to },
+                        "handoff: {} (from {from:?} to {to:?}) {detail}",
+                        r.step.as_str()
+                    );
+                    if let Some(e) = &emitter {
+                        let _ = Manager::handoff_step(
+                            e,
+                            r.step.as_str(),
+                            from,
+                            to,
+                            r.at_ms as i64,
+                            detail,
+                        )
+                        .await;
+                    }
+                }
+                Action::Signal(Signal::SliceStarted {
+                    template,
+                    at_ms,
+                    dead_time_ms,
+                }) => {
+                    if let Some(e) = &emitter {
+                        let dead = dead_time_ms.map_or(-1, |d| d as i64);
+                        let _ = Manager::slice_started(e, template, *at_ms as i64, dead).await;
+                    }
+                }
+                Action::Signal(Signal::SliceEnded { template, at_ms }) => {
+                    if let Some(e) = &emitter {
+                        let _ = Manager::slice_ended(e, template, *at_ms as i64, "").await;
+                    }
+                }
+                Action::Signal(Signal::SliceFailed {
+                    template,
+                    at_ms,
+                    error,
+                }) => {
+                    tracing::warn!(template = %template, "slice of {template} failed: {error}");
+                    if let Some(e) = &emitter {
+                        let _ = Manager::slice_ended(e, template, *at_ms as i64, error).await;
+                    }
+                }
+                Action::Signal(Signal::SliceReady {
+                    template,
+                    start_to_ready_ms,
+                    ..
+                }) => {
+                    tracing::info!(template = %template, "slice of {template} ready after {start_to_ready_ms} ms");
+                }
+                Action::Refuse { reason } => refused = Some(reason.clone()),
+                other => {
+                    if let Some(s) = self.slicer.as_mut() {
+                        s.execute(other);
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.publish_templates().await {
+            tracing::error!("publishing templates: {e}");
+        }
+        match refused {
+            Some(reason) => Err(Error::Conflict(reason)),
+            None => Ok(()),
+        }
+    }
+
+    fn manager_emitter(&self) -> Option<zbus::object_server::SignalEmitter<'static>> {
+        zbus::object_server::SignalEmitter::new(&self.conn, crate::bus::BASE_PATH).ok()
+    }
+
+    /// After a start: the state the schedule says now, from what runs and
+    /// the last step the ledger recorded (no burst of missed actions).
+    async fn converge_slices(&mut self) {
+        let Some(slicer) = self.slicer.as_ref() else {
+            return;
+        };
+        let rotation = self.rotation.read().clone();
+        let now = jiff::Timestamp::now();
+        let want = slicer
+            .templates
+            .keys()
+            .find(|t| crate::bus::objects::slices_now(&rotation, t, now).0 .0 != 0)
+            .cloned();
+        let mut on = Vec::new();
+        for (name, d) in &slicer.templates {
+            if slicer.vms.is_on(&d.domain).await.unwrap_or(false) {
+                on.push(name.clone());
+            }
+        }
+        let last = self.node.last_step().ok().flatten();
+        let (state, actions) = crate::slicing::handoff::converge(
+            want.as_deref(),
+            &on,
+            last.as_ref(),
+            crate::slicer::now_ms(),
+            &slicer.settings,
+        );
+        tracing::info!("time-slicing: the schedule wants {want:?} on now; on: {on:?}");
+        let slicer = self.slicer.as_mut().expect("checked");
+        slicer.state = state;
+        slicer.cursor = now;
+        // Replay the actions through the same path as events.
+        for a in actions {
+            match a {
+                crate::slicing::handoff::Action::Record(r) => {
+                    let _ = self.node.record_step(&r);
+                }
+                other => {
+                    if let Some(s) = self.slicer.as_mut() {
+                        s.execute(&other);
+                    }
+                }
+            }
+        }
+        let _ = self.publish_templates().await;
     }
 
     /// The usage report over [from, to) (epoch seconds), as UsageReport rows.
@@ -1286,6 +1694,14 @@ fn describe_indexes(node: &Node) -> String {
         "none".into()
     } else {
         idx.join(", ")
+    }
+}
+
+/// Sleeps for `d`, or forever when there is nothing to wait for.
+async fn sleep_or_never(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

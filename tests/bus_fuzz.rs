@@ -75,6 +75,7 @@ fn value(rng: &mut Rng, ty: &str) -> Variant<'static> {
             2 => 1_767_250_800 + rng.below(1 << 30) as i64,
             _ => rng.next() as i64,
         }),
+        "b" => Variant::from(rng.below(2) == 0),
         other => panic!("add a generator for D-Bus type {other}"),
     }
 }
@@ -120,7 +121,7 @@ fn arbitrary_arguments_to_every_method_get_typed_errors_and_never_break_the_daem
         let types: Vec<&str> = ins
             .iter()
             .map(|t| match rng.below(20) {
-                0 => ["s", "u", "x"][rng.below(3) as usize],
+                0 => ["s", "u", "x", "b"][rng.below(4) as usize],
                 _ => t.as_str(),
             })
             .collect();

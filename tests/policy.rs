@@ -17,6 +17,7 @@ const READ_ONLY: &[&str] = &[
     "ListSlices",
     "ListSliceNotes",
     "UsageReport",
+    "ListTemplates",
 ];
 
 fn policy_file() -> &'static Path {
@@ -91,6 +92,7 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
                     ["0", "86400"][i].to_string()
                 }
                 ("UsageReport", "s") => "owner".to_string(),
+                (_, "b") => "false".to_string(),
                 ("SetSchedule", "s") => ["t", "[]"][i].to_string(),
                 ("WhyNot" | "SubmitWorker", "s") => shared_spec("probe", "1"),
                 ("GetWorker" | "StopWorker", "s") => "w".to_string(),

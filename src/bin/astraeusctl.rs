@@ -1,7 +1,7 @@
 //! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
 
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
-use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand};
+use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand, TemplateCommand};
 use astraeusd::quantity::Amount;
 use astraeusd::service::{GpuRow, SharersReply, SliceRow, WhyNotReply, WorkerRow};
 use clap::Parser;
@@ -272,6 +272,7 @@ async fn run(args: Args) -> Result<(), String> {
                 println!("schedule of {template} set");
             }
         }
+        Cmd::Template(t) => template(&c, t, args.json).await?,
         Cmd::Schedule(ScheduleCommand::Show { template }) => {
             let actions: String = c.call("GetSchedule", &(template.as_str(),)).await?;
             let v: serde_json::Value = serde_json::from_str(&actions).map_err(|e| e.to_string())?;
@@ -437,4 +438,53 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<(), String> {
+    let done = |what: String| {
+        if json_out {
+            println!("{}", json!({ "done": what }));
+        } else {
+            println!("{what}");
+        }
+    };
+    match cmd {
+        TemplateCommand::Create { file } => {
+            let spec = read_spec(&file)?;
+            let path: zbus::OwnedObjectPath = c.call("CreateTemplate", &(spec.as_str(),)).await?;
+            done(format!("template defined: {}", path.as_str()));
+        }
+        TemplateCommand::List => {
+            let rows: Vec<(String, String, String, String)> = c.call("ListTemplates", &()).await?;
+            if json_out {
+                let j: Vec<_> = rows
+                    .iter()
+                    .map(|(n, u, d, s)| json!({"name": n, "user": u, "domain": d, "state": s}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+                return Ok(());
+            }
+            let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(8).max(8);
+            println!(
+                "{:<w$}  {:<28}  {:<20}  STATE",
+                "TEMPLATE", "USER", "DOMAIN"
+            );
+            for (n, u, d, s) in rows {
+                println!("{n:<w$}  {u:<28}  {d:<20}  {s}");
+            }
+        }
+        TemplateCommand::Remove { name } => {
+            c.call::<_, ()>("RemoveTemplate", &(name.as_str(),)).await?;
+            done(format!("template {name} removed"));
+        }
+        TemplateCommand::Resume { name, handoff } => {
+            c.call::<_, ()>("Resume", &(name.as_str(), handoff)).await?;
+            done(format!("resuming {name}"));
+        }
+        TemplateCommand::Poweroff { name, hard } => {
+            c.call::<_, ()>("PowerOff", &(name.as_str(), hard)).await?;
+            done(format!("powering {name} off"));
+        }
+    }
+    Ok(())
 }

@@ -235,6 +235,129 @@ impl Manager {
             .await??)
     }
 
+    /// Defines a time-slicing template and its persistent VM (JSON). Root only.
+    #[zbus(out_args("template"))]
+    async fn create_template(
+        &self,
+        spec: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        let name = self
+            .lp
+            .ask_from(&hdr, |reply| Command::CreateTemplate {
+                spec,
+                caller,
+                reply,
+            })
+            .await??;
+        path(crate::bus::template_path(&name))
+    }
+
+    /// Removes a template whose VM is off (its libvirt domain is kept). Root only.
+    async fn remove_template(
+        &self,
+        name: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::RemoveTemplate {
+                name,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// (name, user, domain, state) of every template.
+    #[zbus(out_args("templates"))]
+    async fn list_templates(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> Result<Vec<(String, String, String, String)>, BusError> {
+        self.lp
+            .ask_from(&hdr, |reply| Command::ListTemplates { reply })
+            .await
+    }
+
+    /// Boots a template's VM now. Refused while another holds the GPU
+    /// baseboard (the holder is named) unless `as_handoff`. Root only.
+    async fn resume(
+        &self,
+        template: String,
+        as_handoff: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::Resume {
+                template,
+                as_handoff,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// Powers a template's VM off (ACPI, forced after the timeout; at once
+    /// when `hard`). Works at any time. Root only.
+    async fn power_off(
+        &self,
+        template: String,
+        hard: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::PowerOff {
+                template,
+                hard,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// One step of a handoff, as the ledger records it: power-off-asked,
+    /// forced, stopped, release-confirmed, start-issued, started, ready,
+    /// start-failed, failed; `from`/`to` are templates ("" when none).
+    #[zbus(signal)]
+    pub async fn handoff_step(
+        emitter: &SignalEmitter<'_>,
+        step: &str,
+        from: &str,
+        to: &str,
+        at_ms: i64,
+        detail: &str,
+    ) -> zbus::Result<()>;
+
+    /// A slice begins (its VM is being started); `dead_time_ms`: release
+    /// confirmed → start issued in a handoff, -1 otherwise.
+    #[zbus(signal)]
+    pub async fn slice_started(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        at_ms: i64,
+        dead_time_ms: i64,
+    ) -> zbus::Result<()>;
+
+    /// A slice ends; `error` is libvirt's when it never came up.
+    #[zbus(signal)]
+    pub async fn slice_ended(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        at_ms: i64,
+        error: &str,
+    ) -> zbus::Result<()>;
+
     #[zbus(signal)]
     pub async fn worker_new(
         emitter: &SignalEmitter<'_>,
@@ -577,6 +700,24 @@ pub type SliceTriple = (i64, i64, String);
 pub struct TemplateObject {
     pub name: String,
     pub rotation: Shared<RotationView>,
+    pub slicing: Shared<SlicingView>,
+}
+
+/// The handoff's state and each defined template's user and VM.
+#[derive(Clone, Debug)]
+pub struct SlicingView {
+    pub state: crate::slicing::handoff::State,
+    /// template → (user, domain)
+    pub info: std::collections::BTreeMap<String, (String, String)>,
+}
+
+impl Default for SlicingView {
+    fn default() -> SlicingView {
+        SlicingView {
+            state: crate::slicing::handoff::State::Idle { released_ms: None },
+            info: Default::default(),
+        }
+    }
 }
 
 impl TemplateObject {
@@ -629,5 +770,35 @@ impl TemplateObject {
     #[zbus(property(emits_changed_signal = "false"))]
     async fn next_slice(&self) -> SliceTriple {
         self.slices_now().1
+    }
+    /// Its VM now: off, stopping, waiting (for the release or the buffer),
+    /// starting, running or failed; "undefined" for a schedule without a template.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn state(&self) -> String {
+        let v = self.slicing.read();
+        if !v.info.contains_key(&self.name) {
+            return "undefined".into();
+        }
+        v.state.state_of(&self.name).to_string()
+    }
+    /// Who its slices serve: `name (internal|external)`.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn user(&self) -> String {
+        self.slicing
+            .read()
+            .info
+            .get(&self.name)
+            .map(|i| i.0.clone())
+            .unwrap_or_default()
+    }
+    /// Its persistent VM's libvirt domain.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn domain(&self) -> String {
+        self.slicing
+            .read()
+            .info
+            .get(&self.name)
+            .map(|i| i.1.clone())
+            .unwrap_or_default()
     }
 }

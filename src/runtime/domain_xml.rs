@@ -89,6 +89,41 @@ impl PciAddress {
     }
 }
 
+/// Whether the domain XML passes any of `devices` through as a PCI hostdev.
+pub fn passes_through(xml: &str, devices: &[PciAddress]) -> bool {
+    let Ok(doc) = roxmltree::Document::parse(xml) else {
+        return false;
+    };
+    let num = |v: Option<&str>| {
+        let v = v.unwrap_or("0");
+        match v.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => v.parse().ok(),
+        }
+    };
+    doc.descendants()
+        .filter(|n| n.has_tag_name("hostdev") && n.attribute("type") == Some("pci"))
+        .filter_map(|h| h.children().find(|n| n.has_tag_name("source")))
+        .filter_map(|s| s.children().find(|n| n.has_tag_name("address")))
+        .any(|a| {
+            let found = (
+                num(a.attribute("domain")),
+                num(a.attribute("bus")),
+                num(a.attribute("slot")),
+                num(a.attribute("function")),
+            );
+            devices.iter().any(|d| {
+                found
+                    == (
+                        Some(d.domain),
+                        Some(d.bus as u32),
+                        Some(d.slot as u32),
+                        Some(d.function as u32),
+                    )
+            })
+        })
+}
+
 /// The worker's domain: `source` renamed, its UUID dropped, hostdevs for
 /// `gpus` and OEM strings with `gpu_memory_gb` added.
 pub fn worker_domain(

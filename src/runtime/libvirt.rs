@@ -362,3 +362,85 @@ impl Runtime for Libvirt {
         }))
     }
 }
+
+/// Template VMs (time-slicing): persistent domains started and stopped in
+/// turn. Each call runs on tokio's blocking pool; results come back as values,
+/// the VMs' changes as lifecycle events on [`events`].
+impl Libvirt {
+    /// Defines a template's VM from its XML (kept across power cycles);
+    /// returns the domain's name.
+    pub async fn define(&self, xml: String) -> Result<String> {
+        self.blocking(move |c, uri| {
+            let d = c.define_domain_xml(&xml).map_err(|e| backend(uri, e))?;
+            d.name().map_err(|e| backend(uri, e))
+        })
+        .await
+    }
+
+    /// The inactive definition of an existing domain.
+    pub async fn definition(&self, name: &str) -> Result<String> {
+        let name = name.to_string();
+        self.blocking(move |c, uri| {
+            let d = c.lookup_domain_by_name(&name).map_err(|_| {
+                Error::field("vm.domain", format!("no domain named {name} in {uri}"))
+            })?;
+            d.xml_desc(sys::VIR_DOMAIN_XML_INACTIVE)
+                .map_err(|e| backend(uri, e))
+        })
+        .await
+    }
+
+    /// Whether the domain is running (or paused) now.
+    pub async fn is_on(&self, name: &str) -> Result<bool> {
+        self.active(name).await
+    }
+
+    /// virDomainCreate: boots the powered-off VM (the seed's resume).
+    pub async fn power_on(&self, name: &str) -> Result<()> {
+        let name = name.to_string();
+        self.blocking(move |c, uri| {
+            let d = c
+                .lookup_domain_by_name(&name)
+                .map_err(|e| backend(uri, e))?;
+            d.create().map(|_| ()).map_err(|e| backend(uri, e))
+        })
+        .await
+    }
+
+    /// virDomainShutdown (ACPI), or virDomainDestroy when `hard`.
+    pub async fn power_off(&self, name: &str, hard: bool) -> Result<()> {
+        let name = name.to_string();
+        self.blocking(move |c, uri| match c.lookup_domain_by_name(&name) {
+            Ok(d) if d.is_active().unwrap_or(false) => {
+                let r = if hard {
+                    d.destroy().map(|_| ())
+                } else {
+                    d.shutdown().map(|_| ())
+                };
+                r.map_err(|e| backend(uri, e))
+            }
+            _ => Ok(()),
+        })
+        .await
+    }
+
+    /// Active domains whose XML passes any of `devices` through (release
+    /// is confirmed when this is empty).
+    pub async fn holders(&self, devices: Vec<PciAddress>) -> Result<Vec<String>> {
+        self.blocking(move |c, uri| {
+            let domains = c
+                .list_all_domains(sys::VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+                .map_err(|e| backend(uri, e))?;
+            Ok(domains
+                .iter()
+                .filter(|d| {
+                    d.xml_desc(0)
+                        .ok()
+                        .is_some_and(|xml| domain_xml::passes_through(&xml, &devices))
+                })
+                .filter_map(|d| d.name().ok())
+                .collect())
+        })
+        .await
+    }
+}

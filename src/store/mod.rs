@@ -100,6 +100,23 @@ CREATE TABLE daemon_runs (
     alive_ms   INTEGER NOT NULL
 );
 "#,
+    r#"
+-- Time-slicing templates (their JSON, as created) and every handoff step
+-- with its time: a daemon killed mid-handoff resumes from the last one.
+CREATE TABLE templates (
+    name       TEXT PRIMARY KEY,
+    spec       TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE handoff_steps (
+    id            INTEGER PRIMARY KEY,
+    at_ms         INTEGER NOT NULL,
+    step          TEXT NOT NULL,
+    from_template TEXT,
+    to_template   TEXT,
+    detail        TEXT
+);
+"#,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -451,6 +468,93 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Every template's JSON, by name.
+    pub fn templates(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name, spec FROM templates ORDER BY name")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Adds a template (a name is taken once).
+    pub fn insert_template(&mut self, name: &str, spec: &str, at_ms: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO templates (name, spec, created_ms) VALUES (?1, ?2, ?3)",
+            params![name, spec, at_ms],
+        )
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Error::Exists(format!("a template named {name} already exists"))
+            }
+            e => e.into(),
+        })?;
+        tx.execute(
+            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'template', ?2)",
+            params![at_ms, name],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes a template and its schedule, in one transaction.
+    pub fn remove_template(&mut self, name: &str, at_ms: i64) -> Result<bool> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute("DELETE FROM templates WHERE name = ?1", params![name])?;
+        tx.execute("DELETE FROM schedules WHERE template = ?1", params![name])?;
+        tx.execute(
+            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'template-removed', ?2)",
+            params![at_ms, name],
+        )?;
+        tx.commit()?;
+        Ok(n == 1)
+    }
+
+    /// Records one handoff step.
+    pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO handoff_steps (at_ms, step, from_template, to_template, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![r.at_ms as i64, r.step.as_str(), r.from, r.to, r.detail],
+        )?;
+        Ok(())
+    }
+
+    /// Handoff steps, oldest first (all of them when `limit` is None).
+    pub fn steps(&self, limit: Option<usize>) -> Result<Vec<crate::slicing::handoff::Record>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT step, from_template, to_template, at_ms, detail FROM
+             (SELECT * FROM handoff_steps ORDER BY id DESC LIMIT ?1) ORDER BY id",
+        )?;
+        let limit = limit.map_or(-1, |l| l as i64);
+        let rows = stmt.query_map(params![limit], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get::<_, i64>(3)?,
+                r.get(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (step, from, to, at, detail) = row?;
+            let step = crate::slicing::handoff::Step::parse(&step)
+                .ok_or_else(|| Error::Backend(format!("ledger: unknown handoff step {step}")))?;
+            out.push(crate::slicing::handoff::Record {
+                step,
+                from,
+                to,
+                at_ms: at as u64,
+                detail,
+            });
+        }
+        Ok(out)
     }
 
     /// What the usage report of [from_ms, to_ms) is computed from.

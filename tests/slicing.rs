@@ -1,0 +1,156 @@
+//! Time-slicing over D-Bus against libvirt's test driver (inside the daemon):
+//! templates with persistent VMs, a manual resume refused while another holds
+//! the baseboard, a handoff (power-off → stopped → release confirmed → start →
+//! ready, each step in the ledger in order), a handoff fired by the schedule,
+//! and power-off at any time.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+fn template(name: &str) -> String {
+    let xml = format!(
+        "<domain type='test'><name>tmpl-{name}</name><memory>65536</memory>\
+         <os><type>hvm</type></os><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
+         <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
+         </hostdev></devices></domain>"
+    );
+    serde_json::json!({
+        "name": name,
+        "workload": {"model": "Llama-3.1-8B", "runtime": "vllm"},
+        "user": {"kind": if name == "a" { "internal" } else { "external" }, "name": "team-".to_string() + name},
+        "vm": {"domain_xml": xml},
+        "baseboard": ["0000:41:00.0"],
+    })
+    .to_string()
+}
+
+fn template_state(a: &str, name: &str) -> String {
+    let o = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/template/{name}"),
+            "org.astraeus.Node1.Template",
+            "State",
+        ],
+    );
+    o.stdout
+        .trim()
+        .trim_start_matches("s ")
+        .trim_matches('"')
+        .to_string()
+}
+
+fn steps(db: &Path) -> Vec<String> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = c
+        .prepare("SELECT step || ' ' || ifnull(from_template,'-') || '>' || ifnull(to_template,'-') FROM handoff_steps ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn templates_hand_the_baseboard_over_one_at_a_time() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[inventory]\nrefresh_seconds = 0.5\n[schedule]\nhandoff_buffer_seconds = 0\n\
+         [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    for name in ["a", "b"] {
+        let o = manager(a, None, "CreateTemplate", &["s", &template(name)]);
+        assert!(o.ok, "{}", o.stderr);
+        assert!(o
+            .stdout
+            .contains(&format!("/org/astraeus/Node1/template/{name}")));
+    }
+    let o = manager(a, None, "ListTemplates", &[]);
+    assert!(
+        o.stdout
+            .contains("\"a\" \"team-a (internal)\" \"tmpl-a\" \"off\""),
+        "{}",
+        o.stdout
+    );
+    let o = ctl(a, None, &["template", "list"]);
+    assert!(
+        o.ok && o.stdout.contains("team-b (external)") && o.stdout.contains("tmpl-b"),
+        "{}",
+        o.stdout
+    );
+    // A device the VM does not pass through, and a taken name, are refused.
+    let bad = template("c").replace("0000:41:00.0", "0000:42:00.0");
+    let o = manager(a, None, "CreateTemplate", &["s", &bad]);
+    assert!(o.stderr.contains("baseboard"), "{}", o.stderr);
+    let o = manager(a, None, "CreateTemplate", &["s", &template("a")]);
+    assert!(o.stderr.contains("already exists"), "{}", o.stderr);
+
+    // a on; b may not simply resume while a holds the baseboard.
+    assert!(manager(a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("a running", || template_state(a, "a") == "running");
+    let o = manager(a, None, "Resume", &["sb", "b", "false"]);
+    assert!(
+        o.stderr.contains("template a holds the GPU baseboard"),
+        "{}",
+        o.stderr
+    );
+    let o = manager(a, None, "RemoveTemplate", &["s", "a"]);
+    assert!(o.stderr.contains("power it off first"), "{}", o.stderr);
+
+    // As a handoff: a is powered off, the release confirmed, then b starts.
+    assert!(manager(a, None, "Resume", &["sb", "b", "true"]).ok);
+    eventually("b running", || template_state(a, "b") == "running");
+    assert_eq!(template_state(a, "a"), "off");
+    let db = d.state.join("ledger.db");
+    let s = steps(&db);
+    let handoff: Vec<&str> = s
+        .iter()
+        .map(String::as_str)
+        .skip_while(|x| !x.starts_with("power-off-asked"))
+        .collect();
+    assert_eq!(
+        handoff
+            .iter()
+            .map(|x| x.split(' ').next().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "power-off-asked",
+            "stopped",
+            "release-confirmed",
+            "start-issued",
+            "started",
+            "ready"
+        ],
+        "{s:?}"
+    );
+
+    // The schedule hands it back to a in two seconds.
+    let o = manager(
+        a,
+        None,
+        "SetSchedule",
+        &["ss", "a", r#"[{"action":"resume","time":"+2"}]"#],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("a running again, by the schedule", || {
+        template_state(a, "a") == "running"
+    });
+    assert_eq!(template_state(a, "b"), "off");
+
+    // Power-off works at any time (here through astraeusctl).
+    let o = ctl(a, None, &["template", "poweroff", "a", "--hard"]);
+    assert!(o.ok, "{}", o.stderr);
+    eventually("a off", || template_state(a, "a") == "off");
+    assert!(manager(a, None, "RemoveTemplate", &["s", "b"]).ok);
+    let o = manager(a, None, "ListTemplates", &[]);
+    assert!(!o.stdout.contains("\"b\""), "{}", o.stdout);
+}
