@@ -73,8 +73,12 @@ pub enum CtlCommand {
     /// Time-slicing templates: persistent VMs that own the GPU baseboard in turn.
     #[command(subcommand)]
     Template(TemplateCommand),
-    /// Who owns the GPU baseboard when, in the daemon's time zone.
+    /// Who owns the GPU baseboard when, in the daemon's time zone; with
+    /// --report, the slices that ran, by template and by user.
     Slices {
+        /// Report the slices that ran in the window (default: the last 7 days).
+        #[arg(long, conflicts_with = "next")]
+        report: bool,
         /// Show the next N slices from now.
         #[arg(long, value_name = "N", conflicts_with_all = ["from", "to"])]
         next: Option<usize>,

@@ -654,6 +654,52 @@ impl Node {
         Ok(removed)
     }
 
+    /// A slice begins (its start was issued).
+    pub fn open_slice(
+        &mut self,
+        template: &str,
+        user: &str,
+        baseboard: &str,
+        at_ms: i64,
+        dead_time_ms: Option<i64>,
+    ) -> Result<()> {
+        if self.store.open_slice_of(template)?.is_some() {
+            return Ok(()); // a restart between start issued and started: still the same slice
+        }
+        self.store
+            .open_slice(template, user, baseboard, at_ms, dead_time_ms)
+            .map(|_| ())
+    }
+
+    pub fn slice_ready(&mut self, template: &str, start_to_ready_ms: i64) -> Result<()> {
+        match self.store.open_slice_of(template)? {
+            Some(id) => self.store.slice_ready(id, start_to_ready_ms),
+            None => Ok(()),
+        }
+    }
+
+    pub fn close_slice(
+        &mut self,
+        template: &str,
+        at_ms: i64,
+        m: &crate::store::SliceMeasures,
+        error: Option<&str>,
+    ) -> Result<()> {
+        match self.store.open_slice_of(template)? {
+            Some(id) => self.store.close_slice(id, at_ms, m, error),
+            None => Ok(()),
+        }
+    }
+
+    /// Slices overlapping [from_ms, to_ms).
+    pub fn slice_records(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::store::SliceRecord>> {
+        self.store.slices(from_ms, to_ms)
+    }
+
     pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
         self.store.record_step(r)
     }
@@ -733,10 +779,35 @@ impl Node {
                 runs_while_down: h.launched,
             })
             .collect();
+        // A time slice counts its whole baseboard: its devices, by PCI address.
+        let mut slices = Vec::new();
+        for s in self.store.slices(from_ms, to_ms)? {
+            let devices: Vec<String> = s
+                .baseboard
+                .split_whitespace()
+                .map(|d| format!("pci:{d}"))
+                .collect();
+            for d in &devices {
+                if !gpus.iter().any(|g| &g.uuid == d) {
+                    gpus.push(GpuFacts {
+                        uuid: d.clone(),
+                        index: 1000 + gpus.len() as u32,
+                        total_bytes: 1,
+                    });
+                }
+            }
+            slices.push(crate::report::SliceHold {
+                template: s.template,
+                user: s.user,
+                gpu_uuids: devices,
+                from_ms: s.start_ms,
+                to_ms: s.end_ms,
+            });
+        }
         let ledger = Ledger {
             gpus: &gpus,
             holds: &holds,
-            slices: &[],
+            slices: &slices,
             measured: &inputs.measured,
             up: &inputs.up,
         };

@@ -119,6 +119,12 @@ pub enum Command {
     },
     /// A handoff event from a libvirt task (a failed create, a release confirmed…).
     Slice(crate::slicing::handoff::Event),
+    SliceReport {
+        template: String,
+        from: i64,
+        to: i64,
+        reply: Reply<Result<Vec<crate::bus::objects::SliceReportRow>>>,
+    },
     /// Everything the machine page shows, in one go.
     Snapshot {
         reply: Reply<crate::web::Snapshot>,
@@ -555,6 +561,7 @@ impl Service {
                         self.reread("the inventory changed").await;
                     }
                     self.sample();
+                    self.meter_slice().await;
                 }
                 _ = hup.recv() => self.reread("SIGHUP").await,
                 _ = ping.tick(), if watchdog.is_some() => {
@@ -845,6 +852,42 @@ impl Service {
             }
             Command::Slice(event) => {
                 let _ = self.slice(event).await;
+            }
+            Command::SliceReport {
+                template,
+                from,
+                to,
+                reply,
+            } => {
+                let r = slice_window(from, to).and_then(|(f, t)| {
+                    let rows = self
+                        .node
+                        .slice_records(f.as_millisecond(), t.as_millisecond())?;
+                    let n = |v: Option<f64>| v.unwrap_or(-1.0);
+                    Ok(rows
+                        .into_iter()
+                        .filter(|r| template.is_empty() || r.template == template)
+                        .map(|r| {
+                            let m = &r.measures;
+                            (
+                                r.template,
+                                r.user,
+                                r.start_ms / 1000,
+                                r.end_ms.map_or(0, |e| e / 1000),
+                                r.dead_time_ms.unwrap_or(-1),
+                                r.start_to_ready_ms.unwrap_or(-1),
+                                n(m.cpu_avg_pct),
+                                n(m.cpu_peak_pct),
+                                n(m.gpu_avg_pct),
+                                n(m.gpu_peak_pct),
+                                m.gpu_memory_peak_bytes
+                                    .map_or(-1.0, |b| b as f64 / crate::quantity::GB_BYTES as f64),
+                                r.error.unwrap_or_default(),
+                            )
+                        })
+                        .collect())
+                });
+                let _ = reply.send(r);
             }
             Command::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot());
@@ -1300,12 +1343,14 @@ impl Service {
                     at_ms,
                     dead_time_ms,
                 }) => {
+                    self.slice_began(template, *at_ms, *dead_time_ms);
                     if let Some(e) = &emitter {
                         let dead = dead_time_ms.map_or(-1, |d| d as i64);
                         let _ = Manager::slice_started(e, template, *at_ms as i64, dead).await;
                     }
                 }
                 Action::Signal(Signal::SliceEnded { template, at_ms }) => {
+                    self.slice_done(template, *at_ms, None);
                     if let Some(e) = &emitter {
                         let _ = Manager::slice_ended(e, template, *at_ms as i64, "").await;
                     }
@@ -1316,6 +1361,7 @@ impl Service {
                     error,
                 }) => {
                     tracing::warn!(template = %template, "slice of {template} failed: {error}");
+                    self.slice_done(template, *at_ms, Some(error));
                     if let Some(e) = &emitter {
                         let _ = Manager::slice_ended(e, template, *at_ms as i64, error).await;
                     }
@@ -1326,6 +1372,9 @@ impl Service {
                     ..
                 }) => {
                     tracing::info!(template = %template, "slice of {template} ready after {start_to_ready_ms} ms");
+                    if let Err(e) = self.node.slice_ready(template, *start_to_ready_ms as i64) {
+                        tracing::error!("recording the slice of {template} ready: {e}");
+                    }
                 }
                 Action::Refuse { reason } => refused = Some(reason.clone()),
                 other => {
@@ -1341,6 +1390,70 @@ impl Service {
         match refused {
             Some(reason) => Err(Error::Conflict(reason)),
             None => Ok(()),
+        }
+    }
+
+    /// A slice opens in the ledger and its meter starts.
+    fn slice_began(&mut self, template: &str, at_ms: u64, dead_time_ms: Option<u64>) {
+        let Some(s) = self.slicer.as_mut() else {
+            return;
+        };
+        let Some(d) = s.templates.get(template) else {
+            return;
+        };
+        let user = format!(
+            "{} ({})",
+            d.template.user.name,
+            d.template.user.kind.as_str()
+        );
+        let board: Vec<String> = d
+            .template
+            .baseboard
+            .iter()
+            .map(crate::slicing::template::pci_text)
+            .collect();
+        s.meter = Some(crate::slicer::Meter::new(template));
+        if let Err(e) = self.node.open_slice(
+            template,
+            &user,
+            &board.join(" "),
+            at_ms as i64,
+            dead_time_ms.map(|d| d as i64),
+        ) {
+            tracing::error!("recording the slice of {template}: {e}");
+        }
+    }
+
+    /// A slice closes with what was measured over it.
+    fn slice_done(&mut self, template: &str, at_ms: u64, error: Option<&str>) {
+        let measures = match self.slicer.as_mut().and_then(|s| s.meter.take()) {
+            Some(m) if m.template == template => m.measures(),
+            _ => Default::default(),
+        };
+        if let Err(e) = self
+            .node
+            .close_slice(template, at_ms as i64, &measures, error)
+        {
+            tracing::error!("closing the slice of {template}: {e}");
+        }
+    }
+
+    /// Reads the running template VM's CPU time into its slice's meter.
+    async fn meter_slice(&mut self) {
+        let Some(s) = self.slicer.as_ref() else {
+            return;
+        };
+        let Some(template) = s.meter.as_ref().map(|m| m.template.clone()) else {
+            return;
+        };
+        let Some(domain) = s.templates.get(&template).map(|d| d.domain.clone()) else {
+            return;
+        };
+        if let Ok((cpu_ns, vcpus)) = s.vms.cpu_time(&domain).await {
+            let wall_ns = crate::store::now_ms().max(0) as u64 * 1_000_000;
+            if let Some(m) = self.slicer.as_mut().and_then(|s| s.meter.as_mut()) {
+                m.record(wall_ns, cpu_ns, vcpus);
+            }
         }
     }
 

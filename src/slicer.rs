@@ -23,6 +23,46 @@ pub struct Defined {
     pub domain: String,
 }
 
+/// What is measured over the running slice (CPU from libvirt's domain
+/// info; the passed-through GPU is invisible to the host, and no guest
+/// channel reports it yet: "not reported").
+#[derive(Clone, Debug, Default)]
+pub struct Meter {
+    pub template: String,
+    /// (wall ns, cpu ns) of the last reading.
+    last: Option<(u64, u64)>,
+    pub cpu: Vec<f64>,
+}
+
+impl Meter {
+    pub fn new(template: &str) -> Meter {
+        Meter {
+            template: template.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Adds a reading of the domain's CPU time at `wall_ns`.
+    pub fn record(&mut self, wall_ns: u64, cpu_ns: u64, vcpus: u32) {
+        if let Some((w0, c0)) = self.last {
+            if wall_ns > w0 && cpu_ns >= c0 {
+                let pct = (cpu_ns - c0) as f64 * 100.0 / ((wall_ns - w0) as f64 * vcpus as f64);
+                self.cpu.push(pct.min(100.0));
+            }
+        }
+        self.last = Some((wall_ns, cpu_ns));
+    }
+
+    pub fn measures(&self) -> crate::store::SliceMeasures {
+        let n = self.cpu.len();
+        crate::store::SliceMeasures {
+            cpu_avg_pct: (n > 0).then(|| self.cpu.iter().sum::<f64>() / n as f64),
+            cpu_peak_pct: self.cpu.iter().copied().reduce(f64::max),
+            ..Default::default()
+        }
+    }
+}
+
 pub struct Slicer {
     pub vms: Arc<Libvirt>,
     pub templates: BTreeMap<String, Defined>,
@@ -36,6 +76,8 @@ pub struct Slicer {
     tx: mpsc::Sender<Command>,
     /// Allow weights disks on networked filesystems (config).
     pub allow_networked_weights: bool,
+    /// The running slice's measurements.
+    pub meter: Option<Meter>,
 }
 
 pub fn now_ms() -> u64 {
@@ -54,6 +96,7 @@ impl Slicer {
             events: crate::runtime::libvirt::events().subscribe(),
             tx,
             allow_networked_weights: false,
+            meter: None,
         }
     }
 

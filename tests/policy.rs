@@ -18,6 +18,7 @@ const READ_ONLY: &[&str] = &[
     "ListSliceNotes",
     "UsageReport",
     "ListTemplates",
+    "SliceReport",
 ];
 
 fn policy_file() -> &'static Path {
@@ -92,6 +93,7 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
                     ["0", "86400"][i].to_string()
                 }
                 ("UsageReport", "s") => "owner".to_string(),
+                ("SliceReport", _) => ["", "0", "86400"][i].to_string(),
                 (_, "b") => "false".to_string(),
                 ("SetSchedule", "s") => ["t", "[]"][i].to_string(),
                 ("WhyNot" | "SubmitWorker", "s") => shared_spec("probe", "1"),

@@ -150,6 +150,57 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     let o = ctl(a, None, &["template", "poweroff", "a", "--hard"]);
     assert!(o.ok, "{}", o.stderr);
     eventually("a off", || template_state(a, "a") == "off");
+    // The slices that ran: a, b (after a handoff: its dead time), a again.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (from, to) = ((now - 3600).to_string(), (now + 60).to_string());
+    let o = manager(a, None, "SliceReport", &["sxx", "", &from, &to]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .starts_with("a(ssxxxxddddds) 3 \"a\" \"team-a (internal)\""),
+        "{}",
+        o.stdout
+    );
+    let report = ctl(a, None, &["slices", "--report", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows[1]["template"], "b");
+    assert!(
+        rows[1]["dead_time_ms"].as_i64().unwrap() >= 0,
+        "a handoff has a dead time"
+    );
+    assert!(rows[1]["start_to_ready_ms"].as_i64().is_some());
+    assert!(
+        rows.iter().all(|r| r["end"].is_i64()),
+        "all ended: {rows:?}"
+    );
+    // The passed-through GPU is invisible to the host: not reported, never 0.
+    assert!(rows.iter().all(|r| r["gpu_avg_pct"].is_null()), "{rows:?}");
+    let text = ctl(a, None, &["slices", "--report"]);
+    assert!(
+        text.stdout.contains("by user:") && text.stdout.contains("team-b (external)"),
+        "{}",
+        text.stdout
+    );
+    // They join the usage report: a slice counts its whole baseboard.
+    let usage = ctl(
+        a,
+        None,
+        &["usage", "--by", "user", "--csv", "--since", &from],
+    );
+    assert!(
+        usage
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("team-b (external),slice,")),
+        "{}",
+        usage.stdout
+    );
+
     assert!(manager(a, None, "RemoveTemplate", &["s", "b"]).ok);
     let o = manager(a, None, "ListTemplates", &[]);
     assert!(!o.stdout.contains("\"b\""), "{}", o.stdout);

@@ -278,7 +278,23 @@ async fn run(args: Args) -> Result<(), String> {
             let v: serde_json::Value = serde_json::from_str(&actions).map_err(|e| e.to_string())?;
             println!("{}", serde_json::to_string_pretty(&v).expect("json"));
         }
-        Cmd::Slices { next, from, to } => {
+        Cmd::Slices {
+            report: true,
+            from,
+            to,
+            ..
+        } => {
+            let zone: String = c.manager_property("TimeZone").await?;
+            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let now = jiff::Timestamp::now().as_second();
+            let (from, to) = match (from, to) {
+                (Some(f), Some(t)) => (when(&f, &tz, "--from")?, when(&t, &tz, "--to")?),
+                _ => (now - 7 * 86_400, now + 1),
+            };
+            let rows: Vec<SliceReportRow> = c.call("SliceReport", &("", from, to)).await?;
+            print_slice_report(&rows, &tz, args.json);
+        }
+        Cmd::Slices { next, from, to, .. } => {
             let zone: String = c.manager_property("TimeZone").await?;
             let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
             let (from, to, limit) = match (from, to, next) {
@@ -487,4 +503,110 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
         }
     }
     Ok(())
+}
+
+type SliceReportRow = (
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    String,
+);
+
+/// Each slice, then hours by template and by user; -1 reads "not reported".
+fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out: bool) {
+    let figure = |v: f64, unit: &str| {
+        if v < 0.0 {
+            "not reported".to_string()
+        } else {
+            format!("{v:.1}{unit}")
+        }
+    };
+    let ms = |v: i64| {
+        if v < 0 {
+            "—".to_string()
+        } else {
+            format!("{v} ms")
+        }
+    };
+    let now = jiff::Timestamp::now().as_second();
+    let hours = |r: &SliceReportRow| ((if r.3 == 0 { now } else { r.3 }) - r.2) as f64 / 3600.0;
+    if json_out {
+        let j: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let opt = |v: f64| (v >= 0.0).then_some(v);
+                json!({"template": r.0, "user": r.1, "start": r.2, "end": (r.3 != 0).then_some(r.3),
+                       "dead_time_ms": (r.4 >= 0).then_some(r.4), "start_to_ready_ms": (r.5 >= 0).then_some(r.5),
+                       "cpu_avg_pct": opt(r.6), "cpu_peak_pct": opt(r.7), "gpu_avg_pct": opt(r.8),
+                       "gpu_peak_pct": opt(r.9), "gpu_memory_peak_gb": opt(r.10),
+                       "error": (!r.11.is_empty()).then_some(&r.11)})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return;
+    }
+    let local = |secs: i64| {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| {
+                t.to_zoned(tz.clone())
+                    .strftime("%Y-%m-%d %H:%M")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    };
+    println!(
+        "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14}",
+        "TEMPLATE", "USER", "START", "END", "DEAD TIME", "TO READY", "CPU avg/peak", "GPU avg/peak"
+    );
+    for r in rows {
+        let end = if r.3 == 0 {
+            "on".to_string()
+        } else {
+            local(r.3)
+        };
+        let cpu = if r.6 < 0.0 {
+            "not reported".into()
+        } else {
+            format!("{}/{}", figure(r.6, "%"), figure(r.7, "%"))
+        };
+        let gpu = if r.8 < 0.0 {
+            "not reported".into()
+        } else {
+            format!("{}/{}", figure(r.8, "%"), figure(r.9, "%"))
+        };
+        println!(
+            "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14}{}",
+            r.0,
+            r.1,
+            local(r.2),
+            end,
+            ms(r.4),
+            ms(r.5),
+            cpu,
+            gpu,
+            if r.11.is_empty() {
+                String::new()
+            } else {
+                format!("  failed: {}", r.11)
+            }
+        );
+    }
+    for (what, key) in [("template", 0usize), ("user", 1)] {
+        let mut by: std::collections::BTreeMap<&str, f64> = Default::default();
+        for r in rows {
+            *by.entry(if key == 0 { &r.0 } else { &r.1 }).or_default() += hours(r);
+        }
+        println!("by {what}:");
+        for (k, h) in by {
+            println!("  {k:<24} {h:>8.2} h");
+        }
+    }
 }

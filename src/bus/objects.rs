@@ -326,6 +326,29 @@ impl Manager {
             .await??)
     }
 
+    /// Slices in [from, to) (epoch seconds) of one template ("" = all): (template,
+    /// user, start, end (0 = still on), handoff dead time ms, start-to-ready ms
+    /// (-1 = none), CPU average and peak %, GPU average and peak %, GPU memory
+    /// peak GB (-1 = not reported, never 0), libvirt's error when it failed).
+    #[zbus(out_args("slices"))]
+    async fn slice_report(
+        &self,
+        template: String,
+        from: i64,
+        to: i64,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> Result<Vec<SliceReportRow>, BusError> {
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::SliceReport {
+                template,
+                from,
+                to,
+                reply,
+            })
+            .await??)
+    }
+
     /// One step of a handoff, as the ledger records it: power-off-asked,
     /// forced, stopped, release-confirmed, start-issued, started, ready,
     /// start-failed, failed; `from`/`to` are templates ("" when none).
@@ -692,6 +715,22 @@ pub struct RotationView {
 }
 
 /// (start, end, ends by) of a slice; (0, 0, "") when there is none.
+/// One SliceReport row (see the method).
+pub type SliceReportRow = (
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    String,
+);
+
 /// (key, kind, gpu uuid, GPU-ms, mJ, busy GPU-ms or -1): one UsageReport row.
 pub type UsageRow = (String, String, String, u64, u64, i64);
 

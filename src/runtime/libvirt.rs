@@ -424,6 +424,19 @@ impl Libvirt {
         .await
     }
 
+    /// The domain's CPU time so far (ns) and its vCPUs, for its CPU use.
+    pub async fn cpu_time(&self, name: &str) -> Result<(u64, u32)> {
+        let name = name.to_string();
+        self.blocking(move |c, uri| {
+            let d = c
+                .lookup_domain_by_name(&name)
+                .map_err(|e| backend(uri, e))?;
+            let i = d.info().map_err(|e| backend(uri, e))?;
+            Ok((i.cpu_time, i.nr_virt_cpu.max(1)))
+        })
+        .await
+    }
+
     /// Active domains whose XML passes any of `devices` through (release
     /// is confirmed when this is empty).
     pub async fn holders(&self, devices: Vec<PciAddress>) -> Result<Vec<String>> {

@@ -108,6 +108,26 @@ CREATE TABLE templates (
     spec       TEXT NOT NULL,
     created_ms INTEGER NOT NULL
 );
+-- One row per time slice: who it served, its handoff and start figures,
+-- and what was measured over it (NULL = not reported, never zero).
+CREATE TABLE slices (
+    id                INTEGER PRIMARY KEY,
+    template          TEXT NOT NULL,
+    user              TEXT NOT NULL,
+    baseboard         TEXT NOT NULL,
+    start_ms          INTEGER NOT NULL,
+    end_ms            INTEGER,
+    dead_time_ms      INTEGER,
+    start_to_ready_ms INTEGER,
+    cpu_avg_pct       REAL,
+    cpu_peak_pct      REAL,
+    gpu_avg_pct       REAL,
+    gpu_peak_pct      REAL,
+    gpu_memory_peak_bytes INTEGER,
+    energy_j          REAL,
+    error             TEXT
+);
+CREATE INDEX slices_time ON slices(start_ms, end_ms);
 CREATE TABLE handoff_steps (
     id            INTEGER PRIMARY KEY,
     at_ms         INTEGER NOT NULL,
@@ -161,6 +181,32 @@ pub struct WorkerRow {
     pub runtime_id: Option<String>,
     /// Its workload's control group, once known.
     pub cgroup: Option<String>,
+}
+
+/// What was measured over a slice; None = not reported (never a zero).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SliceMeasures {
+    pub cpu_avg_pct: Option<f64>,
+    pub cpu_peak_pct: Option<f64>,
+    pub gpu_avg_pct: Option<f64>,
+    pub gpu_peak_pct: Option<f64>,
+    pub gpu_memory_peak_bytes: Option<u64>,
+    pub energy_j: Option<f64>,
+}
+
+/// One slice as the ledger keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SliceRecord {
+    pub template: String,
+    pub user: String,
+    /// The PCI devices it owned, space-separated.
+    pub baseboard: String,
+    pub start_ms: i64,
+    pub end_ms: Option<i64>,
+    pub dead_time_ms: Option<i64>,
+    pub start_to_ready_ms: Option<i64>,
+    pub measures: SliceMeasures,
+    pub error: Option<String>,
 }
 
 /// One worker's hold on one GPU, as the usage report needs it.
@@ -513,6 +559,101 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(n == 1)
+    }
+
+    /// A slice begins (its VM's start was issued); returns its id.
+    pub fn open_slice(
+        &mut self,
+        template: &str,
+        user: &str,
+        baseboard: &str,
+        start_ms: i64,
+        dead_time_ms: Option<i64>,
+    ) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO slices (template, user, baseboard, start_ms, dead_time_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![template, user, baseboard, start_ms, dead_time_ms],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The open slice of a template, if any (the latest).
+    pub fn open_slice_of(&self, template: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id FROM slices WHERE template = ?1 AND end_ms IS NULL ORDER BY id DESC LIMIT 1",
+                params![template],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn slice_ready(&mut self, id: i64, start_to_ready_ms: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE slices SET start_to_ready_ms = ?2 WHERE id = ?1",
+            params![id, start_to_ready_ms],
+        )?;
+        Ok(())
+    }
+
+    /// A slice ends with what was measured over it.
+    pub fn close_slice(
+        &mut self,
+        id: i64,
+        end_ms: i64,
+        m: &SliceMeasures,
+        error: Option<&str>,
+    ) -> Result<()> {
+        self.conn.execute(
+            "UPDATE slices SET end_ms = ?2, cpu_avg_pct = ?3, cpu_peak_pct = ?4, gpu_avg_pct = ?5,
+             gpu_peak_pct = ?6, gpu_memory_peak_bytes = ?7, energy_j = ?8, error = ?9
+             WHERE id = ?1 AND end_ms IS NULL",
+            params![
+                id,
+                end_ms,
+                m.cpu_avg_pct,
+                m.cpu_peak_pct,
+                m.gpu_avg_pct,
+                m.gpu_peak_pct,
+                m.gpu_memory_peak_bytes.map(|b| b as i64),
+                m.energy_j,
+                error
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Slices overlapping [from_ms, to_ms), oldest first.
+    pub fn slices(&self, from_ms: i64, to_ms: i64) -> Result<Vec<SliceRecord>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT template, user, baseboard, start_ms, end_ms, dead_time_ms, start_to_ready_ms,
+                    cpu_avg_pct, cpu_peak_pct, gpu_avg_pct, gpu_peak_pct, gpu_memory_peak_bytes,
+                    energy_j, error
+             FROM slices WHERE start_ms < ?2 AND (end_ms IS NULL OR end_ms > ?1) ORDER BY start_ms, id",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok(SliceRecord {
+                template: r.get(0)?,
+                user: r.get(1)?,
+                baseboard: r.get(2)?,
+                start_ms: r.get(3)?,
+                end_ms: r.get(4)?,
+                dead_time_ms: r.get(5)?,
+                start_to_ready_ms: r.get(6)?,
+                measures: SliceMeasures {
+                    cpu_avg_pct: r.get(7)?,
+                    cpu_peak_pct: r.get(8)?,
+                    gpu_avg_pct: r.get(9)?,
+                    gpu_peak_pct: r.get(10)?,
+                    gpu_memory_peak_bytes: r.get::<_, Option<i64>>(11)?.map(|b| b as u64),
+                    energy_j: r.get(12)?,
+                },
+                error: r.get(13)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Records one handoff step.

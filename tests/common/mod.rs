@@ -301,7 +301,9 @@ pub fn is_root() -> bool {
 
 /// Polls until `f` holds or the deadline passes.
 pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Generous: a loaded CI machine starts containers and VMs slowly; a
+    // passing test never waits this long.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if f() {
             return;
