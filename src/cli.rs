@@ -115,6 +115,9 @@ pub enum TemplateCommand {
     List,
     /// Remove a template whose VM is off (the libvirt domain is kept). Root only.
     Remove { name: String },
+    /// Build the template's read-only weights disk from a directory, once
+    /// (the same content again changes nothing); waits until it is done.
+    Stage { name: String, source: String },
     /// Boot a template's VM now; --handoff takes the baseboard over from its holder.
     Resume {
         name: String,

@@ -28,3 +28,4 @@ pub mod slicing;
 pub mod store;
 pub mod usage;
 pub mod web;
+pub mod weights;

@@ -654,6 +654,15 @@ impl Node {
         Ok(removed)
     }
 
+    /// The content checksum staged for a template, if any.
+    pub fn weights(&self, template: &str) -> Result<Option<String>> {
+        self.store.weights(template)
+    }
+
+    pub fn set_weights(&mut self, template: &str, checksum: &str, image: &str) -> Result<()> {
+        self.store.set_weights(template, checksum, image, now_ms())
+    }
+
     /// A slice begins (its start was issued).
     pub fn open_slice(
         &mut self,

@@ -117,6 +117,18 @@ pub enum Command {
         caller: Caller,
         reply: Reply<Result<()>>,
     },
+    /// Builds a template's weights disk from a source directory (root only).
+    StageWeights {
+        template: String,
+        source: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    /// From the staging task: done (or failed).
+    WeightsStaged {
+        template: String,
+        result: Result<(String, bool)>,
+    },
     /// A handoff event from a libvirt task (a failed create, a release confirmed…).
     Slice(crate::slicing::handoff::Event),
     SliceReport {
@@ -816,7 +828,14 @@ impl Service {
                 caller,
                 reply,
             } => {
+                let staging = self
+                    .slicer
+                    .as_ref()
+                    .is_some_and(|s| s.staging.contains(&template));
                 let r = match self.manual(&caller, &template) {
+                    Ok(()) if staging => Err(Error::Conflict(format!(
+                        "the weights of {template} are being staged; it starts when they are done"
+                    ))),
                     Ok(()) => {
                         let at_ms = crate::slicer::now_ms();
                         self.slice(crate::slicing::handoff::Event::ManualResume {
@@ -849,6 +868,45 @@ impl Service {
                     Err(e) => Err(e),
                 };
                 let _ = reply.send(r);
+            }
+            Command::StageWeights {
+                template,
+                source,
+                caller,
+                reply,
+            } => {
+                let r = self.stage_weights(&template, &source, &caller);
+                let _ = reply.send(r);
+            }
+            Command::WeightsStaged { template, result } => {
+                if let Some(s) = self.slicer.as_mut() {
+                    s.staging.remove(&template);
+                }
+                let image = self
+                    .slicer
+                    .as_ref()
+                    .and_then(|s| s.templates.get(&template))
+                    .and_then(|d| d.template.weights_disk.clone())
+                    .unwrap_or_default();
+                let (checksum, changed, error) = match result {
+                    Ok((sum, changed)) => {
+                        if changed {
+                            if let Err(e) = self.node.set_weights(&template, &sum, &image) {
+                                tracing::error!("recording the weights of {template}: {e}");
+                            }
+                        }
+                        tracing::info!(template = %template, "weights of {template} staged ({sum}{})", if changed { "" } else { ", unchanged" });
+                        (sum, changed, String::new())
+                    }
+                    Err(e) => {
+                        tracing::warn!(template = %template, "staging the weights of {template} failed: {e}");
+                        (String::new(), false, e.message().to_string())
+                    }
+                };
+                if let Some(e) = self.manager_emitter() {
+                    let _ =
+                        Manager::weights_staged(&e, &template, &checksum, changed, &error).await;
+                }
             }
             Command::Slice(event) => {
                 let _ = self.slice(event).await;
@@ -1391,6 +1449,69 @@ impl Service {
             Some(reason) => Err(Error::Conflict(reason)),
             None => Ok(()),
         }
+    }
+
+    /// Starts staging a template's weights (its VM must be off); progress and
+    /// the end come as signals.
+    fn stage_weights(&mut self, template: &str, source: &str, caller: &Caller) -> Result<()> {
+        self.manual(caller, template)?;
+        let slicer = self.slicer.as_mut().expect("manual() checked");
+        let d = &slicer.templates[template];
+        let Some(image) = d.template.weights_disk.clone() else {
+            return Err(Error::field(
+                "weights_disk",
+                format!("template {template} has no weights disk to stage"),
+            ));
+        };
+        if slicer.state.state_of(template) != "off" {
+            return Err(Error::Conflict(format!(
+                "template {template}'s VM is {}; weights are staged while it is off",
+                slicer.state.state_of(template)
+            )));
+        }
+        let source = std::path::PathBuf::from(source);
+        if !source.is_dir() {
+            return Err(Error::field(
+                "source",
+                format!("{} is not a directory", source.display()),
+            ));
+        }
+        if !slicer.staging.insert(template.to_string()) {
+            return Err(Error::Conflict(format!(
+                "the weights of {template} are already being staged"
+            )));
+        }
+        let before = self.node.weights(template)?;
+        let (tx, conn, template) = (self.lp.tx.clone(), self.conn.clone(), template.to_string());
+        tokio::task::spawn_blocking(move || {
+            let emitter =
+                zbus::object_server::SignalEmitter::new(&conn, crate::bus::BASE_PATH).ok();
+            let rt = tokio::runtime::Handle::current();
+            let progress = |phase: &str, fraction: f64| {
+                if let Some(e) = &emitter {
+                    let _ = rt.block_on(Manager::weights_progress(e, &template, phase, fraction));
+                }
+            };
+            let mut last = std::time::Instant::now();
+            let result = crate::weights::checksum(&source, |done, total| {
+                if last.elapsed() > Duration::from_millis(200) || done == total {
+                    last = std::time::Instant::now();
+                    progress("checksum", done as f64 / total.max(1) as f64);
+                }
+            })
+            .and_then(|sum| {
+                let image_path = std::path::Path::new(&image);
+                if before.as_deref() == Some(sum.as_str()) && image_path.exists() {
+                    return Ok((sum, false)); // the same content: nothing to do
+                }
+                progress("image", 0.0);
+                crate::weights::build_image(&source, image_path)?;
+                progress("image", 1.0);
+                Ok((sum, true))
+            });
+            let _ = tx.blocking_send(Command::WeightsStaged { template, result });
+        });
+        Ok(())
     }
 
     /// A slice opens in the ledger and its meter starts.

@@ -78,6 +78,8 @@ pub struct Slicer {
     pub allow_networked_weights: bool,
     /// The running slice's measurements.
     pub meter: Option<Meter>,
+    /// Templates whose weights are being staged (their VM may not start).
+    pub staging: std::collections::BTreeSet<String>,
 }
 
 pub fn now_ms() -> u64 {
@@ -97,6 +99,7 @@ impl Slicer {
             tx,
             allow_networked_weights: false,
             meter: None,
+            staging: Default::default(),
         }
     }
 

@@ -205,3 +205,114 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     let o = manager(a, None, "ListTemplates", &[]);
     assert!(!o.stdout.contains("\"b\""), "{}", o.stdout);
 }
+
+#[test]
+fn weights_are_staged_once_onto_a_read_only_image() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let image = dir.path().join("weights.img");
+    let xml = format!(
+        "<domain type='test'><name>tmpl-w</name><memory>65536</memory><os><type>hvm</type></os>\
+         <devices><disk type='file' device='disk'><source file='{}'/><target dev='vdb'/><readonly/></disk>\
+         </devices></domain>",
+        image.display()
+    );
+    let spec = serde_json::json!({
+        "name": "w", "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "staff"}, "vm": {"domain_xml": xml},
+        "baseboard": [], "weights_disk": image.to_str().unwrap(),
+    });
+    let o = manager(a, None, "CreateTemplate", &["s", &spec.to_string()]);
+    assert!(o.ok, "{}", o.stderr);
+    // Not read-only in the domain: refused by field.
+    let rw = spec
+        .to_string()
+        .replace("<readonly/>", "")
+        .replace("\"name\":\"w\"", "\"name\":\"w2\"")
+        .replace("tmpl-w", "tmpl-w2");
+    let o = manager(a, None, "CreateTemplate", &["s", &rw]);
+    assert!(
+        o.stderr
+            .contains("weights_disk: must be attached read-only"),
+        "{}",
+        o.stderr
+    );
+
+    let source = dir.path().join("model");
+    std::fs::create_dir_all(source.join("shards")).unwrap();
+    std::fs::write(source.join("config.json"), "{\"layers\": 32}").unwrap();
+    std::fs::write(source.join("shards/0.bin"), vec![7u8; 3 << 20]).unwrap();
+    let monitor_out = dir.path().join("signals.txt");
+    let mut monitor = std::process::Command::new("dbus-monitor")
+        .args([
+            "--address",
+            a,
+            "type='signal',interface='org.astraeus.Node1.Manager'",
+        ])
+        .stdout(std::fs::File::create(&monitor_out).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let src = source.to_str().unwrap();
+    let o = manager(a, None, "StageWeights", &["ss", "w", src]);
+    assert!(o.ok, "{}", o.stderr);
+    let signals = || std::fs::read_to_string(&monitor_out).unwrap_or_default();
+    eventually("staged", || signals().contains("member=WeightsStaged"));
+    let staged = signals();
+    assert!(staged.contains("member=WeightsProgress"), "{staged}");
+    assert!(staged.contains("string \"checksum\""), "{staged}");
+    // The image holds the files (read back without mounting it).
+    let out = std::process::Command::new("debugfs")
+        .args(["-R", "cat /config.json"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "{\"layers\": 32}");
+    let checksum = rusqlite::Connection::open(d.state.join("ledger.db"))
+        .unwrap()
+        .query_row(
+            "SELECT checksum FROM weights WHERE template = 'w'",
+            [],
+            |r| r.get::<_, String>(0),
+        )
+        .unwrap();
+    assert_eq!(checksum.len(), 64);
+    let built = std::fs::metadata(&image).unwrap().modified().unwrap();
+
+    // The same content again (through astraeusctl, which waits): nothing is rebuilt.
+    let o = ctl(a, None, &["template", "stage", "w", src]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("already staged (unchanged): sha256 "),
+        "{}",
+        o.stdout
+    );
+    eventually("second staging reported", || {
+        signals().matches("member=WeightsStaged").count() == 2
+    });
+    assert!(signals().contains("boolean false"), "{}", signals());
+    assert_eq!(
+        std::fs::metadata(&image).unwrap().modified().unwrap(),
+        built
+    );
+
+    // Never while the VM runs.
+    assert!(manager(a, None, "Resume", &["sb", "w", "false"]).ok);
+    eventually("w running", || template_state(a, "w") == "running");
+    let o = manager(a, None, "StageWeights", &["ss", "w", src]);
+    assert!(
+        o.stderr.contains("weights are staged while it is off"),
+        "{}",
+        o.stderr
+    );
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+}

@@ -489,6 +489,55 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
                 println!("{n:<w$}  {u:<28}  {d:<20}  {s}");
             }
         }
+        TemplateCommand::Stage { name, source } => {
+            use futures_util::StreamExt;
+            let source = std::fs::canonicalize(&source)
+                .map_err(|e| format!("{source}: {e}"))?
+                .to_string_lossy()
+                .into_owned();
+            // Listen before asking, so the end cannot be missed.
+            let rule = zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .interface(MANAGER)
+                .build()
+                .map_err(|e| e.to_string())?;
+            let mut signals = zbus::MessageStream::for_match_rule(rule, &c.conn, None)
+                .await
+                .map_err(describe)?;
+            c.call::<_, ()>("StageWeights", &(name.as_str(), source.as_str()))
+                .await?;
+            while let Some(Ok(msg)) = signals.next().await {
+                let member = msg.header().member().map(|m| m.to_string());
+                match member.as_deref() {
+                    Some("WeightsProgress") if !json_out => {
+                        if let Ok((t, phase, f)) = msg.body().deserialize::<(String, String, f64)>()
+                        {
+                            if t == name {
+                                eprintln!("{phase}: {:.0}%", f * 100.0);
+                            }
+                        }
+                    }
+                    Some("WeightsStaged") => {
+                        let (t, sum, changed, error): (String, String, bool, String) =
+                            msg.body().deserialize().map_err(|e| e.to_string())?;
+                        if t != name {
+                            continue;
+                        }
+                        if !error.is_empty() {
+                            return Err(format!("staging the weights of {name} failed: {error}"));
+                        }
+                        let what = if changed {
+                            "staged"
+                        } else {
+                            "already staged (unchanged)"
+                        };
+                        done(format!("weights of {name} {what}: sha256 {sum}"));
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
         TemplateCommand::Remove { name } => {
             c.call::<_, ()>("RemoveTemplate", &(name.as_str(),)).await?;
             done(format!("template {name} removed"));

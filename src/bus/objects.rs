@@ -349,6 +349,47 @@ impl Manager {
             .await??)
     }
 
+    /// Builds a template's read-only weights disk (an ext4 image) from a
+    /// directory while its VM is off. Returns at once; WeightsProgress and
+    /// WeightsStaged follow. The same content again changes nothing. Root only.
+    async fn stage_weights(
+        &self,
+        template: String,
+        source: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::StageWeights {
+                template,
+                source,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// Staging progress: phase "checksum" (fraction of bytes read) or "image".
+    #[zbus(signal)]
+    pub async fn weights_progress(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        phase: &str,
+        fraction: f64,
+    ) -> zbus::Result<()>;
+
+    /// Staging ended: the content checksum, whether the disk changed, or the error.
+    #[zbus(signal)]
+    pub async fn weights_staged(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        checksum: &str,
+        changed: bool,
+        error: &str,
+    ) -> zbus::Result<()>;
+
     /// One step of a handoff, as the ledger records it: power-off-asked,
     /// forced, stopped, release-confirmed, start-issued, started, ready,
     /// start-failed, failed; `from`/`to` are templates ("" when none).

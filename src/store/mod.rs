@@ -128,6 +128,14 @@ CREATE TABLE slices (
     error             TEXT
 );
 CREATE INDEX slices_time ON slices(start_ms, end_ms);
+-- The content staged on each template's weights disk (staging is a no-op
+-- when the checksum is the same).
+CREATE TABLE weights (
+    template  TEXT PRIMARY KEY,
+    checksum  TEXT NOT NULL,
+    image     TEXT NOT NULL,
+    staged_ms INTEGER NOT NULL
+);
 CREATE TABLE handoff_steps (
     id            INTEGER PRIMARY KEY,
     at_ms         INTEGER NOT NULL,
@@ -654,6 +662,34 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The checksum staged on a template's weights disk, if any.
+    pub fn weights(&self, template: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT checksum FROM weights WHERE template = ?1",
+                params![template],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn set_weights(
+        &mut self,
+        template: &str,
+        checksum: &str,
+        image: &str,
+        at_ms: i64,
+    ) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO weights (template, checksum, image, staged_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(template) DO UPDATE SET checksum = excluded.checksum,
+             image = excluded.image, staged_ms = excluded.staged_ms",
+            params![template, checksum, image, at_ms],
+        )?;
+        Ok(())
     }
 
     /// Records one handoff step.

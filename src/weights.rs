@@ -1,0 +1,143 @@
+//! Staging a template's model weights once onto its read-only weights disk.
+//!
+//! The disk is an ext4 image built with `mkfs.ext4 -d <source>` on the
+//! host-local path the template names. Why an image rather than a host
+//! directory shared over virtiofs: the guest sees a plain read-only block
+//! device (any guest kernel mounts it, no virtiofsd per VM to run and
+//! restart, no host filesystem exposed to the guest), the domain XML can say
+//! `<readonly/>` and libvirt enforces it, and the image is one file whose
+//! content is fixed once staged — exactly "weights staged once".
+//!
+//! The content checksum (SHA-256 over each file's relative path, size and
+//! bytes, in path order) is what makes staging idempotent: the same content
+//! again is a no-op. The image is built beside the target and renamed over
+//! it only when complete, so a failure never leaves a half-written disk.
+
+use crate::error::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// Every regular file below `root`, relative and sorted; symlinks and
+/// special files are refused (the guest would see something else).
+pub fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>> {
+    let mut out = Vec::new();
+    walk(root, root, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
+    let io = |e: std::io::Error| Error::field("source", format!("{}: {e}", dir.display()));
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let meta = std::fs::symlink_metadata(entry.path()).map_err(io)?;
+        let path = entry.path();
+        if meta.is_dir() {
+            walk(root, &path, out)?;
+        } else if meta.is_file() {
+            let rel = path.strip_prefix(root).expect("below root").to_path_buf();
+            out.push((rel, meta.len()));
+        } else {
+            return Err(Error::field(
+                "source",
+                format!("{} is not a regular file or directory", path.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The content checksum of a source tree; `progress(done, total)` in bytes.
+pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<String> {
+    use std::io::Read;
+    let list = files(root)?;
+    let total: u64 = list.iter().map(|(_, n)| n).sum();
+    let mut h = Sha256::new();
+    let mut done = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    for (rel, len) in &list {
+        h.update(rel.to_string_lossy().as_bytes());
+        h.update([0]);
+        h.update(len.to_le_bytes());
+        let mut f = std::fs::File::open(root.join(rel))
+            .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
+        loop {
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            done += n as u64;
+            progress(done, total);
+        }
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Builds the read-only ext4 image of `source` at `image` (atomically).
+pub fn build_image(source: &Path, image: &Path) -> Result<()> {
+    let list = files(source)?;
+    let bytes: u64 = list.iter().map(|(_, n)| n).sum();
+    // Room for the files, ext4's metadata and a margin; 4 KiB blocks.
+    let size = (bytes + bytes / 10 + list.len() as u64 * 8192 + (32 << 20)).div_ceil(4096) * 4096;
+    let tmp = image.with_extension("staging");
+    let _ = std::fs::remove_file(&tmp);
+    let backend = |what: &str, e: String| Error::Backend(format!("staging weights: {what}: {e}"));
+    let f =
+        std::fs::File::create(&tmp).map_err(|e| backend("creating the image", e.to_string()))?;
+    f.set_len(size)
+        .map_err(|e| backend("sizing the image", e.to_string()))?;
+    drop(f);
+    let out = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "weights", "-m", "0", "-d"])
+        .arg(source)
+        .arg(&tmp)
+        .output()
+        .map_err(|e| backend("running mkfs.ext4 (e2fsprogs)", e.to_string()))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(backend(
+            "mkfs.ext4",
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    std::fs::rename(&tmp, image).map_err(|e| backend("renaming the image", e.to_string()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checksum_follows_content_names_and_nothing_else() {
+        let a = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(a.path().join("sub")).unwrap();
+        std::fs::write(a.path().join("sub/w.bin"), b"weights").unwrap();
+        std::fs::write(a.path().join("config.json"), b"{}").unwrap();
+        let mut seen = Vec::new();
+        let one = checksum(a.path(), |d, t| seen.push((d, t))).unwrap();
+        assert_eq!(seen.last(), Some(&(9, 9)));
+        assert_eq!(one.len(), 64);
+        // Same content elsewhere: same checksum.
+        let b = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(b.path().join("sub")).unwrap();
+        std::fs::write(b.path().join("config.json"), b"{}").unwrap();
+        std::fs::write(b.path().join("sub/w.bin"), b"weights").unwrap();
+        assert_eq!(checksum(b.path(), |_, _| {}).unwrap(), one);
+        // A renamed or changed file: another.
+        std::fs::write(b.path().join("sub/w.bin"), b"weightz").unwrap();
+        assert_ne!(checksum(b.path(), |_, _| {}).unwrap(), one);
+    }
+
+    #[test]
+    fn special_files_are_refused_by_name() {
+        let a = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", a.path().join("link")).unwrap();
+        let e = files(a.path()).unwrap_err();
+        assert!(e.message().starts_with("source: "), "{e}");
+        assert!(e.message().contains("link"), "{e}");
+    }
+}
