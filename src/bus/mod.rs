@@ -153,6 +153,17 @@ impl Loop {
         self.ask(make).await
     }
 
+    /// Learns the caller, then asks the loop on its behalf.
+    pub async fn ask_as<T>(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        make: impl FnOnce(Caller, oneshot::Sender<T>) -> Command,
+    ) -> Result<T, BusError> {
+        let caller = self.caller(hdr, conn).await?;
+        self.ask_from(hdr, |reply| make(caller, reply)).await
+    }
+
     /// Who is calling: uid and pid from the bus daemon, group membership from NSS.
     pub async fn caller(&self, hdr: &Header<'_>, conn: &Connection) -> Result<Caller, BusError> {
         let sender = hdr

@@ -59,10 +59,9 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(OwnedObjectPath, String, Vec<String>), BusError> {
-        let caller = self.lp.caller(&hdr, conn).await?;
         let (name, state, reasons) = self
             .lp
-            .ask_from(&hdr, |reply| Command::Submit {
+            .ask_as(&hdr, conn, |caller, reply| Command::Submit {
                 spec,
                 caller,
                 reply,
@@ -77,10 +76,9 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
-        let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::Stop {
+            .ask_as(&hdr, conn, |caller, reply| Command::Stop {
                 name,
                 caller,
                 reply,
@@ -155,10 +153,9 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
-        let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::SetSchedule {
+            .ask_as(&hdr, conn, |caller, reply| Command::SetSchedule {
                 template,
                 actions,
                 caller,
@@ -262,10 +259,9 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
-        let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::RemoveTemplate {
+            .ask_as(&hdr, conn, |caller, reply| Command::RemoveTemplate {
                 name,
                 caller,
                 reply,
@@ -293,10 +289,9 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
-        let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::Resume {
+            .ask_as(&hdr, conn, |caller, reply| Command::Resume {
                 template,
                 as_handoff,
                 caller,
@@ -314,10 +309,9 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
-        let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::PowerOff {
+            .ask_as(&hdr, conn, |caller, reply| Command::PowerOff {
                 template,
                 hard,
                 caller,
@@ -359,10 +353,9 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
-        let caller = self.lp.caller(&hdr, conn).await?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::StageWeights {
+            .ask_as(&hdr, conn, |caller, reply| Command::StageWeights {
                 template,
                 source,
                 caller,
