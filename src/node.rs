@@ -654,6 +654,16 @@ impl Node {
         Ok(removed)
     }
 
+    /// When the previous daemon run was last alive (its downtime starts there).
+    pub fn previous_run_end(&self) -> Result<Option<i64>> {
+        self.store.previous_run_end(self.run)
+    }
+
+    /// A machine-level event in the ledger (no worker).
+    pub fn record_event(&mut self, kind: &str, detail: &str) -> Result<()> {
+        self.store.record_event(kind, detail, now_ms())
+    }
+
     /// The content checksum staged for a template, if any.
     pub fn weights(&self, template: &str) -> Result<Option<String>> {
         self.store.weights(template)

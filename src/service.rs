@@ -1373,6 +1373,10 @@ impl Service {
                     if let Err(e) = self.node.record_step(r) {
                         tracing::error!("recording handoff step {}: {e}", r.step.as_str());
                     }
+                    // Crash tests kill the daemon right after a step is recorded.
+                    failpoint::hit(&format!("slice.after-{}", r.step.as_str()));
+                    // Crash tests kill the daemon right after a step is recorded.
+                    failpoint::hit(&format!("slice.after-{}", r.step.as_str()));
                     let (from, to) = (
                         r.from.as_deref().unwrap_or(""),
                         r.to.as_deref().unwrap_or(""),
@@ -1578,6 +1582,34 @@ impl Service {
         }
     }
 
+    /// Scheduled actions that fell while the daemon was down are not fired
+    /// late (the state converges to now instead); each is recorded as skipped.
+    fn record_skipped(&mut self, rotation: &RotationView, now: jiff::Timestamp) {
+        let Ok(Some(down_since)) = self.node.previous_run_end() else {
+            return;
+        };
+        let Ok(since) = jiff::Timestamp::from_millisecond(down_since) else {
+            return;
+        };
+        for (template, actions) in &rotation.templates {
+            for a in actions {
+                for at in a.occurrences_after(since, &rotation.tz, 1000) {
+                    if at > now {
+                        break;
+                    }
+                    let what = format!(
+                        "{:?} of {template} due at {at} skipped: the daemon was down",
+                        a.action
+                    );
+                    tracing::warn!(template = %template, "{what}");
+                    if let Err(e) = self.node.record_event("skipped", &what) {
+                        tracing::error!("recording a skipped action: {e}");
+                    }
+                }
+            }
+        }
+    }
+
     fn manager_emitter(&self) -> Option<zbus::object_server::SignalEmitter<'static>> {
         zbus::object_server::SignalEmitter::new(&self.conn, crate::bus::BASE_PATH).ok()
     }
@@ -1590,11 +1622,6 @@ impl Service {
         };
         let rotation = self.rotation.read().clone();
         let now = jiff::Timestamp::now();
-        let want = slicer
-            .templates
-            .keys()
-            .find(|t| crate::bus::objects::slices_now(&rotation, t, now).0 .0 != 0)
-            .cloned();
         let mut on = Vec::new();
         for (name, d) in &slicer.templates {
             if slicer.vms.is_on(&d.domain).await.unwrap_or(false) {
@@ -1602,6 +1629,23 @@ impl Service {
             }
         }
         let last = self.node.last_step().ok().flatten();
+        // With a schedule, the state it says now; without one, what a person
+        // last asked for (a handoff under way finishes) or what runs.
+        let scheduled = rotation.templates.iter().any(|(_, a)| !a.is_empty());
+        let want = if scheduled {
+            slicer
+                .templates
+                .keys()
+                .find(|t| crate::bus::objects::slices_now(&rotation, t, now).0 .0 != 0)
+                .cloned()
+        } else {
+            use crate::slicing::handoff::Step;
+            match &last {
+                Some(r) if !matches!(r.step, Step::Failed) && r.to.is_some() => r.to.clone(),
+                _ => on.first().cloned(),
+            }
+        };
+        let slicer = self.slicer.as_ref().expect("checked");
         let (state, actions) = crate::slicing::handoff::converge(
             want.as_deref(),
             &on,
@@ -1609,7 +1653,8 @@ impl Service {
             crate::slicer::now_ms(),
             &slicer.settings,
         );
-        tracing::info!("time-slicing: the schedule wants {want:?} on now; on: {on:?}");
+        tracing::info!("time-slicing: {want:?} should be on now; on: {on:?}");
+        self.record_skipped(&rotation, now);
         let slicer = self.slicer.as_mut().expect("checked");
         slicer.state = state;
         slicer.cursor = now;

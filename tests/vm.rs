@@ -470,3 +470,127 @@ fn real_qemu_libvirtd_restarted_under_the_daemon_neither_loses_nor_doubles_the_v
         d.log_text()
     );
 }
+
+fn qemu_template(name: &str) -> String {
+    let xml = QEMU_DOMAIN.replace(
+        "<name>q</name>",
+        &format!("<name>astraeus-test-tmpl-{name}</name>"),
+    );
+    serde_json::json!({
+        "name": name, "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "staff"}, "vm": {"domain_xml": xml}, "baseboard": [],
+    })
+    .to_string()
+}
+
+fn template_state(a: &str, name: &str) -> String {
+    busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/template/{name}"),
+            "org.astraeus.Node1.Template",
+            "State",
+        ],
+    )
+    .stdout
+    .trim()
+    .trim_start_matches("s ")
+    .trim_matches('"')
+    .to_string()
+}
+
+#[test]
+fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on() {
+    let Some(_lock) = libvirtd() else { return };
+    for n in ["ta", "tb"] {
+        let d = format!("astraeus-test-tmpl-{n}");
+        let _ = virsh(&["destroy", &d]);
+        let _ = virsh(&["undefine", &d]);
+    }
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let conf = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n";
+    let start = |env: &[(&str, &str)]| {
+        std::fs::write(dir.path().join("node.toml"), conf).unwrap();
+        std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+        Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), env)
+    };
+    let a = bus.address.clone();
+    let d = start(&[]);
+    for n in ["ta", "tb"] {
+        let o = manager(&a, None, "CreateTemplate", &["s", &qemu_template(n)]);
+        assert!(o.ok, "{}", o.stderr);
+    }
+    assert!(manager(&a, None, "Resume", &["sb", "ta", "false"]).ok);
+    eventually("ta running", || template_state(&a, "ta") == "running");
+    drop(d);
+
+    // Watch libvirt all along: never two template VMs on.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let on = running_domains()
+                    .iter()
+                    .filter(|n| n.starts_with("astraeus-test-tmpl-"))
+                    .count();
+                most = most.max(on);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            most
+        })
+    };
+    // Killed right after the handoff's first step is recorded.
+    let mut d = start(&[("ASTRAEUS_FAILPOINTS", "slice.after-power-off-asked=kill")]);
+    eventually("ta adopted as running", || {
+        template_state(&a, "ta") == "running"
+    });
+    let _ = manager(&a, None, "Resume", &["sb", "tb", "true"]);
+    assert!(
+        !d.child.wait().unwrap().success(),
+        "the failpoint killed the daemon"
+    );
+    // Restarted: it finishes the recorded handoff (ACPI ignored → forced after 2 s).
+    let d = start(&[]);
+    eventually("tb running", || template_state(&a, "tb") == "running");
+    assert_eq!(template_state(&a, "ta"), "off");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        watcher.join().unwrap(),
+        1,
+        "two template VMs were on at once"
+    );
+    let steps: Vec<String> = rusqlite::Connection::open(d.state.join("ledger.db"))
+        .unwrap()
+        .prepare("SELECT step FROM handoff_steps ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let tail: Vec<&str> = steps
+        .iter()
+        .map(String::as_str)
+        .skip_while(|s| *s != "power-off-asked")
+        .collect();
+    for step in [
+        "forced",
+        "stopped",
+        "release-confirmed",
+        "start-issued",
+        "started",
+        "ready",
+    ] {
+        assert!(tail.contains(&step), "{step} missing from {steps:?}");
+    }
+    drop(d);
+    for n in ["ta", "tb"] {
+        let d = format!("astraeus-test-tmpl-{n}");
+        let _ = virsh(&["destroy", &d]);
+        let _ = virsh(&["undefine", &d]);
+    }
+}

@@ -664,6 +664,26 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The last sign of life of the run before `current`.
+    pub fn previous_run_end(&self, current: Option<i64>) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT alive_ms FROM daemon_runs WHERE started_ms < ?1 ORDER BY started_ms DESC LIMIT 1",
+                params![current.unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn record_event(&mut self, kind: &str, detail: &str, at_ms: i64) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, ?2, ?3)",
+            params![at_ms, kind, detail],
+        )?;
+        Ok(())
+    }
+
     /// The checksum staged on a template's weights disk, if any.
     pub fn weights(&self, template: &str) -> Result<Option<String>> {
         Ok(self
