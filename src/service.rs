@@ -17,6 +17,7 @@ use crate::node::{Changes, Node, Phase, Rotation, Worker};
 use crate::placement::{self, Gpu};
 use crate::request::Run;
 use crate::runtime::{Exit, Kind, Runtime};
+use crate::slicer::Slicer;
 use crate::usage::Sampler;
 use sd_notify::NotifyState;
 use std::collections::{BTreeSet, HashMap};
@@ -454,6 +455,9 @@ impl Service {
                 }
             }
             s.refresh_limits();
+            if !s.templates.is_empty() {
+                s.watch_events();
+            }
             s
         });
         let mut service = Service {
@@ -527,8 +531,11 @@ impl Service {
             });
             let lifecycle = async {
                 match self.slicer.as_mut() {
-                    Some(s) => s.events.recv().await.ok(),
-                    None => std::future::pending().await,
+                    Some(Slicer {
+                        events: Some(events),
+                        ..
+                    }) => events.recv().await.ok(),
+                    _ => std::future::pending().await,
                 }
             };
             tokio::select! {
@@ -559,6 +566,9 @@ impl Service {
                         if let Some(s) = self.slicer.as_mut() {
                             s.cursor = t;
                         }
+                        // A sign of life at each fired action: after a crash,
+                        // only actions past it count as skipped.
+                        let _ = self.node.alive(crate::store::now_ms());
                         for (template, action) in list {
                             tracing::info!(template = %template, "scheduled {action:?} of {template} is due");
                             let at_ms = t.as_millisecond().max(0) as u64;
@@ -1328,6 +1338,7 @@ impl Service {
         let name = defined.template.name.clone();
         self.node.insert_template(&name, spec)?;
         let slicer = self.slicer.as_mut().expect("checked above");
+        slicer.watch_events();
         slicer.templates.insert(name.clone(), defined);
         slicer.refresh_limits();
         tracing::info!(template = %name, "template {name} defined");
@@ -1859,6 +1870,13 @@ impl Service {
             .filter(|w| w.kind() == Some(kind) && w.state() != "pending")
             .map(|w| (w.name().to_string(), w.runtime_id.clone()))
             .collect();
+        // libvirt is only connected to when VMs are in play: a host without
+        // VM workers keeps libvirt unloaded (memory, keepalive wake-ups).
+        // VMs are created only after the ledger holds their worker, so none
+        // of ours can run unknown to an empty ledger.
+        if kind == Kind::Vm && live.is_empty() {
+            return;
+        }
         let found = match rt.list().await {
             Ok(f) => f,
             // No podman (or service manager) on a host that uses none is no news.

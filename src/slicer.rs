@@ -72,7 +72,9 @@ pub struct Slicer {
     pub timer_ms: Option<u64>,
     /// Scheduled actions have fired up to here.
     pub cursor: jiff::Timestamp,
-    pub events: broadcast::Receiver<Lifecycle>,
+    /// libvirt's lifecycle events, once there is a template to watch (the
+    /// event loop thread and libvirt itself stay unloaded on hosts without).
+    pub events: Option<broadcast::Receiver<Lifecycle>>,
     tx: mpsc::Sender<Command>,
     /// Allow weights disks on networked filesystems (config).
     pub allow_networked_weights: bool,
@@ -95,11 +97,18 @@ impl Slicer {
             settings,
             timer_ms: None,
             cursor: jiff::Timestamp::now(),
-            events: crate::runtime::libvirt::events().subscribe(),
+            events: None,
             tx,
             allow_networked_weights: false,
             meter: None,
             staging: Default::default(),
+        }
+    }
+
+    /// Starts listening to libvirt's events (once).
+    pub fn watch_events(&mut self) {
+        if self.events.is_none() {
+            self.events = Some(crate::runtime::libvirt::events().subscribe());
         }
     }
 

@@ -25,21 +25,31 @@ fn available() -> bool {
     ok
 }
 
-/// A private podman: its own storage, runc, a busybox image, and its API socket.
+/// A private podman: its own storage, runc, a busybox image, and its API
+/// socket. Tests take turns (`_turn`): podman instances on one host share
+/// more than their roots (locks, runc's state), and parallel runs flaked.
 struct Podman {
     dir: PathBuf,
     service: Child,
     cdi: PathBuf,
+    _turn: Option<std::sync::MutexGuard<'static, ()>>,
 }
+
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Podman {
     fn start(dir: &Path) -> Podman {
+        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         let dir = dir.join("podman");
         std::fs::create_dir_all(dir.join("rootfs/bin")).unwrap();
         std::fs::write(
             dir.join("containers.conf"),
-            "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
-             [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
+            format!(
+                "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
+                 [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n\
+                 tmp_dir = \"{}\"\n",
+                dir.join("tmp").display()
+            ),
         )
         .unwrap();
         std::fs::copy("/bin/busybox", dir.join("rootfs/bin/busybox"))
@@ -79,20 +89,35 @@ impl Podman {
             String::from_utf8_lossy(&out.stderr)
         );
         let service = p.serve();
-        // CDI specs are read only from /etc/cdi and /var/run/cdi: a uniquely named file.
+        // CDI specs are read only from /etc/cdi and /var/run/cdi. One shared
+        // file, never removed while tests run: two files defining the same
+        // device make CDI refuse it as a conflict, and a test that removed
+        // the file would take the device from the others.
         std::fs::create_dir_all("/etc/cdi").unwrap();
-        let cdi = PathBuf::from(format!(
-            "/etc/cdi/astraeus-test-{}.yaml",
-            std::process::id()
-        ));
+        for old in std::fs::read_dir("/etc/cdi").unwrap().flatten() {
+            let name = old.file_name().to_string_lossy().into_owned();
+            if name.starts_with("astraeus-test-") {
+                let _ = std::fs::remove_file(old.path()); // left by an older run
+            }
+        }
+        let cdi = PathBuf::from("/etc/cdi/astraeus-test.yaml");
+        let tmp = dir.join("cdi.yaml");
         std::fs::write(
-            &cdi,
+            &tmp,
             format!(
                 "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n- name: {UUID}\n  containerEdits:\n    env: [\"SEEN_CDI={UUID}\"]\n"
             ),
         )
         .unwrap();
-        Podman { dir, service, cdi }
+        // Same content each time, replaced atomically: readers never see it half-written.
+        std::fs::copy(&tmp, cdi.with_extension("tmp")).unwrap();
+        std::fs::rename(cdi.with_extension("tmp"), &cdi).unwrap();
+        Podman {
+            dir,
+            service,
+            cdi,
+            _turn: Some(turn),
+        }
     }
 
     /// `podman system service` on this podman's socket.
@@ -116,6 +141,7 @@ impl Podman {
             dir: dir.to_path_buf(),
             service: Command::new("true").spawn().unwrap(),
             cdi: PathBuf::new(),
+            _turn: None,
         }
     }
 
@@ -143,7 +169,6 @@ impl Drop for Podman {
     fn drop(&mut self) {
         if !self.cdi.as_os_str().is_empty() {
             let _ = self.cmd().args(["rm", "-af", "-t", "0"]).output();
-            let _ = std::fs::remove_file(&self.cdi);
         }
         let _ = self.service.kill();
         let _ = self.service.wait();

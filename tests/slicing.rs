@@ -316,3 +316,53 @@ fn weights_are_staged_once_onto_a_read_only_image() {
     let _ = monitor.kill();
     let _ = monitor.wait();
 }
+
+#[test]
+fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let start = || Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = bus.address.clone();
+    let d = start();
+    assert!(manager(&a, None, "CreateTemplate", &["s", &template("a")]).ok);
+    let o = manager(
+        &a,
+        None,
+        "SetSchedule",
+        &[
+            "ss",
+            "a",
+            r#"[{"action":"resume","time":"+2"},{"action":"poweroff","time":"+4"}]"#,
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    drop(d); // down before either action is due
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let d = start();
+    let db = d.state.join("ledger.db");
+    eventually("skipped actions recorded", || {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM events WHERE kind = 'skipped'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 2
+    });
+    // Converged to now (no slice): nothing was started late.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !steps(&db).iter().any(|s| s.starts_with("start-issued")),
+        "{:?}",
+        steps(&db)
+    );
+    assert_ne!(template_state(&a, "a"), "running");
+}

@@ -594,3 +594,64 @@ fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on(
         let _ = virsh(&["undefine", &d]);
     }
 }
+
+#[test]
+fn real_qemu_a_template_that_cannot_start_is_retried_then_failed_and_the_gpu_stays_free() {
+    let Some(_lock) = libvirtd() else { return };
+    for n in ["broken", "fine"] {
+        let d = format!("astraeus-test-tmpl-{n}");
+        let _ = virsh(&["destroy", &d]);
+        let _ = virsh(&["undefine", &d]);
+    }
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    // Its disk does not exist: libvirt defines it, but every start fails.
+    let broken = qemu_template("broken").replace(
+        "<devices>",
+        "<devices><disk type='file' device='disk'><source file='/nonexistent/astraeus-os.img'/><target dev='vda'/></disk>",
+    );
+    assert!(manager(a, None, "CreateTemplate", &["s", &broken]).ok);
+    assert!(manager(a, None, "CreateTemplate", &["s", &qemu_template("fine")]).ok);
+    assert!(manager(a, None, "Resume", &["sb", "broken", "false"]).ok);
+    eventually("broken failed", || template_state(a, "broken") == "failed");
+    let db = rusqlite::Connection::open(d.state.join("ledger.db")).unwrap();
+    let failed_starts: i64 = db
+        .query_row(
+            "SELECT count(*) FROM handoff_steps WHERE step = 'start-failed'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(failed_starts, 3, "the first start and two retries");
+    let error: String = db
+        .query_row(
+            "SELECT error FROM slices WHERE template = 'broken'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        error.contains("nonexistent"),
+        "libvirt's own words: {error}"
+    );
+    // The GPU stays free: the next template starts without a handoff.
+    let o = manager(a, None, "Resume", &["sb", "fine", "false"]);
+    assert!(o.ok, "{}", o.stderr);
+    eventually("fine running", || template_state(a, "fine") == "running");
+    let _ = manager(a, None, "PowerOff", &["sb", "fine", "true"]);
+    eventually("fine off", || template_state(a, "fine") == "off");
+    drop(d);
+    for n in ["broken", "fine"] {
+        let d = format!("astraeus-test-tmpl-{n}");
+        let _ = virsh(&["destroy", &d]);
+        let _ = virsh(&["undefine", &d]);
+    }
+}
