@@ -364,11 +364,23 @@ impl Node {
     /// A worker ends (stopped, exited, failed): the ledger records how, its
     /// share frees and pending workers are re-examined.
     pub fn end(&mut self, name: &str, exit_status: Option<i32>, reason: &str) -> Result<Changes> {
+        self.end_at(name, exit_status, reason, now_ms())
+    }
+
+    /// [`Node::end`] at a time the runtime reported (a container that exited
+    /// while the daemon was down ended then, not when the daemon noticed).
+    pub fn end_at(
+        &mut self,
+        name: &str,
+        exit_status: Option<i32>,
+        reason: &str,
+        at_ms: i64,
+    ) -> Result<Changes> {
         let w = self
             .workers
             .get(name)
             .ok_or_else(|| Error::NotFound(format!("no live worker named {name}")))?;
-        self.store.end_worker(w.id, now_ms(), exit_status, reason)?;
+        self.store.end_worker(w.id, at_ms, exit_status, reason)?;
         let w = self.workers.remove(name).expect("checked above");
         let mut changes = Changes {
             removed: vec![name.to_string()],

@@ -1270,13 +1270,24 @@ impl Service {
             .collect();
         let rotation = self.rotation.read().clone();
         let now = jiff::Timestamp::now();
-        let slices = rotation
-            .templates
-            .iter()
-            .map(|(t, _)| {
+        // Every template defined or scheduled.
+        let mut names: BTreeSet<&String> = rotation.templates.iter().map(|(t, _)| t).collect();
+        if let Some(s) = &self.slicer {
+            names.extend(s.templates.keys());
+        }
+        let slices = names
+            .into_iter()
+            .map(|t| {
                 let (active, next) = crate::bus::objects::slices_now(&rotation, t, now);
+                let defined = self.slicer.as_ref().filter(|s| s.templates.contains_key(t));
                 SliceSnap {
                     template: t.clone(),
+                    state: match defined {
+                        Some(s) => s.state.state_of(t).to_string(),
+                        None if active.0 != 0 => "on".into(),
+                        None => "off".into(),
+                    },
+                    dead_time_ms: defined.and_then(|s| s.dead_times.get(t).copied()),
                     active: (active.0 != 0).then_some(active),
                     next: (next.0 != 0).then_some(next),
                 }
@@ -1549,6 +1560,9 @@ impl Service {
             .map(crate::slicing::template::pci_text)
             .collect();
         s.meter = Some(crate::slicer::Meter::new(template));
+        if let Some(ms) = dead_time_ms {
+            s.dead_times.insert(template.to_string(), ms);
+        }
         if let Err(e) = self.node.open_slice(
             template,
             &user,
@@ -1771,7 +1785,19 @@ impl Service {
     }
 
     async fn end_worker(&mut self, name: &str, status: Option<i32>, reason: &str) {
-        match self.node.end(name, status, reason) {
+        self.end_worker_at(name, status, reason, None).await
+    }
+
+    /// Ends a worker at the runtime's own time when it has one.
+    async fn end_worker_at(
+        &mut self,
+        name: &str,
+        status: Option<i32>,
+        reason: &str,
+        at_ms: Option<i64>,
+    ) {
+        let at_ms = at_ms.unwrap_or_else(crate::store::now_ms);
+        match self.node.end_at(name, status, reason, at_ms) {
             Ok(changes) => {
                 self.publish(&changes).await;
                 self.launch_placed(&changes.placed).await;
@@ -1812,6 +1838,17 @@ impl Service {
     }
 
     async fn exited(&mut self, name: String, kind: Kind, id: String, exit: Exit) {
+        self.exited_at(name, kind, id, exit, None).await
+    }
+
+    async fn exited_at(
+        &mut self,
+        name: String,
+        kind: Kind,
+        id: String,
+        exit: Exit,
+        at_ms: Option<i64>,
+    ) {
         let ours = self
             .node
             .worker(&name)
@@ -1830,7 +1867,7 @@ impl Service {
             Exit::Failed(why) => (None, format!("failed: {why}")),
         };
         tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
-        self.end_worker(&name, status, &reason).await;
+        self.end_worker_at(&name, status, &reason, at_ms).await;
     }
 
     /// Graceful stop, then forced; the watcher reports the end.
@@ -1922,7 +1959,8 @@ impl Service {
                     // Ended while we were down.
                     let _ = self.node.set_launched(&name, &f.id);
                     let code = f.exit_code.unwrap_or_default();
-                    self.exited(name, kind, f.id.clone(), Exit::Exited(code))
+                    // Ended at the runtime's own time: billed until then, not until now.
+                    self.exited_at(name, kind, f.id.clone(), Exit::Exited(code), f.ended_ms)
                         .await;
                 }
                 None if runtime_id.is_none() => relaunch.push(name),

@@ -80,6 +80,8 @@ pub struct Slicer {
     pub allow_networked_weights: bool,
     /// The running slice's measurements.
     pub meter: Option<Meter>,
+    /// Each template's last handoff dead time (ms), for the metrics.
+    pub dead_times: BTreeMap<String, u64>,
     /// Templates whose weights are being staged (their VM may not start).
     pub staging: std::collections::BTreeSet<String>,
 }
@@ -102,6 +104,7 @@ impl Slicer {
             allow_networked_weights: false,
             meter: None,
             staging: Default::default(),
+            dead_times: BTreeMap::new(),
         }
     }
 

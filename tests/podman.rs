@@ -322,6 +322,8 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     pm.run(&["stop", "-t", "0", "astraeus-two"]);
+    let stopped_ms = astraeusd::store::now_ms();
+    std::thread::sleep(std::time::Duration::from_secs(3));
     let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
     // "one" is adopted, not started again; "two" is marked ended and its share freed.
     eventually("one adopted", || state(a, "one") == "s \"running\"\n");
@@ -346,6 +348,18 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
         )
         .ok
     });
+    // It ended when podman says it did (billed until then), not when the
+    // restarted daemon noticed, three seconds later.
+    let ended_ms: i64 = rusqlite::Connection::open(d.state.join("ledger.db"))
+        .unwrap()
+        .query_row("SELECT ended_ms FROM workers WHERE name = 'two'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        (ended_ms - stopped_ms).abs() <= 1500,
+        "ended at {ended_ms}, stopped at {stopped_ms}"
+    );
     assert!(
         d.log_text()
             .contains("adopted the running workload of worker one"),

@@ -54,14 +54,34 @@ fn steps(db: &Path) -> Vec<String> {
         .collect()
 }
 
+/// GET a path of the machine page: the body.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
 #[test]
 fn templates_hand_the_baseboard_over_one_at_a_time() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let dir = open_tempdir();
     let bus = Bus::session();
     std::fs::write(
         dir.path().join("node.toml"),
-        "[inventory]\nrefresh_seconds = 0.5\n[schedule]\nhandoff_buffer_seconds = 0\n\
-         [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n",
+        format!(
+            "[inventory]\nrefresh_seconds = 0.5\n[schedule]\nhandoff_buffer_seconds = 0\n\
+             [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n\
+             [http]\nlisten = \"{port}\"\n"
+        ),
     )
     .unwrap();
     std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
@@ -110,6 +130,21 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     assert!(manager(a, None, "Resume", &["sb", "b", "true"]).ok);
     eventually("b running", || template_state(a, "b") == "running");
     assert_eq!(template_state(a, "a"), "off");
+    // The machine page tells the slice state and the handoff's dead time.
+    let metrics = http_get(port, "/metrics");
+    assert!(
+        metrics.contains("astraeus_handoff_dead_time_seconds{template=\"b\"} "),
+        "{metrics}"
+    );
+    let machine: serde_json::Value =
+        serde_json::from_str(&http_get(port, "/machines/majin")).unwrap();
+    let b = machine["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["template"] == "b")
+        .unwrap();
+    assert_eq!(b["state"], "running");
     let db = d.state.join("ledger.db");
     let s = steps(&db);
     let handoff: Vec<&str> = s

@@ -356,6 +356,7 @@ impl Runtime for Libvirt {
                         id: d.name().ok()?,
                         running: true,
                         exit_code: None,
+                        ended_ms: None,
                     })
                 })
                 .collect())

@@ -55,6 +55,8 @@ pub struct Found {
     pub id: String,
     pub running: bool,
     pub exit_code: Option<i32>,
+    /// When it ended, by the runtime's own clock (epoch ms), when it says.
+    pub ended_ms: Option<i64>,
 }
 
 pub trait Runtime: Send + Sync {

@@ -210,6 +210,11 @@ impl Runtime for Podman {
                         exit_code: (state == "exited")
                             .then(|| c.get("ExitCode").and_then(Value::as_i64).map(|x| x as i32))
                             .flatten(),
+                        ended_ms: (state == "exited")
+                            .then(|| c.get("ExitedAt").and_then(Value::as_i64))
+                            .flatten()
+                            .filter(|s| *s > 0)
+                            .map(|s| s * 1000),
                     })
                 })
                 .collect())

@@ -261,6 +261,7 @@ impl Runtime for Units {
                         id: r.0.clone(),
                         running,
                         exit_code: (!running).then_some(0),
+                        ended_ms: None,
                     })
                 })
                 .collect())

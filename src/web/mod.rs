@@ -48,6 +48,11 @@ pub struct WorkerSnap {
 #[derive(Clone, Debug, Default)]
 pub struct SliceSnap {
     pub template: String,
+    /// Its VM's state (off, running…), or "on"/"off" by the schedule for a
+    /// schedule without a template.
+    pub state: String,
+    /// The last handoff's dead time (release confirmed → start issued).
+    pub dead_time_ms: Option<u64>,
     pub active: Option<SliceTriple>,
     pub next: Option<SliceTriple>,
 }
@@ -262,7 +267,8 @@ pub fn machine_json(snap: &Snapshot) -> Value {
         .map(|s| {
             json!({
                 "template": s.template,
-                "state": if s.active.is_some() { "on" } else { "off" },
+                "state": s.state,
+                "handoff_dead_time_ms": s.dead_time_ms,
                 "active": slice_json(&s.active, &tz),
                 "next": slice_json(&s.next, &tz),
             })
@@ -403,6 +409,20 @@ pub fn metrics(snap: &Snapshot) -> String {
             })
             .collect(),
     );
+    family(
+        "astraeus_handoff_dead_time_seconds",
+        "The last handoff's dead time: release confirmed → start issued.",
+        snap.slices
+            .iter()
+            .filter_map(|s| {
+                let ms = s.dead_time_ms?;
+                Some((
+                    format!("{{template=\"{}\"}}", label(&s.template)),
+                    format!("{:.3}", ms as f64 / 1000.0),
+                ))
+            })
+            .collect(),
+    );
     out
 }
 
@@ -491,6 +511,8 @@ mod tests {
             ],
             slices: vec![SliceSnap {
                 template: "llama".into(),
+                state: "off".into(),
+                dead_time_ms: Some(1500),
                 active: None,
                 next: Some((0, 3600, "poweroff".into())),
             }],
@@ -554,6 +576,7 @@ mod tests {
         ));
         assert!(m.contains("astraeus_workers_pending{machine=\"majin\"} 1\n"));
         assert!(m.contains("astraeus_slice_active{template=\"llama\"} 0\n"));
+        assert!(m.contains("astraeus_handoff_dead_time_seconds{template=\"llama\"} 1.500\n"));
         assert!(m.contains("# TYPE astraeus_worker_used_bytes gauge\n"));
         assert!(
             !m.contains("astraeus_worker_used_bytes{"),
