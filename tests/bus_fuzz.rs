@@ -10,7 +10,7 @@ mod common;
 mod ledger_check;
 
 use common::*;
-use ledger_check::Rng;
+use ledger_check::{count_from_env, seed_from_env, Rng};
 use zbus::{DBusError, Structure, Variant};
 
 /// Strings that have broken parsers before, and fragments of real requests.
@@ -82,19 +82,10 @@ fn value(rng: &mut Rng, ty: &str) -> Variant<'static> {
 
 #[test]
 fn arbitrary_arguments_to_every_method_get_typed_errors_and_never_break_the_daemon() {
-    let seed: u64 = std::env::var("BUS_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    let calls: u64 = std::env::var("BUS_FUZZ_CALLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3000);
+    let (seed, calls) = (
+        seed_from_env("BUS_FUZZ_SEED"),
+        count_from_env("BUS_FUZZ_CALLS", 3000),
+    );
     eprintln!("bus fuzz seed {seed} ({calls} calls); replay with BUS_FUZZ_SEED={seed}");
     let mut rng = Rng(seed | 1);
     let dir = open_tempdir();

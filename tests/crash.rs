@@ -11,7 +11,7 @@ mod ledger_check;
 use astraeusd::inventory::sim;
 use astraeusd::node::Node;
 use astraeusd::store::Store;
-use ledger_check::{check, spec, Rng, MACHINE};
+use ledger_check::{check, count_from_env, seed_from_env, spec, Rng, MACHINE};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -65,19 +65,10 @@ fn crash_child() {
 
 #[test]
 fn killed_at_any_point_the_ledger_keeps_every_acknowledged_operation() {
-    let seed: u64 = std::env::var("CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    let runs: u64 = std::env::var("CRASH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+    let (seed, runs) = (
+        seed_from_env("CRASH_SEED"),
+        count_from_env("CRASH_RUNS", 40),
+    );
     eprintln!("crash test seed {seed} ({runs} runs); replay with CRASH_SEED={seed}");
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().unwrap();

@@ -12,7 +12,7 @@ mod common;
 mod ledger_check;
 
 use common::*;
-use ledger_check::{check, spec, Rng, MACHINE};
+use ledger_check::{check, count_from_env, seed_from_env, spec, Rng, MACHINE};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -123,19 +123,10 @@ fn client(
 
 #[test]
 fn sigkill_storm_over_dbus_keeps_every_acknowledged_call() {
-    let seed: u64 = std::env::var("STORM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    let kills: u64 = std::env::var("STORM_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
+    let (seed, kills) = (
+        seed_from_env("STORM_SEED"),
+        count_from_env("STORM_KILLS", 12),
+    );
     eprintln!("storm seed {seed} ({kills} kills); replay with STORM_SEED={seed}");
     let mut rng = Rng(seed | 1);
     let dir = open_tempdir();

@@ -171,3 +171,24 @@ pub fn check(db: &Path, logs: &[String], seed: u64) {
         );
     }
 }
+
+/// A seed from `var` (to replay a run), else from the clock; printed by the caller.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+}
+
+/// How many rounds, from `var` when set.
+pub fn count_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
