@@ -250,17 +250,7 @@ fn a_container_gets_its_share_device_and_limits_and_its_exit_frees_the_share() {
     eventually("voice placed after listen exited", || {
         state(a, "voice") == "s \"running\"\n"
     });
-    assert!(
-        !busctl(
-            a,
-            &[
-                "introspect",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1/worker/listen"
-            ]
-        )
-        .ok
-    );
+    assert!(gone(a, "listen"));
     assert!(
         d.log_text().contains("worker listen exited with status 3"),
         "{}",
@@ -337,17 +327,7 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
             .count(),
         1
     );
-    eventually("two ended", || {
-        !busctl(
-            a,
-            &[
-                "introspect",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1/worker/two",
-            ],
-        )
-        .ok
-    });
+    eventually("two ended", || gone(a, "two"));
     // It ended when podman says it did (billed until then), not when the
     // restarted daemon noticed, three seconds later.
     let ended_ms: i64 = rusqlite::Connection::open(d.state.join("ledger.db"))
@@ -383,17 +363,7 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
 
     // StopWorker: graceful, then forced; the share frees once it is gone.
     assert!(manager(a, None, "StopWorker", &["s", "one"]).ok);
-    eventually("one gone", || {
-        !busctl(
-            a,
-            &[
-                "introspect",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1/worker/one",
-            ],
-        )
-        .ok
-    });
+    eventually("one gone", || gone(a, "one"));
     eventually("container removed", || {
         !pm.run(&["ps", "-a"]).contains("astraeus-one")
     });
@@ -486,17 +456,7 @@ fn podman_going_away_does_not_free_a_share_whose_container_still_runs() {
     // It comes back; a stop then goes through and frees the share.
     pm.service = pm.serve();
     assert!(manager(a, None, "StopWorker", &["s", "held"]).ok);
-    eventually("held gone", || {
-        !busctl(
-            a,
-            &[
-                "introspect",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1/worker/held",
-            ],
-        )
-        .ok
-    });
+    eventually("held gone", || gone(a, "held"));
     assert!(d.log_text().contains("retrying"), "{}", d.log_text());
 }
 
@@ -520,17 +480,7 @@ fn podman_gone_at_launch_fails_the_worker_and_frees_its_share() {
         &["s", &container("late", Some("3"), "sleep 1000")],
     );
     assert!(o.ok, "{}", o.stderr);
-    eventually("late ended", || {
-        !busctl(
-            a,
-            &[
-                "introspect",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1/worker/late",
-            ],
-        )
-        .ok
-    });
+    eventually("late ended", || gone(a, "late"));
     assert!(
         d.log_text().contains("worker late failed to start:"),
         "{}",

@@ -132,18 +132,6 @@ fn an_existing_domain_is_copied_and_must_be_off() {
 
 // ---- the daemon, over a real bus ----
 
-fn gone(a: &str, name: &str) -> bool {
-    !busctl(
-        a,
-        &[
-            "introspect",
-            "org.astraeus.Node1",
-            &format!("/org/astraeus/Node1/worker/{name}"),
-        ],
-    )
-    .ok
-}
-
 fn vm_spec(name: &str, gpus: u32, xml: &str) -> String {
     let gpu = if gpus > 0 {
         format!(r#""gpu_requests":{{"count":{gpus}}},"#)

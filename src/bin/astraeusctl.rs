@@ -1,5 +1,6 @@
 //! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
 
+use astraeusd::bus::objects::{SliceReportRow, UsageRow};
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
 use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand, TemplateCommand};
 use astraeusd::quantity::Amount;
@@ -367,8 +368,6 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-type UsageRow = (String, String, String, u64, u64, i64);
-
 /// The usage report as a table (hours, kWh), JSON or CSV (exact ms and mJ).
 fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
     let busy = |b: i64| (b >= 0).then_some(b as u64);
@@ -553,21 +552,6 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
     }
     Ok(())
 }
-
-type SliceReportRow = (
-    String,
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
-    f64,
-    f64,
-    f64,
-    f64,
-    f64,
-    String,
-);
 
 /// Each slice, then hours by template and by user; -1 reads "not reported".
 fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out: bool) {

@@ -376,3 +376,16 @@ pub fn methods_in_xml() -> Vec<(String, String, Vec<String>)> {
     }
     out
 }
+
+/// Whether a worker's object is gone from the bus (it ended).
+pub fn gone(a: &str, name: &str) -> bool {
+    !busctl(
+        a,
+        &[
+            "introspect",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/worker/{name}"),
+        ],
+    )
+    .ok
+}
