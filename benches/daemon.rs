@@ -590,6 +590,25 @@ fn main() {
         println!("bench smoke: OK");
         return;
     }
+    // `scripts/bench --part NAME` runs one figure at full size and writes nothing
+    // (to check a fix; the record is always a whole run).
+    if let Some(part) = args
+        .iter()
+        .position(|a| a == "--part")
+        .and_then(|i| args.get(i + 1))
+    {
+        match part.as_str() {
+            "placement" => placement_at_scale(&[1_000, 10_000, 100_000], &mut out),
+            "restart" => restart(10_000, 100_000, &mut out),
+            "round-trips" => round_trips(500, &mut out),
+            "idle" => idle(Duration::from_secs(60), &mut out),
+            "handoff" => handoff_dead_time(50, &mut out),
+            "throughput" => throughput(50, 20_000, &mut out),
+            other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput"),
+        }
+        println!("{}", out.join("\n"));
+        return;
+    }
     placement_at_scale(&[1_000, 10_000, 100_000], &mut out);
     restart(10_000, 100_000, &mut out);
     round_trips(500, &mut out);

@@ -12,16 +12,19 @@ use crate::slices;
 use crate::store::{now_ms, Store, WorkerState};
 use std::collections::BTreeMap;
 
+/// Where a worker is. A pending worker's reasons are not kept here: they are
+/// computed when asked ([`Node::reasons`]), since every change of a GPU would
+/// otherwise rebuild them for the whole queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
-    Pending { reasons: Vec<String> },
+    Pending,
     Running { grants: Vec<Grant> },
 }
 
 impl Status {
     pub fn as_str(&self) -> &'static str {
         match self {
-            Status::Pending { .. } => WorkerState::Pending.as_str(),
+            Status::Pending => WorkerState::Pending.as_str(),
             Status::Running { .. } => WorkerState::Running.as_str(),
         }
     }
@@ -60,7 +63,7 @@ impl Worker {
     /// pending, starting, running or stopping — the State a person sees.
     pub fn state(&self) -> &'static str {
         match (&self.status, self.phase) {
-            (Status::Pending { .. }, _) => "pending",
+            (Status::Pending, _) => "pending",
             (_, Phase::Starting) => "starting",
             (_, Phase::Stopping) => "stopping",
             _ => "running",
@@ -128,13 +131,7 @@ impl Worker {
     pub fn grants(&self) -> &[Grant] {
         match &self.status {
             Status::Running { grants } => grants,
-            Status::Pending { .. } => &[],
-        }
-    }
-    pub fn reasons(&self) -> &[String] {
-        match &self.status {
-            Status::Pending { reasons } => reasons,
-            Status::Running { .. } => &[],
+            Status::Pending => &[],
         }
     }
 }
@@ -144,7 +141,7 @@ impl Worker {
 pub struct Changes {
     pub added: Vec<String>,
     pub removed: Vec<String>,
-    /// Workers whose state or reasons changed.
+    /// Workers whose state changed.
     pub updated: Vec<String>,
     /// GPUs (by index) whose use or inventory changed.
     pub gpus: Vec<u32>,
@@ -163,11 +160,64 @@ pub struct Rotation {
     pub horizon: jiff::SignedDuration,
 }
 
+/// The machine and what is promised on it, at one moment (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub machine: std::sync::Arc<Machine>,
+    pub book: Book,
+}
+
+impl Snapshot {
+    /// Why a request waits here, one line per GPU that could have served.
+    pub fn reasons(&self, res: &crate::request::Resources) -> Vec<String> {
+        placement::place(&self.machine, &self.book, res, &mut Evaluations::default())
+            .err()
+            .unwrap_or_default()
+    }
+}
+
 /// Where a dry run would go.
 pub type Verdict = std::result::Result<Vec<Grant>, Vec<String>>;
 
+/// What a change gave back, so a re-examination looks only where it can help.
+enum Better {
+    /// Anything may fit now (start, or the machine itself changed).
+    Everything,
+    /// These GPUs (by UUID), and the host's cores and memory when `host`.
+    Some { gpus: Vec<String>, host: bool },
+}
+
+/// What a new reading of the machine can have given back: the GPUs whose
+/// figures changed or that are new; everything when the machine as a whole did.
+fn better_machine(old: &Machine, new: &Machine) -> Better {
+    if old.name != new.name
+        || old.wsl != new.wsl
+        || old.cpu_cores != new.cpu_cores
+        || old.memory_bytes != new.memory_bytes
+    {
+        return Better::Everything;
+    }
+    let same = |g: &Gpu, o: &Gpu| {
+        (
+            &g.uuid, g.index, &g.model, &g.vendor, g.total, g.outside, g.healthy, g.sliced,
+        ) == (
+            &o.uuid, o.index, &o.model, &o.vendor, o.total, o.outside, o.healthy, o.sliced,
+        )
+    };
+    Better::Some {
+        gpus: new
+            .gpus
+            .iter()
+            .filter(|g| !old.gpus.iter().any(|o| same(g, o)))
+            .map(|g| g.uuid.clone())
+            .collect(),
+        host: false,
+    }
+}
+
 pub struct Node {
-    machine: Machine,
+    /// Shared with the bus's snapshot (see [`Node::snapshot`]); replaced, never changed.
+    machine: std::sync::Arc<Machine>,
     book: Book,
     workers: BTreeMap<String, Worker>,
     /// Pending workers by ledger id: oldest first.
@@ -177,6 +227,9 @@ pub struct Node {
     schedules: BTreeMap<String, Vec<ScheduledAction>>,
     /// GPU evaluations done so far (tests prove re-examination is linear).
     pub evals: Evaluations,
+    /// Reasons computed since the machine or the book last changed, by worker.
+    /// A Mutex (uncontended: one owner) so that asking takes `&self`.
+    reasons: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
     /// This daemon run in the ledger (its start), once begun.
     run: Option<i64>,
 }
@@ -186,7 +239,7 @@ impl Node {
     /// placements the ledger holds; pending ones are examined afresh.
     pub fn open(store: Store, machine: Machine) -> Result<Node> {
         let mut node = Node {
-            machine,
+            machine: std::sync::Arc::new(machine),
             book: Book::default(),
             workers: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -194,6 +247,7 @@ impl Node {
             store,
             schedules: BTreeMap::new(),
             evals: Evaluations::default(),
+            reasons: Default::default(),
         };
         for (template, json) in node.store.schedules()? {
             // Stored actions are normalized (+N resolved); an END_VALUE that has
@@ -217,9 +271,7 @@ impl Node {
                 }
                 _ => {
                     node.pending.insert(row.id, row.name.clone());
-                    Status::Pending {
-                        reasons: Vec::new(),
-                    }
+                    Status::Pending
                 }
             };
             node.workers.insert(
@@ -240,7 +292,7 @@ impl Node {
             );
         }
         let mut changes = Changes::default();
-        node.reexamine(&mut changes)?;
+        node.reexamine(Better::Everything, &mut changes)?;
         Ok(node)
     }
 
@@ -297,8 +349,8 @@ impl Node {
         } else {
             spec.holders.clone()
         };
-        let verdict = placement::place(&self.machine, &self.book, &spec.resources, &mut self.evals);
-        let grants = verdict.as_ref().ok().map(Vec::as_slice);
+        let verdict = placement::fits(&self.machine, &self.book, &spec.resources, &mut self.evals);
+        let grants = verdict.as_deref();
         let at = now_ms();
         let id = self
             .store
@@ -308,15 +360,16 @@ impl Node {
             ..Changes::default()
         };
         let status = match verdict {
-            Ok(grants) => {
+            Some(grants) => {
                 self.book.add(&name, &spec.resources, &grants);
+                self.forget_reasons();
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
                 changes.placed.push(name.clone());
                 Status::Running { grants }
             }
-            Err(reasons) => {
+            None => {
                 self.pending.insert(id, name.clone());
-                Status::Pending { reasons }
+                Status::Pending
             }
         };
         self.workers.insert(
@@ -389,11 +442,18 @@ impl Node {
         match &w.status {
             Status::Running { grants } => {
                 self.book.remove(name, &w.spec.resources, grants);
+                self.forget_reasons();
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
-                self.reexamine(&mut changes)?;
+                let res = &w.spec.resources;
+                let better = Better::Some {
+                    gpus: grants.iter().map(|g| g.gpu_uuid.clone()).collect(),
+                    host: !res.cpu_cores.is_zero() || res.memory_bytes > 0,
+                };
+                self.reexamine(better, &mut changes)?;
             }
-            Status::Pending { .. } => {
+            Status::Pending => {
                 self.pending.remove(&w.id);
+                self.reasons_memo().remove(name);
             }
         }
         Ok(changes)
@@ -413,48 +473,121 @@ impl Node {
     /// A new reading of the machine: promises stay, pending work is re-examined.
     pub fn set_machine(&mut self, machine: Machine) -> Result<Changes> {
         let mut changes = Changes::default();
-        if machine == self.machine {
+        if machine == *self.machine {
             return Ok(changes);
         }
         changes.machine_changed = true;
         changes.gpus.extend(machine.gpus.iter().map(|g| g.index));
-        self.machine = machine;
-        self.reexamine(&mut changes)?;
+        let better = better_machine(&self.machine, &machine);
+        self.machine = std::sync::Arc::new(machine);
+        self.forget_reasons();
+        self.reexamine(better, &mut changes)?;
         Ok(changes)
+    }
+
+    /// Why a pending worker waits, one line per GPU that could have served
+    /// (empty when it is not pending). Computed when asked and kept until the
+    /// machine or the book changes.
+    pub fn reasons(&self, name: &str) -> Vec<String> {
+        let Some(w) = self
+            .workers
+            .get(name)
+            .filter(|w| w.status == Status::Pending)
+        else {
+            return Vec::new();
+        };
+        let mut memo = self.reasons_memo();
+        if let Some(r) = memo.get(name) {
+            return r.clone();
+        }
+        let r = placement::place(
+            &self.machine,
+            &self.book,
+            &w.spec.resources,
+            &mut Evaluations::default(),
+        )
+        .err()
+        .unwrap_or_default();
+        memo.insert(name.to_string(), r.clone());
+        r
+    }
+
+    fn reasons_memo(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Vec<String>>> {
+        self.reasons.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The machine or the book changed: every reason computed may be stale.
+    fn forget_reasons(&mut self) {
+        self.reasons_memo().clear();
+    }
+
+    /// The machine and the book as they are now, for explaining waits
+    /// elsewhere (bus property getters) without asking this owner.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            machine: self.machine.clone(),
+            book: self.book.clone(),
+        }
     }
 
     /// One pass over the pending workers, oldest first. Placing only consumes
     /// capacity, so a worker that did not fit earlier in the pass cannot fit
-    /// later in it: one pass is complete, and its cost is linear.
-    fn reexamine(&mut self, changes: &mut Changes) -> Result<()> {
-        let queue: Vec<(i64, String)> = self.pending.iter().map(|(i, n)| (*i, n.clone())).collect();
-        for (id, name) in queue {
-            let w = self.workers.get(&name).expect("pending workers are live");
-            let verdict = placement::place(
-                &self.machine,
-                &self.book,
-                &w.spec.resources,
-                &mut self.evals,
-            );
-            match verdict {
-                Ok(grants) => {
-                    self.store.start_worker(id, &grants, now_ms())?;
-                    let w = self.workers.get_mut(&name).expect("live");
-                    self.book.add(&name, &w.spec.resources, &grants);
-                    changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
-                    w.status = Status::Running { grants };
-                    self.pending.remove(&id);
-                    changes.placed.push(name.clone());
-                    changes.updated.push(name);
+    /// later in it: one pass is complete. And since no pending worker fitted
+    /// before this change, only one that a GPU given back (or the host's freed
+    /// cores and memory) could serve can fit now: the others cost one cheap,
+    /// string-free check each ([`placement::could_use`]); no reason is built.
+    fn reexamine(&mut self, better: Better, changes: &mut Changes) -> Result<()> {
+        let improved: Vec<usize> = match &better {
+            Better::Everything => Vec::new(),
+            Better::Some { gpus, .. } => gpus
+                .iter()
+                .filter_map(|u| self.machine.gpus.iter().position(|g| &g.uuid == u))
+                .collect(),
+        };
+        let mut placed = Vec::new();
+        for (&id, name) in &self.pending {
+            let w = self.workers.get(name).expect("pending workers are live");
+            let res = &w.spec.resources;
+            let worth_a_look = match &better {
+                Better::Everything => true,
+                Better::Some { host, .. } => {
+                    (*host && (!res.cpu_cores.is_zero() || res.memory_bytes > 0))
+                        || res.gpu.as_ref().is_some_and(|req| {
+                            improved.iter().any(|&i| {
+                                self.evals.0 += 1;
+                                placement::could_use(
+                                    &self.machine,
+                                    &self.machine.gpus[i],
+                                    &self.book,
+                                    req,
+                                )
+                            })
+                        })
                 }
-                Err(reasons) => {
-                    let w = self.workers.get_mut(&name).expect("live");
-                    if w.reasons() != reasons.as_slice() {
-                        w.status = Status::Pending { reasons };
-                        changes.updated.push(name);
-                    }
-                }
+            };
+            if !worth_a_look {
+                continue;
             }
+            if let Some(grants) = placement::fits(&self.machine, &self.book, res, &mut self.evals) {
+                self.store.start_worker(id, &grants, now_ms())?;
+                self.book.add(name, res, &grants);
+                changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
+                placed.push((id, name.clone(), grants));
+            }
+        }
+        for (id, name, grants) in placed {
+            self.pending.remove(&id);
+            self.reasons_memo().remove(&name);
+            if let Some(w) = self.workers.get_mut(&name) {
+                w.status = Status::Running { grants };
+            }
+            changes.placed.push(name.clone());
+            changes.updated.push(name);
+        }
+        if !changes.placed.is_empty() {
+            self.forget_reasons();
         }
         changes.gpus.sort_unstable();
         changes.gpus.dedup();
@@ -909,9 +1042,19 @@ impl Node {
             }
         }
         for w in self.workers.values() {
-            if let Status::Pending { reasons } = &w.status {
-                if reasons.is_empty() {
+            if w.status == Status::Pending {
+                if self.reasons(w.name()).is_empty() {
                     broken.push(format!("pending worker {} has no reason", w.name()));
+                }
+                if placement::fits(
+                    &self.machine,
+                    &self.book,
+                    &w.spec.resources,
+                    &mut Evaluations::default(),
+                )
+                .is_some()
+                {
+                    broken.push(format!("pending worker {} would fit now", w.name()));
                 }
             }
         }
@@ -946,11 +1089,11 @@ mod tests {
         n.submit(&shared("small", "1.5"), 1000, None).unwrap();
         n.submit(&shared("big", "7.5"), 1000, None).unwrap();
         assert_eq!(
-            n.worker("small").unwrap().reasons(),
+            n.reasons("small"),
             ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"]
         );
         assert_eq!(
-            n.worker("big").unwrap().reasons(),
+            n.reasons("big"),
             ["GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5"]
         );
         let uuid = n.machine().gpus[0].uuid.clone();
@@ -1060,12 +1203,74 @@ mod tests {
         );
         let start = n.evals.0;
         n.stop("fill0", 1).unwrap();
-        // One pass: every pending worker once, each over the 8 GPUs.
-        assert_eq!(n.evals.0 - start, pending * gpus);
+        // One pass: every pending worker checked once against the one GPU
+        // given back; a full placement (8 GPUs) only for the four that fit.
+        assert_eq!(n.evals.0 - start, pending + 4 * gpus);
         assert_eq!(
             n.pending_count() as u64,
             pending - 4,
             "four 2 GB workers fit in 8 GB"
         );
+        assert!(n.audit().is_empty(), "{:?}", n.audit());
+    }
+
+    #[test]
+    fn reasons_are_computed_when_asked_and_current_after_each_change() {
+        let mut n = node();
+        n.submit(&shared("listen", "2.2"), 1, None).unwrap();
+        n.submit(&shared("big", "7.5"), 1, None).unwrap();
+        n.submit(&shared("mid", "5.5"), 1, None).unwrap();
+        assert_eq!(
+            n.reasons("mid"),
+            ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
+        );
+        let snap = n.snapshot();
+        n.submit(&shared("tiny", "0.5"), 1, None).unwrap();
+        assert_eq!(
+            n.reasons("mid"),
+            ["GPU 0 of majin: 2.7 of 7 GB taken by shared work; it needs 5.5"]
+        );
+        // A snapshot is the moment it was taken.
+        let mid = n.worker("mid").unwrap().spec.resources.clone();
+        assert_eq!(
+            snap.reasons(&mid),
+            ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
+        );
+        assert_eq!(n.snapshot().reasons(&mid), n.reasons("mid"));
+        let c = n.stop("listen", 1).unwrap();
+        assert_eq!(
+            c.updated,
+            vec!["mid".to_string()],
+            "mid fits once listen ends"
+        );
+        assert!(
+            n.reasons("mid").is_empty(),
+            "a running worker has no reasons"
+        );
+        assert!(n.audit().is_empty(), "{:?}", n.audit());
+    }
+
+    #[test]
+    fn a_new_reading_reexamines_only_the_gpus_that_changed() {
+        let mut toml = String::from("machine = \"m\"\ncpu_cores = 64\nmemory_gb = 512\n");
+        for _ in 0..4 {
+            toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\noutside_gb = 4\n");
+        }
+        let mut n =
+            Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
+        for i in 0..100 {
+            n.submit(&shared(&format!("p{i}"), "6"), 1, None).unwrap();
+        }
+        assert_eq!(n.pending_count(), 100);
+        // GPU 2's outside use drops to 1 GB: only GPU 2 is looked at, once per
+        // pending worker, and the oldest fits there.
+        let mut m = sim::parse(&toml).unwrap();
+        m.gpus[2].outside = crate::quantity::Amount::from_hundredths(100);
+        let start = n.evals.0;
+        let c = n.set_machine(m).unwrap();
+        assert_eq!(c.placed, vec!["p0".to_string()]);
+        assert_eq!(n.evals.0 - start, 100 + 4);
+        assert_eq!(n.worker("p0").unwrap().grants()[0].gpu_index, 2);
+        assert!(n.audit().is_empty(), "{:?}", n.audit());
     }
 }

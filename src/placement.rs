@@ -9,6 +9,7 @@
 use crate::quantity::Amount;
 use crate::request::{GpuCount, GpuId, GpuRequest, Resources};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// One GPU as the inventory sees it now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -114,16 +115,18 @@ impl Mode {
 
 /// Everything promised to running workers: GPUs (by UUID, so a renumbered or
 /// vanished GPU keeps its promises) and the host's cores and memory.
+/// Each GPU's use is copied on write, so a clone of the book (the snapshot
+/// the bus explains waits from) costs one pointer per GPU.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Book {
-    pub gpus: HashMap<String, GpuUse>,
+    pub gpus: HashMap<String, Arc<GpuUse>>,
     pub cpu_cores: Amount,
     pub memory_bytes: u64,
 }
 
 impl Book {
     pub fn usage(&self, uuid: &str) -> Option<&GpuUse> {
-        self.gpus.get(uuid)
+        self.gpus.get(uuid).map(|u| &**u)
     }
 
     pub fn mode(&self, uuid: &str) -> Mode {
@@ -136,7 +139,7 @@ impl Book {
     }
 
     pub fn taken(&self, uuid: &str) -> Amount {
-        self.gpus.get(uuid).map(GpuUse::taken).unwrap_or_default()
+        self.usage(uuid).map(GpuUse::taken).unwrap_or_default()
     }
 
     /// Records a placement. The caller has checked it with [`place`].
@@ -144,7 +147,7 @@ impl Book {
         self.cpu_cores = self.cpu_cores + res.cpu_cores;
         self.memory_bytes = self.memory_bytes.saturating_add(res.memory_bytes);
         for g in grants {
-            let u = self.gpus.entry(g.gpu_uuid.clone()).or_default();
+            let u = Arc::make_mut(self.gpus.entry(g.gpu_uuid.clone()).or_default());
             match g.share {
                 Some(share) => {
                     u.sharers.insert(worker.to_string(), share);
@@ -160,6 +163,7 @@ impl Book {
         self.memory_bytes = self.memory_bytes.saturating_sub(res.memory_bytes);
         for g in grants {
             if let Some(u) = self.gpus.get_mut(&g.gpu_uuid) {
+                let u = Arc::make_mut(u);
                 u.sharers.remove(worker);
                 if u.whole.as_deref() == Some(worker) {
                     u.whole = None;
@@ -176,6 +180,26 @@ impl Book {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Evaluations(pub u64);
 
+/// Where reasons go: collected when explaining a wait, never formatted when
+/// the queue only asks whether a worker fits (the hot path of a re-examination).
+struct Notes(Option<Vec<String>>);
+
+impl Notes {
+    fn add(&mut self, line: impl FnOnce() -> String) {
+        if let Some(v) = &mut self.0 {
+            v.push(line());
+        }
+    }
+    fn sibling(&self) -> Notes {
+        Notes(self.0.as_ref().map(|_| Vec::new()))
+    }
+    fn append(&mut self, other: Notes) {
+        if let (Some(v), Some(mut o)) = (&mut self.0, other.0) {
+            v.append(&mut o);
+        }
+    }
+}
+
 /// Where a request goes now, or every reason it waits.
 pub fn place(
     machine: &Machine,
@@ -183,41 +207,102 @@ pub fn place(
     res: &Resources,
     evals: &mut Evaluations,
 ) -> Result<Vec<Grant>, Vec<String>> {
-    let mut reasons = host_reasons(machine, book, res);
+    let mut notes = Notes(Some(Vec::new()));
+    match decide(machine, book, res, evals, &mut notes) {
+        Some(grants) => Ok(grants),
+        None => Err(notes.0.unwrap_or_default()),
+    }
+}
+
+/// Where a request goes now, if it fits: [`place`] without the reasons.
+pub fn fits(
+    machine: &Machine,
+    book: &Book,
+    res: &Resources,
+    evals: &mut Evaluations,
+) -> Option<Vec<Grant>> {
+    decide(machine, book, res, evals, &mut Notes(None))
+}
+
+fn decide(
+    machine: &Machine,
+    book: &Book,
+    res: &Resources,
+    evals: &mut Evaluations,
+    notes: &mut Notes,
+) -> Option<Vec<Grant>> {
+    let host_ok = host_check(machine, book, res, notes);
     let grants = match &res.gpu {
-        None => Ok(Vec::new()),
-        Some(req) => place_gpus(machine, book, req, evals),
+        None => Some(Vec::new()),
+        Some(req) => {
+            // GPU lines count only when the GPUs are what it waits for.
+            let mut gpu_notes = notes.sibling();
+            let g = place_gpus(machine, book, req, evals, &mut gpu_notes);
+            if g.is_none() {
+                notes.append(gpu_notes);
+            }
+            g
+        }
     };
-    match grants {
-        Ok(g) if reasons.is_empty() => Ok(g),
-        Ok(_) => Err(reasons),
-        Err(mut r) => {
-            reasons.append(&mut r);
-            Err(reasons)
+    grants.filter(|_| host_ok)
+}
+
+/// Whether GPU `g` could take part in placing `req` now. A cheap necessary
+/// condition, no strings: after a change that gave capacity back only on some
+/// GPUs, a pending worker none of them could serve still cannot be placed.
+pub fn could_use(machine: &Machine, g: &Gpu, book: &Book, req: &GpuRequest) -> bool {
+    if g.sliced {
+        return false;
+    }
+    let usage = book.usage(&g.uuid);
+    match req.shared_gb {
+        None => {
+            matches_filters(g, req)
+                && (g.healthy || !req.healthy_only)
+                && usage.is_none_or(GpuUse::is_free)
+        }
+        Some(need) => {
+            // On WSL2 a sharer takes its share on every GPU, whatever the filters.
+            let eligible =
+                machine.wsl || (matches_filters(g, req) && (g.healthy || !req.healthy_only));
+            let taken = usage.map(GpuUse::taken).unwrap_or_default();
+            eligible && usage.is_none_or(|u| u.whole.is_none()) && taken + need <= g.offered()
         }
     }
 }
 
-fn host_reasons(machine: &Machine, book: &Book, res: &Resources) -> Vec<String> {
-    let mut reasons = Vec::new();
+fn host_check(machine: &Machine, book: &Book, res: &Resources, notes: &mut Notes) -> bool {
+    let mut ok = true;
     let m = &machine.name;
     let cores = book.cpu_cores + res.cpu_cores;
     if !res.cpu_cores.is_zero() && cores > machine.cpu_cores {
-        reasons.push(format!(
-            "host {m}: {} of {} CPU cores promised to workers; it needs {}",
-            book.cpu_cores, machine.cpu_cores, res.cpu_cores
-        ));
+        ok = false;
+        notes.add(|| {
+            format!(
+                "host {m}: {} of {} CPU cores promised to workers; it needs {}",
+                book.cpu_cores, machine.cpu_cores, res.cpu_cores
+            )
+        });
     }
     let mem = book.memory_bytes.saturating_add(res.memory_bytes);
     if res.memory_bytes > 0 && mem > machine.memory_bytes {
-        reasons.push(format!(
-            "host {m}: {} of {} GB of memory promised to workers; it needs {}",
-            Amount::gb_from_bytes_ceil(book.memory_bytes),
-            Amount::gb_from_bytes_floor(machine.memory_bytes),
-            Amount::gb_from_bytes_ceil(res.memory_bytes)
-        ));
+        ok = false;
+        notes.add(|| {
+            format!(
+                "host {m}: {} of {} GB of memory promised to workers; it needs {}",
+                Amount::gb_from_bytes_ceil(book.memory_bytes),
+                Amount::gb_from_bytes_floor(machine.memory_bytes),
+                Amount::gb_from_bytes_ceil(res.memory_bytes)
+            )
+        });
     }
-    reasons
+    ok
+}
+
+/// `haystack` contains `needle`, ignoring ASCII case, without allocating.
+fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    n.is_empty() || h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
 }
 
 fn matches_filters(gpu: &Gpu, req: &GpuRequest) -> bool {
@@ -225,9 +310,11 @@ fn matches_filters(gpu: &Gpu, req: &GpuRequest) -> bool {
         .vendor
         .as_ref()
         .is_none_or(|v| v.eq_ignore_ascii_case(&gpu.vendor));
-    let model = gpu.model.to_lowercase();
-    let model_ok =
-        req.models.is_empty() || req.models.iter().any(|m| model.contains(&m.to_lowercase()));
+    let model_ok = req.models.is_empty()
+        || req
+            .models
+            .iter()
+            .any(|m| contains_ignore_case(&gpu.model, m));
     let id_ok = req.ids.is_empty()
         || req.ids.iter().any(|id| match id {
             GpuId::Index(i) => *i == gpu.index,
@@ -272,7 +359,8 @@ fn place_gpus(
     book: &Book,
     req: &GpuRequest,
     evals: &mut Evaluations,
-) -> Result<Vec<Grant>, Vec<String>> {
+    notes: &mut Notes,
+) -> Option<Vec<Grant>> {
     let m = &machine.name;
     let candidates: Vec<&Gpu> = machine
         .gpus
@@ -280,9 +368,9 @@ fn place_gpus(
         .filter(|g| !g.sliced && matches_filters(g, req))
         .collect();
     if candidates.is_empty() {
-        return Err(vec![no_match_reason(machine, req)]);
+        notes.add(|| no_match_reason(machine, req));
+        return None;
     }
-    let mut reasons = Vec::new();
     let unhealthy = |g: &Gpu| req.healthy_only && !g.healthy;
 
     match req.shared_gb {
@@ -293,16 +381,18 @@ fn place_gpus(
                 evals.0 += 1;
                 let usage = book.usage(&g.uuid);
                 if unhealthy(g) {
-                    reasons.push(g.unhealthy_reason(m));
+                    notes.add(|| g.unhealthy_reason(m));
                 } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
-                    reasons.push(format!("GPU {} of {m} is held whole by {holder}", g.index));
+                    notes.add(|| format!("GPU {} of {m} is held whole by {holder}", g.index));
                 } else if let Some(u) = usage.filter(|u| !u.sharers.is_empty()) {
                     let n = u.sharers.len();
                     let workers = if n == 1 { "worker" } else { "workers" };
-                    reasons.push(format!(
-                        "GPU {} of {m} is shared by {n} {workers}; it needs it whole",
-                        g.index
-                    ));
+                    notes.add(|| {
+                        format!(
+                            "GPU {} of {m} is shared by {n} {workers}; it needs it whole",
+                            g.index
+                        )
+                    });
                 } else {
                     fit.push(*g);
                 }
@@ -312,14 +402,14 @@ fn place_gpus(
                 GpuCount::Exactly(n) => n as usize,
             };
             if fit.len() >= want {
-                return Ok(fit[..want].iter().map(|g| grant(g, None)).collect());
+                return Some(fit[..want].iter().map(|g| grant(g, None)).collect());
             }
             if candidates.len() < want {
-                reasons.push(too_few(m, "", candidates.len(), want));
+                notes.add(|| too_few(m, "", candidates.len(), want));
             } else if !fit.is_empty() && req.count != GpuCount::All {
-                reasons.push(too_few(m, "free ", fit.len(), want));
+                notes.add(|| too_few(m, "free ", fit.len(), want));
             }
-            Err(reasons)
+            None
         }
         Some(need) => {
             // On WSL2 the worker takes its share on every GPU of the pool.
@@ -330,27 +420,36 @@ fn place_gpus(
             };
             let mut shared_fit = Vec::new();
             let mut free_fit = Vec::new();
+            let mut blocked = 0;
             for g in &pool {
                 evals.0 += 1;
                 let usage = book.usage(&g.uuid);
-                let taken = book.taken(&g.uuid);
+                let taken = usage.map(GpuUse::taken).unwrap_or_default();
                 let offered = g.offered();
+                let fits_here = (machine.wsl || !unhealthy(g))
+                    && usage.is_none_or(|u| u.whole.is_none())
+                    && taken + need <= offered;
+                if fits_here {
+                    if taken.is_zero() {
+                        free_fit.push(*g);
+                    } else {
+                        shared_fit.push(*g);
+                    }
+                    continue;
+                }
+                blocked += 1;
                 if unhealthy(g) && !machine.wsl {
-                    reasons.push(g.unhealthy_reason(m));
+                    notes.add(|| g.unhealthy_reason(m));
                 } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
-                    reasons.push(format!("GPU {} of {m} is held whole by {holder}", g.index));
+                    notes.add(|| format!("GPU {} of {m} is held whole by {holder}", g.index));
                 } else if need > offered {
-                    reasons.push(offers_reason(m, g, need));
-                } else if taken + need > offered {
-                    reasons.push(format!(
+                    notes.add(|| offers_reason(m, g, need));
+                } else {
+                    notes.add(|| format!(
                         "GPU {} of {m}: {taken} of {offered} GB taken by shared work; it needs {need}{}",
                         g.index,
                         g.outside_suffix()
                     ));
-                } else if taken.is_zero() {
-                    free_fit.push(*g);
-                } else {
-                    shared_fit.push(*g);
                 }
             }
             if machine.wsl {
@@ -360,12 +459,13 @@ fn place_gpus(
                     GpuCount::All => 1,
                 };
                 if matching_ok < want {
-                    reasons.push(too_few(m, "healthy ", matching_ok, want));
+                    blocked += 1;
+                    notes.add(|| too_few(m, "healthy ", matching_ok, want));
                 }
-                if !reasons.is_empty() {
-                    return Err(reasons);
+                if blocked > 0 {
+                    return None;
                 }
-                return Ok(pool.iter().map(|g| grant(g, Some(need))).collect());
+                return Some(pool.iter().map(|g| grant(g, Some(need))).collect());
             }
             // Fullest first: least offered memory left after placing it.
             shared_fit.sort_by_key(|g| {
@@ -387,18 +487,20 @@ fn place_gpus(
                 .copied()
                 .collect();
             if chosen.len() == want {
-                return Ok(chosen.iter().map(|g| grant(g, Some(need))).collect());
+                return Some(chosen.iter().map(|g| grant(g, Some(need))).collect());
             }
             if candidates.len() < want {
-                reasons.push(too_few(m, "", candidates.len(), want));
+                notes.add(|| too_few(m, "", candidates.len(), want));
             } else if !chosen.is_empty() {
-                reasons.push(format!(
-                    "it fits on {} GPU{} of {m}; it needs {want}",
-                    chosen.len(),
-                    if chosen.len() == 1 { "" } else { "s" }
-                ));
+                notes.add(|| {
+                    format!(
+                        "it fits on {} GPU{} of {m}; it needs {want}",
+                        chosen.len(),
+                        if chosen.len() == 1 { "" } else { "s" }
+                    )
+                });
             }
-            Err(reasons)
+            None
         }
     }
 }

@@ -6,7 +6,7 @@
 use crate::auth::Caller;
 use crate::bus::objects::{
     GpuObject, GpuView, Manager, ManagerSignals, ManagerView, RotationView, Shared, SlicingView,
-    TemplateObject, WorkerObject, WorkerView,
+    TemplateObject, Waits, WorkerObject, WorkerView,
 };
 use crate::bus::{gpu_path, template_path, worker_path, Loop};
 use crate::error::{Error, Result};
@@ -240,6 +240,8 @@ pub struct Service {
     /// What template objects show of it, and which objects exist.
     slicing: Shared<SlicingView>,
     template_objects: BTreeSet<String>,
+    /// What worker objects explain waits from.
+    waits: Waits,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
@@ -319,7 +321,6 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
             .map(|g| (g.gpu_index, g.gpu_uuid.clone()))
             .collect(),
         gpu_shared_gb: w.spec.shared_gb().map(to_f64).unwrap_or(0.0),
-        pending_reasons: w.reasons().to_vec(),
         holders: w.holders.clone(),
         request: w.spec_text.clone(),
         request_redacted: redact_env(&w.spec_text),
@@ -416,6 +417,8 @@ impl Service {
                 .map_err(bus_err)?;
             gpu_objects.insert(g.index);
         }
+        let waits = Waits::default();
+        waits.replace(node.snapshot());
         for w in node.workers() {
             server
                 .at(
@@ -423,6 +426,8 @@ impl Service {
                     WorkerObject {
                         lp: lp.clone(),
                         view: Shared::new(worker_view(&node, w)),
+                        resources: w.spec.resources.clone(),
+                        waits: waits.clone(),
                     },
                 )
                 .await
@@ -481,6 +486,7 @@ impl Service {
             slicer,
             slicing: Shared::new(SlicingView::default()),
             template_objects: BTreeSet::new(),
+            waits,
         };
         service.publish_templates().await.map_err(bus_err)?;
         Ok(service)
@@ -661,7 +667,11 @@ impl Service {
                 match r {
                     Ok((name, changes)) => {
                         let w = self.node.worker(&name).expect("just submitted");
-                        let out = (name.clone(), w.state().to_string(), w.reasons().to_vec());
+                        let out = (
+                            name.clone(),
+                            w.state().to_string(),
+                            self.node.reasons(&name),
+                        );
                         self.publish(&changes).await;
                         let _ = reply.send(Ok(out));
                         self.launch_placed(&changes.placed).await;
@@ -1023,6 +1033,8 @@ impl Service {
 
     async fn try_publish(&mut self, changes: &Changes) -> zbus::Result<()> {
         let server = self.conn.object_server();
+        // Waits are explained from this moment on; reasons read before may differ.
+        let read_before = self.waits.replace(self.node.snapshot());
         let manager = server
             .interface::<_, Manager>(crate::bus::BASE_PATH)
             .await?;
@@ -1043,14 +1055,36 @@ impl Service {
                     WorkerObject {
                         lp: self.lp.clone(),
                         view: Shared::new(worker_view(&self.node, w)),
+                        resources: w.spec.resources.clone(),
+                        waits: self.waits.clone(),
                     },
                 )
                 .await?;
             manager.worker_new(name, obj_path(p)).await?;
-            log_state(w);
+            log_state(&self.node, w);
         }
         for name in &changes.updated {
             self.publish_worker(name).await?;
+        }
+        // Reasons someone read may read differently now: they read again.
+        for name in &read_before {
+            if changes.added.contains(name) {
+                continue;
+            }
+            if self
+                .node
+                .worker(name)
+                .is_some_and(|w| w.state() == "pending")
+            {
+                let iface = server
+                    .interface::<_, WorkerObject>(worker_path(name).as_str())
+                    .await?;
+                iface
+                    .get()
+                    .await
+                    .pending_reasons_invalidate(iface.signal_emitter())
+                    .await?;
+            }
         }
         // A new reading can change any running worker's warnings.
         if changes.machine_changed {
@@ -1137,7 +1171,7 @@ impl Service {
         let new_state = view.state.clone();
         let old = obj.view.replace(view);
         if old.state != new_state {
-            log_state(w);
+            log_state(&self.node, w);
         }
         obj.emit_changes(&old, iface.signal_emitter()).await
     }
@@ -1266,6 +1300,7 @@ impl Service {
                     .shared_gb()
                     .filter(|_| w.state() != "pending")
                     .map(to_f64),
+                pending_reasons: node.reasons(w.name()),
             })
             .collect();
         let rotation = self.rotation.read().clone();
@@ -1977,7 +2012,7 @@ impl Service {
 }
 
 /// placed / pending, with the worker and its GPUs as journal fields.
-fn log_state(w: &Worker) {
+fn log_state(node: &Node, w: &Worker) {
     let name = w.name();
     match &w.status {
         crate::node::Status::Running { grants } => {
@@ -1990,11 +2025,11 @@ fn log_state(w: &Worker) {
                 placement::gpus_column(grants)
             );
         }
-        crate::node::Status::Pending { reasons } => tracing::info!(
+        crate::node::Status::Pending => tracing::info!(
             message_id = journal::PENDING,
             worker = %name,
             "worker {name} waits: {}",
-            reasons.join("; ")
+            node.reasons(name).join("; ")
         ),
     }
 }

@@ -239,14 +239,26 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
     assert!(log.contains("member=WorkerNew"), "{log}");
     assert!(log.contains("member=InterfacesAdded"), "{log}");
     assert!(log.contains("member=InterfacesRemoved"), "{log}");
-    // PropertiesChanged only when something changed: big's reasons did not change,
-    // so it never signalled.
+    // PropertiesChanged only when something may have changed, and for big (still
+    // pending, its reasons read when it appeared) only as an invalidation of its
+    // reasons: they are computed when read, not rebuilt for the queue.
+    let big = "path=/org/astraeus/Node1/worker/big; interface=org.freedesktop.DBus.Properties";
     assert!(
-        !log.contains(
-            "path=/org/astraeus/Node1/worker/big; interface=org.freedesktop.DBus.Properties"
-        ),
-        "{log}"
+        log.contains(big),
+        "big's reasons were read, then GPU 0 changed: {log}"
     );
+    for (at, _) in log.match_indices(big) {
+        let rest = &log[at..];
+        let end = rest[1..]
+            .find("\nsignal ")
+            .or_else(|| rest[1..].find("\nmethod "))
+            .map_or(rest.len(), |e| e + 1);
+        let signal = &rest[..end];
+        assert!(
+            signal.contains("string \"PendingReasons\"") && !signal.contains("dict entry("),
+            "{signal}"
+        );
+    }
 
     // Journal fields: each event about a worker names it and its kind.
     let log = d.log_text();

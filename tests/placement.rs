@@ -450,3 +450,137 @@ proptest! {
         }
     }
 }
+
+/// One step the engine may take, for the engine-against-model property.
+#[derive(Clone, Debug)]
+enum Step {
+    Submit {
+        shared: Option<u64>,
+        count: u32,
+        cores: u32,
+        id: Option<u32>,
+    },
+    Stop(usize),
+    Outside {
+        gpu: usize,
+        hundredths: u64,
+    },
+    Health {
+        gpu: usize,
+        healthy: bool,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        5 => (prop::option::weighted(0.8, 1u64..900), 1u32..3, prop::option::weighted(0.3, 1u32..8), prop::option::weighted(0.2, 0u32..4))
+            .prop_map(|(shared, count, cores, id)| Step::Submit { shared, count, cores: cores.unwrap_or(0), id }),
+        3 => (0usize..64).prop_map(Step::Stop),
+        1 => (0usize..4, 0u64..600).prop_map(|(gpu, hundredths)| Step::Outside { gpu, hundredths }),
+        1 => (0usize..4, prop::bool::ANY).prop_map(|(gpu, healthy)| Step::Health { gpu, healthy }),
+    ]
+}
+
+fn spec_json(name: &str, s: &Step) -> String {
+    let Step::Submit {
+        shared,
+        count,
+        cores,
+        id,
+    } = s
+    else {
+        unreachable!()
+    };
+    let mut gpu = format!(r#""count":{count}"#);
+    if let Some(h) = shared {
+        gpu.push_str(&format!(
+            r#","shared":true,"memory_gb":{}"#,
+            Amount::from_hundredths(*h)
+        ));
+    }
+    if let Some(i) = id {
+        gpu.push_str(&format!(r#","ids":[{i}]"#));
+    }
+    let cores = if *cores > 0 {
+        format!(r#""cpu_cores":{cores},"#)
+    } else {
+        String::new()
+    };
+    format!(r#"{{"name":"{name}","requested_resources":{{{cores}"gpu_requests":{{{gpu}}}}}}}"#)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+    /// The engine re-examines only where a change gave capacity back and
+    /// builds no reasons on the way; a naive model re-examines every pending
+    /// worker in full after every change. Both must agree on every placement.
+    #[test]
+    fn the_engine_places_exactly_as_a_full_reexamination(
+        sizes in prop::collection::vec(prop_oneof![Just("8"), Just("12"), Just("24")], 1..5),
+        steps in prop::collection::vec(step(), 1..60),
+    ) {
+        use astraeusd::node::{Node, Status};
+        use astraeusd::request::WorkerSpec;
+        let mut m = machine(sizes.iter().enumerate().map(|(i, s)| gpu(i as u32, "G", s, "0")).collect());
+        let mut node = Node::open(astraeusd::store::Store::open_in_memory().unwrap(), m.clone()).unwrap();
+        let mut book = Book::default();
+        let mut running: Vec<(String, Resources, Vec<Grant>)> = Vec::new();
+        let mut pending: Vec<(String, Resources)> = Vec::new();
+        let full_pass = |m: &Machine, book: &mut Book, running: &mut Vec<(String, Resources, Vec<Grant>)>, pending: &mut Vec<(String, Resources)>| {
+            let mut still = Vec::new();
+            for (name, res) in pending.drain(..) {
+                match place(m, book, &res, &mut Evaluations::default()) {
+                    Ok(g) => { book.add(&name, &res, &g); running.push((name, res, g)); }
+                    Err(_) => still.push((name, res)),
+                }
+            }
+            *pending = still;
+        };
+        for (n, s) in steps.iter().enumerate() {
+            match s {
+                Step::Submit { .. } => {
+                    let name = format!("w{n}");
+                    let text = spec_json(&name, s);
+                    let res = WorkerSpec::parse(&text).unwrap().resources;
+                    node.submit(&text, 1, None).unwrap();
+                    match place(&m, &book, &res, &mut Evaluations::default()) {
+                        Ok(g) => { book.add(&name, &res, &g); running.push((name, res, g)); }
+                        Err(_) => pending.push((name, res)),
+                    }
+                }
+                Step::Stop(i) => {
+                    if !running.is_empty() {
+                        let (name, res, g) = running.remove(i % running.len());
+                        node.stop(&name, 1).unwrap();
+                        book.remove(&name, &res, &g);
+                        full_pass(&m, &mut book, &mut running, &mut pending);
+                    }
+                }
+                Step::Outside { gpu, hundredths } => {
+                    let k = gpu % m.gpus.len();
+                    m.gpus[k].outside = Amount::from_hundredths(*hundredths).min(m.gpus[k].total);
+                    node.set_machine(m.clone()).unwrap();
+                    full_pass(&m, &mut book, &mut running, &mut pending);
+                }
+                Step::Health { gpu, healthy } => {
+                    let k = gpu % m.gpus.len();
+                    m.gpus[k].healthy = *healthy;
+                    node.set_machine(m.clone()).unwrap();
+                    full_pass(&m, &mut book, &mut running, &mut pending);
+                }
+            }
+            for (name, _, grants) in &running {
+                let w = node.worker(name).unwrap();
+                prop_assert_eq!(&w.status, &Status::Running { grants: grants.clone() }, "{}", name);
+            }
+            for (name, res) in &pending {
+                prop_assert_eq!(&node.worker(name).unwrap().status, &Status::Pending, "{}", name);
+                // Reasons asked now are the ones the full placement gives now.
+                let want = place(&m, &book, res, &mut Evaluations::default()).unwrap_err();
+                prop_assert_eq!(node.reasons(name), want, "{}", name);
+            }
+            prop_assert_eq!(node.workers().count(), running.len() + pending.len());
+            prop_assert!(node.audit().is_empty(), "{:?}", node.audit());
+        }
+    }
+}

@@ -621,7 +621,6 @@ pub struct WorkerView {
     pub owner: u32,
     pub gpus: Vec<(u32, String)>,
     pub gpu_shared_gb: f64,
-    pub pending_reasons: Vec<String>,
     /// About the GPUs it holds (unhealthy, over-promised, no longer seen) and its promise.
     pub warnings: Vec<String>,
     /// GB its processes use now, at most on any one GPU; -1 when unknown.
@@ -636,6 +635,30 @@ pub struct WorkerView {
 pub struct WorkerObject {
     pub lp: Loop,
     pub view: Shared<WorkerView>,
+    /// What it asked for (fixed for its life): its reasons are computed from it.
+    pub resources: crate::request::Resources,
+    pub waits: Waits,
+}
+
+/// What worker objects explain waits from, without asking the loop (a getter
+/// that awaited the loop could deadlock with it over the object tree): the
+/// loop's latest snapshot of the machine and the book, and the workers whose
+/// reasons were read since, which are told to read again when it changes.
+#[derive(Clone, Default)]
+pub struct Waits {
+    pub snapshot: Shared<Option<crate::node::Snapshot>>,
+    pub read: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Waits {
+    /// A new snapshot; the names whose reasons were read from older ones.
+    /// (Replaced before the set is taken, and a getter marks before it reads:
+    /// a read either sees the new snapshot or is in the set.)
+    pub fn replace(&self, snapshot: crate::node::Snapshot) -> Vec<String> {
+        self.snapshot.replace(Some(snapshot));
+        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        read.drain().collect()
+    }
 }
 
 #[interface(name = "org.astraeus.Node1.Worker", introspection_docs = false)]
@@ -685,9 +708,24 @@ impl WorkerObject {
     async fn holders(&self) -> Vec<u32> {
         self.view.read().holders.clone()
     }
-    #[zbus(property)]
+    /// Computed when read (a queue of thousands would otherwise be rebuilt on
+    /// every change); PropertiesChanged only invalidates it, and only for
+    /// workers whose reasons someone read.
+    #[zbus(property(emits_changed_signal = "invalidates"))]
     async fn pending_reasons(&self) -> Vec<String> {
-        self.view.read().pending_reasons.clone()
+        let name = self.view.read().name.clone();
+        self.waits
+            .read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name);
+        if self.view.read().state != "pending" {
+            return Vec::new();
+        }
+        match &*self.waits.snapshot.read() {
+            Some(s) => s.reasons(&self.resources),
+            None => Vec::new(),
+        }
     }
     #[zbus(property)]
     async fn warnings(&self) -> Vec<String> {
@@ -727,8 +765,8 @@ impl WorkerObject {
         if old.gpus != new.gpus {
             self.gpus_changed(e).await?;
         }
-        if old.pending_reasons != new.pending_reasons {
-            self.pending_reasons_changed(e).await?;
+        if old.state != new.state && (old.state == "pending" || new.state == "pending") {
+            self.pending_reasons_invalidate(e).await?;
         }
         if old.warnings != new.warnings {
             self.warnings_changed(e).await?;

@@ -43,6 +43,8 @@ pub struct WorkerSnap {
     pub owner: String,
     /// Its share per GPU when shared; None for whole GPUs or none.
     pub shared_gb: Option<f64>,
+    /// Why it waits, when pending.
+    pub pending_reasons: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -287,7 +289,7 @@ pub fn workers_json(snap: &Snapshot) -> Value {
                 "name": v.name, "state": v.state, "owner": w.owner,
                 "gpus": v.gpus.iter().map(|(i, u)| json!({"index": i, "uuid": u})).collect::<Vec<_>>(),
                 "gpu_used_gb": known(v.gpu_used_gb),
-                "pending_reasons": v.pending_reasons, "warnings": v.warnings,
+                "pending_reasons": w.pending_reasons, "warnings": v.warnings,
             });
             if let Some(gb) = w.shared_gb {
                 o["gpu_shared_gb"] = json!(gb);
@@ -497,16 +499,17 @@ mod tests {
                     },
                     owner: "alice".into(),
                     shared_gb: Some(2.5),
+                    pending_reasons: Vec::new(),
                 },
                 WorkerSnap {
                     view: WorkerView {
                         name: "big\"<".into(),
                         state: "pending".into(),
-                        pending_reasons: vec!["GPU 0 of majin: …".into()],
                         ..WorkerView::default()
                     },
                     owner: "bob".into(),
                     shared_gb: None,
+                    pending_reasons: vec!["GPU 0 of majin: …".into()],
                 },
             ],
             slices: vec![SliceSnap {

@@ -161,7 +161,7 @@ pub fn check(db: &Path, logs: &[String], seed: u64) {
     let mut node = node;
     let pending: Vec<String> = node
         .workers()
-        .filter(|w| matches!(w.status, Status::Pending { .. }))
+        .filter(|w| matches!(w.status, Status::Pending))
         .map(|w| w.spec_text.clone())
         .collect();
     for text in pending {
