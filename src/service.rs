@@ -672,8 +672,11 @@ impl Service {
                             w.state().to_string(),
                             self.node.reasons(&name),
                         );
-                        self.publish(&changes).await;
+                        // Objects and views first (a caller reads them after the
+                        // reply), then the reply, then the signals.
+                        let shown = self.show(&changes).await;
                         let _ = reply.send(Ok(out));
+                        self.announce(shown).await;
                         self.launch_placed(&changes.placed).await;
                     }
                     Err(e) => {
@@ -705,12 +708,17 @@ impl Service {
                     self.stop_workload(&name).await;
                     let _ = reply.send(Ok(()));
                 } else {
-                    let r = self.node.stop(&name, caller.uid);
-                    if let Ok(changes) = &r {
-                        self.publish(changes).await;
-                        self.launch_placed(&changes.placed).await;
+                    match self.node.stop(&name, caller.uid) {
+                        Ok(changes) => {
+                            let shown = self.show(&changes).await;
+                            let _ = reply.send(Ok(()));
+                            self.announce(shown).await;
+                            self.launch_placed(&changes.placed).await;
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
                     }
-                    let _ = reply.send(r.map(|_| ()));
                 }
             }
             Command::GetWorker { name, reply } => {
@@ -1024,25 +1032,40 @@ impl Service {
 
     /// Brings bus objects in line with the node after `changes`, signalling
     /// only what differs.
+    /// Shows a change on the bus: [`Service::show`], then [`Service::announce`].
     async fn publish(&mut self, changes: &Changes) {
-        if let Err(e) = self.try_publish(changes).await {
+        let shown = self.show(changes).await;
+        self.announce(shown).await;
+    }
+
+    /// The part of publishing a reply must wait for: objects added and
+    /// removed, and every view replaced, so that whatever a caller reads after
+    /// the reply is current. No signal but the ObjectManager's own.
+    async fn show(&mut self, changes: &Changes) -> Shown {
+        let mut shown = Shown::default();
+        if let Err(e) = self.try_show(changes, &mut shown).await {
             tracing::error!("updating D-Bus objects failed: {e}");
+        }
+        shown
+    }
+
+    /// The signals of what [`Service::show`] changed, sent after the reply.
+    async fn announce(&mut self, shown: Shown) {
+        if let Err(e) = self.try_announce(shown).await {
+            tracing::error!("signalling D-Bus changes failed: {e}");
         }
         let _ = sd_notify::notify(&[NotifyState::Status(&status_line(&self.node))]);
     }
 
-    async fn try_publish(&mut self, changes: &Changes) -> zbus::Result<()> {
+    async fn try_show(&mut self, changes: &Changes, shown: &mut Shown) -> zbus::Result<()> {
         let server = self.conn.object_server();
         // Waits are explained from this moment on; reasons read before may differ.
         let read_before = self.waits.replace(self.node.snapshot());
-        let manager = server
-            .interface::<_, Manager>(crate::bus::BASE_PATH)
-            .await?;
         for name in &changes.removed {
             tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} ended; its share is free");
             let p = worker_path(name);
             server.remove::<WorkerObject, _>(p.as_str()).await?;
-            manager.worker_removed(name, obj_path(p)).await?;
+            shown.removed.push((name.clone(), p));
         }
         for name in &changes.added {
             let Some(w) = self.node.worker(name) else {
@@ -1060,42 +1083,31 @@ impl Service {
                     },
                 )
                 .await?;
-            manager.worker_new(name, obj_path(p)).await?;
             log_state(&self.node, w);
+            shown.added.push((name.clone(), p));
         }
-        for name in &changes.updated {
-            self.publish_worker(name).await?;
-        }
-        // Reasons someone read may read differently now: they read again.
-        for name in &read_before {
-            if changes.added.contains(name) {
+        // A new reading can change any worker's warnings.
+        let names: Vec<String> = if changes.machine_changed {
+            self.node.workers().map(|w| w.name().to_string()).collect()
+        } else {
+            changes.updated.clone()
+        };
+        for name in names {
+            if changes.added.contains(&name) {
                 continue;
             }
-            if self
-                .node
-                .worker(name)
-                .is_some_and(|w| w.state() == "pending")
-            {
-                let iface = server
-                    .interface::<_, WorkerObject>(worker_path(name).as_str())
-                    .await?;
-                iface
-                    .get()
-                    .await
-                    .pending_reasons_invalidate(iface.signal_emitter())
-                    .await?;
+            if let Some(old) = self.show_worker(&name).await? {
+                shown.workers.push((name, old));
             }
         }
-        // A new reading can change any running worker's warnings.
-        if changes.machine_changed {
-            let names: Vec<String> = self
+        // Reasons someone read may read differently now: they read again.
+        for name in read_before {
+            let pending = self
                 .node
-                .workers()
-                .filter(|w| !changes.updated.iter().any(|u| u == w.name()))
-                .map(|w| w.name().to_string())
-                .collect();
-            for name in names {
-                self.publish_worker(&name).await?;
+                .worker(&name)
+                .is_some_and(|w| w.state() == "pending");
+            if pending && !changes.added.contains(&name) {
+                shown.stale_reasons.push(name);
             }
         }
         // GPUs: add or remove objects when the inventory's shape changed.
@@ -1120,39 +1132,117 @@ impl Service {
                 let iface = server
                     .interface::<_, GpuObject>(gpu_path(g.index).as_str())
                     .await?;
-                let obj = iface.get().await;
-                let warning = view.warning.clone();
-                let old = obj.view.replace(view);
-                if warning_key(&old.warning) != warning_key(&warning) && !warning.is_empty() {
-                    tracing::warn!(
-                        message_id = if warning.starts_with("over-promised") {
-                            journal::OVER_PROMISED
-                        } else {
-                            journal::WORKER_WARNING
-                        },
-                        gpu = g.index,
-                        "GPU {} of {} is {warning}",
-                        g.index,
-                        self.node.machine().name
-                    );
-                }
-                obj.emit_changes(&old, iface.signal_emitter()).await?;
+                let old = iface.get().await.view.replace(view);
+                shown.gpus.push((g.index, old));
             }
         }
         self.gpu_objects = now;
-        let obj = manager.get().await;
-        let old = obj
+        let manager = server
+            .interface::<_, Manager>(crate::bus::BASE_PATH)
+            .await?;
+        let old = manager
+            .get()
+            .await
             .view
             .replace(manager_view(&self.node, &self.slice_rules.tz));
-        obj.emit_changes(&old, manager.signal_emitter()).await?;
+        shown.manager = Some(old);
+        Ok(())
+    }
+
+    async fn try_announce(&mut self, shown: Shown) -> zbus::Result<()> {
+        let server = self.conn.object_server();
+        let manager = server
+            .interface::<_, Manager>(crate::bus::BASE_PATH)
+            .await?;
+        for (name, p) in shown.removed {
+            manager.worker_removed(&name, obj_path(p)).await?;
+        }
+        for (name, p) in shown.added {
+            manager.worker_new(&name, obj_path(p)).await?;
+        }
+        for (name, old) in shown.workers {
+            let Ok(iface) = server
+                .interface::<_, WorkerObject>(worker_path(&name).as_str())
+                .await
+            else {
+                continue; // ended meanwhile
+            };
+            iface
+                .get()
+                .await
+                .emit_changes(&old, iface.signal_emitter())
+                .await?;
+        }
+        for name in shown.stale_reasons {
+            if let Ok(iface) = server
+                .interface::<_, WorkerObject>(worker_path(&name).as_str())
+                .await
+            {
+                let obj = iface.get().await;
+                obj.pending_reasons_invalidate(iface.signal_emitter())
+                    .await?;
+            }
+        }
+        for (index, old) in shown.gpus {
+            let iface = server
+                .interface::<_, GpuObject>(gpu_path(index).as_str())
+                .await?;
+            let obj = iface.get().await;
+            let warning = obj.view.read().warning.clone();
+            if warning_key(&old.warning) != warning_key(&warning) && !warning.is_empty() {
+                tracing::warn!(
+                    message_id = if warning.starts_with("over-promised") {
+                        journal::OVER_PROMISED
+                    } else {
+                        journal::WORKER_WARNING
+                    },
+                    gpu = index,
+                    "GPU {index} of {} is {warning}",
+                    self.node.machine().name
+                );
+            }
+            obj.emit_changes(&old, iface.signal_emitter()).await?;
+        }
+        if let Some(old) = shown.manager {
+            let obj = manager.get().await;
+            obj.emit_changes(&old, manager.signal_emitter()).await?;
+        }
         Ok(())
     }
 }
 
+/// What [`Service::show`] changed, for [`Service::announce`] to signal.
+#[derive(Default)]
+struct Shown {
+    /// (name, object path) of workers whose objects went or came.
+    removed: Vec<(String, String)>,
+    added: Vec<(String, String)>,
+    /// Workers whose view was replaced, with the view before.
+    workers: Vec<(String, WorkerView)>,
+    stale_reasons: Vec<String>,
+    gpus: Vec<(u32, GpuView)>,
+    manager: Option<ManagerView>,
+}
+
 impl Service {
+    /// One worker's view replaced and its changes signalled.
     async fn publish_worker(&self, name: &str) -> zbus::Result<()> {
-        let Some(w) = self.node.worker(name) else {
+        let Some(old) = self.show_worker(name).await? else {
             return Ok(());
+        };
+        let iface = self
+            .conn
+            .object_server()
+            .interface::<_, WorkerObject>(worker_path(name).as_str())
+            .await?;
+        let obj = iface.get().await;
+        obj.emit_changes(&old, iface.signal_emitter()).await
+    }
+
+    /// Replaces a worker's view; the one before, to signal the difference.
+    async fn show_worker(&self, name: &str) -> zbus::Result<Option<WorkerView>> {
+        let Some(w) = self.node.worker(name) else {
+            return Ok(None);
         };
         let iface = self
             .conn
@@ -1173,7 +1263,7 @@ impl Service {
         if old.state != new_state {
             log_state(&self.node, w);
         }
-        obj.emit_changes(&old, iface.signal_emitter()).await
+        Ok(Some(old))
     }
 }
 
