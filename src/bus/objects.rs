@@ -455,19 +455,50 @@ impl Manager {
 impl Manager {
     pub async fn emit_changes(&self, old: &ManagerView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
         let new = self.view.read().clone();
-        if old.machine != new.machine {
-            self.machine_changed(e).await?;
+        let mut d = Delta::default();
+        d.set(old.machine != new.machine, "Machine", new.machine);
+        d.set(old.wsl != new.wsl, "Wsl", new.wsl);
+        d.set(old.running != new.running, "WorkersRunning", new.running);
+        d.set(old.pending != new.pending, "WorkersPending", new.pending);
+        d.emit(e, "org.astraeus.Node1.Manager").await
+    }
+}
+
+/// A view's changed properties, sent as one PropertiesChanged per object
+/// (not one per property: each signal is a message every watcher wakes for).
+#[derive(Default)]
+struct Delta {
+    changed: std::collections::HashMap<&'static str, zbus::Variant<'static>>,
+    invalidated: Vec<&'static str>,
+}
+
+impl Delta {
+    fn set<T>(&mut self, differs: bool, name: &'static str, value: T)
+    where
+        T: Into<zbus::Variant<'static>> + zbus::zvariant::DynamicType,
+    {
+        if differs {
+            self.changed.insert(name, zbus::Variant::new(value));
         }
-        if old.wsl != new.wsl {
-            self.wsl_changed(e).await?;
+    }
+
+    fn invalidate(&mut self, differs: bool, name: &'static str) {
+        if differs {
+            self.invalidated.push(name);
         }
-        if old.running != new.running {
-            self.workers_running_changed(e).await?;
+    }
+
+    async fn emit(self, e: &SignalEmitter<'_>, interface: &'static str) -> zbus::Result<()> {
+        if self.changed.is_empty() && self.invalidated.is_empty() {
+            return Ok(());
         }
-        if old.pending != new.pending {
-            self.workers_pending_changed(e).await?;
-        }
-        Ok(())
+        zbus::fdo::Properties::properties_changed(
+            e,
+            zbus::names::InterfaceName::from_static_str_unchecked(interface),
+            self.changed,
+            std::borrow::Cow::Owned(self.invalidated),
+        )
+        .await
     }
 }
 
@@ -569,48 +600,32 @@ impl GpuObject {
 
 impl GpuObject {
     pub async fn emit_changes(&self, old: &GpuView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
-        let new = self.view.read().clone();
-        if old.index != new.index {
-            self.index_changed(e).await?;
-        }
-        if old.uuid != new.uuid {
-            self.uuid_changed(e).await?;
-        }
-        if old.model != new.model {
-            self.model_changed(e).await?;
-        }
-        if old.vendor != new.vendor {
-            self.vendor_changed(e).await?;
-        }
-        if old.mode != new.mode {
-            self.mode_changed(e).await?;
-        }
-        if old.total_gb != new.total_gb {
-            self.total_gb_changed(e).await?;
-        }
-        if old.offered_gb != new.offered_gb {
-            self.offered_gb_changed(e).await?;
-        }
-        if old.held_outside_gb != new.held_outside_gb {
-            self.held_outside_gb_changed(e).await?;
-        }
-        if old.taken_gb != new.taken_gb {
-            self.taken_gb_changed(e).await?;
-        }
-        if old.sharers != new.sharers {
-            self.sharers_changed(e).await?;
-        }
-        if old.summary != new.summary {
-            self.summary_changed(e).await?;
-        }
-        if old.warning != new.warning {
-            self.warning_changed(e).await?;
-            self.over_promised_changed(e).await?;
-        }
-        if old.pci_bus_id != new.pci_bus_id {
-            self.pci_bus_id_changed(e).await?;
-        }
-        Ok(())
+        let n = self.view.read().clone();
+        let mut d = Delta::default();
+        d.set(old.index != n.index, "Index", n.index);
+        d.set(old.uuid != n.uuid, "Uuid", n.uuid);
+        d.set(old.model != n.model, "Model", n.model);
+        d.set(old.vendor != n.vendor, "Vendor", n.vendor);
+        d.set(old.mode != n.mode, "Mode", n.mode);
+        d.set(old.total_gb != n.total_gb, "TotalGb", n.total_gb);
+        d.set(old.offered_gb != n.offered_gb, "OfferedGb", n.offered_gb);
+        d.set(
+            old.held_outside_gb != n.held_outside_gb,
+            "HeldOutsideGb",
+            n.held_outside_gb,
+        );
+        d.set(old.taken_gb != n.taken_gb, "TakenGb", n.taken_gb);
+        d.set(old.sharers != n.sharers, "Sharers", n.sharers);
+        d.set(old.summary != n.summary, "Summary", n.summary);
+        let warned = old.warning != n.warning;
+        d.set(
+            warned,
+            "OverPromised",
+            n.warning.starts_with("over-promised"),
+        );
+        d.set(warned, "Warning", n.warning);
+        d.set(old.pci_bus_id != n.pci_bus_id, "PciBusId", n.pci_bus_id);
+        d.emit(e, "org.astraeus.Node1.Gpu").await
     }
 }
 
@@ -758,23 +773,16 @@ impl WorkerObject {
 
 impl WorkerObject {
     pub async fn emit_changes(&self, old: &WorkerView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
-        let new = self.view.read().clone();
-        if old.state != new.state {
-            self.state_changed(e).await?;
-        }
-        if old.gpus != new.gpus {
-            self.gpus_changed(e).await?;
-        }
-        if old.state != new.state && (old.state == "pending" || new.state == "pending") {
-            self.pending_reasons_invalidate(e).await?;
-        }
-        if old.warnings != new.warnings {
-            self.warnings_changed(e).await?;
-        }
-        if old.gpu_used_gb != new.gpu_used_gb {
-            self.gpu_used_gb_changed(e).await?;
-        }
-        Ok(())
+        let n = self.view.read().clone();
+        let mut d = Delta::default();
+        let left_or_joined_queue =
+            old.state != n.state && (old.state == "pending" || n.state == "pending");
+        d.invalidate(left_or_joined_queue, "PendingReasons");
+        d.set(old.state != n.state, "State", n.state);
+        d.set(old.gpus != n.gpus, "Gpus", n.gpus);
+        d.set(old.warnings != n.warnings, "Warnings", n.warnings);
+        d.set(old.gpu_used_gb != n.gpu_used_gb, "GpuUsedGb", n.gpu_used_gb);
+        d.emit(e, "org.astraeus.Node1.Worker").await
     }
 }
 
