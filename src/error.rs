@@ -70,6 +70,16 @@ impl From<rusqlite::Error> for Error {
             Some(SystemIoFailure) => {
                 Error::Backend(format!("ledger: its storage failed ({e}), so {refused}"))
             }
+            // The commit hook refuses every commit after a failed fsync (store).
+            _ if matches!(&e, rusqlite::Error::SqliteFailure(f, _)
+                if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_COMMITHOOK) =>
+            {
+                Error::Backend(
+                    "ledger: its disk did not confirm earlier writes, so new work is refused \
+                     until the daemon restarts"
+                        .into(),
+                )
+            }
             _ => Error::Backend(format!("ledger: {e}")),
         }
     }

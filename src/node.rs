@@ -318,6 +318,16 @@ impl Node {
         &self.store
     }
 
+    /// Group commit (see [`Store::defer_sync`]): hold acknowledgements until [`Node::sync`].
+    pub fn defer_sync(&mut self) -> Result<()> {
+        self.store.defer_sync()
+    }
+
+    /// One fsync for every change since [`Node::defer_sync`].
+    pub fn sync(&mut self) -> Result<()> {
+        self.store.sync()
+    }
+
     /// Submits a worker: placed now if it fits, else pending with its reasons.
     /// `default_holder` is the caller's pid, used when the spec names none.
     pub fn submit(

@@ -242,6 +242,22 @@ pub struct Service {
     template_objects: BTreeSet<String>,
     /// What worker objects explain waits from.
     waits: Waits,
+    /// What a group commit holds until its fsync.
+    held: Held,
+}
+
+/// A reply to send once its group is synced: told the sync's error, if any.
+type HeldReply = Box<dyn FnOnce(Option<&Error>) + Send>;
+
+/// At most this many submits and stops share one fsync.
+const GROUP: usize = 64;
+
+/// Replies, signals and launches of a group's changes, sent once it is durable.
+#[derive(Default)]
+struct Held {
+    replies: Vec<HeldReply>,
+    shown: Vec<Shown>,
+    placed: Vec<String>,
 }
 
 fn to_f64(a: crate::quantity::Amount) -> f64 {
@@ -487,6 +503,7 @@ impl Service {
             slicing: Shared::new(SlicingView::default()),
             template_objects: BTreeSet::new(),
             waits,
+            held: Held::default(),
         };
         service.publish_templates().await.map_err(bus_err)?;
         Ok(service)
@@ -546,7 +563,7 @@ impl Service {
             };
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
-                    Some(cmd) => self.handle(cmd).await,
+                    Some(cmd) => self.handle_group(cmd).await,
                     None => break,
                 },
                 ev = lifecycle => {
@@ -645,6 +662,73 @@ impl Service {
         }
     }
 
+    /// Group commit: a submit or stop, and every submit or stop queued behind
+    /// it (up to [`GROUP`]), are applied one by one, each its own transaction,
+    /// then made durable by one fsync; only then do their callers get replies
+    /// and the bus the signals. Any other command is handled on its own.
+    async fn handle_group(&mut self, first: Command) {
+        let groups = |c: &Command| matches!(c, Command::Submit { .. } | Command::Stop { .. });
+        if !groups(&first) {
+            return self.handle(first).await;
+        }
+        if let Err(e) = self.node.defer_sync() {
+            tracing::error!("group commit: {e}");
+        }
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(cmd) = next.take() {
+            self.handle(cmd).await;
+            taken += 1;
+            if taken < GROUP {
+                match self.rx.try_recv() {
+                    Ok(c) if groups(&c) => next = Some(c),
+                    Ok(other) => {
+                        self.release().await;
+                        return self.handle(other).await;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        self.release().await;
+    }
+
+    /// The one fsync of a group, then what it held: replies, signals, launches.
+    async fn release(&mut self) {
+        let synced = self.node.sync();
+        if let Err(e) = &synced {
+            tracing::error!("{e}");
+        }
+        let held = std::mem::take(&mut self.held);
+        for reply in held.replies {
+            reply(synced.as_ref().err());
+        }
+        for shown in held.shown {
+            self.announce(shown).await;
+        }
+        self.launch_placed(&held.placed).await;
+    }
+
+    /// A change's reply, signals and launches, held until its group is durable.
+    fn hold<T: Send + 'static>(
+        &mut self,
+        reply: Reply<Result<T>>,
+        value: T,
+        shown: Shown,
+        placed: Vec<String>,
+    ) {
+        self.held
+            .replies
+            .push(Box::new(move |failed: Option<&Error>| {
+                let _ = reply.send(match failed {
+                    None => Ok(value),
+                    Some(e) => Err(e.clone()),
+                });
+            }));
+        self.held.shown.push(shown);
+        self.held.placed.extend(placed);
+    }
+
     async fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Submit {
@@ -672,12 +756,10 @@ impl Service {
                             w.state().to_string(),
                             self.node.reasons(&name),
                         );
-                        // Objects and views first (a caller reads them after the
-                        // reply), then the reply, then the signals.
+                        // Objects and views now (a caller reads them after the
+                        // reply); the reply, signals and launches once durable.
                         let shown = self.show(&changes).await;
-                        let _ = reply.send(Ok(out));
-                        self.announce(shown).await;
-                        self.launch_placed(&changes.placed).await;
+                        self.hold(reply, out, shown, changes.placed);
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -711,9 +793,7 @@ impl Service {
                     match self.node.stop(&name, caller.uid) {
                         Ok(changes) => {
                             let shown = self.show(&changes).await;
-                            let _ = reply.send(Ok(()));
-                            self.announce(shown).await;
-                            self.launch_placed(&changes.placed).await;
+                            self.hold(reply, (), shown, changes.placed);
                         }
                         Err(e) => {
                             let _ = reply.send(Err(e));

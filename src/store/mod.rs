@@ -249,13 +249,60 @@ pub fn now_ms() -> i64 {
 
 pub struct Store {
     conn: Connection,
+    /// The write-ahead log, for the one fsync that ends a group of commits.
+    wal: Option<std::path::PathBuf>,
+    /// Commits since [`Store::defer_sync`] are written but not yet synced.
+    deferred: bool,
+    /// Set when that fsync failed: every later commit is refused (the commit
+    /// hook rolls it back), reads go on, a restart rereads what is on disk.
+    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store> {
         let conn = Connection::open(path)
             .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
-        Store::setup(conn)
+        let mut store = Store::setup(conn)?;
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        store.wal = Some(wal.into());
+        Ok(store)
+    }
+
+    /// Group commit: until [`Store::sync`], commits are written to the log but
+    /// not synced (WAL with synchronous=NORMAL keeps them atomic; a crash of
+    /// the process loses nothing, only a power cut could). The caller holds
+    /// every acknowledgement until `sync` returns.
+    pub fn defer_sync(&mut self) -> Result<()> {
+        if !self.deferred {
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+            self.deferred = true;
+        }
+        Ok(())
+    }
+
+    /// Makes every commit since [`Store::defer_sync`] durable with one fsync
+    /// of the log, and commits sync on their own again.
+    pub fn sync(&mut self) -> Result<()> {
+        if !self.deferred {
+            return Ok(());
+        }
+        self.deferred = false;
+        let synced = match &self.wal {
+            Some(wal) => std::fs::File::open(wal).and_then(|f| f.sync_data()),
+            None => Ok(()),
+        };
+        if let Err(e) = synced {
+            // Whether those commits reached the disk is unknown (the kernel may
+            // have dropped the pages): take nothing more until a restart.
+            self.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(Error::Backend(format!(
+                "ledger: its disk did not confirm the last writes (fsync: {e}); whether they \
+                 were kept is known after the daemon restarts, and new work is refused until then"
+            )));
+        }
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        Ok(())
     }
 
     pub fn open_in_memory() -> Result<Store> {
@@ -285,7 +332,17 @@ impl Store {
             tx.pragma_update(None, "user_version", (v + 1) as i64)?;
             tx.commit()?;
         }
-        Ok(Store { conn })
+        let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuse = broken.clone();
+        conn.commit_hook(Some(move || {
+            refuse.load(std::sync::atomic::Ordering::SeqCst)
+        }))?;
+        Ok(Store {
+            conn,
+            wal: None,
+            deferred: false,
+            broken,
+        })
     }
 
     /// Records a new worker, placed (`grants` is `Some`) or pending, in one transaction.
@@ -976,6 +1033,49 @@ mod tests {
             gpu_index: 0,
             share: share.map(Amount::from_hundredths),
         }
+    }
+
+    #[test]
+    fn a_group_commit_syncs_once_and_a_failed_sync_refuses_all_later_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut s = Store::open(&path).unwrap();
+        let sync_mode = |s: &Store| -> i64 {
+            s.conn
+                .pragma_query_value(None, "synchronous", |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(sync_mode(&s), 2, "FULL outside a group");
+        s.defer_sync().unwrap();
+        assert_eq!(sync_mode(&s), 1, "NORMAL inside a group");
+        s.insert_worker("a", "{}", 1, &[], None, 1).unwrap();
+        s.insert_worker("b", "{}", 1, &[], None, 1).unwrap();
+        s.sync().unwrap();
+        assert_eq!(sync_mode(&s), 2, "FULL again after the group's fsync");
+        // The fsync fails: the group's fate is unknown, so nothing more is taken.
+        s.defer_sync().unwrap();
+        s.insert_worker("c", "{}", 1, &[], None, 1).unwrap();
+        s.wal = Some(dir.path().join("no-such-dir/ledger.db-wal"));
+        let e = s.sync().unwrap_err();
+        assert_eq!(e.kind(), "Backend");
+        assert!(e.message().contains("did not confirm"), "{}", e.message());
+        let e = s.insert_worker("d", "{}", 1, &[], None, 1).unwrap_err();
+        assert!(
+            e.message().contains("refused until the daemon restarts"),
+            "{}",
+            e.message()
+        );
+        // Reads go on.
+        assert_eq!(s.live_workers().unwrap().len(), 3);
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let names: Vec<String> = s
+            .live_workers()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
     }
 
     #[test]
