@@ -170,9 +170,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Why a request waits here, one line per GPU that could have served.
     pub fn reasons(&self, res: &crate::request::Resources) -> Vec<String> {
-        placement::place(&self.machine, &self.book, res, &mut Evaluations::default())
-            .err()
-            .unwrap_or_default()
+        placement::reasons(&self.machine, &self.book, res)
     }
 }
 
@@ -510,14 +508,7 @@ impl Node {
         if let Some(r) = memo.get(name) {
             return r.clone();
         }
-        let r = placement::place(
-            &self.machine,
-            &self.book,
-            &w.spec.resources,
-            &mut Evaluations::default(),
-        )
-        .err()
-        .unwrap_or_default();
+        let r = placement::reasons(&self.machine, &self.book, &w.spec.resources);
         memo.insert(name.to_string(), r.clone());
         r
     }
@@ -589,7 +580,6 @@ impl Node {
         }
         for (id, name, grants) in placed {
             self.pending.remove(&id);
-            self.reasons_memo().remove(&name);
             if let Some(w) = self.workers.get_mut(&name) {
                 w.status = Status::Running { grants };
             }

@@ -214,6 +214,14 @@ pub fn place(
     }
 }
 
+/// Why a request waits now, one line per GPU that could have served (empty
+/// when it fits).
+pub fn reasons(machine: &Machine, book: &Book, res: &Resources) -> Vec<String> {
+    place(machine, book, res, &mut Evaluations::default())
+        .err()
+        .unwrap_or_default()
+}
+
 /// Where a request goes now, if it fits: [`place`] without the reasons.
 pub fn fits(
     machine: &Machine,

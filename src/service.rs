@@ -1240,24 +1240,15 @@ impl Service {
         for (name, p) in shown.added {
             manager.worker_new(&name, obj_path(p)).await?;
         }
+        // A worker that ended meanwhile has no object left to signal from.
         for (name, old) in shown.workers {
-            let Ok(iface) = server
-                .interface::<_, WorkerObject>(worker_path(&name).as_str())
-                .await
-            else {
-                continue; // ended meanwhile
-            };
-            iface
-                .get()
-                .await
-                .emit_changes(&old, iface.signal_emitter())
-                .await?;
+            if let Ok(iface) = self.worker_object(&name).await {
+                let obj = iface.get().await;
+                obj.emit_changes(&old, iface.signal_emitter()).await?;
+            }
         }
         for name in shown.stale_reasons {
-            if let Ok(iface) = server
-                .interface::<_, WorkerObject>(worker_path(&name).as_str())
-                .await
-            {
+            if let Ok(iface) = self.worker_object(&name).await {
                 let obj = iface.get().await;
                 obj.pending_reasons_invalidate(iface.signal_emitter())
                     .await?;
@@ -1306,17 +1297,26 @@ struct Shown {
 
 impl Service {
     /// One worker's view replaced and its changes signalled.
-    async fn publish_worker(&self, name: &str) -> zbus::Result<()> {
-        let Some(old) = self.show_worker(name).await? else {
-            return Ok(());
-        };
-        let iface = self
-            .conn
+    async fn publish_worker(&mut self, name: &str) -> zbus::Result<()> {
+        if let Some(old) = self.show_worker(name).await? {
+            let workers = vec![(name.to_string(), old)];
+            self.try_announce(Shown {
+                workers,
+                ..Shown::default()
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn worker_object(
+        &self,
+        name: &str,
+    ) -> zbus::Result<zbus::object_server::InterfaceRef<WorkerObject>> {
+        self.conn
             .object_server()
             .interface::<_, WorkerObject>(worker_path(name).as_str())
-            .await?;
-        let obj = iface.get().await;
-        obj.emit_changes(&old, iface.signal_emitter()).await
+            .await
     }
 
     /// Replaces a worker's view; the one before, to signal the difference.
@@ -1324,11 +1324,7 @@ impl Service {
         let Some(w) = self.node.worker(name) else {
             return Ok(None);
         };
-        let iface = self
-            .conn
-            .object_server()
-            .interface::<_, WorkerObject>(worker_path(name).as_str())
-            .await?;
+        let iface = self.worker_object(name).await?;
         let obj = iface.get().await;
         let view = worker_view(&self.node, w);
         for warning in view
