@@ -132,6 +132,12 @@ pub enum Command {
     },
     /// A handoff event from a libvirt task (a failed create, a release confirmed…).
     Slice(crate::slicing::handoff::Event),
+    /// One GPU's figures, from what the running slice's guest wrote.
+    GuestGpu {
+        template: String,
+        sample: crate::slicer::GpuSample,
+        at_ms: u64,
+    },
     SliceReport {
         template: String,
         from: i64,
@@ -1019,6 +1025,17 @@ impl Service {
             Command::Slice(event) => {
                 let _ = self.slice(event).await;
             }
+            Command::GuestGpu {
+                template,
+                sample,
+                at_ms,
+            } => {
+                let meter = self.slicer.as_mut().and_then(|s| s.meter.as_mut());
+                // A reading that arrives after its slice ended is dropped.
+                if let Some(m) = meter.filter(|m| m.template == template) {
+                    m.record_gpu(at_ms, &sample);
+                }
+            }
             Command::SliceReport {
                 template,
                 from,
@@ -1048,6 +1065,7 @@ impl Service {
                                 n(m.gpu_peak_pct),
                                 m.gpu_memory_peak_bytes
                                     .map_or(-1.0, |b| b as f64 / crate::quantity::GB_BYTES as f64),
+                                n(m.energy_j.map(|j| j / 3600.0)),
                                 r.error.unwrap_or_default(),
                             )
                         })
@@ -1760,7 +1778,15 @@ impl Service {
             .iter()
             .map(crate::slicing::template::pci_text)
             .collect();
-        s.meter = Some(crate::slicer::Meter::new(template));
+        let mut meter = crate::slicer::Meter::new(template);
+        let reader = crate::slicer::read_guest_gpus(
+            s.vms.clone(),
+            d.domain.clone(),
+            template.to_string(),
+            self.lp.tx.clone(),
+        );
+        meter.reader = Some(tokio::spawn(reader).abort_handle());
+        s.meter = Some(meter);
         if let Some(ms) = dead_time_ms {
             s.dead_times.insert(template.to_string(), ms);
         }

@@ -23,23 +23,91 @@ pub struct Defined {
     pub domain: String,
 }
 
-/// What is measured over the running slice (CPU from libvirt's domain
-/// info; the passed-through GPU is invisible to the host, and no guest
-/// channel reports it yet: "not reported").
-#[derive(Clone, Debug, Default)]
+/// The virtio channel a template's guest writes its GPU figures to: the
+/// lines `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,power.draw
+/// --format=csv,noheader,nounits -l 5` prints (docs/time-slicing.md). A
+/// passed-through GPU is invisible to the host's NVML, so this is the only
+/// source of them.
+pub const GPU_CHANNEL: &str = "org.astraeus.gpu.0";
+
+/// One GPU's figures, from one line the guest wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuSample {
+    pub index: u32,
+    pub util_pct: Option<f64>,
+    pub memory_mib: Option<f64>,
+    pub power_w: Option<f64>,
+}
+
+impl GpuSample {
+    /// `0, 37, 10240, 250.12` (units after a number, `[N/A]` and
+    /// `[Not Supported]` are accepted: the last two count as unknown).
+    /// Lines that are not such a row give None.
+    pub fn parse(line: &str) -> Option<GpuSample> {
+        let fields: Vec<&str> = line.trim().split(',').map(str::trim).collect();
+        if fields.len() != 4 {
+            return None;
+        }
+        let number = |f: &str| -> Result<Option<f64>, ()> {
+            if f.starts_with('[') {
+                return Ok(None);
+            }
+            let n: f64 = f
+                .split_whitespace()
+                .next()
+                .ok_or(())?
+                .parse()
+                .map_err(|_| ())?;
+            if n.is_finite() && n >= 0.0 {
+                Ok(Some(n))
+            } else {
+                Err(())
+            }
+        };
+        Some(GpuSample {
+            index: fields[0].parse().ok()?,
+            util_pct: number(fields[1]).ok()?.map(|u| u.min(100.0)),
+            memory_mib: number(fields[2]).ok()?,
+            power_w: number(fields[3]).ok()?,
+        })
+    }
+}
+
+/// Gaps longer than this between two readings of a GPU are not counted as
+/// energy (the guest stopped reporting; nothing is guessed for the gap).
+const MAX_ENERGY_GAP_MS: u64 = 60_000;
+
+/// What is measured over the running slice: CPU from libvirt's domain info,
+/// GPU figures from what the guest writes to [`GPU_CHANNEL`] (none written:
+/// "not reported", never zeros).
+#[derive(Debug, Default)]
 pub struct Meter {
     pub template: String,
     /// (wall ns, cpu ns) of the last reading.
     last: Option<(u64, u64)>,
     pub cpu: Vec<f64>,
+    gpu_util: Vec<f64>,
+    /// Each GPU's last reading: (at ms, memory MiB, power W).
+    gpus: BTreeMap<u32, (u64, Option<f64>, Option<f64>)>,
+    memory_peak_mib: Option<f64>,
+    energy_j: Option<f64>,
+    /// The task reading the guest's channel; stopped with the slice.
+    pub reader: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        if let Some(r) = &self.reader {
+            r.abort();
+        }
+    }
 }
 
 impl Meter {
     pub fn new(template: &str) -> Meter {
-        Meter {
-            template: template.to_string(),
-            ..Default::default()
-        }
+        let mut m = Meter::default();
+        m.template = template.to_string();
+        m
     }
 
     /// Adds a reading of the domain's CPU time at `wall_ns`.
@@ -53,13 +121,94 @@ impl Meter {
         self.last = Some((wall_ns, cpu_ns));
     }
 
-    pub fn measures(&self) -> crate::store::SliceMeasures {
-        let n = self.cpu.len();
-        crate::store::SliceMeasures {
-            cpu_avg_pct: (n > 0).then(|| self.cpu.iter().sum::<f64>() / n as f64),
-            cpu_peak_pct: self.cpu.iter().copied().reduce(f64::max),
-            ..Default::default()
+    /// Adds one GPU's reading from the guest, received at `at_ms`. Energy
+    /// is each GPU's power times the time to its next reading.
+    pub fn record_gpu(&mut self, at_ms: u64, s: &GpuSample) {
+        if let Some(u) = s.util_pct {
+            self.gpu_util.push(u);
         }
+        if let Some((t0, _, Some(p0))) = self.gpus.get(&s.index) {
+            let dt = at_ms.saturating_sub(*t0);
+            if dt > 0 && dt <= MAX_ENERGY_GAP_MS {
+                *self.energy_j.get_or_insert(0.0) += p0 * dt as f64 / 1000.0;
+            }
+        }
+        self.gpus.insert(s.index, (at_ms, s.memory_mib, s.power_w));
+        // The baseboard's memory in use now: each GPU's latest reading.
+        let known: Vec<f64> = self.gpus.values().filter_map(|g| g.1).collect();
+        if !known.is_empty() {
+            let total: f64 = known.iter().sum();
+            self.memory_peak_mib = Some(self.memory_peak_mib.map_or(total, |p| p.max(total)));
+        }
+    }
+
+    pub fn measures(&self) -> crate::store::SliceMeasures {
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        crate::store::SliceMeasures {
+            cpu_avg_pct: mean(&self.cpu),
+            cpu_peak_pct: self.cpu.iter().copied().reduce(f64::max),
+            gpu_avg_pct: mean(&self.gpu_util),
+            gpu_peak_pct: self.gpu_util.iter().copied().reduce(f64::max),
+            gpu_memory_peak_bytes: self
+                .memory_peak_mib
+                .map(|m| (m * 1024.0 * 1024.0).round() as u64),
+            energy_j: self.energy_j,
+        }
+    }
+}
+
+/// Reads the GPU figures the guest writes to its [`GPU_CHANNEL`] and sends
+/// each to the loop, until aborted (the slice ended). The host end is the
+/// unix socket QEMU listens on (libvirt puts its path in the live XML); a
+/// VM without the channel reports no GPU figures. Reconnects after the
+/// guest side closes (a reboot inside the slice).
+pub async fn read_guest_gpus(
+    vms: Arc<Libvirt>,
+    domain: String,
+    template: String,
+    tx: mpsc::Sender<Command>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let path = match vms.channel_path(&domain, GPU_CHANNEL).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            tracing::info!(template = %template, "{domain} has no {GPU_CHANNEL} channel: its GPU figures are not reported");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(template = %template, "reading {domain}'s channels: {e}");
+            return;
+        }
+    };
+    let mut warned = false;
+    loop {
+        match tokio::net::UnixStream::connect(&path).await {
+            Ok(stream) => {
+                tracing::info!(template = %template, "reading the GPU figures {domain}'s guest writes to {path}");
+                warned = false;
+                let mut lines = tokio::io::BufReader::new(stream).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let Some(sample) = GpuSample::parse(&line) else {
+                        continue;
+                    };
+                    let at_ms = now_ms();
+                    let cmd = Command::GuestGpu {
+                        template: template.clone(),
+                        sample,
+                        at_ms,
+                    };
+                    if tx.send(cmd).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) if !warned => {
+                warned = true;
+                tracing::info!(template = %template, "the GPU channel of {domain} at {path} is not open yet: {e}");
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(handoff::DEFAULT_POLL_MS)).await;
     }
 }
 
@@ -309,21 +458,28 @@ impl Slicer {
                 });
             }
             Action::Probe { template } => {
-                let readiness = self
-                    .templates
-                    .get(template)
-                    .map(|d| d.template.readiness.clone());
+                let Some(d) = self.templates.get(template) else {
+                    return;
+                };
+                let (readiness, domain) = (d.template.readiness.clone(), d.domain.clone());
                 let template = template.clone();
                 tokio::spawn(async move {
-                    if probe(readiness.as_ref()).await {
-                        send(
-                            tx,
-                            Event::Ready {
-                                template,
-                                at_ms: now_ms(),
-                            },
-                        )
-                        .await;
+                    match probe(&vms, &domain, &readiness).await {
+                        Ok(passed) => {
+                            tracing::info!(template = %template, "{template} is ready: {passed}");
+                            send(
+                                tx,
+                                Event::Ready {
+                                    template,
+                                    at_ms: now_ms(),
+                                },
+                            )
+                            .await;
+                        }
+                        // Probed again at the next poll.
+                        Err(why) => {
+                            tracing::info!(template = %template, "{template} is not ready yet: {why}")
+                        }
                     }
                 });
             }
@@ -332,19 +488,63 @@ impl Slicer {
     }
 }
 
-/// Whether the template's readiness probe passes now. libvirt's STARTED
-/// (the default) has already happened when a probe is asked for.
-async fn probe(readiness: Option<&Readiness>) -> bool {
+/// Probes the template's VM once: what passed, or why it did not.
+/// libvirt's STARTED (the default) has already happened when asked.
+async fn probe(vms: &Libvirt, domain: &str, readiness: &Readiness) -> Result<String, String> {
     match readiness {
-        None | Some(Readiness::Started) => true,
-        Some(Readiness::Http(url)) => http_ok(url).await,
-        // TCP to the guest and the guest agent need the guest's address or
-        // agent channel, which is not wired yet: STARTED stands in (logged).
-        Some(Readiness::Tcp(_)) | Some(Readiness::Agent) => {
-            tracing::warn!("this readiness probe is not supported yet; libvirt's STARTED is used");
-            true
+        Readiness::Started => Ok("libvirt reported it started".into()),
+        Readiness::Http(url) => match http_ok(url).await {
+            true => Ok(format!("GET {url} answered 2xx")),
+            false => Err(format!("GET {url} did not answer 2xx")),
+        },
+        Readiness::Tcp {
+            host: Some(host),
+            port,
+        } => {
+            let addr = format!("{host}:{port}");
+            match tcp_connects(&addr).await {
+                true => Ok(format!("TCP {addr} accepted a connection")),
+                false => Err(format!("TCP {addr} refused or did not answer")),
+            }
         }
+        Readiness::Tcp { host: None, port } => {
+            let addresses = vms
+                .guest_addresses(domain)
+                .await
+                .map_err(|e| format!("asking libvirt for the guest's addresses: {e}"))?;
+            if addresses.is_empty() {
+                return Err("libvirt knows no address of the guest yet \
+                            (no DHCP lease, guest agent or ARP entry)"
+                    .into());
+            }
+            let mut tried = Vec::new();
+            for ip in addresses {
+                let addr = std::net::SocketAddr::new(ip, *port).to_string();
+                if tcp_connects(&addr).await {
+                    return Ok(format!("TCP {addr} accepted a connection"));
+                }
+                tried.push(addr);
+            }
+            Err(format!(
+                "TCP {} refused or did not answer",
+                tried.join(", ")
+            ))
+        }
+        Readiness::Agent => match vms.agent_answers(domain).await {
+            Ok(Ok(())) => Ok("the guest agent answered".into()),
+            Ok(Err(why)) => Err(format!("the guest agent does not answer: {why}")),
+            Err(e) => Err(format!("asking for the guest agent: {e}")),
+        },
     }
+}
+
+/// A TCP connection to `addr` opens within 2 s.
+async fn tcp_connects(addr: &str) -> bool {
+    let connect = tokio::net::TcpStream::connect(addr);
+    matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
+        Ok(Ok(_))
+    )
 }
 
 /// A plain `GET` of an http:// URL answers 2xx within 5 s.
@@ -400,4 +600,76 @@ pub fn fs_type_of(path: &std::path::Path) -> Option<String> {
         }
     }
     best.map(|(_, fs)| fs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_smi_rows_are_read_with_or_without_units() {
+        let s = GpuSample::parse("0, 37, 10240, 250.12").unwrap();
+        assert_eq!(
+            s,
+            GpuSample {
+                index: 0,
+                util_pct: Some(37.0),
+                memory_mib: Some(10240.0),
+                power_w: Some(250.12)
+            }
+        );
+        let s = GpuSample::parse("3, 100 %, 81559 MiB, [N/A]").unwrap();
+        assert_eq!(
+            (s.index, s.util_pct, s.memory_mib, s.power_w),
+            (3, Some(100.0), Some(81559.0), None)
+        );
+        let s = GpuSample::parse("1, [Not Supported], 0, 70").unwrap();
+        assert_eq!(s.util_pct, None);
+        // A header, a short row, a negative or non-number figure: not a row.
+        for bad in [
+            "index, utilization.gpu [%], memory.used [MiB], power.draw [W]",
+            "0, 37, 10240",
+            "0, -1, 1, 1",
+            "0, x, 1, 1",
+            "0, NaN, 1, 1",
+            "",
+        ] {
+            assert_eq!(GpuSample::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    fn row(index: u32, util: f64, mib: f64, watts: Option<f64>) -> GpuSample {
+        GpuSample {
+            index,
+            util_pct: Some(util),
+            memory_mib: Some(mib),
+            power_w: watts,
+        }
+    }
+
+    #[test]
+    fn guest_gpu_figures_give_use_memory_peak_and_energy() {
+        let mut m = Meter::new("a");
+        assert_eq!(m.measures().gpu_avg_pct, None, "none written: not reported");
+        assert_eq!(m.measures().energy_j, None);
+        // Two GPUs every 5 s; GPU 1 reports no power.
+        m.record_gpu(0, &row(0, 20.0, 1000.0, Some(100.0)));
+        m.record_gpu(0, &row(1, 40.0, 3000.0, None));
+        m.record_gpu(5_000, &row(0, 60.0, 2000.0, Some(300.0)));
+        m.record_gpu(5_000, &row(1, 80.0, 3000.0, None));
+        m.record_gpu(10_000, &row(0, 0.0, 500.0, Some(50.0)));
+        let got = m.measures();
+        assert_eq!(got.gpu_avg_pct, Some(40.0));
+        assert_eq!(got.gpu_peak_pct, Some(80.0));
+        // Peak of the sum of the GPUs' latest readings: 2000 + 3000 MiB.
+        assert_eq!(got.gpu_memory_peak_bytes, Some(5000 * 1024 * 1024));
+        // 100 W for 5 s, then 300 W for 5 s.
+        assert_eq!(got.energy_j, Some(2000.0));
+        // A long silence is not counted.
+        m.record_gpu(
+            10_000 + MAX_ENERGY_GAP_MS + 1,
+            &row(0, 0.0, 500.0, Some(50.0)),
+        );
+        assert_eq!(m.measures().energy_j, Some(2000.0));
+    }
 }

@@ -195,7 +195,7 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     assert!(o.ok, "{}", o.stderr);
     assert!(
         o.stdout
-            .starts_with("a(ssxxxxddddds) 3 \"a\" \"team-a (internal)\""),
+            .starts_with("a(ssxxxxdddddds) 3 \"a\" \"team-a (internal)\""),
         "{}",
         o.stdout
     );
@@ -400,4 +400,248 @@ fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
         steps(&db)
     );
     assert_ne!(template_state(&a, "a"), "running");
+}
+
+/// A template on the test driver with a readiness probe and, optionally, a
+/// GPU channel at `gpu_socket` and a network interface.
+fn probed_template(name: &str, readiness: serde_json::Value, extra_devices: &str) -> String {
+    let xml = format!(
+        "<domain type='test'><name>tmpl-{name}</name><memory>65536</memory>\
+         <os><type>hvm</type></os><devices>{extra_devices}</devices></domain>"
+    );
+    serde_json::json!({
+        "name": name,
+        "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "staff"},
+        "vm": {"domain_xml": xml},
+        "baseboard": [],
+        "readiness": readiness,
+    })
+    .to_string()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The slice report's rows for `template`, as astraeusctl prints them.
+fn report_rows(a: &str, template: &str) -> Vec<serde_json::Value> {
+    let o = ctl(a, None, &["slices", "--report", "--json"]);
+    assert!(o.ok, "{}", o.stderr);
+    let rows: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["template"] == template)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
+    use std::io::Write;
+    use std::time::Duration;
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let stays_starting = |name: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while template_state(a, name) != "starting" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} is {}, not starting; log:\n{}",
+                template_state(a, name),
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(template_state(a, name), "starting", "{}", d.log_text());
+    };
+    let power_off = |name: &str| {
+        assert!(manager(a, None, "PowerOff", &["sb", name, "true"]).ok);
+        eventually("off", || template_state(a, name) == "off");
+    };
+
+    // HTTP in the VM, and the guest writing nvidia-smi rows to its GPU
+    // channel (this test plays QEMU's end of the channel's socket).
+    let http = free_port();
+    let socket = dir.path().join("gpu.sock");
+    let channel = format!(
+        "<channel type='unix'><source mode='bind' path='{}'/>\
+         <target type='virtio' name='org.astraeus.gpu.0'/></channel>",
+        socket.display()
+    );
+    let url = format!("http://127.0.0.1:{http}/health");
+    let spec = probed_template("h", serde_json::json!({ "http": url }), &channel);
+    let o = manager(a, None, "CreateTemplate", &["s", &spec]);
+    assert!(o.ok, "{}", o.stderr);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let guest = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        writeln!(s, "0, 20, 1000, 100").unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+        writeln!(s, "not a row").unwrap();
+        writeln!(s, "0, 60 %, 2000 MiB, 300 W").unwrap();
+        s
+    });
+    assert!(manager(a, None, "Resume", &["sb", "h", "false"]).ok);
+    stays_starting("h");
+    assert!(
+        d.log_text()
+            .contains(&format!("h is not ready yet: GET {url} did not answer 2xx")),
+        "{}",
+        d.log_text()
+    );
+    let server = std::net::TcpListener::bind(("127.0.0.1", http)).unwrap();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        for s in server.incoming() {
+            let mut s = s.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    eventually("h running once its URL answers", || {
+        template_state(a, "h") == "running"
+    });
+    let _guest_side = guest.join().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    power_off("h");
+    let rows = report_rows(a, "h");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let h = &rows[0];
+    assert_eq!(h["gpu_avg_pct"], 40.0, "{h}");
+    assert_eq!(h["gpu_peak_pct"], 60.0, "{h}");
+    let peak_gb = h["gpu_memory_peak_gb"].as_f64().unwrap();
+    assert!((peak_gb - 2000.0 / 1024.0).abs() < 1e-9, "{h}");
+    // 100 W from the first row to the second (a second or a little more).
+    let wh = h["gpu_energy_wh"].as_f64().unwrap();
+    assert!(
+        wh > 0.9 * 100.0 / 3600.0 && wh < 100.0 * 30.0 / 3600.0,
+        "{h}"
+    );
+    let text = ctl(a, None, &["slices", "--report"]);
+    assert!(text.stdout.contains("2.0 GB"), "{}", text.stdout);
+
+    // TCP to an address given: ready once something listens there.
+    let tcp = free_port();
+    let spec = probed_template(
+        "t",
+        serde_json::json!({ "tcp": format!("127.0.0.1:{tcp}") }),
+        "",
+    );
+    assert!(manager(a, None, "CreateTemplate", &["s", &spec]).ok);
+    assert!(manager(a, None, "Resume", &["sb", "t", "false"]).ok);
+    stays_starting("t");
+    let _service = std::net::TcpListener::bind(("127.0.0.1", tcp)).unwrap();
+    eventually("t running once its port listens", || {
+        template_state(a, "t") == "running"
+    });
+    // No channel in its VM: its GPU figures are "not reported", never 0.
+    power_off("t");
+    let t = &report_rows(a, "t")[0];
+    assert!(
+        t["gpu_avg_pct"].is_null() && t["gpu_energy_wh"].is_null(),
+        "{t}"
+    );
+    assert!(d
+        .log_text()
+        .contains("tmpl-t has no org.astraeus.gpu.0 channel"));
+
+    // The guest agent (libvirt's test driver answers for its guests).
+    let spec = probed_template("g", serde_json::json!({ "agent": true }), "");
+    assert!(manager(a, None, "CreateTemplate", &["s", &spec]).ok);
+    assert!(manager(a, None, "Resume", &["sb", "g", "false"]).ok);
+    eventually("g running", || template_state(a, "g") == "running");
+    power_off("g");
+}
+
+/// Moves the calling thread (and what it starts) into a new network
+/// namespace where every address of libvirt's default network
+/// (192.168.122.0/24, the test driver's made-up leases) is local, so that
+/// what answers there is only what this test puts there. False when this
+/// may not be done (not root).
+fn own_network_with_the_guests_addresses() -> bool {
+    // SAFETY: unshare takes no pointers; it changes only this thread.
+    if !is_root() || unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return false;
+    }
+    for args in [
+        &["link", "set", "lo", "up"][..],
+        &["route", "add", "local", "192.168.122.0/24", "dev", "lo"],
+    ] {
+        let ok = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip {args:?}");
+    }
+    true
+}
+
+#[test]
+fn a_port_is_probed_on_the_guests_addresses_as_libvirt_knows_them() {
+    // Its own thread: the namespace must not outlive the test, even when
+    // the harness runs tests on its main thread (--test-threads=1).
+    let body = std::thread::spawn(probe_on_the_guests_addresses).join();
+    if let Err(panic) = body {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn probe_on_the_guests_addresses() {
+    if !own_network_with_the_guests_addresses() {
+        assert!(
+            std::env::var_os("ASTRAEUS_REQUIRE_COMPONENTS").is_none(),
+            "needs root for a network namespace"
+        );
+        eprintln!("SKIPPED: needs root for a network namespace");
+        return;
+    }
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let nic = "<interface type='network'><source network='default'/>\
+               <mac address='52:54:00:aa:bb:02'/></interface>";
+    let spec = probed_template("n", serde_json::json!({ "tcp": 8000 }), nic);
+    let o = manager(a, None, "CreateTemplate", &["s", &spec]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(manager(a, None, "Resume", &["sb", "n", "false"]).ok);
+    // Nothing listens on the guest's address yet: it stays starting, and
+    // the log says where it knocked.
+    eventually("a probe of the leased address", || {
+        d.log_text().lines().any(|l| {
+            l.contains("n is not ready yet: TCP 192.168.122.") && l.contains(":8000 refused")
+        })
+    });
+    assert_eq!(template_state(a, "n"), "starting");
+    let _service = std::net::TcpListener::bind("0.0.0.0:8000").unwrap();
+    eventually("n running once its guest's port listens", || {
+        template_state(a, "n") == "running"
+    });
+    let log = d.log_text();
+    assert!(log.contains("n is ready: TCP 192.168.122."), "{log}");
+    // Power-off works at any time.
+    assert!(manager(a, None, "PowerOff", &["sb", "n", "true"]).ok);
+    eventually("off", || template_state(a, "n") == "off");
 }

@@ -83,6 +83,40 @@ fn a_vm_gets_its_gpus_as_hostdevs_and_its_memory_as_oem_strings() {
 }
 
 #[test]
+fn a_running_guest_tells_its_addresses_agent_and_channels() {
+    rt().block_on(async {
+        let vms = Libvirt::new("test:///default");
+        let c = libvirt::open("test:///default").unwrap();
+        let xml = "<domain type='test'><name>probed</name><memory>65536</memory>\
+            <os><type>hvm</type></os><devices>\
+            <interface type='network'><source network='default'/><mac address='52:54:00:aa:bb:01'/></interface>\
+            <channel type='unix'><source mode='bind' path='/run/probed-gpu.sock'/>\
+            <target type='virtio' name='org.astraeus.gpu.0'/></channel></devices></domain>";
+        let d = c.define_domain_xml(xml).unwrap();
+        d.create().unwrap();
+        // The test driver hands out 192.168.122.x leases, one per interface.
+        let found = vms.guest_addresses("probed").await.unwrap();
+        assert!(!found.is_empty(), "a lease is known");
+        assert!(
+            found.iter().all(|a| a.to_string().starts_with("192.168.122.")),
+            "{found:?}"
+        );
+        // The test driver answers guest-get-time itself (a real guest
+        // without an agent does not: tests/vm.rs's QEMU test).
+        assert_eq!(vms.agent_answers("probed").await.unwrap(), Ok(()));
+        assert_eq!(
+            vms.channel_path("probed", "org.astraeus.gpu.0").await.unwrap(),
+            Some("/run/probed-gpu.sock".into())
+        );
+        assert_eq!(vms.channel_path("probed", "org.other").await.unwrap(), None);
+        let e = vms.guest_addresses("nope").await.unwrap_err();
+        assert!(e.message().contains("nope"), "{e}");
+        d.destroy().unwrap();
+        d.undefine().unwrap();
+    });
+}
+
+#[test]
 fn an_existing_domain_is_copied_and_must_be_off() {
     rt().block_on(async {
         let vms = Libvirt::new("test:///default");
@@ -489,6 +523,150 @@ fn template_state(a: &str, name: &str) -> String {
     .to_string()
 }
 
+/// Counts, until told to stop, the most template VMs libvirt had on at once
+/// (virsh list, independent of the daemon).
+fn watch_template_vms() -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<usize>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let on = running_domains()
+                    .iter()
+                    .filter(|n| n.starts_with("astraeus-test-tmpl-"))
+                    .count();
+                most = most.max(on);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            most
+        })
+    };
+    (stop, watcher)
+}
+
+#[test]
+fn real_qemu_two_scheduled_handoffs_force_off_guests_that_ignore_acpi_never_two_on() {
+    let Some(_lock) = libvirtd() else { return };
+    for n in ["sa", "sb"] {
+        let d = format!("astraeus-test-tmpl-{n}");
+        let _ = virsh(&["destroy", &d]);
+        let _ = virsh(&["undefine", &d]);
+    }
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    assert!(manager(a, None, "CreateTemplate", &["s", &qemu_template("sa")]).ok);
+    // sb: ready when its guest agent answers, and a GPU channel. Its guest
+    // has no OS: no agent answers and nothing writes GPU figures.
+    let channels = "<devices><channel type='unix'><source mode='bind'/>\
+        <target type='virtio' name='org.qemu.guest_agent.0'/></channel>\
+        <channel type='unix'><source mode='bind'/>\
+        <target type='virtio' name='org.astraeus.gpu.0'/></channel>";
+    let mut sb: serde_json::Value =
+        serde_json::from_str(&qemu_template("sb").replace("<devices>", channels)).unwrap();
+    sb["readiness"] = serde_json::json!({"agent": true});
+    let o = manager(a, None, "CreateTemplate", &["s", &sb.to_string()]);
+    assert!(o.ok, "{}", o.stderr);
+
+    let (stop, watcher) = watch_template_vms();
+    let o = manager(
+        a,
+        None,
+        "SetSchedule",
+        &[
+            "ss",
+            "sa",
+            r#"[{"action":"resume","time":"+2"},{"action":"resume","time":"+16"}]"#,
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let o = manager(
+        a,
+        None,
+        "SetSchedule",
+        &["ss", "sb", r#"[{"action":"resume","time":"+9"}]"#],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("sa running", || template_state(a, "sa") == "running");
+    // sa ignores ACPI: forced off after 2 s, then sb starts (buffer 0).
+    eventually("sb starting", || template_state(a, "sb") == "starting");
+    assert_eq!(template_state(a, "sa"), "off");
+    eventually("sb's agent probed", || {
+        d.log_text()
+            .contains("sb is not ready yet: the guest agent does not answer")
+    });
+    // The reader connects on its own task; it may log after the probe.
+    eventually("sb's GPU channel read", || {
+        d.log_text()
+            .contains("reading the GPU figures astraeus-test-tmpl-sb's guest writes to /")
+    });
+    assert_eq!(template_state(a, "sb"), "starting", "never ready");
+    // The second handoff: sb (still starting) forced off, sa on again.
+    eventually("sa running again", || template_state(a, "sa") == "running");
+    assert_eq!(template_state(a, "sb"), "off");
+    assert!(manager(a, None, "PowerOff", &["sb", "sa", "true"]).ok);
+    eventually("sa off", || template_state(a, "sa") == "off");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        watcher.join().unwrap(),
+        1,
+        "two template VMs were on at once"
+    );
+
+    let db = rusqlite::Connection::open(d.state.join("ledger.db")).unwrap();
+    let forced: i64 = db
+        .query_row(
+            "SELECT count(*) FROM handoff_steps WHERE step = 'forced'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(forced >= 2, "both handoffs forced a guest off: {forced}");
+    let o = ctl(a, None, &["slices", "--report", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["template"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sa", "sb", "sa"], "{rows:?}");
+    for r in rows {
+        // No guest wrote GPU figures: not reported, never 0.
+        assert!(
+            r["gpu_avg_pct"].is_null() && r["gpu_energy_wh"].is_null(),
+            "{r}"
+        );
+    }
+    // sa's first slice ran a guest for seconds: libvirt counted its CPU time.
+    assert!(
+        rows[0]["cpu_avg_pct"].as_f64().is_some_and(|c| c > 0.0),
+        "{rows:?}"
+    );
+    assert!(rows[1]["dead_time_ms"].as_i64().unwrap() >= 0, "{rows:?}");
+    assert!(
+        rows[1]["start_to_ready_ms"].is_null(),
+        "sb never got ready: {rows:?}"
+    );
+    assert!(rows[2]["start_to_ready_ms"].is_i64(), "{rows:?}");
+    drop(d);
+    for n in ["sa", "sb"] {
+        let d = format!("astraeus-test-tmpl-{n}");
+        let _ = virsh(&["destroy", &d]);
+        let _ = virsh(&["undefine", &d]);
+    }
+}
+
 #[test]
 fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on() {
     let Some(_lock) = libvirtd() else { return };
@@ -516,22 +694,7 @@ fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on(
     drop(d);
 
     // Watch libvirt all along: never two template VMs on.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut most = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let on = running_domains()
-                    .iter()
-                    .filter(|n| n.starts_with("astraeus-test-tmpl-"))
-                    .count();
-                most = most.max(on);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            most
-        })
-    };
+    let (stop, watcher) = watch_template_vms();
     // Killed right after the handoff's first step is recorded.
     let mut d = start(&[("ASTRAEUS_FAILPOINTS", "slice.after-power-off-asked=kill")]);
     eventually("ta adopted as running", || {

@@ -580,7 +580,7 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
                        "dead_time_ms": (r.4 >= 0).then_some(r.4), "start_to_ready_ms": (r.5 >= 0).then_some(r.5),
                        "cpu_avg_pct": opt(r.6), "cpu_peak_pct": opt(r.7), "gpu_avg_pct": opt(r.8),
                        "gpu_peak_pct": opt(r.9), "gpu_memory_peak_gb": opt(r.10),
-                       "error": (!r.11.is_empty()).then_some(&r.11)})
+                       "gpu_energy_wh": opt(r.11), "error": (!r.12.is_empty()).then_some(&r.12)})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&j).expect("json"));
@@ -596,8 +596,17 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
             .unwrap_or_default()
     };
     println!(
-        "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14}",
-        "TEMPLATE", "USER", "START", "END", "DEAD TIME", "TO READY", "CPU avg/peak", "GPU avg/peak"
+        "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}",
+        "TEMPLATE",
+        "USER",
+        "START",
+        "END",
+        "DEAD TIME",
+        "TO READY",
+        "CPU avg/peak",
+        "GPU avg/peak",
+        "GPU mem peak",
+        "GPU energy"
     );
     for r in rows {
         let end = if r.3 == 0 {
@@ -616,7 +625,7 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
             format!("{}/{}", figure(r.8, "%"), figure(r.9, "%"))
         };
         println!(
-            "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14}{}",
+            "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}{}",
             r.0,
             r.1,
             local(r.2),
@@ -625,10 +634,12 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
             ms(r.5),
             cpu,
             gpu,
-            if r.11.is_empty() {
+            figure(r.10, " GB"),
+            figure(r.11, " Wh"),
+            if r.12.is_empty() {
                 String::new()
             } else {
-                format!("  failed: {}", r.11)
+                format!("  failed: {}", r.12)
             }
         );
     }

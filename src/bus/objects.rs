@@ -323,7 +323,9 @@ impl Manager {
     /// Slices in [from, to) (epoch seconds) of one template ("" = all): (template,
     /// user, start, end (0 = still on), handoff dead time ms, start-to-ready ms
     /// (-1 = none), CPU average and peak %, GPU average and peak %, GPU memory
-    /// peak GB (-1 = not reported, never 0), libvirt's error when it failed).
+    /// peak GB, GPU energy Wh (these two: -1 = not reported, never 0), libvirt's
+    /// error when it failed). The GPU figures come from inside the guest
+    /// (docs/time-slicing.md).
     #[zbus(out_args("slices"))]
     async fn slice_report(
         &self,
@@ -794,7 +796,6 @@ pub struct RotationView {
     pub tz: jiff::tz::TimeZone,
 }
 
-/// (start, end, ends by) of a slice; (0, 0, "") when there is none.
 /// One SliceReport row (see the method).
 pub type SliceReportRow = (
     String,
@@ -808,12 +809,14 @@ pub type SliceReportRow = (
     f64,
     f64,
     f64,
+    f64,
     String,
 );
 
 /// (key, kind, gpu uuid, GPU-ms, mJ, busy GPU-ms or -1): one UsageReport row.
 pub type UsageRow = (String, String, String, u64, u64, i64);
 
+/// (start, end, ends by) of a slice; (0, 0, "") when there is none.
 pub type SliceTriple = (i64, i64, String);
 
 pub struct TemplateObject {

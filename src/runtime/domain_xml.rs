@@ -124,6 +124,23 @@ pub fn passes_through(xml: &str, devices: &[PciAddress]) -> bool {
         })
 }
 
+/// The unix socket path on the host of the domain's virtio channel whose
+/// target is named `target` (libvirt fills the path in when the XML leaves
+/// it out, so the live XML is the one to read).
+pub fn channel_path(xml: &str, target: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    doc.descendants()
+        .filter(|n| n.has_tag_name("channel") && n.attribute("type") == Some("unix"))
+        .find(|c| {
+            c.children()
+                .any(|t| t.has_tag_name("target") && t.attribute("name") == Some(target))
+        })?
+        .children()
+        .find(|n| n.has_tag_name("source"))?
+        .attribute("path")
+        .map(str::to_string)
+}
+
 /// The worker's domain: `source` renamed, its UUID dropped, hostdevs for
 /// `gpus` and OEM strings with `gpu_memory_gb` added.
 pub fn worker_domain(
@@ -231,6 +248,23 @@ fn open_end(source: &str, node: &roxmltree::Node) -> std::ops::Range<usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_channel_is_found_by_its_target_name() {
+        let xml = "<domain><devices>\
+            <channel type='pty'><target type='virtio' name='org.astraeus.gpu.0'/></channel>\
+            <channel type='unix'><source mode='bind' path='/run/a.sock'/>\
+            <target type='virtio' name='org.qemu.guest_agent.0'/></channel>\
+            <channel type='unix'><source mode='bind' path='/run/gpu.sock'/>\
+            <target type='virtio' name='org.astraeus.gpu.0'/></channel>\
+            </devices></domain>";
+        assert_eq!(
+            channel_path(xml, "org.astraeus.gpu.0").as_deref(),
+            Some("/run/gpu.sock")
+        );
+        assert_eq!(channel_path(xml, "org.example.none"), None);
+        assert_eq!(channel_path("<not xml", "org.astraeus.gpu.0"), None);
+    }
+
     use super::*;
 
     const SRC: &str = "<domain type='test'>\n  <name>base</name>\n  \

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::broadcast;
 use virt::connect::Connect;
+use virt::domain::Domain;
 use virt::sys;
 
 /// One lifecycle event: which domain, and libvirt's event and detail numbers.
@@ -154,6 +155,12 @@ pub fn open(uri: &str) -> Result<Connect> {
 /// libvirt's error, as a backend error naming the URI.
 fn backend(uri: &str, e: virt::error::Error) -> Error {
     Error::Backend(format!("libvirt at {uri}: {}", e.message()))
+}
+
+/// The domain named `name`; libvirt's error names the domain.
+fn lookup(c: &Connect, uri: &str, name: &str) -> Result<Domain> {
+    c.lookup_domain_by_name(name)
+        .map_err(|e| Error::Backend(format!("libvirt at {uri}: domain {name}: {}", e.message())))
 }
 
 /// The VM runtime.
@@ -400,9 +407,7 @@ impl Libvirt {
     pub async fn power_on(&self, name: &str) -> Result<()> {
         let name = name.to_string();
         self.blocking(move |c, uri| {
-            let d = c
-                .lookup_domain_by_name(&name)
-                .map_err(|e| backend(uri, e))?;
+            let d = lookup(c, uri, &name)?;
             d.create().map(|_| ()).map_err(|e| backend(uri, e))
         })
         .await
@@ -429,11 +434,72 @@ impl Libvirt {
     pub async fn cpu_time(&self, name: &str) -> Result<(u64, u32)> {
         let name = name.to_string();
         self.blocking(move |c, uri| {
-            let d = c
-                .lookup_domain_by_name(&name)
-                .map_err(|e| backend(uri, e))?;
+            let d = lookup(c, uri, &name)?;
             let i = d.info().map_err(|e| backend(uri, e))?;
             Ok((i.cpu_time, i.nr_virt_cpu.max(1)))
+        })
+        .await
+    }
+
+    /// The running guest's IP addresses, IPv4 first: from libvirt's DHCP
+    /// leases, then the guest agent, then the host's ARP table (the first
+    /// source that knows any).
+    pub async fn guest_addresses(&self, name: &str) -> Result<Vec<std::net::IpAddr>> {
+        let name = name.to_string();
+        self.blocking(move |c, uri| {
+            let d = lookup(c, uri, &name)?;
+            for source in [
+                sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
+                sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
+                sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP,
+            ] {
+                let Ok(interfaces) = d.interface_addresses(source, 0) else {
+                    continue;
+                };
+                let mut found: Vec<std::net::IpAddr> = interfaces
+                    .iter()
+                    .flat_map(|i| i.addrs.iter())
+                    .filter_map(|a| a.addr.parse().ok())
+                    .filter(|a: &std::net::IpAddr| !a.is_loopback())
+                    .collect();
+                found.sort_by_key(|a| a.is_ipv6());
+                if !found.is_empty() {
+                    return Ok(found);
+                }
+            }
+            Ok(Vec::new())
+        })
+        .await
+    }
+
+    /// Whether the guest agent answers: virDomainGetTime goes to the agent
+    /// (guest-get-time) and fails when none runs or it does not answer;
+    /// then libvirt's words say why. (The test driver answers it itself.)
+    pub async fn agent_answers(&self, name: &str) -> Result<std::result::Result<(), String>> {
+        let name = name.to_string();
+        self.blocking(move |c, uri| {
+            let d = lookup(c, uri, &name)?;
+            let (mut seconds, mut nanos) = (0, 0);
+            // SAFETY: the domain pointer is valid while `d` lives; libvirt
+            // writes the two out-parameters and keeps no reference to them.
+            let rc = unsafe { sys::virDomainGetTime(d.as_ptr(), &mut seconds, &mut nanos, 0) };
+            if rc == 0 {
+                Ok(Ok(()))
+            } else {
+                Ok(Err(virt::error::Error::last_error().message().to_string()))
+            }
+        })
+        .await
+    }
+
+    /// The host side of the running domain's virtio channel named `target`
+    /// (a unix socket path), from its live XML.
+    pub async fn channel_path(&self, name: &str, target: &str) -> Result<Option<String>> {
+        let (name, target) = (name.to_string(), target.to_string());
+        self.blocking(move |c, uri| {
+            let d = lookup(c, uri, &name)?;
+            let xml = d.xml_desc(0).map_err(|e| backend(uri, e))?;
+            Ok(domain_xml::channel_path(&xml, &target))
         })
         .await
     }

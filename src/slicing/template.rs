@@ -82,11 +82,13 @@ pub struct User {
 pub enum Readiness {
     /// libvirt's STARTED event (the default).
     Started,
-    /// A TCP connect to this port on the guest succeeds.
-    Tcp(u16),
+    /// A TCP connect to this port succeeds: on `host` when given, else on
+    /// the guest's addresses as libvirt knows them (DHCP lease, guest agent,
+    /// ARP), for guests whose address is set inside them.
+    Tcp { host: Option<String>, port: u16 },
     /// A GET of this URL answers 2xx.
     Http(String),
-    /// The QEMU guest agent answers `guest-ping`.
+    /// The QEMU guest agent answers (libvirt's virDomainGetTime).
     Agent,
 }
 
@@ -240,8 +242,17 @@ impl Template {
         }
         match &self.readiness {
             Readiness::Started => {}
-            Readiness::Tcp(port) => {
+            Readiness::Tcp { host: None, port } => {
                 m.insert("readiness".into(), json!({ "tcp": port }));
+            }
+            Readiness::Tcp {
+                host: Some(host),
+                port,
+            } => {
+                m.insert(
+                    "readiness".into(),
+                    json!({ "tcp": format!("{host}:{port}") }),
+                );
             }
             Readiness::Http(url) => {
                 m.insert("readiness".into(), json!({ "http": url }));
@@ -554,18 +565,13 @@ fn parse_readiness(v: &Value) -> Result<Readiness> {
     if m.len() != 1 {
         return Err(Error::field(
             "readiness",
-            "exactly one of tcp (a port), http (a URL) or agent (true); \
+            "exactly one of tcp (a port, or host:port), http (a URL) or agent (true); \
              leave it out to count libvirt's STARTED as ready",
         ));
     }
     let (kind, body) = m.iter().next().expect("one entry");
     match kind.as_str() {
-        "tcp" => body
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .filter(|p| *p > 0)
-            .map(Readiness::Tcp)
-            .ok_or_else(|| Error::field("readiness.tcp", "a port from 1 to 65535")),
+        "tcp" => parse_tcp(body),
         "http" => {
             let url = string(body, "readiness.http")?;
             let ok = url.len() <= 2048
@@ -591,6 +597,44 @@ fn parse_readiness(v: &Value) -> Result<Readiness> {
         },
         _ => unreachable!("object() admits only known keys"),
     }
+}
+
+/// `8000` (the guest's own addresses) or `"10.0.0.5:8000"` / `"[fd00::5]:8000"`.
+fn parse_tcp(body: &Value) -> Result<Readiness> {
+    let wrong = || {
+        Error::field(
+            "readiness.tcp",
+            "a port from 1 to 65535 (on the guest's addresses as libvirt knows them), \
+             or host:port such as \"10.0.0.5:8000\"",
+        )
+    };
+    let port = |p: Option<u64>| {
+        p.and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .ok_or_else(wrong)
+    };
+    if let Some(text) = body.as_str() {
+        let (host, p) = text.rsplit_once(':').ok_or_else(wrong)?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let ok_host = !bare.is_empty()
+            && host.len() <= 253
+            && (host.starts_with('[') == host.ends_with(']'))
+            && (bare.contains(':') == host.starts_with('['))
+            && bare
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c));
+        if !ok_host {
+            return Err(wrong());
+        }
+        return Ok(Readiness::Tcp {
+            host: Some(host.to_string()),
+            port: port(p.parse().ok())?,
+        });
+    }
+    Ok(Readiness::Tcp {
+        host: None,
+        port: port(body.as_u64())?,
+    })
 }
 
 // ---- small typed readers; each error names the path ----
@@ -733,7 +777,13 @@ mod tests {
         let t = Template::from_value(&spec(|_| {})).unwrap();
         assert_eq!(t.baseboard, [pci(0x41), pci(0x42)]);
         assert_eq!(t.user.kind, UserKind::Internal);
-        assert_eq!(t.readiness, Readiness::Tcp(8000));
+        assert_eq!(
+            t.readiness,
+            Readiness::Tcp {
+                host: None,
+                port: 8000
+            }
+        );
         assert_eq!(t.start_retries, Some(2));
         assert_eq!(Template::from_value(&t.to_value()).unwrap(), t);
         let bare = Template::from_value(&spec(|v| {
@@ -778,8 +828,39 @@ mod tests {
         );
         assert_eq!(
             err(spec(|v| v["readiness"] = json!({"tcp": 0}))),
-            "readiness.tcp: a port from 1 to 65535"
+            "readiness.tcp: a port from 1 to 65535 (on the guest's addresses as libvirt \
+             knows them), or host:port such as \"10.0.0.5:8000\""
         );
+        for bad in [
+            "10.0.0.5",
+            "10.0.0.5:0",
+            ":80",
+            "fd00::5:80",
+            "[fd00::5:80",
+            "a b:1",
+        ] {
+            assert!(
+                err(spec(|v| v["readiness"] = json!({ "tcp": bad })))
+                    .starts_with("readiness.tcp: a port"),
+                "{bad}"
+            );
+        }
+        for (good, host, port) in [
+            ("10.0.0.5:8000", "10.0.0.5", 8000),
+            ("[fd00::5]:80", "[fd00::5]", 80),
+            ("guest.lan:22", "guest.lan", 22),
+        ] {
+            let t =
+                Template::from_value(&spec(|v| v["readiness"] = json!({ "tcp": good }))).unwrap();
+            let want = Readiness::Tcp {
+                host: Some(host.into()),
+                port,
+            };
+            assert_eq!(t.readiness, want);
+            // It reads back as it was given.
+            let again = Template::from_value(&t.to_value()).unwrap();
+            assert_eq!(again.readiness, want);
+        }
         assert_eq!(
             err(spec(|v| v["readiness"] = json!({"http": "ftp://x"}))),
             "readiness.http: a URL such as http://10.0.0.5:8000/health"
