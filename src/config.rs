@@ -18,6 +18,16 @@ pub struct Config {
     pub usage: UsageConfig,
     pub runtime: RuntimeConfig,
     pub http: HttpConfig,
+    pub slicing: SlicingConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlicingConfig {
+    /// Accept a template's weights disk on a networked filesystem (NFS,
+    /// CIFS, Ceph…): the seed wants it host-local, so a slice's start does
+    /// not wait on the network.
+    pub allow_networked_weights: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -207,6 +217,15 @@ mod tests {
         assert_eq!(example.runtime.libvirt_uri, d.runtime.libvirt_uri);
         assert_eq!(example.runtime.podman_socket, d.runtime.podman_socket);
         assert_eq!(example.http.listen, None, "the page is off by default");
+        assert!(!example.slicing.allow_networked_weights);
+        assert!(!d.slicing.allow_networked_weights);
+        // The key the weights refusal names is the key the config reads.
+        let on: Config = toml::from_str("[slicing]\nallow_networked_weights = true").unwrap();
+        assert!(on.slicing.allow_networked_weights);
+        assert_eq!(
+            crate::slicing::template::ALLOW_NETWORKED_WEIGHTS,
+            "slicing.allow_networked_weights"
+        );
     }
 
     #[test]

@@ -143,6 +143,7 @@ async fn run(args: Args) -> Result<(), Error> {
         stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         containers_for_group: config.access.containers_for_group,
         vms_for_group: config.access.vms_for_group,
+        allow_networked_weights: config.slicing.allow_networked_weights,
     };
     let service = Service::register(node, source, conn.clone(), settings).await?;
     if let Some(addr) = config.http.address()? {

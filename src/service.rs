@@ -204,6 +204,8 @@ pub struct Settings {
     pub containers_for_group: bool,
     /// Whether members of the access group may run VMs (root-equivalent).
     pub vms_for_group: bool,
+    /// Accept weights disks on networked filesystems (`slicing.allow_networked_weights`).
+    pub allow_networked_weights: bool,
 }
 
 /// Samples kept per GPU in memory (an hour at the default 2 s refresh).
@@ -403,6 +405,7 @@ impl Service {
             stop_timeout,
             containers_for_group,
             vms_for_group,
+            allow_networked_weights,
         } = settings;
         let lp = Loop {
             tx,
@@ -473,6 +476,7 @@ impl Service {
                 },
                 lp.tx.clone(),
             );
+            s.allow_networked_weights = allow_networked_weights;
             for (name, spec) in node.templates().unwrap_or_default() {
                 match crate::slicer::Slicer::restore(&spec) {
                     Ok(d) => {

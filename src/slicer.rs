@@ -169,6 +169,18 @@ pub async fn read_guest_gpus(
     tx: mpsc::Sender<Command>,
 ) {
     use tokio::io::AsyncBufReadExt;
+    // The slice begins when its start is issued; the socket's path is in
+    // the live XML only once the domain runs.
+    loop {
+        match vms.is_on(&domain).await {
+            Ok(true) => break,
+            Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            Err(e) => {
+                tracing::warn!(template = %template, "waiting for {domain} to run: {e}");
+                return;
+            }
+        }
+    }
     let path = match vms.channel_path(&domain, GPU_CHANNEL).await {
         Ok(Some(p)) => p,
         Ok(None) => {
@@ -233,6 +245,9 @@ pub struct Slicer {
     pub dead_times: BTreeMap<String, u64>,
     /// Templates whose weights are being staged (their VM may not start).
     pub staging: std::collections::BTreeSet<String>,
+    /// The last reason each starting template was not ready, so the journal
+    /// gets a line when it changes, not one a second.
+    not_ready: Arc<std::sync::Mutex<BTreeMap<String, String>>>,
 }
 
 pub fn now_ms() -> u64 {
@@ -253,6 +268,7 @@ impl Slicer {
             allow_networked_weights: false,
             meter: None,
             staging: Default::default(),
+            not_ready: Default::default(),
             dead_times: BTreeMap::new(),
         }
     }
@@ -425,6 +441,11 @@ impl Slicer {
                 let Some(domain) = self.domain(template) else {
                     return;
                 };
+                // A new start: its first "not ready" is worth a line again.
+                self.not_ready
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(template);
                 let template = template.clone();
                 tokio::spawn(async move {
                     if let Err(e) = vms.power_on(&domain).await {
@@ -463,8 +484,22 @@ impl Slicer {
                 };
                 let (readiness, domain) = (d.template.readiness.clone(), d.domain.clone());
                 let template = template.clone();
+                let not_ready = self.not_ready.clone();
                 tokio::spawn(async move {
-                    match probe(&vms, &domain, &readiness).await {
+                    let result = probe(&vms, &domain, &readiness).await;
+                    let changed = {
+                        let mut last = not_ready.lock().unwrap_or_else(|p| p.into_inner());
+                        match &result {
+                            Ok(_) => {
+                                last.remove(&template);
+                                true
+                            }
+                            Err(why) => {
+                                last.insert(template.clone(), why.clone()).as_ref() != Some(why)
+                            }
+                        }
+                    };
+                    match result {
                         Ok(passed) => {
                             tracing::info!(template = %template, "{template} is ready: {passed}");
                             send(
@@ -477,9 +512,10 @@ impl Slicer {
                             .await;
                         }
                         // Probed again at the next poll.
-                        Err(why) => {
+                        Err(why) if changed => {
                             tracing::info!(template = %template, "{template} is not ready yet: {why}")
                         }
+                        Err(_) => {}
                     }
                 });
             }
