@@ -1620,8 +1620,6 @@ impl Service {
                     }
                     // Crash tests kill the daemon right after a step is recorded.
                     failpoint::hit(&format!("slice.after-{}", r.step.as_str()));
-                    // Crash tests kill the daemon right after a step is recorded.
-                    failpoint::hit(&format!("slice.after-{}", r.step.as_str()));
                     let (from, to) = (
                         r.from.as_deref().unwrap_or(""),
                         r.to.as_deref().unwrap_or(""),
