@@ -873,6 +873,11 @@ impl Node {
         Ok(self.store.steps(Some(1))?.pop())
     }
 
+    /// The last handoff step that is not a request: where the handoff stands.
+    pub fn last_state_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
+        self.store.last_state_step()
+    }
+
     /// This daemon run begins: from now until its last sign of life it is up.
     pub fn begin_run(&mut self, at_ms: i64) -> Result<()> {
         self.run = Some(self.store.begin_run(at_ms)?);

@@ -1884,7 +1884,8 @@ impl Service {
         }
         let last = self.node.last_step().ok().flatten();
         // With a schedule, the state it says now; without one, what a person
-        // last asked for (a handoff under way finishes) or what runs.
+        // last asked for (a request, or a handoff under way, finishes) or,
+        // after a failed slice or on a fresh ledger, what runs.
         let scheduled = rotation.templates.iter().any(|(_, a)| !a.is_empty());
         let want = if scheduled {
             slicer
@@ -1893,11 +1894,14 @@ impl Service {
                 .find(|t| crate::bus::objects::slices_now(&rotation, t, now).0 .0 != 0)
                 .cloned()
         } else {
-            use crate::slicing::handoff::Step;
-            match &last {
-                Some(r) if !matches!(r.step, Step::Failed) && r.to.is_some() => r.to.clone(),
-                _ => on.first().cloned(),
+            crate::slicing::handoff::wanted_without_schedule(last.as_ref(), &on)
+        };
+        // Requests only say who is next; the handoff resumes from its last step.
+        let last = match &last {
+            Some(r) if r.step == crate::slicing::handoff::Step::Requested => {
+                self.node.last_state_step().ok().flatten()
             }
+            _ => last,
         };
         let slicer = self.slicer.as_ref().expect("checked");
         let (state, actions) = crate::slicing::handoff::converge(

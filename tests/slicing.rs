@@ -402,6 +402,54 @@ fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
     assert_ne!(template_state(&a, "a"), "running");
 }
 
+#[test]
+fn a_resume_waiting_out_the_buffer_survives_a_kill() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[schedule]\nhandoff_buffer_seconds = 300\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let start = || Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = bus.address.clone();
+    let d = start();
+    for t in ["a", "b"] {
+        assert!(manager(&a, None, "CreateTemplate", &["s", &template(t)]).ok);
+    }
+    assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("a running", || template_state(&a, "a") == "running");
+    assert!(manager(&a, None, "PowerOff", &["sb", "a", "true"]).ok);
+    eventually("a released", || {
+        steps(&d.state.join("ledger.db"))
+            .iter()
+            .any(|s| s.starts_with("release-confirmed"))
+    });
+    // b must wait 5 minutes after a's release: accepted, nothing starts yet.
+    assert!(manager(&a, None, "Resume", &["sb", "b", "false"]).ok);
+    assert_eq!(template_state(&a, "b"), "waiting");
+    let db = d.state.join("ledger.db");
+    drop(d); // SIGKILL while b waits
+    let _d = start();
+    // The accepted request is still there: b waits out the same buffer.
+    eventually("b waiting after the restart", || {
+        template_state(&a, "b") == "waiting"
+    });
+    assert!(
+        steps(&db).iter().any(|s| s.starts_with("requested")),
+        "{:?}",
+        steps(&db)
+    );
+    assert!(
+        !steps(&db)
+            .iter()
+            .any(|s| s.starts_with("start-issued") && s.ends_with(">b")),
+        "the buffer holds after the restart: {:?}",
+        steps(&db)
+    );
+}
+
 /// A template on the test driver with a readiness probe and, optionally, a
 /// GPU channel at `gpu_socket` and a network interface.
 fn probed_template(name: &str, readiness: serde_json::Value, extra_devices: &str) -> String {

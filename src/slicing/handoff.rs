@@ -270,9 +270,13 @@ pub enum Step {
     StartFailed,
     /// The slice gave up starting.
     Failed,
+    /// A request changed who holds the baseboard next (`to`; None: no one)
+    /// in a step that records nothing else — a resume waiting out the
+    /// buffer, a retarget mid-handoff — so a restart still knows it.
+    Requested,
 }
 
-const STEPS: [(Step, &str); 9] = [
+const STEPS: [(Step, &str); 10] = [
     (Step::PowerOffAsked, "power-off-asked"),
     (Step::Forced, "forced"),
     (Step::Stopped, "stopped"),
@@ -282,6 +286,7 @@ const STEPS: [(Step, &str); 9] = [
     (Step::Ready, "ready"),
     (Step::StartFailed, "start-failed"),
     (Step::Failed, "failed"),
+    (Step::Requested, "requested"),
 ];
 
 impl Step {
@@ -369,6 +374,31 @@ pub enum Action {
 /// Applies one event. Events that do not fit the state (late, duplicated,
 /// about another template) change nothing.
 pub fn step(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) {
+    let (next, mut out) = transition(state, event, s);
+    // A request that changed the target but recorded nothing (no VM stops
+    // or starts yet) is recorded too: its caller is answered, so a restart
+    // must not forget it.
+    let request = matches!(
+        event,
+        Event::Due { .. } | Event::ManualResume { .. } | Event::ManualPowerOff { .. }
+    );
+    if request
+        && next.target() != state.target()
+        && !out.iter().any(|a| matches!(a, Action::Record(_)))
+    {
+        let r = Record {
+            step: Step::Requested,
+            from: None,
+            to: next.target().map(str::to_string),
+            at_ms: event.at_ms(),
+            detail: None,
+        };
+        out.insert(0, Action::Record(r));
+    }
+    (next, out)
+}
+
+fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) {
     let mut out = Vec::new();
     let at = event.at_ms();
     let next = match event {
@@ -538,8 +568,9 @@ pub fn step(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) 
     (next, out)
 }
 
-/// The state at start-up, from the last ledger record and the template VM
-/// that is on now (the caller lists active domains). Finishes what the
+/// The state at start-up, from the last ledger record that is not a
+/// [`Step::Requested`] (requests reach [`converge`] as `want`) and the
+/// template VM that is on now (the caller lists active domains). Finishes what the
 /// record shows in flight, safely: a power-off is asked again, a stop is
 /// followed by a release check, a start is redone only after a fresh check.
 pub fn resume_from(
@@ -656,6 +687,17 @@ pub fn resume_from(
     (state, out)
 }
 
+/// Who should hold the baseboard after a restart on a host without a
+/// schedule: who the last record was heading for (a request, or a handoff
+/// under way, finishes; a power-off stays off), or, after a failed slice or
+/// on a fresh ledger, the VM that is on.
+pub fn wanted_without_schedule(last: Option<&Record>, vm_on: &[String]) -> Option<String> {
+    match last {
+        Some(r) if r.step != Step::Failed => r.to.clone(),
+        _ => vm_on.first().cloned(),
+    }
+}
+
 /// Start-up after downtime or a crash: only the state wanted now, never a
 /// burst of the actions missed. `want` is who should hold the baseboard now
 /// — the schedule's owner, or a manual request newer than the schedule's
@@ -678,7 +720,8 @@ pub fn converge(
             "on together with {}; exactly one template VM may be on",
             keep.unwrap_or_default()
         );
-        record(&mut out, Step::Forced, Some(extra), None, now_ms, Some(why));
+        // `to`: who stays on, so a restart right after this still wants it.
+        record(&mut out, Step::Forced, Some(extra), keep, now_ms, Some(why));
         out.push(Action::Destroy {
             template: extra.clone(),
         });
@@ -1264,7 +1307,8 @@ mod tests {
             &s,
         );
         assert!(matches!(state, State::Starting { .. }));
-        assert_eq!(actions[0], Action::CheckRelease);
+        assert_eq!(actions[0], requested(Some("a"), 100));
+        assert_eq!(actions[1], Action::CheckRelease);
         assert!(has(
             &actions,
             &Action::Signal(Signal::SliceStarted {
@@ -1293,7 +1337,24 @@ mod tests {
                 until_ms: 301_000
             }
         );
-        assert_eq!(actions, [Action::SetTimer { at_ms: 301_000 }]);
+        // Recorded: a restart while it waits must still start b.
+        assert_eq!(
+            actions,
+            [
+                requested(Some("b"), 60_000),
+                Action::SetTimer { at_ms: 301_000 }
+            ]
+        );
+    }
+
+    fn requested(to: Option<&str>, at_ms: u64) -> Action {
+        Action::Record(Record {
+            step: Step::Requested,
+            from: None,
+            to: to.map(str::to_string),
+            at_ms,
+            detail: None,
+        })
     }
 
     #[test]
@@ -1493,7 +1554,7 @@ mod tests {
             &s,
         );
         assert_eq!(state.target(), None);
-        assert!(actions.is_empty());
+        assert_eq!(actions, [requested(None, 50)]);
         let (state, _) = step(
             &State::Buffer {
                 to: "b".into(),
@@ -1639,7 +1700,9 @@ mod tests {
             since_ms: 0,
         };
         let (state, actions) = step(&p, &due(Scheduled::Resume, "c", 5), &s);
-        assert!(actions.is_empty());
+        assert_eq!(actions, [requested(Some("c"), 5)], "only recorded");
+        // The same again changes nothing, and records nothing.
+        assert_eq!(step(&state, &due(Scheduled::Resume, "c", 6), &s).1, []);
         assert_eq!(state.target(), Some("c"));
         assert_eq!(state.on(), Some("a"));
         assert_eq!(state.state_of("a"), "stopping");

@@ -814,31 +814,49 @@ impl Store {
              (SELECT * FROM handoff_steps ORDER BY id DESC LIMIT ?1) ORDER BY id",
         )?;
         let limit = limit.map_or(-1, |l| l as i64);
-        let rows = stmt.query_map(params![limit], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get::<_, i64>(3)?,
-                r.get(4)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (step, from, to, at, detail) = row?;
-            let step = crate::slicing::handoff::Step::parse(&step)
-                .ok_or_else(|| Error::Backend(format!("ledger: unknown handoff step {step}")))?;
-            out.push(crate::slicing::handoff::Record {
-                step,
-                from,
-                to,
-                at_ms: at as u64,
-                detail,
-            });
-        }
-        Ok(out)
+        let steps = read_steps(stmt.query(params![limit])?);
+        steps
     }
 
+    /// The last handoff step that says where the handoff stands (requests
+    /// only change who is next): what a restart resumes from.
+    pub fn last_state_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT step, from_template, to_template, at_ms, detail FROM handoff_steps
+             WHERE step != 'requested' ORDER BY id DESC LIMIT 1",
+        )?;
+        let steps = read_steps(stmt.query([])?)?;
+        Ok(steps.into_iter().next_back())
+    }
+}
+
+fn read_steps(rows: rusqlite::Rows<'_>) -> Result<Vec<crate::slicing::handoff::Record>> {
+    let rows = rows.mapped(|r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, Option<String>>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, Option<String>>(4)?,
+        ))
+    });
+    let mut out = Vec::new();
+    for row in rows {
+        let (step, from, to, at, detail) = row?;
+        let step = crate::slicing::handoff::Step::parse(&step)
+            .ok_or_else(|| Error::Backend(format!("ledger: unknown handoff step {step}")))?;
+        out.push(crate::slicing::handoff::Record {
+            step,
+            from,
+            to,
+            at_ms: at as u64,
+            detail,
+        });
+    }
+    Ok(out)
+}
+
+impl Store {
     /// What the usage report of [from_ms, to_ms) is computed from.
     pub fn usage_inputs(&self, from_ms: i64, to_ms: i64) -> Result<UsageInputs> {
         let mut out = UsageInputs::default();
