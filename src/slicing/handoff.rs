@@ -1347,6 +1347,55 @@ mod tests {
         );
     }
 
+    #[test]
+    fn after_a_restart_the_last_record_says_who_is_wanted() {
+        let r = |step, from: Option<&str>, to: Option<&str>| Record {
+            step,
+            from: from.map(str::to_string),
+            to: to.map(str::to_string),
+            at_ms: 0,
+            detail: None,
+        };
+        let on = vec!["a".to_string()];
+        // A power-off by hand, killed midway: it stays off.
+        let off = r(Step::PowerOffAsked, Some("a"), None);
+        assert_eq!(wanted_without_schedule(Some(&off), &on), None);
+        // A handoff under way, or a request waiting out the buffer, finishes.
+        let handoff = r(Step::PowerOffAsked, Some("a"), Some("b"));
+        assert_eq!(
+            wanted_without_schedule(Some(&handoff), &on).as_deref(),
+            Some("b")
+        );
+        let request = r(Step::Requested, None, Some("c"));
+        assert_eq!(
+            wanted_without_schedule(Some(&request), &[]).as_deref(),
+            Some("c")
+        );
+        // After a failed slice, or on a fresh ledger: what is on is kept.
+        let failed = r(Step::Failed, None, Some("b"));
+        assert_eq!(
+            wanted_without_schedule(Some(&failed), &on).as_deref(),
+            Some("a")
+        );
+        assert_eq!(wanted_without_schedule(None, &on).as_deref(), Some("a"));
+        // Two on at start-up: the extra is forced off, the record names
+        // who stays, so a restart right after still wants it.
+        let (_, actions) = converge(None, &["a".into(), "b".into()], None, 5, &settings(0));
+        let forced = actions.iter().find_map(|a| match a {
+            Action::Record(r) if r.step == Step::Forced => Some(r.clone()),
+            _ => None,
+        });
+        let forced = forced.expect("the extra is forced off");
+        assert_eq!(
+            (forced.from.as_deref(), forced.to.as_deref()),
+            (Some("b"), Some("a"))
+        );
+        assert_eq!(
+            wanted_without_schedule(Some(&forced), &["a".into()]).as_deref(),
+            Some("a")
+        );
+    }
+
     fn requested(to: Option<&str>, at_ms: u64) -> Action {
         Action::Record(Record {
             step: Step::Requested,
