@@ -220,6 +220,8 @@ pub struct Node {
     workers: BTreeMap<String, Worker>,
     /// Pending workers by ledger id: oldest first.
     pending: BTreeMap<i64, String>,
+    /// The least the pending workers ask of a GPU (ends passes early).
+    needs: placement::Needs,
     store: Store,
     /// Each template's scheduled actions (time-slicing rotation).
     schedules: BTreeMap<String, Vec<ScheduledAction>>,
@@ -241,6 +243,7 @@ impl Node {
             book: Book::default(),
             workers: BTreeMap::new(),
             pending: BTreeMap::new(),
+            needs: Default::default(),
             run: None,
             store,
             schedules: BTreeMap::new(),
@@ -269,6 +272,7 @@ impl Node {
                 }
                 _ => {
                     node.pending.insert(row.id, row.name.clone());
+                    node.needs.add(spec.resources.gpu.as_ref());
                     Status::Pending
                 }
             };
@@ -377,6 +381,7 @@ impl Node {
             }
             None => {
                 self.pending.insert(id, name.clone());
+                self.needs.add(spec.resources.gpu.as_ref());
                 Status::Pending
             }
         };
@@ -461,6 +466,7 @@ impl Node {
             }
             Status::Pending => {
                 self.pending.remove(&w.id);
+                self.needs.remove(w.spec.resources.gpu.as_ref());
                 self.reasons_memo().remove(name);
             }
         }
@@ -548,7 +554,20 @@ impl Node {
                 .collect(),
         };
         let mut placed = Vec::new();
+        // Only GPUs were given back: once none of them could serve even the
+        // least anyone waits for, nobody later in the queue fits either.
+        let gpus_only = matches!(better, Better::Some { host: false, .. });
+        let exhausted = |node: &Node| {
+            gpus_only
+                && !improved
+                    .iter()
+                    .any(|&i| node.needs.might_use(&node.machine.gpus[i], &node.book))
+        };
+        let mut done = exhausted(self);
         for (&id, name) in &self.pending {
+            if done {
+                break;
+            }
             let w = self.workers.get(name).expect("pending workers are live");
             let res = &w.spec.resources;
             let worth_a_look = match &better {
@@ -576,11 +595,13 @@ impl Node {
                 self.book.add(name, res, &grants);
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
                 placed.push((id, name.clone(), grants));
+                done = exhausted(self);
             }
         }
         for (id, name, grants) in placed {
             self.pending.remove(&id);
             if let Some(w) = self.workers.get_mut(&name) {
+                self.needs.remove(w.spec.resources.gpu.as_ref());
                 w.status = Status::Running { grants };
             }
             changes.placed.push(name.clone());
@@ -1208,9 +1229,11 @@ mod tests {
         );
         let start = n.evals.0;
         n.stop("fill0", 1).unwrap();
-        // One pass: every pending worker checked once against the one GPU
-        // given back; a full placement (8 GPUs) only for the four that fit.
-        assert_eq!(n.evals.0 - start, pending + 4 * gpus);
+        // One pass, oldest first, against the one GPU given back: the four
+        // that fit are checked and placed (8 GPUs each); then the GPU cannot
+        // hold even the smallest share waiting (2 GB in the 0 left), and the
+        // pass ends without looking at the other 2,996.
+        assert_eq!(n.evals.0 - start, 4 + 4 * gpus);
         assert_eq!(
             n.pending_count() as u64,
             pending - 4,
@@ -1267,14 +1290,14 @@ mod tests {
             n.submit(&shared(&format!("p{i}"), "6"), 1, None).unwrap();
         }
         assert_eq!(n.pending_count(), 100);
-        // GPU 2's outside use drops to 1 GB: only GPU 2 is looked at, once per
-        // pending worker, and the oldest fits there.
+        // GPU 2's outside use drops to 1 GB: only GPU 2 is looked at, the
+        // oldest fits there, and the 1 GB left holds nobody's 6: the pass ends.
         let mut m = sim::parse(&toml).unwrap();
         m.gpus[2].outside = crate::quantity::Amount::from_hundredths(100);
         let start = n.evals.0;
         let c = n.set_machine(m).unwrap();
         assert_eq!(c.placed, vec!["p0".to_string()]);
-        assert_eq!(n.evals.0 - start, 100 + 4);
+        assert_eq!(n.evals.0 - start, 1 + 4);
         assert_eq!(n.worker("p0").unwrap().grants()[0].gpu_index, 2);
         assert!(n.audit().is_empty(), "{:?}", n.audit());
     }

@@ -255,6 +255,56 @@ fn decide(
     grants.filter(|_| host_ok)
 }
 
+/// The least the pending workers ask of one GPU: the smallest share any of
+/// them waits for, and whether any waits for a whole GPU. A re-examination
+/// stops once no GPU given back could give even that (a necessary
+/// condition of [`could_use`], never a sufficient one), so its cost follows
+/// what can be placed, not how many wait.
+#[derive(Clone, Debug, Default)]
+pub struct Needs {
+    shares: BTreeMap<Amount, usize>,
+    whole: usize,
+}
+
+impl Needs {
+    pub fn add(&mut self, req: Option<&GpuRequest>) {
+        match req.map(|r| r.shared_gb) {
+            None => {}
+            Some(None) => self.whole += 1,
+            Some(Some(share)) => *self.shares.entry(share).or_insert(0) += 1,
+        }
+    }
+
+    pub fn remove(&mut self, req: Option<&GpuRequest>) {
+        match req.map(|r| r.shared_gb) {
+            None => {}
+            Some(None) => self.whole = self.whole.saturating_sub(1),
+            Some(Some(share)) => {
+                if let Some(n) = self.shares.get_mut(&share) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.shares.remove(&share);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether any pending GPU request might still be served by `g`.
+    pub fn might_use(&self, g: &Gpu, book: &Book) -> bool {
+        if g.sliced {
+            return false;
+        }
+        let usage = book.usage(&g.uuid);
+        let whole = self.whole > 0 && usage.is_none_or(GpuUse::is_free);
+        let share = self.shares.keys().next().is_some_and(|&least| {
+            let taken = usage.map(GpuUse::taken).unwrap_or_default();
+            usage.is_none_or(|u| u.whole.is_none()) && taken + least <= g.offered()
+        });
+        whole || share
+    }
+}
+
 /// Whether GPU `g` could take part in placing `req` now. A cheap necessary
 /// condition, no strings: after a change that gave capacity back only on some
 /// GPUs, a pending worker none of them could serve still cannot be placed.
