@@ -387,7 +387,8 @@ impl Manager {
 
     /// One step of a handoff, as the ledger records it: power-off-asked,
     /// forced, stopped, release-confirmed, start-issued, started, ready,
-    /// start-failed, failed; `from`/`to` are templates ("" when none).
+    /// start-failed, failed, requested (who comes next changed, nothing else
+    /// yet); `from`/`to` are templates ("" when none).
     #[zbus(signal)]
     pub async fn handoff_step(
         emitter: &SignalEmitter<'_>,
