@@ -254,7 +254,6 @@ impl World {
     fn drain(&mut self) -> Result<(), TestCaseError> {
         for _ in 0..1000 {
             if let Some(e) = self.queue.pop_front() {
-                let e = retime(e, self.now);
                 self.feed(e)?;
                 continue;
             }
@@ -348,23 +347,6 @@ impl World {
             other => prop_assert!(false, "did not settle: {other:?}"),
         }
         Ok(())
-    }
-}
-
-fn retime(e: Event, at_ms: u64) -> Event {
-    match e {
-        Event::Stopped { template, .. } => Event::Stopped { template, at_ms },
-        Event::Released { .. } => Event::Released { at_ms },
-        Event::Started { template, .. } => Event::Started { template, at_ms },
-        Event::StartFailed {
-            template, error, ..
-        } => Event::StartFailed {
-            template,
-            error,
-            at_ms,
-        },
-        Event::Ready { template, .. } => Event::Ready { template, at_ms },
-        other => other,
     }
 }
 

@@ -75,17 +75,12 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
         .port();
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        format!(
-            "[inventory]\nrefresh_seconds = 0.5\n[schedule]\nhandoff_buffer_seconds = 0\n\
-             [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n\
-             [http]\nlisten = \"{port}\"\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let config = format!(
+        "[inventory]\nrefresh_seconds = 0.5\n[schedule]\nhandoff_buffer_seconds = 0\n\
+         [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n\
+         [http]\nlisten = \"{port}\"\n"
+    );
+    let d = start_majin(&bus, dir.path(), &config, &[]);
     let a = &bus.address;
     for name in ["a", "b"] {
         let o = manager(a, None, "CreateTemplate", &["s", &template(name)]);
@@ -245,13 +240,12 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
 fn weights_are_staged_once_onto_a_read_only_image() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
+    let d = start_majin(
+        &bus,
+        dir.path(),
         "[runtime]\nlibvirt_uri = \"test:///default\"\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+        &[],
+    );
     let a = &bus.address;
     let image = dir.path().join("weights.img");
     let xml = format!(
@@ -356,13 +350,9 @@ fn weights_are_staged_once_onto_a_read_only_image() {
 fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let start = || Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let start = || {
+        start_majin(&bus, dir.path(), "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n", &[])
+    };
     let a = bus.address.clone();
     let d = start();
     assert!(manager(&a, None, "CreateTemplate", &["s", &template("a")]).ok);
@@ -406,13 +396,9 @@ fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
 fn a_resume_waiting_out_the_buffer_survives_a_kill() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[schedule]\nhandoff_buffer_seconds = 300\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let start = || Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let start = || {
+        start_majin(&bus, dir.path(), "[schedule]\nhandoff_buffer_seconds = 300\n[runtime]\nlibvirt_uri = \"test:///default\"\n", &[])
+    };
     let a = bus.address.clone();
     let d = start();
     for t in ["a", "b"] {
@@ -495,13 +481,12 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
     use std::time::Duration;
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
+    let d = start_majin(
+        &bus,
+        dir.path(),
         "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+        &[],
+    );
     let a = &bus.address;
     let stays_starting = |name: &str| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -661,13 +646,12 @@ fn probe_on_the_guests_addresses() {
     }
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
+    let d = start_majin(
+        &bus,
+        dir.path(),
         "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+        &[],
+    );
     let a = &bus.address;
     let nic = "<interface type='network'><source network='default'/>\
                <mac address='52:54:00:aa:bb:02'/></interface>";

@@ -179,13 +179,10 @@ fn vm_spec(name: &str, gpus: u32, xml: &str) -> String {
 }
 
 fn daemon(dir: &Path, bus: &Bus, uri: &str, env: &[(&str, &str)]) -> Daemon {
-    std::fs::write(
-        dir.join("node.toml"),
-        format!("[inventory]\nrefresh_seconds = 0.5\n[runtime]\nlibvirt_uri = \"{uri}\"\nstop_timeout_seconds = 1\n"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("majin.toml"), MAJIN_TOML).unwrap();
-    Daemon::start(bus, dir, &dir.join("majin.toml"), env)
+    let config = format!(
+        "[inventory]\nrefresh_seconds = 0.5\n[runtime]\nlibvirt_uri = \"{uri}\"\nstop_timeout_seconds = 1\n"
+    );
+    start_majin(bus, dir, &config, env)
 }
 
 #[test]
@@ -548,23 +545,25 @@ fn watch_template_vms() -> (
     (stop, watcher)
 }
 
-#[test]
-fn real_qemu_two_scheduled_handoffs_force_off_guests_that_ignore_acpi_never_two_on() {
-    let Some(_lock) = libvirtd() else { return };
-    for n in ["sa", "sb"] {
+/// Time-slicing on real libvirtd: buffer 0, guests forced off after 2 s.
+const HANDOFF_ON_QEMU: &str = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n";
+
+/// Destroys and undefines the test templates' domains (left by an earlier run).
+fn forget_template_domains(names: &[&str]) {
+    for n in names {
         let d = format!("astraeus-test-tmpl-{n}");
         let _ = virsh(&["destroy", &d]);
         let _ = virsh(&["undefine", &d]);
     }
+}
+
+#[test]
+fn real_qemu_two_scheduled_handoffs_force_off_guests_that_ignore_acpi_never_two_on() {
+    let Some(_lock) = libvirtd() else { return };
+    forget_template_domains(&["sa", "sb"]);
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let d = start_majin(&bus, dir.path(), HANDOFF_ON_QEMU, &[]);
     let a = &bus.address;
     assert!(manager(a, None, "CreateTemplate", &["s", &qemu_template("sa")]).ok);
     // sb: ready when its guest agent answers, and a GPU channel. Its guest
@@ -660,29 +659,16 @@ fn real_qemu_two_scheduled_handoffs_force_off_guests_that_ignore_acpi_never_two_
     );
     assert!(rows[2]["start_to_ready_ms"].is_i64(), "{rows:?}");
     drop(d);
-    for n in ["sa", "sb"] {
-        let d = format!("astraeus-test-tmpl-{n}");
-        let _ = virsh(&["destroy", &d]);
-        let _ = virsh(&["undefine", &d]);
-    }
+    forget_template_domains(&["sa", "sb"]);
 }
 
 #[test]
 fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on() {
     let Some(_lock) = libvirtd() else { return };
-    for n in ["ta", "tb"] {
-        let d = format!("astraeus-test-tmpl-{n}");
-        let _ = virsh(&["destroy", &d]);
-        let _ = virsh(&["undefine", &d]);
-    }
+    forget_template_domains(&["ta", "tb"]);
     let dir = open_tempdir();
     let bus = Bus::session();
-    let conf = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n";
-    let start = |env: &[(&str, &str)]| {
-        std::fs::write(dir.path().join("node.toml"), conf).unwrap();
-        std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-        Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), env)
-    };
+    let start = |env: &[(&str, &str)]| start_majin(&bus, dir.path(), HANDOFF_ON_QEMU, env);
     let a = bus.address.clone();
     let d = start(&[]);
     for n in ["ta", "tb"] {
@@ -780,30 +766,16 @@ fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on(
         forced >= steps.len() as i64,
         "each handoff forced its guest off: {forced}"
     );
-    for n in ["ta", "tb"] {
-        let d = format!("astraeus-test-tmpl-{n}");
-        let _ = virsh(&["destroy", &d]);
-        let _ = virsh(&["undefine", &d]);
-    }
+    forget_template_domains(&["ta", "tb"]);
 }
 
 #[test]
 fn real_qemu_a_template_that_cannot_start_is_retried_then_failed_and_the_gpu_stays_free() {
     let Some(_lock) = libvirtd() else { return };
-    for n in ["broken", "fine"] {
-        let d = format!("astraeus-test-tmpl-{n}");
-        let _ = virsh(&["destroy", &d]);
-        let _ = virsh(&["undefine", &d]);
-    }
+    forget_template_domains(&["broken", "fine"]);
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let d = start_majin(&bus, dir.path(), HANDOFF_ON_QEMU, &[]);
     let a = &bus.address;
     // Its disk does not exist: libvirt defines it, but every start fails.
     let broken = qemu_template("broken").replace(
@@ -841,9 +813,5 @@ fn real_qemu_a_template_that_cannot_start_is_retried_then_failed_and_the_gpu_sta
     let _ = manager(a, None, "PowerOff", &["sb", "fine", "true"]);
     eventually("fine off", || template_state(a, "fine") == "off");
     drop(d);
-    for n in ["broken", "fine"] {
-        let d = format!("astraeus-test-tmpl-{n}");
-        let _ = virsh(&["destroy", &d]);
-        let _ = virsh(&["undefine", &d]);
-    }
+    forget_template_domains(&["broken", "fine"]);
 }

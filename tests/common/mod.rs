@@ -295,6 +295,14 @@ pub fn open_tempdir() -> tempfile::TempDir {
     d
 }
 
+/// The daemon on `bus` with the simulated machine majin and `config` as its
+/// node.toml, both written into `dir`.
+pub fn start_majin(bus: &Bus, dir: &Path, config: &str, env: &[(&str, &str)]) -> Daemon {
+    std::fs::write(dir.join("node.toml"), config).unwrap();
+    std::fs::write(dir.join("majin.toml"), MAJIN_TOML).unwrap();
+    Daemon::start(bus, dir, &dir.join("majin.toml"), env)
+}
+
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
