@@ -1,22 +1,8 @@
-//! Who the caller is, in facts the service loop decides on: uid, pid and
-//! membership of the access group. Unknown users are not members (fail closed).
+//! Facts about callers from the system (NSS): membership of the access group
+//! and user names. Unknown users are not members (fail closed); the rules
+//! that use these facts are in [`crate::access`].
 
 use std::ffi::{CStr, CString};
-
-/// The caller of one D-Bus method, as the bus daemon vouches for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller {
-    pub uid: u32,
-    pub pid: Option<u32>,
-    /// Member of the access group (root counts as a member).
-    pub member: bool,
-}
-
-impl Caller {
-    pub fn may_mutate(&self) -> bool {
-        self.uid == 0 || self.member
-    }
-}
 
 /// Whether `uid` belongs to `group` (primary or supplementary).
 pub fn is_member(uid: u32, group: &str) -> bool {

@@ -7,134 +7,11 @@ use crate::error::{Error, Result};
 use crate::inventory::Own;
 use crate::placement::{self, Book, Evaluations, Gpu, Grant, Machine, Mode};
 use crate::request::WorkerSpec;
+use crate::rotation;
 use crate::schedule::{self, ScheduledAction};
-use crate::slices;
 use crate::store::{now_ms, Store, WorkerState};
+pub use crate::worker::{Phase, State, Status, Worker};
 use std::collections::BTreeMap;
-
-/// Where a worker is. A pending worker's reasons are not kept here: they are
-/// computed when asked ([`Node::reasons`]), since every change of a GPU would
-/// otherwise rebuild them for the whole queue.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Status {
-    Pending,
-    Running { grants: Vec<Grant> },
-}
-
-impl Status {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Status::Pending => WorkerState::Pending.as_str(),
-            Status::Running { .. } => WorkerState::Running.as_str(),
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Worker {
-    pub id: i64,
-    pub spec: WorkerSpec,
-    /// The request as the user wrote it.
-    pub spec_text: String,
-    pub owner_uid: u32,
-    pub holders: Vec<u32>,
-    pub submitted_ms: i64,
-    pub status: Status,
-    /// For workers with a `run`: where its workload is in its life.
-    pub phase: Phase,
-    /// The runtime's id of its workload (container id), once launched.
-    pub runtime_id: Option<String>,
-    /// Its workload's control group, and the processes found in it at the
-    /// last inventory refresh: their GPU memory is the worker's own.
-    pub cgroup: Option<String>,
-    pub cgroup_pids: Vec<u32>,
-}
-
-/// A placed worker's workload: a reservation is simply `Held`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Held,
-    Starting,
-    Running,
-    Stopping,
-}
-
-impl Worker {
-    /// pending, starting, running or stopping — the State a person sees.
-    pub fn state(&self) -> &'static str {
-        match (&self.status, self.phase) {
-            (Status::Pending, _) => "pending",
-            (_, Phase::Starting) => "starting",
-            (_, Phase::Stopping) => "stopping",
-            _ => "running",
-        }
-    }
-
-    /// Whether the daemon launches a workload for it (containers and units, for now).
-    pub fn launches(&self) -> bool {
-        self.kind().is_some()
-    }
-
-    /// Which runtime launches it.
-    pub fn kind(&self) -> Option<crate::runtime::Kind> {
-        match self.spec.run {
-            Some(crate::request::Run::Container { .. }) => Some(crate::runtime::Kind::Container),
-            Some(crate::request::Run::Unit { .. }) => Some(crate::runtime::Kind::Unit),
-            Some(crate::request::Run::Vm(_)) => Some(crate::runtime::Kind::Vm),
-            None => None,
-        }
-    }
-
-    /// What its runtime needs to start it.
-    pub fn launch(&self, machine: &Machine) -> Option<crate::runtime::Launch> {
-        let run = self.spec.run.clone()?;
-        let grants = self.grants();
-        let gpu_memory_gb = match self.spec.shared_gb() {
-            Some(share) => Some(share.to_string()),
-            None => grants
-                .iter()
-                .filter_map(|g| machine.gpus.iter().find(|m| m.uuid == g.gpu_uuid))
-                .map(|g| g.total)
-                .min()
-                .map(|t| t.to_string()),
-        };
-        Some(crate::runtime::Launch {
-            worker: self.name().to_string(),
-            run,
-            gpu_uuids: grants.iter().map(|g| g.gpu_uuid.clone()).collect(),
-            gpu_pci: grants
-                .iter()
-                .map(|g| {
-                    machine
-                        .gpus
-                        .iter()
-                        .find(|m| m.uuid == g.gpu_uuid)
-                        .map(|m| m.pci_bus_id.clone())
-                        .unwrap_or_default()
-                })
-                .collect(),
-            gpu_memory_gb,
-            cpu_cores: self.spec.resources.cpu_cores,
-            memory_bytes: self.spec.resources.memory_bytes,
-            user: Some(self.owner_uid),
-        })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    /// Processes whose GPU memory is this worker's: its holders and its workload's.
-    pub fn own_pids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.holders.iter().chain(&self.cgroup_pids).copied()
-    }
-    pub fn grants(&self) -> &[Grant] {
-        match &self.status {
-            Status::Running { grants } => grants,
-            Status::Pending => &[],
-        }
-    }
-}
 
 /// What an operation changed, so the bus layer can signal exactly that.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -418,12 +295,7 @@ impl Node {
             .workers
             .get(name)
             .ok_or_else(|| Error::NotFound(format!("no live worker named {name}")))?;
-        if caller_uid != 0 && caller_uid != w.owner_uid {
-            return Err(Error::AccessDenied(format!(
-                "worker {name} belongs to uid {}; only its owner or root may stop it",
-                w.owner_uid
-            )));
-        }
+        crate::access::may_stop(caller_uid, name, w.owner_uid)?;
         Ok(w)
     }
 
@@ -736,7 +608,7 @@ impl Node {
             all.push((template.to_string(), actions.clone()));
             all.sort_by(|a, b| a.0.cmp(&b.0));
         }
-        slices::validate(&all, rules.now, rules.horizon, &rules.tz, rules.buffer)?;
+        rotation::validate(&all, rules.now, rules.horizon, &rules.tz, rules.buffer)?;
         let normalized = (!actions.is_empty())
             .then(|| serde_json::to_string(&actions).expect("actions serialize"));
         self.store
@@ -1022,8 +894,8 @@ impl Node {
         from: jiff::Timestamp,
         to: jiff::Timestamp,
         tz: &jiff::tz::TimeZone,
-    ) -> Vec<slices::Slice> {
-        slices::timeline(&self.rotation(), from, to, tz)
+    ) -> Vec<rotation::Slice> {
+        rotation::timeline(&self.rotation(), from, to, tz)
     }
 
     /// What the slice preview must say besides the slices: listed days that do

@@ -21,6 +21,7 @@
 //! whole ms and mJ (largest remainder again). Rounding thus never drifts with
 //! the number of segments, and every split adds up to what was split.
 
+use crate::json_fields::clip;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -237,18 +238,6 @@ impl From<ReportError> for crate::error::Error {
     fn from(e: ReportError) -> crate::error::Error {
         // Display already starts with the field path, as InvalidRequest wants.
         crate::error::Error::InvalidRequest(e.to_string())
-    }
-}
-
-/// A caller's text may be long; error messages quote at most 40 characters.
-fn clip(text: &str) -> String {
-    const MAX_CHARS: usize = 40;
-    if text.chars().count() <= MAX_CHARS {
-        text.to_string()
-    } else {
-        let mut short: String = text.chars().take(MAX_CHARS).collect();
-        short.push('…');
-        short
     }
 }
 

@@ -6,17 +6,18 @@
 //! built with serde_json's `arbitrary_precision`, which keeps that text).
 
 use crate::error::{Error, Result};
+use crate::json_fields::{boolean, document, list, object, required, short, string, strings, uint};
 use crate::quantity::{Amount, AmountError};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// Largest request text accepted; a worker spec is a few hundred bytes.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 /// Longest list accepted in a request (models, ids, command, env, holders).
-pub const MAX_LIST: usize = 256;
+pub use crate::json_fields::MAX_LIST;
 /// Longest single string accepted (a domain XML is the biggest legitimate one).
-pub const MAX_STRING: usize = 128 * 1024;
+pub use crate::json_fields::MAX_STRING;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WorkerSpec {
@@ -112,12 +113,12 @@ impl WorkerSpec {
     }
 
     pub fn from_value(value: &Value) -> Result<WorkerSpec> {
-        let top = object(
+        let top = document(
             value,
             "request",
             &["name", "requested_resources", "run", "holders"],
         )?;
-        let name = string(required(top, "request", "name")?, "name")?;
+        let name = string(required(top, "", "name")?, "name")?;
         validate_name("name", &name)?;
         let resources = match top.get("requested_resources") {
             Some(v) => parse_resources(v)?,
@@ -251,14 +252,14 @@ fn parse_gpu(v: &Value) -> Result<GpuRequest> {
     };
     let vendor = m
         .get("vendor")
-        .map(|v| short_string(v, &p("vendor")))
+        .map(|v| short(v, &p("vendor")))
         .transpose()?;
     let models = match m.get("models") {
         None => Vec::new(),
         Some(v) => list(v, &p("models"))?
             .iter()
             .enumerate()
-            .map(|(i, s)| short_string(s, &format!("{}[{i}]", p("models"))))
+            .map(|(i, s)| short(s, &format!("{}[{i}]", p("models"))))
             .collect::<Result<_>>()?,
     };
     let ids = match m.get("ids") {
@@ -344,7 +345,7 @@ fn parse_run(v: &Value) -> Result<Run> {
                 }
                 (None, Some(xml)) => {
                     let xml = string(xml, "run.vm.domain_xml")?;
-                    crate::runtime::domain_xml::check(&xml, "run.vm.domain_xml")?;
+                    crate::domain_xml::check(&xml, "run.vm.domain_xml")?;
                     Ok(Run::Vm(VmSource::DomainXml(xml)))
                 }
                 _ => Err(Error::field(
@@ -354,97 +355,6 @@ fn parse_run(v: &Value) -> Result<Run> {
             }
         }
         _ => unreachable!("object() admits only known keys"),
-    }
-}
-
-// ---- small typed readers; each error names the path ----
-
-fn object<'a>(v: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
-    let m = v
-        .as_object()
-        .ok_or_else(|| Error::field(path, "expected a JSON object"))?;
-    if let Some(unknown) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
-        let shown = if unknown.len() > 64 || unknown.chars().any(char::is_control) {
-            "(a field name)".to_string()
-        } else {
-            unknown.clone()
-        };
-        let prefix = if path == "request" {
-            shown
-        } else {
-            format!("{path}.{shown}")
-        };
-        return Err(Error::field(
-            &prefix,
-            format!("unknown field; accepted here: {}", allowed.join(", ")),
-        ));
-    }
-    Ok(m)
-}
-
-fn required<'a>(m: &'a Map<String, Value>, path: &str, key: &str) -> Result<&'a Value> {
-    let full = if path == "request" {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    };
-    m.get(key).ok_or_else(|| Error::field(&full, "required"))
-}
-
-fn string(v: &Value, path: &str) -> Result<String> {
-    match v {
-        Value::String(s) if s.len() > MAX_STRING => Err(Error::field(
-            path,
-            format!("too long; at most {MAX_STRING} bytes"),
-        )),
-        Value::String(s) if s.contains('\0') => {
-            Err(Error::field(path, "must not contain a NUL character"))
-        }
-        Value::String(s) => Ok(s.clone()),
-        _ => Err(Error::field(path, "expected a string")),
-    }
-}
-
-/// A name-like string (vendor, model): short and printable.
-fn short_string(v: &Value, path: &str) -> Result<String> {
-    let s = string(v, path)?;
-    if s.is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
-        return Err(Error::field(path, "1 to 128 printable characters"));
-    }
-    Ok(s)
-}
-
-fn boolean(v: &Value, path: &str) -> Result<bool> {
-    v.as_bool()
-        .ok_or_else(|| Error::field(path, "expected true or false"))
-}
-
-fn uint(v: &Value, path: &str) -> Result<u64> {
-    v.as_u64()
-        .ok_or_else(|| Error::field(path, "expected a whole number, 0 or more"))
-}
-
-fn list<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| Error::field(path, "expected a JSON array"))?;
-    if items.len() > MAX_LIST {
-        return Err(Error::field(
-            path,
-            format!("{} elements is too many; at most {MAX_LIST}", items.len()),
-        ));
-    }
-    Ok(items)
-}
-
-fn strings(v: Option<&Value>, path: &str) -> Result<Vec<String>> {
-    match v {
-        None => Ok(Vec::new()),
-        Some(v) => list(v, path)?
-            .iter()
-            .enumerate()
-            .map(|(i, s)| string(s, &format!("{path}[{i}]")))
-            .collect(),
     }
 }
 

@@ -14,6 +14,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::json_fields::clip;
 
 /// Largest accepted JSON document, in bytes.
 pub const MAX_JSON_BYTES: usize = 64 * 1024;
@@ -481,17 +482,6 @@ fn parse_days(path: &str, repeat: Repeat, text: &str) -> Result<Vec<u16>> {
 /// document back.
 fn shown(value: &Value) -> String {
     clip(&value.to_string())
-}
-
-fn clip(text: &str) -> String {
-    const MAX_CHARS: usize = 40;
-    if text.chars().count() <= MAX_CHARS {
-        text.to_string()
-    } else {
-        let mut short: String = text.chars().take(MAX_CHARS).collect();
-        short.push('…');
-        short
-    }
 }
 
 impl ScheduledAction {

@@ -8,8 +8,8 @@
 //! each case stays cheap even in a debug build.
 
 use astraeusd::error::Error;
+use astraeusd::rotation::*;
 use astraeusd::schedule::*;
-use astraeusd::slices::*;
 use jiff::civil::{date, Date};
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};

@@ -1,10 +1,11 @@
 //! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
 
-use astraeusd::bus::objects::{SliceReportRow, UsageRow};
+use astraeusd::bus::wire::{
+    GpuRow, Sharers, SliceReportRow, SliceRow, UsageRow, WhyNot, WorkerRow,
+};
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
 use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand, TemplateCommand};
 use astraeusd::quantity::Amount;
-use astraeusd::service::{GpuRow, SharersReply, SliceRow, WhyNotReply, WorkerRow};
 use clap::Parser;
 use serde_json::json;
 use std::io::Read;
@@ -123,7 +124,17 @@ async fn run(args: Args) -> Result<(), String> {
                 let out: Vec<_> = rows
                     .iter()
                     .map(
-                        |(i, uuid, model, mode, total, offered, outside, taken, warning)| {
+                        |GpuRow {
+                             index: i,
+                             uuid,
+                             model,
+                             mode,
+                             total_gb: total,
+                             offered_gb: offered,
+                             held_outside_gb: outside,
+                             taken_gb: taken,
+                             warning,
+                         }| {
                             json!({"index": i, "uuid": uuid, "model": model, "mode": mode,
                                "total_gb": total, "offered_gb": offered,
                                "held_outside_gb": outside, "taken_gb": taken,
@@ -137,7 +148,18 @@ async fn run(args: Args) -> Result<(), String> {
             if c.manager_property::<bool>("Wsl").await? {
                 println!("{} is a WSL2 host: every container sees every GPU, so shared work takes its memory on each", c.manager_property::<String>("Machine").await?);
             }
-            for (i, _uuid, model, mode, total, offered, outside, taken, warning) in rows {
+            for GpuRow {
+                index: i,
+                model,
+                mode,
+                total_gb: total,
+                offered_gb: offered,
+                held_outside_gb: outside,
+                taken_gb: taken,
+                warning,
+                ..
+            } in rows
+            {
                 let offers = if outside > 0.0 {
                     format!(
                         "offers {} of its {} GB ({} GB held outside Astraeus)",
@@ -161,7 +183,14 @@ async fn run(args: Args) -> Result<(), String> {
         Cmd::Workers => {
             let rows: Vec<WorkerRow> = c.call("ListWorkers", &()).await?;
             let mut out = Vec::new();
-            for (name, state, owner, gpus, used) in &rows {
+            for WorkerRow {
+                name,
+                state,
+                owner_uid: owner,
+                gpus,
+                gpu_used_gb: used,
+            } in &rows
+            {
                 let reasons = if state == "pending" {
                     c.reasons(name).await?
                 } else {
@@ -200,11 +229,11 @@ async fn run(args: Args) -> Result<(), String> {
             }
         }
         Cmd::Sharers { gpu } => {
-            let (sharers, summary): SharersReply = c.call("ListSharers", &(gpu,)).await?;
+            let Sharers { sharers, summary } = c.call("ListSharers", &(gpu,)).await?;
             if args.json {
                 let s: Vec<_> = sharers
                     .iter()
-                    .map(|(n, g)| json!({"name": n, "gb": g}))
+                    .map(|s| json!({"name": s.name, "gb": s.gb}))
                     .collect();
                 println!(
                     "{}",
@@ -243,7 +272,11 @@ async fn run(args: Args) -> Result<(), String> {
         }
         Cmd::Why { file } => {
             let spec = read_spec(&file)?;
-            let (fits, gpus, reasons): WhyNotReply = c.call("WhyNot", &(spec,)).await?;
+            let WhyNot {
+                fits,
+                gpus,
+                reasons,
+            } = c.call("WhyNot", &(spec,)).await?;
             if args.json {
                 println!(
                     "{}",
@@ -314,7 +347,7 @@ async fn run(args: Args) -> Result<(), String> {
                 let j: Vec<_> = rows
                     .iter()
                     .map(
-                        |(t, s, e, by)| json!({"template": t, "start": s, "end": e, "ends_by": by}),
+                        |r| json!({"template": r.template, "start": r.start, "end": r.end, "ends_by": r.ends_by}),
                     )
                     .collect();
                 let out = json!({"time_zone": zone, "slices": j, "notes": notes});
@@ -330,13 +363,24 @@ async fn run(args: Args) -> Result<(), String> {
                     })
                     .unwrap_or_else(|_| secs.to_string())
             };
-            let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(8).max(8);
+            let w = rows
+                .iter()
+                .map(|r| r.template.len())
+                .max()
+                .unwrap_or(8)
+                .max(8);
             println!("times in {zone}");
             println!(
                 "{:<w$}  {:<20}  {:<20}  ENDS BY",
                 "TEMPLATE", "START", "END"
             );
-            for (t, s, e, by) in rows {
+            for SliceRow {
+                template: t,
+                start: s,
+                end: e,
+                ends_by: by,
+            } in rows
+            {
                 let by = by.replace("handoff:", "handoff to ");
                 println!("{t:<w$}  {:<20}  {:<20}  {by}", local(s), local(e));
             }
@@ -374,18 +418,35 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
     if json {
         let j: Vec<_> = rows
             .iter()
-            .map(|(key, kind, gpu, ms, mj, b)| {
-                json!({"key": key, "kind": kind, "gpu": gpu, "gpu_ms": ms,
+            .map(
+                |UsageRow {
+                     key,
+                     kind,
+                     gpu_uuid: gpu,
+                     gpu_ms: ms,
+                     energy_mj: mj,
+                     busy_gpu_ms: b,
+                 }| {
+                    json!({"key": key, "kind": kind, "gpu": gpu, "gpu_ms": ms,
                        "gpu_hours": *ms as f64 / 3.6e6, "energy_mj": mj,
                        "energy_kwh": *mj as f64 / 3.6e9, "busy_gpu_ms": busy(*b)})
-            })
+                },
+            )
             .collect();
         println!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return;
     }
     if csv {
         println!("{by},kind,gpu,gpu_ms,energy_mj,busy_gpu_ms");
-        for (key, kind, gpu, ms, mj, b) in rows {
+        for UsageRow {
+            key,
+            kind,
+            gpu_uuid: gpu,
+            gpu_ms: ms,
+            energy_mj: mj,
+            busy_gpu_ms: b,
+        } in rows
+        {
             let b = busy(*b).map(|b| b.to_string()).unwrap_or_default();
             let key = if key.contains([',', '"', '\n']) {
                 format!("\"{}\"", key.replace('"', "\"\""))
@@ -398,7 +459,7 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
     }
     let w = rows
         .iter()
-        .map(|r| r.0.len())
+        .map(|r| r.key.len())
         .max()
         .unwrap_or(8)
         .max(by.len());
@@ -407,7 +468,15 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
         "{header:<w$}  {:<8}  {:>10}  {:>10}  {:>6}",
         "KIND", "GPU-HOURS", "ENERGY kWh", "BUSY"
     );
-    for (key, kind, _gpu, ms, mj, b) in rows {
+    for UsageRow {
+        key,
+        kind,
+        gpu_ms: ms,
+        energy_mj: mj,
+        busy_gpu_ms: b,
+        ..
+    } in rows
+    {
         let use_ = match busy(*b) {
             Some(b) if *ms > 0 => format!("{:.0}%", b as f64 * 100.0 / *ms as f64),
             _ => "—".into(),
@@ -570,17 +639,18 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
         }
     };
     let now = jiff::Timestamp::now().as_second();
-    let hours = |r: &SliceReportRow| ((if r.3 == 0 { now } else { r.3 }) - r.2) as f64 / 3600.0;
+    let hours =
+        |r: &SliceReportRow| ((if r.end == 0 { now } else { r.end }) - r.start) as f64 / 3600.0;
     if json_out {
         let j: Vec<_> = rows
             .iter()
             .map(|r| {
                 let opt = |v: f64| (v >= 0.0).then_some(v);
-                json!({"template": r.0, "user": r.1, "start": r.2, "end": (r.3 != 0).then_some(r.3),
-                       "dead_time_ms": (r.4 >= 0).then_some(r.4), "start_to_ready_ms": (r.5 >= 0).then_some(r.5),
-                       "cpu_avg_pct": opt(r.6), "cpu_peak_pct": opt(r.7), "gpu_avg_pct": opt(r.8),
-                       "gpu_peak_pct": opt(r.9), "gpu_memory_peak_gb": opt(r.10),
-                       "gpu_energy_wh": opt(r.11), "error": (!r.12.is_empty()).then_some(&r.12)})
+                json!({"template": r.template, "user": r.user, "start": r.start, "end": (r.end != 0).then_some(r.end),
+                       "dead_time_ms": (r.dead_time_ms >= 0).then_some(r.dead_time_ms), "start_to_ready_ms": (r.start_to_ready_ms >= 0).then_some(r.start_to_ready_ms),
+                       "cpu_avg_pct": opt(r.cpu_avg_pct), "cpu_peak_pct": opt(r.cpu_peak_pct), "gpu_avg_pct": opt(r.gpu_avg_pct),
+                       "gpu_peak_pct": opt(r.gpu_peak_pct), "gpu_memory_peak_gb": opt(r.gpu_memory_peak_gb),
+                       "gpu_energy_wh": opt(r.gpu_energy_wh), "error": (!r.error.is_empty()).then_some(&r.error)})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&j).expect("json"));
@@ -609,44 +679,53 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
         "GPU energy"
     );
     for r in rows {
-        let end = if r.3 == 0 {
+        let end = if r.end == 0 {
             "on".to_string()
         } else {
-            local(r.3)
+            local(r.end)
         };
-        let cpu = if r.6 < 0.0 {
+        let cpu = if r.cpu_avg_pct < 0.0 {
             "not reported".into()
         } else {
-            format!("{}/{}", figure(r.6, "%"), figure(r.7, "%"))
+            format!(
+                "{}/{}",
+                figure(r.cpu_avg_pct, "%"),
+                figure(r.cpu_peak_pct, "%")
+            )
         };
-        let gpu = if r.8 < 0.0 {
+        let gpu = if r.gpu_avg_pct < 0.0 {
             "not reported".into()
         } else {
-            format!("{}/{}", figure(r.8, "%"), figure(r.9, "%"))
+            format!(
+                "{}/{}",
+                figure(r.gpu_avg_pct, "%"),
+                figure(r.gpu_peak_pct, "%")
+            )
         };
         println!(
             "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}{}",
-            r.0,
-            r.1,
-            local(r.2),
+            r.template,
+            r.user,
+            local(r.start),
             end,
-            ms(r.4),
-            ms(r.5),
+            ms(r.dead_time_ms),
+            ms(r.start_to_ready_ms),
             cpu,
             gpu,
-            figure(r.10, " GB"),
-            figure(r.11, " Wh"),
-            if r.12.is_empty() {
+            figure(r.gpu_memory_peak_gb, " GB"),
+            figure(r.gpu_energy_wh, " Wh"),
+            if r.error.is_empty() {
                 String::new()
             } else {
-                format!("  failed: {}", r.12)
+                format!("  failed: {}", r.error)
             }
         );
     }
     for (what, key) in [("template", 0usize), ("user", 1)] {
         let mut by: std::collections::BTreeMap<&str, f64> = Default::default();
         for r in rows {
-            *by.entry(if key == 0 { &r.0 } else { &r.1 }).or_default() += hours(r);
+            *by.entry(if key == 0 { &r.template } else { &r.user })
+                .or_default() += hours(r);
         }
         println!("by {what}:");
         for (k, h) in by {

@@ -1,50 +1,123 @@
 //! Thin D-Bus adaptors. Methods only translate: they learn who the caller is,
 //! send one command to the service loop and turn its reply into D-Bus types.
-//! Properties are read from snapshots the loop keeps current; no handler
+//! Properties are read from views the loop keeps current; no handler
 //! touches core state or takes a lock on it.
+//!
+//! One interface a file: [`manager`] (at the base path), [`gpu`], [`worker`],
+//! [`template`]; [`wire`] holds the rows they send (and astraeusctl reads).
 
-pub mod objects;
+pub mod gpu;
+pub mod manager;
+pub mod template;
+pub mod wire;
+pub mod worker;
 
-use crate::auth::{self, Caller};
+use crate::access::Caller;
+use crate::auth;
+use crate::command::Command;
 use crate::error::Error;
-use crate::service::Command;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use zbus::message::Header;
-use zbus::names::BusName;
-use zbus::Connection;
+use zbus::message::{Header, Message};
+use zbus::names::{BusName, ErrorName};
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, OwnedObjectPath};
 
 pub const BUS_NAME: &str = "org.astraeus.Node1";
 pub const BASE_PATH: &str = "/org/astraeus/Node1";
+const ERROR_PREFIX: &str = "org.astraeus.Node1.Error";
 
-/// `org.astraeus.Node1.Error.<Kind>` with the engine's message.
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "org.astraeus.Node1.Error")]
-pub enum BusError {
-    #[zbus(error)]
-    ZBus(zbus::Error),
-    InvalidRequest(String),
-    NotFound(String),
-    Exists(String),
-    AccessDenied(String),
-    Conflict(String),
-    Backend(String),
-    Busy(String),
-}
+/// The daemon's typed error on the bus: `org.astraeus.Node1.Error.<Kind>`
+/// with the engine's message ([`Error::kind`] names the kind; nothing is
+/// collapsed into `Failed`).
+#[derive(Debug)]
+pub struct BusError(pub Error);
 
 impl From<Error> for BusError {
     fn from(e: Error) -> BusError {
-        match e {
-            Error::InvalidRequest(m) => BusError::InvalidRequest(m),
-            Error::NotFound(m) => BusError::NotFound(m),
-            Error::Exists(m) => BusError::Exists(m),
-            Error::AccessDenied(m) => BusError::AccessDenied(m),
-            Error::Conflict(m) => BusError::Conflict(m),
-            Error::Backend(m) => BusError::Backend(m),
-            Error::Busy(m) => BusError::Busy(m),
+        BusError(e)
+    }
+}
+
+/// The bus itself failed us (asking the bus daemon who called, say).
+impl From<zbus::Error> for BusError {
+    fn from(e: zbus::Error) -> BusError {
+        BusError(Error::Backend(format!("D-Bus: {e}")))
+    }
+}
+
+impl zbus::DBusError for BusError {
+    fn create_reply(&self, call: &Header<'_>) -> zbus::Result<Message> {
+        Message::error(call, self.name()).build(&(self.0.message(),))
+    }
+
+    fn name(&self) -> ErrorName<'_> {
+        ErrorName::from_string_unchecked(format!("{ERROR_PREFIX}.{}", self.0.kind()))
+    }
+
+    fn description(&self) -> Option<&str> {
+        Some(self.0.message())
+    }
+}
+
+impl std::fmt::Display for BusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{ERROR_PREFIX}.{}: {}", self.0.kind(), self.0.message())
+    }
+}
+
+impl std::error::Error for BusError {}
+
+fn busy(message: impl Into<String>) -> BusError {
+    BusError(Error::Busy(message.into()))
+}
+
+/// An object path built from an escaped label.
+pub fn object_path(p: String) -> Result<OwnedObjectPath, BusError> {
+    OwnedObjectPath::try_from(p).map_err(|e| BusError(Error::Backend(format!("object path: {e}"))))
+}
+
+/// A view's changed properties, sent as one PropertiesChanged per object
+/// (not one per property: each signal is a message every watcher wakes for).
+#[derive(Default)]
+pub(crate) struct Delta {
+    changed: HashMap<&'static str, zbus::Variant<'static>>,
+    invalidated: Vec<&'static str>,
+}
+
+impl Delta {
+    pub(crate) fn set<T>(&mut self, differs: bool, name: &'static str, value: T)
+    where
+        T: Into<zbus::Variant<'static>> + zbus::zvariant::DynamicType,
+    {
+        if differs {
+            self.changed.insert(name, zbus::Variant::new(value));
         }
+    }
+
+    pub(crate) fn invalidate(&mut self, differs: bool, name: &'static str) {
+        if differs {
+            self.invalidated.push(name);
+        }
+    }
+
+    pub(crate) async fn emit(
+        self,
+        e: &SignalEmitter<'_>,
+        interface: &'static str,
+    ) -> zbus::Result<()> {
+        if self.changed.is_empty() && self.invalidated.is_empty() {
+            return Ok(());
+        }
+        zbus::fdo::Properties::properties_changed(
+            e,
+            zbus::names::InterfaceName::from_static_str_unchecked(interface),
+            self.changed,
+            std::borrow::Cow::Owned(self.invalidated),
+        )
+        .await
     }
 }
 
@@ -123,9 +196,9 @@ impl Loop {
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(make(reply))
-            .map_err(|_| BusError::Busy("the daemon is busy or stopping; try again".into()))?;
+            .map_err(|_| busy("the daemon is busy or stopping; try again"))?;
         rx.await
-            .map_err(|_| BusError::Busy("the daemon is stopping; try again".into()))
+            .map_err(|_| busy("the daemon is stopping; try again"))
     }
 
     /// [`Loop::ask`] on behalf of the message's sender, within its share of the queue.
@@ -139,7 +212,7 @@ impl Loop {
             let mut m = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
             let n = m.entry(key.clone()).or_insert(0);
             if *n >= PER_CLIENT_IN_FLIGHT {
-                return Err(BusError::Busy(format!(
+                return Err(busy(format!(
                     "{PER_CLIENT_IN_FLIGHT} calls of this client are already waiting; \
                      wait for their replies"
                 )));
@@ -168,7 +241,7 @@ impl Loop {
     pub async fn caller(&self, hdr: &Header<'_>, conn: &Connection) -> Result<Caller, BusError> {
         let sender = hdr
             .sender()
-            .ok_or_else(|| BusError::AccessDenied("the call carries no sender".into()))?;
+            .ok_or_else(|| BusError(Error::AccessDenied("the call carries no sender".into())))?;
         let key = sender.to_string();
         if let Some((caller, at)) = self.lock_facts().get(&key) {
             if at.elapsed() < MEMBERSHIP_TTL {
@@ -180,7 +253,11 @@ impl Loop {
         let uid = dbus
             .get_connection_unix_user(name.clone())
             .await
-            .map_err(|e| BusError::AccessDenied(format!("cannot tell who the caller is: {e}")))?;
+            .map_err(|e| {
+                BusError(Error::AccessDenied(format!(
+                    "cannot tell who the caller is: {e}"
+                )))
+            })?;
         let pid = dbus.get_connection_unix_process_id(name).await.ok();
         let group = self.group.clone();
         let member = tokio::task::spawn_blocking(move || auth::is_member(uid, &group))

@@ -9,8 +9,8 @@
 //! (the VM runtime here; the time-slicer shares it). libvirt's calls block, so
 //! each runs on tokio's blocking pool.
 
-use super::domain_xml::{self, PciAddress};
 use super::{BoxFuture, Exit, Found, Launch, Runtime};
+use crate::domain_xml::{self, PciAddress};
 use crate::error::{Error, Result};
 use crate::request::{Run, VmSource};
 use std::ffi::CStr;
@@ -167,27 +167,28 @@ fn lookup(c: &Connect, uri: &str, name: &str) -> Result<Domain> {
 pub struct Libvirt {
     uri: String,
     /// Opened on first use (a host without libvirt still runs the daemon) and
-    /// reopened when libvirtd went away underneath it.
-    conn: Mutex<Option<Arc<Connect>>>,
+    /// reopened when libvirtd went away underneath it. Opened on the blocking
+    /// pool like every call: opening can hang as long as libvirtd does.
+    conn: Arc<Mutex<Option<Arc<Connect>>>>,
 }
 
 impl Libvirt {
     pub fn new(uri: &str) -> Libvirt {
         Libvirt {
             uri: uri.to_string(),
-            conn: Mutex::new(None),
+            conn: Arc::new(Mutex::new(None)),
         }
     }
 
-    fn conn(&self) -> Result<Arc<Connect>> {
-        let mut slot = self.conn.lock().expect("not poisoned");
+    fn conn(slot: &Mutex<Option<Arc<Connect>>>, uri: &str) -> Result<Arc<Connect>> {
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = slot.as_ref() {
             if c.is_alive().unwrap_or(false) {
                 return Ok(c.clone());
             }
-            tracing::warn!("libvirt at {} went away; reconnecting", self.uri);
+            tracing::warn!("libvirt at {uri} went away; reconnecting");
         }
-        let c = Arc::new(open(&self.uri)?);
+        let c = Arc::new(open(uri)?);
         if let Some(old) = slot.replace(c.clone()) {
             // Never dropped: the virt crate panics when closing a connection
             // fails, which a dead one may. Reconnects are rare; the leak is small.
@@ -196,16 +197,19 @@ impl Libvirt {
         Ok(c)
     }
 
-    /// Runs a blocking libvirt call on tokio's blocking pool.
+    /// Runs a blocking libvirt call (and the connect before it) on tokio's
+    /// blocking pool: no async worker thread ever waits on libvirtd.
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connect, &str) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn()?;
-        let uri = self.uri.clone();
-        tokio::task::spawn_blocking(move || f(&conn, &uri))
-            .await
-            .map_err(|e| Error::Backend(format!("libvirt call panicked: {e}")))?
+        let (slot, uri) = (self.conn.clone(), self.uri.clone());
+        tokio::task::spawn_blocking(move || {
+            let conn = Libvirt::conn(&slot, &uri)?;
+            f(&conn, &uri)
+        })
+        .await
+        .map_err(|e| Error::Backend(format!("libvirt call panicked: {e}")))?
     }
 
     /// Whether the domain is running now; false when it is gone.

@@ -2,7 +2,6 @@
 //! Containers run through podman's REST API (podman.rs), units as systemd
 //! transient services (unit.rs), VMs as transient libvirt domains (libvirt.rs).
 
-pub mod domain_xml;
 mod http;
 pub mod libvirt;
 pub mod podman;

@@ -185,19 +185,49 @@ impl State {
         }
     }
 
-    /// One template's state, for its D-Bus object: `off`, `stopping`,
-    /// `waiting` (for release or the buffer), `starting`, `running` or `failed`.
-    pub fn state_of(&self, template: &str) -> &'static str {
+    /// One template's VM, as its D-Bus object and the page show it.
+    pub fn state_of(&self, template: &str) -> VmState {
         match self {
-            State::PoweringOff { from, .. } if from == template => "stopping",
+            State::PoweringOff { from, .. } if from == template => VmState::Stopping,
             State::Starting { to, .. } | State::AwaitingReady { to, .. } if to == template => {
-                "starting"
+                VmState::Starting
             }
-            State::Running { template: t, .. } if t == template => "running",
-            State::Failed { template: t, .. } if t == template => "failed",
-            _ if self.target() == Some(template) => "waiting",
-            _ => "off",
+            State::Running { template: t, .. } if t == template => VmState::Running,
+            State::Failed { template: t, .. } if t == template => VmState::Failed,
+            _ if self.target() == Some(template) => VmState::Waiting,
+            _ => VmState::Off,
         }
+    }
+}
+
+/// Where one template's VM is in the rotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmState {
+    Off,
+    Stopping,
+    /// For the release of the baseboard or the buffer.
+    Waiting,
+    Starting,
+    Running,
+    Failed,
+}
+
+impl VmState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmState::Off => "off",
+            VmState::Stopping => "stopping",
+            VmState::Waiting => "waiting",
+            VmState::Starting => "starting",
+            VmState::Running => "running",
+            VmState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for VmState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -1754,9 +1784,9 @@ mod tests {
         assert_eq!(step(&state, &due(Scheduled::Resume, "c", 6), &s).1, []);
         assert_eq!(state.target(), Some("c"));
         assert_eq!(state.on(), Some("a"));
-        assert_eq!(state.state_of("a"), "stopping");
-        assert_eq!(state.state_of("c"), "waiting");
-        assert_eq!(state.state_of("b"), "off");
+        assert_eq!(state.state_of("a"), VmState::Stopping);
+        assert_eq!(state.state_of("c"), VmState::Waiting);
+        assert_eq!(state.state_of("b"), VmState::Off);
     }
 
     fn rec(step: Step, from: Option<&str>, to: Option<&str>, at_ms: u64) -> Record {

@@ -9,11 +9,12 @@
 
 use std::collections::BTreeSet;
 
+use crate::json_fields::{document, object, required, short, string};
 use serde_json::{json, Map, Value};
 
+use crate::domain_xml::{self, PciAddress};
 use crate::error::{Error, Result};
-use crate::request::{validate_name, VmSource, MAX_STRING};
-use crate::runtime::domain_xml::{self, PciAddress};
+use crate::request::{validate_name, VmSource};
 
 /// Largest template definition accepted (a domain XML is most of it).
 pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
@@ -109,9 +110,9 @@ impl Template {
     /// the baseboard and the weights disk (for an existing domain the caller
     /// calls [`Template::check_domain`] with its XML).
     pub fn from_value(value: &Value) -> Result<Template> {
-        let top = object(
+        let top = document(
             value,
-            "",
+            "template",
             &[
                 "name",
                 "workload",
@@ -637,61 +638,63 @@ fn parse_tcp(body: &Value) -> Result<Readiness> {
     })
 }
 
-// ---- small typed readers; each error names the path ----
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
+/// A template and the name of its VM in libvirt.
+#[derive(Clone, Debug)]
+pub struct Defined {
+    pub template: Template,
+    pub domain: String,
 }
 
-fn object<'a>(v: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
-    let shown = if path.is_empty() { "template" } else { path };
-    let m = v
-        .as_object()
-        .ok_or_else(|| Error::field(shown, "expected a JSON object"))?;
-    if let Some(unknown) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
-        let key = if unknown.len() > 64 || unknown.chars().any(char::is_control) {
-            "(a field name)"
-        } else {
-            unknown
+impl Defined {
+    /// A template from the ledger, with its VM's name (no libvirt call).
+    pub fn restore(spec: &str) -> Result<Defined> {
+        let t = Template::parse(spec)?;
+        let domain = match &t.vm {
+            crate::request::VmSource::Domain(name) => name.clone(),
+            crate::request::VmSource::DomainXml(xml) => roxmltree::Document::parse(xml)
+                .ok()
+                .and_then(|d| {
+                    d.root_element()
+                        .children()
+                        .find(|n| n.has_tag_name("name"))
+                        .and_then(|n| n.text())
+                        .map(str::to_string)
+                })
+                .ok_or_else(|| Error::field("vm.domain_xml", "the domain has no <name>"))?,
         };
-        return Err(Error::field(
-            &join(path, key),
-            format!("unknown field; accepted here: {}", allowed.join(", ")),
-        ));
+        Ok(Defined {
+            template: t,
+            domain,
+        })
     }
-    Ok(m)
-}
 
-fn required<'a>(m: &'a Map<String, Value>, path: &str, key: &str) -> Result<&'a Value> {
-    m.get(key)
-        .ok_or_else(|| Error::field(&join(path, key), "required"))
-}
+    /// `name (internal|external)`: who its slices serve.
+    pub fn user(&self) -> String {
+        let u = &self.template.user;
+        format!("{} ({})", u.name, u.kind.as_str())
+    }
 
-fn string(v: &Value, path: &str) -> Result<String> {
-    match v {
-        Value::String(s) if s.len() > MAX_STRING => Err(Error::field(
-            path,
-            format!("too long; at most {MAX_STRING} bytes"),
-        )),
-        Value::String(s) if s.contains('\0') => {
-            Err(Error::field(path, "must not contain a NUL character"))
+    /// The checks a new template passes against those already defined,
+    /// before and after its VM is looked up in libvirt (another may have
+    /// been defined meanwhile).
+    pub fn check_new(t: &Template, others: &[&Defined], domain: Option<&str>) -> Result<()> {
+        if others.iter().any(|o| o.template.name == t.name) {
+            return Err(Error::Exists(format!(
+                "a template named {} already exists",
+                t.name
+            )));
         }
-        Value::String(s) => Ok(s.clone()),
-        _ => Err(Error::field(path, "expected a string")),
+        let templates: Vec<Template> = others.iter().map(|d| d.template.clone()).collect();
+        check_baseboard_agrees(t, &templates)?;
+        if let Some(domain) = domain {
+            if others.iter().any(|d| d.domain == domain) {
+                return Err(Error::Conflict(format!(
+                    "domain {domain} already belongs to another template"
+                )));
+            }
+        }
+        Ok(())
     }
-}
-
-/// A name-like string (model, user): short and printable.
-fn short(v: &Value, path: &str) -> Result<String> {
-    let s = string(v, path)?;
-    if s.trim().is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
-        return Err(Error::field(path, "1 to 128 printable characters"));
-    }
-    Ok(s)
 }
 
 /// An absolute, normalised path: compared as written against the domain's

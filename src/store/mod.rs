@@ -9,7 +9,6 @@ use crate::placement::Grant;
 use crate::quantity::Amount;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Versioned migrations: entry N brings the schema from version N to N+1.
 const MIGRATIONS: &[&str] = &[
@@ -191,16 +190,7 @@ pub struct WorkerRow {
     pub cgroup: Option<String>,
 }
 
-/// What was measured over a slice; None = not reported (never a zero).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SliceMeasures {
-    pub cpu_avg_pct: Option<f64>,
-    pub cpu_peak_pct: Option<f64>,
-    pub gpu_avg_pct: Option<f64>,
-    pub gpu_peak_pct: Option<f64>,
-    pub gpu_memory_peak_bytes: Option<u64>,
-    pub energy_j: Option<f64>,
-}
+pub use crate::slicing::meter::SliceMeasures;
 
 /// One slice as the ledger keeps it.
 #[derive(Clone, Debug, PartialEq)]
@@ -241,10 +231,9 @@ pub struct UsageInputs {
     pub totals: std::collections::HashMap<String, u64>,
 }
 
+/// Now, as the ledger keeps instants (SQLite's INTEGER milliseconds).
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    crate::time::now_ms() as i64
 }
 
 pub struct Store {

@@ -4,8 +4,11 @@
 //! it to the seed's JSON, Prometheus text or the HTML page. Nothing served
 //! changes state; any method but GET (and HEAD) gets 405.
 
-use crate::bus::objects::{GpuView, SliceTriple, WorkerView};
-use crate::service::Command;
+use crate::bus::wire::SliceTriple;
+use crate::command::Command;
+use crate::views::GpuView;
+pub use crate::views::{GpuSnap, SliceSnap, Snapshot, WorkerSnap};
+use crate::worker::State;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,47 +20,6 @@ const PAGE: &str = include_str!("page.html");
 /// Requests are a line and a few headers; anything larger is refused.
 const MAX_HEAD: usize = 8 * 1024;
 const MAX_CONNECTIONS: usize = 64;
-
-/// What the page shows, taken by the loop in one go.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
-    pub machine: String,
-    pub time_zone: String,
-    pub gpus: Vec<GpuSnap>,
-    pub workers: Vec<WorkerSnap>,
-    pub slices: Vec<SliceSnap>,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct GpuSnap {
-    pub view: GpuView,
-    /// `offers 7 of its 8 GB (1 GB held outside Astraeus)`.
-    pub offers: String,
-    /// GB workers' processes use on it now; None when the driver cannot tell.
-    pub used_gb: Option<f64>,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct WorkerSnap {
-    pub view: WorkerView,
-    pub owner: String,
-    /// Its share per GPU when shared; None for whole GPUs or none.
-    pub shared_gb: Option<f64>,
-    /// Why it waits, when pending.
-    pub pending_reasons: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct SliceSnap {
-    pub template: String,
-    /// Its VM's state (off, running…), or "on"/"off" by the schedule for a
-    /// schedule without a template.
-    pub state: String,
-    /// The last handoff's dead time (release confirmed → start issued).
-    pub dead_time_ms: Option<u64>,
-    pub active: Option<SliceTriple>,
-    pub next: Option<SliceTriple>,
-}
 
 /// Serves until the listener fails; each connection in a task of its own.
 pub async fn serve(listener: TcpListener, tx: mpsc::Sender<Command>) {
@@ -238,9 +200,7 @@ fn slice_json(s: &Option<SliceTriple>, tz: &jiff::tz::TimeZone) -> Value {
             .unwrap_or_default()
     };
     match s {
-        Some((start, end, ends_by)) => {
-            json!({ "start": at(*start), "end": at(*end), "ends_by": ends_by })
-        }
+        Some(t) => json!({ "start": at(t.start), "end": at(t.end), "ends_by": t.ends_by }),
         None => Value::Null,
     }
 }
@@ -286,7 +246,7 @@ pub fn workers_json(snap: &Snapshot) -> Value {
         .map(|w| {
             let v = &w.view;
             let mut o = json!({
-                "name": v.name, "state": v.state, "owner": w.owner,
+                "name": v.name, "state": v.state.as_str(), "owner": w.owner,
                 "gpus": v.gpus.iter().map(|(i, u)| json!({"index": i, "uuid": u})).collect::<Vec<_>>(),
                 "gpu_used_gb": known(v.gpu_used_gb),
                 "pending_reasons": w.pending_reasons, "warnings": v.warnings,
@@ -382,7 +342,7 @@ pub fn metrics(snap: &Snapshot) -> String {
         used,
     );
     let m = format!("{{machine=\"{}\"}}", label(&snap.machine));
-    let count = |state: &str| {
+    let count = |state: State| {
         snap.workers
             .iter()
             .filter(|w| w.view.state == state)
@@ -391,12 +351,12 @@ pub fn metrics(snap: &Snapshot) -> String {
     family(
         "astraeus_workers_pending",
         "Workers waiting for room.",
-        vec![(m.clone(), count("pending").to_string())],
+        vec![(m.clone(), count(State::Pending).to_string())],
     );
     family(
         "astraeus_workers_running",
         "Workers placed.",
-        vec![(m, count("running").to_string())],
+        vec![(m, count(State::Running).to_string())],
     );
     family(
         "astraeus_slice_active",
@@ -465,6 +425,7 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::views::WorkerView;
 
     fn snap() -> Snapshot {
         Snapshot {
@@ -492,7 +453,7 @@ mod tests {
                 WorkerSnap {
                     view: WorkerView {
                         name: "listen".into(),
-                        state: "running".into(),
+                        state: State::Running,
                         gpus: vec![(0, "GPU-a".into())],
                         gpu_used_gb: -1.0,
                         ..WorkerView::default()
@@ -504,7 +465,7 @@ mod tests {
                 WorkerSnap {
                     view: WorkerView {
                         name: "big\"<".into(),
-                        state: "pending".into(),
+                        state: State::Pending,
                         ..WorkerView::default()
                     },
                     owner: "bob".into(),
@@ -517,7 +478,11 @@ mod tests {
                 state: "off".into(),
                 dead_time_ms: Some(1500),
                 active: None,
-                next: Some((0, 3600, "poweroff".into())),
+                next: Some(SliceTriple {
+                    start: 0,
+                    end: 3600,
+                    ends_by: "poweroff".into(),
+                }),
             }],
         }
     }

@@ -98,6 +98,47 @@ pub struct Slice {
     pub ends_by: SliceEnd,
 }
 
+/// A template's slice running at `now` and its next one, looking 400 days
+/// ahead: what its Template object and the page show, and who the schedule
+/// says should hold the baseboard after a restart.
+pub fn slices_now(
+    templates: &[(String, Vec<ScheduledAction>)],
+    template: &str,
+    now: Timestamp,
+    tz: &TimeZone,
+) -> (Option<Slice>, Option<Slice>) {
+    let until = now
+        .checked_add(SignedDuration::from_hours(24 * 400))
+        .unwrap_or(Timestamp::MAX);
+    let mut active = None;
+    for s in timeline(templates, now, until, tz) {
+        if s.template != template {
+            continue;
+        }
+        if s.start <= now && active.is_none() {
+            active = Some(s);
+        } else if s.start > now {
+            return (active, Some(s));
+        }
+    }
+    (active, None)
+}
+
+/// The template the schedule gives the baseboard to at `now`, if any.
+pub fn owner_now(
+    templates: &[(String, Vec<ScheduledAction>)],
+    now: Timestamp,
+    tz: &TimeZone,
+) -> Option<String> {
+    let until = now
+        .checked_add(SignedDuration::from_hours(24))
+        .unwrap_or(Timestamp::MAX);
+    timeline(templates, now, until, tz)
+        .into_iter()
+        .find(|s| s.start <= now && now < s.end)
+        .map(|s| s.template)
+}
+
 /// The timeline of who owns the GPU baseboard in [from, to): each
 /// template's slice runs from one of its `resume` occurrences to its next
 /// `poweroff`/`poweroff-hard` occurrence, or to another template's resume (a

@@ -1,0 +1,112 @@
+//! `org.astraeus.Node1.Gpu`: one object per GPU, read from its view.
+
+use super::Delta;
+use crate::views::{GpuView, Shared};
+use zbus::interface;
+use zbus::object_server::SignalEmitter;
+
+pub struct GpuObject {
+    pub view: Shared<GpuView>,
+}
+
+#[interface(name = "org.astraeus.Node1.Gpu", introspection_docs = false)]
+impl GpuObject {
+    #[zbus(property)]
+    async fn index(&self) -> u32 {
+        self.view.read().index
+    }
+    #[zbus(property)]
+    async fn uuid(&self) -> String {
+        self.view.read().uuid.clone()
+    }
+    #[zbus(property)]
+    async fn model(&self) -> String {
+        self.view.read().model.clone()
+    }
+    #[zbus(property)]
+    async fn vendor(&self) -> String {
+        self.view.read().vendor.clone()
+    }
+    /// free, whole or shared
+    #[zbus(property)]
+    async fn mode(&self) -> String {
+        self.view.read().mode.clone()
+    }
+    #[zbus(property)]
+    async fn total_gb(&self) -> f64 {
+        self.view.read().total_gb
+    }
+    #[zbus(property)]
+    async fn offered_gb(&self) -> f64 {
+        self.view.read().offered_gb
+    }
+    #[zbus(property)]
+    async fn held_outside_gb(&self) -> f64 {
+        self.view.read().held_outside_gb
+    }
+    #[zbus(property)]
+    async fn taken_gb(&self) -> f64 {
+        self.view.read().taken_gb
+    }
+    #[zbus(property)]
+    async fn sharers(&self) -> Vec<(String, f64)> {
+        self.view.read().sharers.clone()
+    }
+    #[zbus(property)]
+    async fn summary(&self) -> String {
+        self.view.read().summary.clone()
+    }
+    /// Set when the sharers placed no longer fit what it offers, or it is unhealthy in use.
+    #[zbus(property)]
+    async fn over_promised(&self) -> bool {
+        self.view.read().warning.starts_with("over-promised")
+    }
+    #[zbus(property)]
+    async fn warning(&self) -> String {
+        self.view.read().warning.clone()
+    }
+    #[zbus(property)]
+    async fn pci_bus_id(&self) -> String {
+        self.view.read().pci_bus_id.clone()
+    }
+    /// Changes at every refresh: read it, no signal (clients poll).
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn power_w(&self) -> f64 {
+        self.view.read().power_w
+    }
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn utilization_percent(&self) -> i32 {
+        self.view.read().utilization_pct
+    }
+}
+
+impl GpuObject {
+    pub async fn emit_changes(&self, old: &GpuView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+        let n = self.view.read().clone();
+        let mut d = Delta::default();
+        d.set(old.index != n.index, "Index", n.index);
+        d.set(old.uuid != n.uuid, "Uuid", n.uuid);
+        d.set(old.model != n.model, "Model", n.model);
+        d.set(old.vendor != n.vendor, "Vendor", n.vendor);
+        d.set(old.mode != n.mode, "Mode", n.mode);
+        d.set(old.total_gb != n.total_gb, "TotalGb", n.total_gb);
+        d.set(old.offered_gb != n.offered_gb, "OfferedGb", n.offered_gb);
+        d.set(
+            old.held_outside_gb != n.held_outside_gb,
+            "HeldOutsideGb",
+            n.held_outside_gb,
+        );
+        d.set(old.taken_gb != n.taken_gb, "TakenGb", n.taken_gb);
+        d.set(old.sharers != n.sharers, "Sharers", n.sharers);
+        d.set(old.summary != n.summary, "Summary", n.summary);
+        let warned = old.warning != n.warning;
+        d.set(
+            warned,
+            "OverPromised",
+            n.warning.starts_with("over-promised"),
+        );
+        d.set(warned, "Warning", n.warning);
+        d.set(old.pci_bus_id != n.pci_bus_id, "PciBusId", n.pci_bus_id);
+        d.emit(e, "org.astraeus.Node1.Gpu").await
+    }
+}

@@ -1,0 +1,443 @@
+//! `org.astraeus.Node1.Manager` at the base path: submit and stop workers,
+//! list what the machine holds, and drive the time-slicing rotation.
+
+use super::wire::{GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow};
+use super::{object_path as path, template_path, worker_path, BusError, Delta, Loop};
+use crate::command::{Command, Window};
+use crate::views::{ManagerView, Shared};
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, Connection, OwnedObjectPath};
+
+pub struct Manager {
+    pub lp: Loop,
+    pub view: Shared<ManagerView>,
+}
+
+#[interface(name = "org.astraeus.Node1.Manager", introspection_docs = false)]
+impl Manager {
+    /// Submits a worker spec (the seed's JSON); it is placed now or waits.
+    #[zbus(out_args("worker", "state", "reasons"))]
+    async fn submit_worker(
+        &self,
+        spec: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(OwnedObjectPath, String, Vec<String>), BusError> {
+        let s = self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::Submit {
+                spec,
+                caller,
+                reply,
+            })
+            .await??;
+        Ok((
+            path(worker_path(&s.name))?,
+            s.state.as_str().into(),
+            s.reasons,
+        ))
+    }
+
+    async fn stop_worker(
+        &self,
+        name: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::Stop {
+                name,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    #[zbus(out_args("worker"))]
+    async fn get_worker(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        name: String,
+    ) -> Result<OwnedObjectPath, BusError> {
+        let name = self
+            .lp
+            .ask_from(&hdr, |reply| Command::GetWorker { name, reply })
+            .await??;
+        path(worker_path(&name))
+    }
+
+    /// (name, state, owner uid, the GPUs column `1 · shared 2.2 GB`, GB used now or -1)
+    #[zbus(out_args("workers"))]
+    async fn list_workers(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> Result<Vec<WorkerRow>, BusError> {
+        self.lp
+            .ask_from(&hdr, |reply| Command::ListWorkers { reply })
+            .await
+    }
+
+    /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB)
+    #[zbus(out_args("gpus"))]
+    async fn list_gpus(&self, #[zbus(header)] hdr: Header<'_>) -> Result<Vec<GpuRow>, BusError> {
+        self.lp
+            .ask_from(&hdr, |reply| Command::ListGpus { reply })
+            .await
+    }
+
+    /// The sharers of one GPU with their GB, and the seed's summary line.
+    #[zbus(out_args("sharers", "summary"))]
+    async fn list_sharers(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        gpu: u32,
+    ) -> Result<(Vec<Sharer>, String), BusError> {
+        let s = self
+            .lp
+            .ask_from(&hdr, |reply| Command::ListSharers { gpu, reply })
+            .await??;
+        Ok((s.sharers, s.summary))
+    }
+
+    /// A dry run: where the spec would go now, or every reason it would wait.
+    #[zbus(out_args("fits", "gpus", "reasons"))]
+    async fn why_not(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        spec: String,
+    ) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
+        let w = self
+            .lp
+            .ask_from(&hdr, |reply| Command::WhyNot { spec, reply })
+            .await??;
+        Ok((w.fits, w.gpus, w.reasons))
+    }
+
+    /// Sets a template's scheduled actions (JSON list; `[]` removes them).
+    /// Atomic: a refused schedule leaves the old one in place. Root only.
+    async fn set_schedule(
+        &self,
+        template: String,
+        actions: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::SetSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// A template's scheduled actions as JSON (+N resolved to epoch seconds).
+    #[zbus(out_args("actions"))]
+    async fn get_schedule(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        template: String,
+    ) -> Result<String, BusError> {
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::GetSchedule { template, reply })
+            .await??)
+    }
+
+    /// Who owns the GPU baseboard in [from, to) (epoch seconds):
+    /// (template, start, end, ends by: poweroff | poweroff-hard | handoff:<template> | open)
+    #[zbus(out_args("slices"))]
+    async fn list_slices(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<SliceRow>, BusError> {
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::ListSlices {
+                window: Window { from, to },
+                reply,
+            })
+            .await??)
+    }
+
+    /// What the slice preview must say besides the slices in [from, to): listed
+    /// days that do not occur (day 31 in a 30-day month, day 365 outside leap years).
+    #[zbus(out_args("notes"))]
+    async fn list_slice_notes(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<String>, BusError> {
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::ListSliceNotes {
+                window: Window { from, to },
+                reply,
+            })
+            .await??)
+    }
+
+    /// Who used how much of each GPU in [from, to) (epoch seconds), grouped by
+    /// worker, owner, gpu or user: (key, kind: worker | slice | outside | idle
+    /// | downtime, gpu uuid or "" when merged, GPU-milliseconds, millijoules,
+    /// busy GPU-milliseconds or -1 when not measured). A shared GPU counts
+    /// for each sharer by its share of the GPU's memory; per GPU the rows add
+    /// up to the wall-clock time.
+    #[zbus(out_args("rows"))]
+    async fn usage_report(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        from: i64,
+        to: i64,
+        group_by: String,
+    ) -> Result<Vec<UsageRow>, BusError> {
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::UsageReport {
+                window: Window { from, to },
+                group_by,
+                reply,
+            })
+            .await??)
+    }
+
+    /// Defines a time-slicing template and its persistent VM (JSON). Root only.
+    #[zbus(out_args("template"))]
+    async fn create_template(
+        &self,
+        spec: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        let name = self
+            .lp
+            .ask_from(&hdr, |reply| Command::CreateTemplate {
+                spec,
+                caller,
+                reply,
+            })
+            .await??;
+        path(template_path(&name))
+    }
+
+    /// Removes a template whose VM is off (its libvirt domain is kept). Root only.
+    async fn remove_template(
+        &self,
+        name: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::RemoveTemplate {
+                name,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// (name, user, domain, state) of every template.
+    #[zbus(out_args("templates"))]
+    async fn list_templates(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> Result<Vec<TemplateRow>, BusError> {
+        self.lp
+            .ask_from(&hdr, |reply| Command::ListTemplates { reply })
+            .await
+    }
+
+    /// Boots a template's VM now. Refused while another holds the GPU
+    /// baseboard (the holder is named) unless `as_handoff`. Root only.
+    async fn resume(
+        &self,
+        template: String,
+        as_handoff: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::Resume {
+                template,
+                as_handoff,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// Powers a template's VM off (ACPI, forced after the timeout; at once
+    /// when `hard`). Works at any time. Root only.
+    async fn power_off(
+        &self,
+        template: String,
+        hard: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::PowerOff {
+                template,
+                hard,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// Slices in [from, to) (epoch seconds) of one template ("" = all): (template,
+    /// user, start, end (0 = still on), handoff dead time ms, start-to-ready ms
+    /// (-1 = none), CPU average and peak %, GPU average and peak %, GPU memory
+    /// peak GB, GPU energy Wh (these two: -1 = not reported, never 0), libvirt's
+    /// error when it failed). The GPU figures come from inside the guest
+    /// (docs/time-slicing.md).
+    #[zbus(out_args("slices"))]
+    async fn slice_report(
+        &self,
+        template: String,
+        from: i64,
+        to: i64,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> Result<Vec<SliceReportRow>, BusError> {
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::SliceReport {
+                template,
+                window: Window { from, to },
+                reply,
+            })
+            .await??)
+    }
+
+    /// Builds a template's read-only weights disk (an ext4 image) from a
+    /// directory while its VM is off. Returns at once; WeightsProgress and
+    /// WeightsStaged follow. The same content again changes nothing. Root only.
+    async fn stage_weights(
+        &self,
+        template: String,
+        source: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::StageWeights {
+                template,
+                source,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// Staging progress: phase "checksum" (fraction of bytes read) or "image".
+    #[zbus(signal)]
+    pub async fn weights_progress(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        phase: &str,
+        fraction: f64,
+    ) -> zbus::Result<()>;
+
+    /// Staging ended: the content checksum, whether the disk changed, or the error.
+    #[zbus(signal)]
+    pub async fn weights_staged(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        checksum: &str,
+        changed: bool,
+        error: &str,
+    ) -> zbus::Result<()>;
+
+    /// One step of a handoff, as the ledger records it: power-off-asked,
+    /// forced, stopped, release-confirmed, start-issued, started, ready,
+    /// start-failed, failed, requested (who comes next changed, nothing else
+    /// yet); `from`/`to` are templates ("" when none).
+    #[zbus(signal)]
+    pub async fn handoff_step(
+        emitter: &SignalEmitter<'_>,
+        step: &str,
+        from: &str,
+        to: &str,
+        at_ms: i64,
+        detail: &str,
+    ) -> zbus::Result<()>;
+
+    /// A slice begins (its VM is being started); `dead_time_ms`: release
+    /// confirmed → start issued in a handoff, -1 otherwise.
+    #[zbus(signal)]
+    pub async fn slice_started(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        at_ms: i64,
+        dead_time_ms: i64,
+    ) -> zbus::Result<()>;
+
+    /// A slice ends; `error` is libvirt's when it never came up.
+    #[zbus(signal)]
+    pub async fn slice_ended(
+        emitter: &SignalEmitter<'_>,
+        template: &str,
+        at_ms: i64,
+        error: &str,
+    ) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    pub async fn worker_new(
+        emitter: &SignalEmitter<'_>,
+        name: &str,
+        worker: OwnedObjectPath,
+    ) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    pub async fn worker_removed(
+        emitter: &SignalEmitter<'_>,
+        name: &str,
+        worker: OwnedObjectPath,
+    ) -> zbus::Result<()>;
+
+    #[zbus(property)]
+    async fn machine(&self) -> String {
+        self.view.read().machine.clone()
+    }
+    /// The zone schedules and slices are computed in.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn time_zone(&self) -> String {
+        self.view.read().time_zone.clone()
+    }
+    #[zbus(property)]
+    async fn wsl(&self) -> bool {
+        self.view.read().wsl
+    }
+    #[zbus(property)]
+    async fn workers_running(&self) -> u32 {
+        self.view.read().running
+    }
+    #[zbus(property)]
+    async fn workers_pending(&self) -> u32 {
+        self.view.read().pending
+    }
+}
+
+impl Manager {
+    pub async fn emit_changes(&self, old: &ManagerView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+        let new = self.view.read().clone();
+        let mut d = Delta::default();
+        d.set(old.machine != new.machine, "Machine", new.machine);
+        d.set(old.wsl != new.wsl, "Wsl", new.wsl);
+        d.set(old.running != new.running, "WorkersRunning", new.running);
+        d.set(old.pending != new.pending, "WorkersPending", new.pending);
+        d.emit(e, "org.astraeus.Node1.Manager").await
+    }
+}

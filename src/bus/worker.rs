@@ -1,0 +1,124 @@
+//! `org.astraeus.Node1.Worker`: one object per live worker. Its pending
+//! reasons are explained when read, from the loop's latest snapshot.
+
+use super::{BusError, Delta, Loop};
+use crate::command::Command;
+use crate::views::{Shared, Waits, WorkerView};
+use crate::worker::State;
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, Connection};
+
+pub struct WorkerObject {
+    pub lp: Loop,
+    pub view: Shared<WorkerView>,
+    /// What it asked for (fixed for its life): its reasons are computed from it.
+    pub resources: crate::request::Resources,
+    pub waits: Waits,
+}
+
+#[interface(name = "org.astraeus.Node1.Worker", introspection_docs = false)]
+impl WorkerObject {
+    async fn stop(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        let caller = self.lp.caller(&hdr, conn).await?;
+        let name = self.view.read().name.clone();
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::Stop {
+                name,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn name(&self) -> String {
+        self.view.read().name.clone()
+    }
+    /// pending or running
+    #[zbus(property)]
+    async fn state(&self) -> String {
+        self.view.read().state.as_str().into()
+    }
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn owner(&self) -> u32 {
+        self.view.read().owner
+    }
+    /// (index, uuid) of each GPU it holds
+    #[zbus(property)]
+    async fn gpus(&self) -> Vec<(u32, String)> {
+        self.view.read().gpus.clone()
+    }
+    /// Its share per GPU in GB when shared; 0 when whole or none.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn gpu_shared_gb(&self) -> f64 {
+        self.view.read().gpu_shared_gb
+    }
+    /// Pids whose GPU memory counts as this worker's own.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn holders(&self) -> Vec<u32> {
+        self.view.read().holders.clone()
+    }
+    /// Computed when read (a queue of thousands would otherwise be rebuilt on
+    /// every change); PropertiesChanged only invalidates it, and only for
+    /// workers whose reasons someone read.
+    #[zbus(property(emits_changed_signal = "invalidates"))]
+    async fn pending_reasons(&self) -> Vec<String> {
+        let (name, state) = {
+            let v = self.view.read();
+            (v.name.clone(), v.state)
+        };
+        self.waits.mark_read(&name);
+        if state != State::Pending {
+            return Vec::new();
+        }
+        self.waits.explain(&self.resources)
+    }
+    #[zbus(property)]
+    async fn warnings(&self) -> Vec<String> {
+        self.view.read().warnings.clone()
+    }
+    /// GB its processes use now (at most, on any one of its GPUs); -1 when unknown.
+    #[zbus(property)]
+    async fn gpu_used_gb(&self) -> f64 {
+        self.view.read().gpu_used_gb
+    }
+    /// The request; `run.*.env` values only for the owner and root.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn request(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> String {
+        let caller = match &hdr {
+            Some(h) => self.lp.caller(h, conn).await.ok(),
+            None => None,
+        };
+        let v = self.view.read();
+        if crate::access::sees_env(caller.map(|c| c.uid), v.owner) {
+            v.request.clone()
+        } else {
+            v.request_redacted.clone()
+        }
+    }
+}
+
+impl WorkerObject {
+    pub async fn emit_changes(&self, old: &WorkerView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+        let n = self.view.read().clone();
+        let mut d = Delta::default();
+        let left_or_joined_queue =
+            old.state != n.state && (old.state == State::Pending || n.state == State::Pending);
+        d.invalidate(left_or_joined_queue, "PendingReasons");
+        d.set(old.state != n.state, "State", n.state.as_str());
+        d.set(old.gpus != n.gpus, "Gpus", n.gpus);
+        d.set(old.warnings != n.warnings, "Warnings", n.warnings);
+        d.set(old.gpu_used_gb != n.gpu_used_gb, "GpuUsedGb", n.gpu_used_gb);
+        d.emit(e, "org.astraeus.Node1.Worker").await
+    }
+}

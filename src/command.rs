@@ -1,0 +1,195 @@
+//! What the adaptors (D-Bus, the page) and the loop's own tasks ask of the
+//! service loop, and what it answers. Each request carries a oneshot for its
+//! reply; results of work done off the loop (launches, hypervisor calls,
+//! staging) come back as commands too, so the loop never waits on them.
+
+use crate::access::Caller;
+use crate::bus::wire::{
+    GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot, WorkerRow,
+};
+use crate::error::Result;
+use crate::runtime::{Exit, Found, Kind};
+use crate::slicing::handoff::Event;
+use crate::slicing::meter::GpuSample;
+use crate::slicing::template::Defined;
+use crate::views::Snapshot;
+use tokio::sync::oneshot;
+
+pub type Reply<T> = oneshot::Sender<T>;
+
+/// A submitted worker: placed now or waiting, with why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Submitted {
+    pub name: String,
+    pub state: crate::worker::State,
+    pub reasons: Vec<String>,
+}
+
+/// A window of time, in epoch seconds as callers give it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub from: i64,
+    pub to: i64,
+}
+
+pub enum Command {
+    // ---- from the bus: workers ----
+    Submit {
+        spec: String,
+        caller: Caller,
+        reply: Reply<Result<Submitted>>,
+    },
+    Stop {
+        name: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    GetWorker {
+        name: String,
+        reply: Reply<Result<String>>,
+    },
+    ListWorkers {
+        reply: Reply<Vec<WorkerRow>>,
+    },
+    ListGpus {
+        reply: Reply<Vec<GpuRow>>,
+    },
+    ListSharers {
+        gpu: u32,
+        reply: Reply<Result<Sharers>>,
+    },
+    WhyNot {
+        spec: String,
+        reply: Reply<Result<WhyNot>>,
+    },
+    UsageReport {
+        window: Window,
+        group_by: String,
+        reply: Reply<Result<Vec<UsageRow>>>,
+    },
+    /// Everything the machine page shows, in one go.
+    Snapshot {
+        reply: Reply<Snapshot>,
+    },
+
+    // ---- from the bus: time-slicing ----
+    SetSchedule {
+        template: String,
+        actions: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    GetSchedule {
+        template: String,
+        reply: Reply<Result<String>>,
+    },
+    ListSlices {
+        window: Window,
+        reply: Reply<Result<Vec<SliceRow>>>,
+    },
+    ListSliceNotes {
+        window: Window,
+        reply: Reply<Result<Vec<String>>>,
+    },
+    /// A template and its persistent VM (root only).
+    CreateTemplate {
+        spec: String,
+        caller: Caller,
+        reply: Reply<Result<String>>,
+    },
+    RemoveTemplate {
+        name: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    ListTemplates {
+        reply: Reply<Vec<TemplateRow>>,
+    },
+    /// A person's resume or power-off of a template's VM (root only).
+    Resume {
+        template: String,
+        as_handoff: bool,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    PowerOff {
+        template: String,
+        hard: bool,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    /// Builds a template's weights disk from a source directory (root only).
+    StageWeights {
+        template: String,
+        source: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    SliceReport {
+        template: String,
+        window: Window,
+        reply: Reply<Result<Vec<SliceReportRow>>>,
+    },
+
+    // ---- from the loop's own tasks ----
+    /// A launch task: the workload started (its runtime id) or failed.
+    Launched {
+        name: String,
+        kind: Kind,
+        result: Result<String>,
+    },
+    /// A launched workload's control group, once its runtime told it.
+    Cgroup {
+        name: String,
+        cgroup: String,
+    },
+    /// A watcher: the workload ended.
+    Exited {
+        name: String,
+        kind: Kind,
+        id: String,
+        exit: Exit,
+    },
+    /// After a start: what a runtime runs, to reconcile the ledger with.
+    Listed {
+        kind: Kind,
+        found: Result<Vec<Found>>,
+    },
+    /// A new template's VM, looked up or defined in libvirt.
+    TemplatePrepared {
+        spec: String,
+        result: Result<Box<Defined>>,
+        reply: Reply<Result<String>>,
+    },
+    /// The staging task: done (checksum, whether the disk changed) or failed.
+    WeightsStaged {
+        template: String,
+        result: Result<(String, bool)>,
+    },
+    /// A handoff event from a libvirt task (a failed create, a release confirmed…).
+    Slice(Event),
+    /// A libvirt lifecycle event, with whether the domain runs now (asked
+    /// off the loop: a late STOPPED of an earlier run must not end a new one).
+    Lifecycle {
+        domain: String,
+        event: u32,
+        on: bool,
+        at_ms: u64,
+    },
+    /// After a start: which templates' VMs run, to converge the handoff to.
+    Running {
+        on: Vec<String>,
+    },
+    /// The running slice VM's CPU time (ns) and vCPUs, read at `wall_ns`.
+    SliceCpu {
+        template: String,
+        wall_ns: u64,
+        cpu: Option<(u64, u32)>,
+    },
+    /// One GPU's figures, from what the running slice's guest wrote.
+    GuestGpu {
+        template: String,
+        sample: GpuSample,
+        at_ms: u64,
+    },
+}

@@ -1,0 +1,440 @@
+//! The hypervisor's side of time-slicing: every libvirt call the loop needs
+//! runs in a task of its own here, and its result comes back to the loop as
+//! a [`Command`]. The loop never awaits libvirt, so a hung libvirtd stalls
+//! no D-Bus caller and no watchdog ping (tests/hang.rs proves it).
+
+use crate::command::Command;
+use crate::domain_xml::PciAddress;
+use crate::error::Result;
+use crate::runtime::libvirt::Libvirt;
+use crate::slicing::handoff::{self, Action, Event};
+use crate::slicing::meter::{GpuSample, GPU_CHANNEL};
+use crate::slicing::template::{Defined, Readiness, Template};
+use crate::time::now_ms;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+
+/// libvirt, driven from tasks that report back to the loop.
+pub struct Hypervisor {
+    pub vms: Arc<Libvirt>,
+    tx: mpsc::Sender<Command>,
+    /// Whether lifecycle events are being forwarded (started once there is
+    /// a template to watch: libvirt stays unloaded on hosts without).
+    watching: bool,
+    /// The last reason each starting template was not ready, so the journal
+    /// gets a line when it changes, not one a second.
+    not_ready: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl Hypervisor {
+    pub fn new(vms: Arc<Libvirt>, tx: mpsc::Sender<Command>) -> Hypervisor {
+        Hypervisor {
+            vms,
+            tx,
+            watching: false,
+            not_ready: Default::default(),
+        }
+    }
+
+    /// Forwards libvirt's lifecycle events to the loop (once), each with
+    /// whether its domain runs now, asked here: in event order, off the loop.
+    pub fn watch_events(&mut self) {
+        if self.watching {
+            return;
+        }
+        self.watching = true;
+        let mut events = crate::runtime::libvirt::events().subscribe();
+        let (vms, tx) = (self.vms.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let ev = match events.recv().await {
+                    Ok(ev) => ev,
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return,
+                };
+                if ev.domain.is_empty() {
+                    continue; // the connection closed; calls reconnect
+                }
+                let Ok(on) = vms.is_on(&ev.domain).await else {
+                    continue;
+                };
+                let cmd = Command::Lifecycle {
+                    domain: ev.domain,
+                    event: ev.event,
+                    on,
+                    at_ms: now_ms(),
+                };
+                if tx.send(cmd).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Looks up (or defines, from XML) a new template's VM and checks it;
+    /// the loop checks it against the other templates again when it is back.
+    pub fn prepare(&self, spec: String, t: Template, reply: oneshot::Sender<Result<String>>) {
+        let (vms, tx) = (self.vms.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let result = async {
+                let domain = match &t.vm {
+                    crate::request::VmSource::Domain(name) => {
+                        let xml = vms.definition(name).await?;
+                        t.check_domain(&xml)?;
+                        name.clone()
+                    }
+                    crate::request::VmSource::DomainXml(xml) => {
+                        t.check_domain(xml)?;
+                        vms.define(xml.clone()).await?
+                    }
+                };
+                Ok(Box::new(Defined {
+                    template: t,
+                    domain,
+                }))
+            }
+            .await;
+            let _ = tx
+                .send(Command::TemplatePrepared {
+                    spec,
+                    result,
+                    reply,
+                })
+                .await;
+        });
+    }
+
+    /// Which of these templates' VMs run now (after a start).
+    pub fn running(&self, domains: Vec<(String, String)>) {
+        let (vms, tx) = (self.vms.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let mut on = Vec::new();
+            for (template, domain) in domains {
+                if vms.is_on(&domain).await.unwrap_or(false) {
+                    on.push(template);
+                }
+            }
+            let _ = tx.send(Command::Running { on }).await;
+        });
+    }
+
+    /// Reads a slice VM's CPU time for its meter.
+    pub fn cpu_time(&self, template: String, domain: String) {
+        let (vms, tx) = (self.vms.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let cpu = vms.cpu_time(&domain).await.ok();
+            let wall_ns = now_ms() * 1_000_000;
+            let _ = tx
+                .send(Command::SliceCpu {
+                    template,
+                    wall_ns,
+                    cpu,
+                })
+                .await;
+        });
+    }
+
+    /// Starts reading the guest's GPU figures; abort the handle when the slice ends.
+    pub fn read_guest_gpus(&self, domain: String, template: String) -> tokio::task::AbortHandle {
+        tokio::spawn(read_guest_gpus(
+            self.vms.clone(),
+            domain,
+            template,
+            self.tx.clone(),
+        ))
+        .abort_handle()
+    }
+
+    /// Carries out one action that needs the hypervisor, in a task of its
+    /// own; failures come back to the loop as events.
+    pub fn execute(&self, action: &Action, templates: &BTreeMap<String, Defined>) {
+        let domain = |template: &str| templates.get(template).map(|d| d.domain.clone());
+        let vms = self.vms.clone();
+        let tx = self.tx.clone();
+        let send = |tx: mpsc::Sender<Command>, e: Event| async move {
+            let _ = tx.send(Command::Slice(e)).await;
+        };
+        match action {
+            Action::Shutdown { template } | Action::Destroy { template } => {
+                let hard = matches!(action, Action::Destroy { .. });
+                let Some(domain) = domain(template) else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    if let Err(e) = vms.power_off(&domain, hard).await {
+                        tracing::warn!(template = %domain, "powering off {domain}: {e}");
+                    }
+                });
+            }
+            Action::Create { template } => {
+                let Some(domain) = domain(template) else {
+                    return;
+                };
+                // A new start: its first "not ready" is worth a line again.
+                self.not_ready
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(template);
+                let template = template.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = vms.power_on(&domain).await {
+                        let error = e.message().to_string();
+                        send(
+                            tx,
+                            Event::StartFailed {
+                                template,
+                                error,
+                                at_ms: now_ms(),
+                            },
+                        )
+                        .await;
+                    }
+                });
+            }
+            Action::CheckRelease => {
+                let devices: Vec<PciAddress> = templates
+                    .values()
+                    .flat_map(|d| d.template.baseboard.iter().copied())
+                    .collect();
+                tokio::spawn(async move {
+                    match vms.holders(devices).await {
+                        Ok(h) if h.is_empty() => {
+                            send(tx, Event::Released { at_ms: now_ms() }).await
+                        }
+                        Ok(h) => tracing::info!("baseboard still held by {}", h.join(", ")),
+                        Err(e) => tracing::warn!("checking the baseboard's release: {e}"),
+                    }
+                });
+            }
+            Action::Probe { template } => {
+                let Some(d) = templates.get(template) else {
+                    return;
+                };
+                let (readiness, domain) = (d.template.readiness.clone(), d.domain.clone());
+                let template = template.clone();
+                let not_ready = self.not_ready.clone();
+                tokio::spawn(async move {
+                    let result = probe(&vms, &domain, &readiness).await;
+                    let changed = {
+                        let mut last = not_ready.lock().unwrap_or_else(|p| p.into_inner());
+                        match &result {
+                            Ok(_) => {
+                                last.remove(&template);
+                                true
+                            }
+                            Err(why) => {
+                                last.insert(template.clone(), why.clone()).as_ref() != Some(why)
+                            }
+                        }
+                    };
+                    match result {
+                        Ok(passed) => {
+                            tracing::info!(template = %template, "{template} is ready: {passed}");
+                            send(
+                                tx,
+                                Event::Ready {
+                                    template,
+                                    at_ms: now_ms(),
+                                },
+                            )
+                            .await;
+                        }
+                        // Probed again at the next poll.
+                        Err(why) if changed => {
+                            tracing::info!(template = %template, "{template} is not ready yet: {why}")
+                        }
+                        Err(_) => {}
+                    }
+                });
+            }
+            // The loop's own: the ledger, the bus, its timer.
+            Action::SetTimer { .. }
+            | Action::Record(_)
+            | Action::Signal(_)
+            | Action::Refuse { .. } => {}
+        }
+    }
+}
+
+/// Reads the GPU figures the guest writes to its [`GPU_CHANNEL`] and sends
+/// each to the loop, until aborted (the slice ended). The host end is the
+/// unix socket QEMU listens on (libvirt puts its path in the live XML); a
+/// VM without the channel reports no GPU figures. Reconnects after the
+/// guest side closes (a reboot inside the slice).
+async fn read_guest_gpus(
+    vms: Arc<Libvirt>,
+    domain: String,
+    template: String,
+    tx: mpsc::Sender<Command>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    // The slice begins when its start is issued; the socket's path is in
+    // the live XML only once the domain runs.
+    loop {
+        match vms.is_on(&domain).await {
+            Ok(true) => break,
+            Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            Err(e) => {
+                tracing::warn!(template = %template, "waiting for {domain} to run: {e}");
+                return;
+            }
+        }
+    }
+    let path = match vms.channel_path(&domain, GPU_CHANNEL).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            tracing::info!(template = %template, "{domain} has no {GPU_CHANNEL} channel: its GPU figures are not reported");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(template = %template, "reading {domain}'s channels: {e}");
+            return;
+        }
+    };
+    let mut warned = false;
+    loop {
+        match tokio::net::UnixStream::connect(&path).await {
+            Ok(stream) => {
+                tracing::info!(template = %template, "reading the GPU figures {domain}'s guest writes to {path}");
+                warned = false;
+                let mut lines = tokio::io::BufReader::new(stream).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let Some(sample) = GpuSample::parse(&line) else {
+                        continue;
+                    };
+                    let at_ms = now_ms();
+                    let cmd = Command::GuestGpu {
+                        template: template.clone(),
+                        sample,
+                        at_ms,
+                    };
+                    if tx.send(cmd).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) if !warned => {
+                warned = true;
+                tracing::info!(template = %template, "the GPU channel of {domain} at {path} is not open yet: {e}");
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(handoff::DEFAULT_POLL_MS)).await;
+    }
+}
+
+/// Probes the template's VM once: what passed, or why it did not.
+/// libvirt's STARTED (the default) has already happened when asked.
+async fn probe(vms: &Libvirt, domain: &str, readiness: &Readiness) -> Result<String, String> {
+    match readiness {
+        Readiness::Started => Ok("libvirt reported it started".into()),
+        Readiness::Http(url) => match http_ok(url).await {
+            true => Ok(format!("GET {url} answered 2xx")),
+            false => Err(format!("GET {url} did not answer 2xx")),
+        },
+        Readiness::Tcp {
+            host: Some(host),
+            port,
+        } => {
+            let addr = format!("{host}:{port}");
+            match tcp_connects(&addr).await {
+                true => Ok(format!("TCP {addr} accepted a connection")),
+                false => Err(format!("TCP {addr} refused or did not answer")),
+            }
+        }
+        Readiness::Tcp { host: None, port } => {
+            let addresses = vms
+                .guest_addresses(domain)
+                .await
+                .map_err(|e| format!("asking libvirt for the guest's addresses: {e}"))?;
+            if addresses.is_empty() {
+                return Err("libvirt knows no address of the guest yet \
+                            (no DHCP lease, guest agent or ARP entry)"
+                    .into());
+            }
+            let mut tried = Vec::new();
+            for ip in addresses {
+                let addr = std::net::SocketAddr::new(ip, *port).to_string();
+                if tcp_connects(&addr).await {
+                    return Ok(format!("TCP {addr} accepted a connection"));
+                }
+                tried.push(addr);
+            }
+            Err(format!(
+                "TCP {} refused or did not answer",
+                tried.join(", ")
+            ))
+        }
+        Readiness::Agent => match vms.agent_answers(domain).await {
+            Ok(Ok(())) => Ok("the guest agent answered".into()),
+            Ok(Err(why)) => Err(format!("the guest agent does not answer: {why}")),
+            Err(e) => Err(format!("asking for the guest agent: {e}")),
+        },
+    }
+}
+
+/// A TCP connection to `addr` opens within 2 s.
+async fn tcp_connects(addr: &str) -> bool {
+    let connect = tokio::net::TcpStream::connect(addr);
+    matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
+        Ok(Ok(_))
+    )
+}
+
+/// A plain `GET` of an http:// URL answers 2xx within 5 s.
+async fn http_ok(url: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+    let addr = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:80")
+    };
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).await.ok()?;
+        Some(head.starts_with(b"HTTP/1.") && head[9] == b'2')
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// The filesystem type a path lives on, from /proc/self/mountinfo (the
+/// longest mount point that contains it); fuse subtypes as `fuse.sshfs`.
+pub fn fs_type_of(path: &std::path::Path) -> Option<String> {
+    let path = std::fs::canonicalize(path)
+        .or_else(|_| {
+            path.parent().map_or(
+                Err(std::io::ErrorKind::NotFound.into()),
+                std::fs::canonicalize,
+            )
+        })
+        .ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        let (left, right) = line.split_once(" - ")?;
+        let mount = left.split(' ').nth(4)?.replace("\\040", " ");
+        let fs = right.split(' ').next()?.to_string();
+        let inside = path.starts_with(&mount);
+        if inside && best.as_ref().is_none_or(|(len, _)| mount.len() >= *len) {
+            best = Some((mount.len(), fs));
+        }
+    }
+    best.map(|(_, fs)| fs)
+}

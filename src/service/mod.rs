@@ -1,0 +1,574 @@
+//! The one service loop: it owns the node (state, ledger) and the GPU source.
+//! D-Bus handlers and the page send it [`Command`]s over a bounded queue; it
+//! runs them one at a time, then brings the bus objects up to date and
+//! signals what changed. It also feeds the systemd watchdog itself, so a
+//! stuck loop stops the pings.
+//!
+//! The loop never awaits a hypervisor, a container runtime or the network:
+//! such calls run in tasks whose results come back as commands.
+//!
+//! - this file: the loop, its group commit, and a thin dispatching `handle`;
+//! - [`queries`]: read-only answers (lists, dry runs, reports, the page);
+//! - [`publish`]: bus objects and views in line with the node;
+//! - [`workloads`]: launch → watch → exit → reconcile;
+//! - [`slicing`]: time-slicing (slice events, metering, converge, templates,
+//!   staging), with [`hypervisor`] running its libvirt calls in tasks.
+
+mod hypervisor;
+mod publish;
+mod queries;
+mod slicing;
+mod workloads;
+
+use crate::access::{self, Act, Caller};
+use crate::bus::{Loop, BASE_PATH};
+use crate::command::{Command, Reply, Submitted};
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::inventory::GpuSource;
+use crate::journal;
+use crate::node::Node;
+use crate::runtime::Runtime;
+use crate::usage::Sampler;
+use publish::{Published, Shown};
+use sd_notify::NotifyState;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use zbus::Connection;
+
+/// Time-slicing settings the loop applies to schedules.
+pub struct SliceRules {
+    pub tz: jiff::tz::TimeZone,
+    pub buffer: Duration,
+}
+
+/// What the loop takes from the configuration.
+pub struct Settings {
+    pub refresh: Duration,
+    /// The machine name from config, overriding the source's.
+    pub machine_name: Option<String>,
+    /// Members (and root) may submit and stop workers.
+    pub group: String,
+    pub slice_rules: SliceRules,
+    /// Energy and utilisation samples are closed into a ledger row this often.
+    pub usage_interval: Duration,
+    /// Podman, when configured; container workers are refused without it.
+    pub containers: Option<Arc<dyn Runtime>>,
+    /// The service manager, for unit workers.
+    pub units: Option<Arc<dyn Runtime>>,
+    /// libvirt, for VM workers.
+    pub vms: Option<Arc<dyn Runtime>>,
+    /// libvirt, for time-slicing templates (the same connection as `vms`).
+    pub templates: Option<Arc<crate::runtime::libvirt::Libvirt>>,
+    /// Graceful stop, then forced after this long.
+    pub stop_timeout: Duration,
+    /// Whether members of the access group may run containers (root-equivalent).
+    pub containers_for_group: bool,
+    /// Whether members of the access group may run VMs (root-equivalent).
+    pub vms_for_group: bool,
+    /// Accept weights disks on networked filesystems (`slicing.allow_networked_weights`).
+    pub allow_networked_weights: bool,
+}
+
+/// Samples kept per GPU in memory (an hour at the default 2 s refresh).
+const SAMPLES_KEPT: usize = 1800;
+
+/// Bounded: a flood of calls gets `Busy` instead of growing memory.
+pub const QUEUE_DEPTH: usize = 256;
+
+/// At most this many submits and stops share one fsync.
+const GROUP: usize = 64;
+
+pub struct Service {
+    node: Node,
+    source: Box<dyn GpuSource>,
+    conn: Connection,
+    rx: mpsc::Receiver<Command>,
+    lp: Loop,
+    refresh: Duration,
+    /// The machine name from config, overriding the source's.
+    machine_name: Option<String>,
+    access: access::Rules,
+    slice_rules: SliceRules,
+    sampler: Sampler,
+    runtimes: workloads::Runtimes,
+    /// Time-slicing (None without libvirt).
+    slicing: Option<slicing::Slicing>,
+    /// What is on the bus, and the views behind it.
+    published: Published,
+    /// What a group commit holds until its fsync.
+    held: Held,
+}
+
+/// A reply to send once its group is synced: told the sync's error, if any.
+type HeldReply = Box<dyn FnOnce(Option<&Error>) + Send>;
+
+/// Replies, signals and launches of a group's changes, sent once it is durable.
+#[derive(Default)]
+struct Held {
+    replies: Vec<HeldReply>,
+    shown: Vec<Shown>,
+    placed: Vec<String>,
+}
+
+impl Service {
+    /// Registers every object for the node's current state on `conn`.
+    /// The caller requests the bus name afterwards, then calls [`Service::run`].
+    pub async fn register(
+        node: Node,
+        source: Box<dyn GpuSource>,
+        conn: Connection,
+        settings: Settings,
+    ) -> Result<Service> {
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let lp = Loop {
+            tx,
+            group: settings.group.clone(),
+            facts: Default::default(),
+            in_flight: Default::default(),
+        };
+        let slicing = settings.templates.clone().map(|vms| {
+            slicing::Slicing::new(
+                hypervisor::Hypervisor::new(vms, lp.tx.clone()),
+                &settings,
+                node.templates().unwrap_or_default(),
+            )
+        });
+        let published = Published::register(&conn, &node, &lp, &settings.slice_rules.tz)
+            .await
+            .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
+        let mut service = Service {
+            node,
+            source,
+            conn,
+            rx,
+            lp,
+            refresh: settings.refresh,
+            machine_name: settings.machine_name,
+            access: access::Rules {
+                group: settings.group,
+                containers_for_group: settings.containers_for_group,
+                vms_for_group: settings.vms_for_group,
+            },
+            sampler: Sampler::new(settings.usage_interval.as_millis() as i64, SAMPLES_KEPT),
+            slice_rules: settings.slice_rules,
+            runtimes: workloads::Runtimes {
+                containers: settings.containers,
+                units: settings.units,
+                vms: settings.vms,
+                stop_timeout: settings.stop_timeout,
+            },
+            slicing,
+            published,
+            held: Held::default(),
+        };
+        service
+            .publish_templates()
+            .await
+            .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
+        Ok(service)
+    }
+
+    /// Where other adaptors (the machine page) send their commands.
+    pub fn commands(&self) -> mpsc::Sender<Command> {
+        self.lp.tx.clone()
+    }
+
+    pub fn status_line(&self) -> String {
+        crate::views::status_line(&self.node)
+    }
+
+    /// Runs until SIGTERM/SIGINT: commands, inventory refresh, SIGHUP, watchdog.
+    pub async fn run(mut self) -> Result<()> {
+        let io = |e: std::io::Error| Error::Backend(format!("signals: {e}"));
+        let mut term = signal(SignalKind::terminate()).map_err(io)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(io)?;
+        let mut refresh = tokio::time::interval(self.refresh);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Ping at half the watchdog period; without a watchdog this never fires.
+        let watchdog = sd_notify::watchdog_enabled();
+        let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
+        if let Err(e) = self.node.begin_run(crate::store::now_ms()) {
+            tracing::error!("recording this run in the ledger failed: {e}");
+        }
+        // Both ask runtimes in tasks; their answers come back as commands.
+        self.reconcile();
+        self.learn_what_runs();
+        loop {
+            // A test can stall exactly this loop here: the pings must stop with it.
+            failpoint::hit("service.loop");
+            // Time-slicing's wake-ups: the handoff's timer and the next
+            // scheduled action (timers, not polling).
+            let (handoff_in, due) = match &self.slicing {
+                Some(s) => s.wake_ups(&self.node.rotation(), &self.slice_rules.tz),
+                None => (None, None),
+            };
+            let due_in = due.as_ref().map(|(t, _)| until(t.as_millisecond()));
+            tokio::select! {
+                cmd = self.rx.recv() => match cmd {
+                    Some(cmd) => self.handle_group(cmd).await,
+                    None => break,
+                },
+                _ = sleep_or_never(handoff_in) => self.handoff_timer().await,
+                _ = sleep_or_never(due_in) => {
+                    if let Some((at, list)) = due {
+                        self.fire_due(at, list).await;
+                    }
+                }
+                _ = refresh.tick() => {
+                    if self.source.changed() {
+                        self.reread("the inventory changed").await;
+                    }
+                    self.sample();
+                    self.meter_slice();
+                }
+                _ = hup.recv() => self.reread("SIGHUP").await,
+                _ = ping.tick(), if watchdog.is_some() => {
+                    let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        let _ = sd_notify::notify(&[NotifyState::Stopping]);
+        if let Err(e) = self.node.alive(crate::store::now_ms()) {
+            tracing::error!("recording the end of this run failed: {e}");
+        }
+        tracing::info!(
+            message_id = journal::LIFECYCLE,
+            "stopping; the ledger is closed cleanly"
+        );
+        Ok(())
+    }
+
+    /// Keeps this refresh's energy and utilisation readings; closed intervals go to the ledger.
+    fn sample(&mut self) {
+        let now = crate::store::now_ms();
+        let rows = self.sampler.record(now, &self.node.machine().gpus);
+        if !rows.is_empty() {
+            if let Err(e) = self.node.record_usage(&rows, now) {
+                tracing::error!("recording GPU usage intervals failed: {e}");
+            }
+        }
+    }
+
+    async fn reread(&mut self, why: &str) {
+        // Processes in workers' control groups count as theirs (their GPU memory is not outside).
+        for (name, cgroup) in self.node.cgroups() {
+            let pids = crate::runtime::cgroup_pids(std::path::Path::new("/sys/fs/cgroup"), &cgroup);
+            self.node.set_cgroup_pids(&name, pids);
+        }
+        match self.source.read(&self.node.own()) {
+            Ok(mut machine) => {
+                if let Some(name) = &self.machine_name {
+                    machine.name = name.clone();
+                }
+                match self.node.set_machine(machine) {
+                    Ok(changes) => {
+                        tracing::debug!("re-read the machine ({why})");
+                        self.publish(&changes).await;
+                        self.launch_placed(&changes.placed).await;
+                    }
+                    Err(e) => tracing::error!("applying the new inventory failed: {e}"),
+                }
+            }
+            Err(e) => tracing::warn!("re-reading the machine ({why}) failed: {e}"),
+        }
+    }
+
+    /// Group commit: a submit or stop, and every submit or stop queued behind
+    /// it (up to [`GROUP`]), are applied one by one, each its own transaction,
+    /// then made durable by one fsync; only then do their callers get replies
+    /// and the bus the signals. Any other command is handled on its own.
+    async fn handle_group(&mut self, first: Command) {
+        let groups = |c: &Command| matches!(c, Command::Submit { .. } | Command::Stop { .. });
+        if !groups(&first) {
+            return self.handle(first).await;
+        }
+        if let Err(e) = self.node.defer_sync() {
+            tracing::error!("group commit: {e}");
+        }
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(cmd) = next.take() {
+            self.handle(cmd).await;
+            taken += 1;
+            if taken < GROUP {
+                match self.rx.try_recv() {
+                    Ok(c) if groups(&c) => next = Some(c),
+                    Ok(other) => {
+                        self.release().await;
+                        return self.handle(other).await;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        self.release().await;
+    }
+
+    /// The one fsync of a group, then what it held: replies, signals, launches.
+    async fn release(&mut self) {
+        let synced = self.node.sync();
+        if let Err(e) = &synced {
+            tracing::error!("{e}");
+        }
+        let held = std::mem::take(&mut self.held);
+        for reply in held.replies {
+            reply(synced.as_ref().err());
+        }
+        for shown in held.shown {
+            self.announce(shown).await;
+        }
+        self.launch_placed(&held.placed).await;
+    }
+
+    /// A change's reply, signals and launches, held until its group is durable.
+    fn hold<T: Send + 'static>(
+        &mut self,
+        reply: Reply<Result<T>>,
+        value: T,
+        shown: Shown,
+        placed: Vec<String>,
+    ) {
+        self.held
+            .replies
+            .push(Box::new(move |failed: Option<&Error>| {
+                let _ = reply.send(match failed {
+                    None => Ok(value),
+                    Some(e) => Err(e.clone()),
+                });
+            }));
+        self.held.shown.push(shown);
+        self.held.placed.extend(placed);
+    }
+
+    /// Each command to the room that handles it.
+    async fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit {
+                spec,
+                caller,
+                reply,
+            } => self.submit(spec, caller, reply).await,
+            Command::Stop {
+                name,
+                caller,
+                reply,
+            } => self.stop(name, caller, reply).await,
+            Command::GetWorker { name, reply } => {
+                let _ = reply.send(self.get_worker(&name));
+            }
+            Command::ListWorkers { reply } => {
+                let _ = reply.send(self.list_workers());
+            }
+            Command::ListGpus { reply } => {
+                let _ = reply.send(self.list_gpus());
+            }
+            Command::ListSharers { gpu, reply } => {
+                let _ = reply.send(self.list_sharers(gpu));
+            }
+            Command::WhyNot { spec, reply } => {
+                let _ = reply.send(self.why_not(&spec));
+            }
+            Command::UsageReport {
+                window,
+                group_by,
+                reply,
+            } => {
+                let _ = reply.send(self.usage_report(window, &group_by));
+            }
+            Command::Snapshot { reply } => {
+                let _ = reply.send(self.page_snapshot());
+            }
+            Command::SetSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            } => {
+                let r = self.set_schedule(&template, &actions, &caller).await;
+                let _ = reply.send(r);
+            }
+            Command::GetSchedule { template, reply } => {
+                let _ = reply.send(self.get_schedule(&template));
+            }
+            Command::ListSlices { window, reply } => {
+                let _ = reply.send(self.list_slices(window));
+            }
+            Command::ListSliceNotes { window, reply } => {
+                let _ = reply.send(self.list_slice_notes(window));
+            }
+            Command::SliceReport {
+                template,
+                window,
+                reply,
+            } => {
+                let _ = reply.send(self.slice_report(&template, window));
+            }
+            Command::CreateTemplate {
+                spec,
+                caller,
+                reply,
+            } => self.create_template(spec, &caller, reply),
+            Command::TemplatePrepared {
+                spec,
+                result,
+                reply,
+            } => {
+                let r = self.template_prepared(&spec, result).await;
+                let _ = reply.send(r);
+            }
+            Command::RemoveTemplate {
+                name,
+                caller,
+                reply,
+            } => {
+                let r = self.remove_template(&name, &caller).await;
+                let _ = reply.send(r);
+            }
+            Command::ListTemplates { reply } => {
+                let _ = reply.send(self.list_templates());
+            }
+            Command::Resume {
+                template,
+                as_handoff,
+                caller,
+                reply,
+            } => {
+                let r = self.resume(template, as_handoff, &caller).await;
+                let _ = reply.send(r);
+            }
+            Command::PowerOff {
+                template,
+                hard,
+                caller,
+                reply,
+            } => {
+                let r = self.power_off(template, hard, &caller).await;
+                let _ = reply.send(r);
+            }
+            Command::StageWeights {
+                template,
+                source,
+                caller,
+                reply,
+            } => {
+                let r = self.stage_weights(&template, &source, &caller);
+                let _ = reply.send(r);
+            }
+            Command::WeightsStaged { template, result } => {
+                self.weights_staged(template, result).await
+            }
+            Command::Slice(event) => {
+                let _ = self.slice(event).await;
+            }
+            Command::Lifecycle {
+                domain,
+                event,
+                on,
+                at_ms,
+            } => self.lifecycle(&domain, event, on, at_ms).await,
+            Command::Running { on } => self.converge_slices(on).await,
+            Command::SliceCpu {
+                template,
+                wall_ns,
+                cpu,
+            } => self.slice_cpu(&template, wall_ns, cpu),
+            Command::GuestGpu {
+                template,
+                sample,
+                at_ms,
+            } => self.guest_gpu(&template, &sample, at_ms),
+            Command::Launched { name, kind, result } => self.launched(name, kind, result).await,
+            Command::Cgroup { name, cgroup } => {
+                if let Err(e) = self.node.set_cgroup(&name, &cgroup) {
+                    tracing::error!(worker = %name, "recording the control group failed: {e}");
+                }
+            }
+            Command::Exited {
+                name,
+                kind,
+                id,
+                exit,
+            } => self.exited(name, kind, id, exit).await,
+            Command::Listed { kind, found } => self.reconcile_kind(kind, found).await,
+        }
+    }
+
+    async fn submit(&mut self, spec: String, caller: Caller, reply: Reply<Result<Submitted>>) {
+        let r = self.access.may(&caller, Act::SubmitWorker).and_then(|()| {
+            let parsed = crate::request::WorkerSpec::parse(&spec)?;
+            self.may_run(&parsed, &caller)?;
+            self.node
+                .submit_parsed(parsed, &spec, caller.uid, caller.pid)
+        });
+        match r {
+            Ok((name, changes)) => {
+                let w = self.node.worker(&name).expect("just submitted");
+                let out = Submitted {
+                    name: name.clone(),
+                    state: w.state(),
+                    reasons: self.node.reasons(&name),
+                };
+                // Objects and views now (a caller reads them after the
+                // reply); the reply, signals and launches once durable.
+                let shown = self.show(&changes).await;
+                self.hold(reply, out, shown, changes.placed);
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    async fn stop(&mut self, name: String, caller: Caller, reply: Reply<Result<()>>) {
+        if let Err(e) = self.access.may(&caller, Act::StopWorker) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let launched = match self.node.check_stop(&name, caller.uid) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            Ok(w) => w.launches() && w.state() != crate::worker::State::Pending,
+        };
+        if launched {
+            // The share frees when the runtime reports the workload gone.
+            self.stop_workload(&name).await;
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        match self.node.stop(&name, caller.uid) {
+            Ok(changes) => {
+                let shown = self.show(&changes).await;
+                self.hold(reply, (), shown, changes.placed);
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    fn manager_emitter(&self) -> Option<zbus::object_server::SignalEmitter<'static>> {
+        zbus::object_server::SignalEmitter::new(&self.conn, BASE_PATH).ok()
+    }
+}
+
+/// How long until an epoch-ms instant (zero once it has passed).
+fn until(at_ms: i64) -> Duration {
+    let now = crate::time::now_ms() as i64;
+    Duration::from_millis(at_ms.saturating_sub(now).max(0) as u64)
+}
+
+/// Sleeps for `d`, or forever when there is nothing to wait for.
+async fn sleep_or_never(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,222 @@
+//! Read-only answers: lists, the dry run, reports and the page's snapshot.
+//! Nothing here changes the node or waits on anything but the ledger.
+
+use super::Service;
+use crate::bus::wire::{
+    GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot, WorkerRow,
+};
+use crate::command::Window;
+use crate::error::{Error, Result};
+use crate::views::{self, RotationView, SlicingView};
+
+/// The longest window ListSlices answers for.
+const MAX_SLICE_WINDOW_DAYS: i64 = 400;
+
+impl Service {
+    pub(super) fn get_worker(&self, name: &str) -> Result<String> {
+        match self.node.worker(name) {
+            Some(w) => Ok(w.name().to_string()),
+            None => Err(Error::NotFound(format!("no live worker named {name}"))),
+        }
+    }
+
+    pub(super) fn list_workers(&self) -> Vec<WorkerRow> {
+        self.node
+            .workers()
+            .map(|w| views::worker_row(&self.node, w))
+            .collect()
+    }
+
+    pub(super) fn list_gpus(&self) -> Vec<GpuRow> {
+        self.node
+            .machine()
+            .gpus
+            .iter()
+            .map(|g| views::gpu_row(views::gpu_view(&self.node, g)))
+            .collect()
+    }
+
+    pub(super) fn list_sharers(&self, gpu: u32) -> Result<Sharers> {
+        match self.node.machine().gpus.iter().find(|g| g.index == gpu) {
+            Some(g) => Ok(views::sharers(views::gpu_view(&self.node, g))),
+            None => Err(Error::NotFound(format!(
+                "gpu: {} has no GPU {gpu}; it has {}",
+                self.node.machine().name,
+                self.describe_indexes()
+            ))),
+        }
+    }
+
+    pub(super) fn why_not(&mut self, spec: &str) -> Result<WhyNot> {
+        self.node.why_not(spec).map(|v| match v {
+            Ok(grants) => WhyNot {
+                fits: true,
+                gpus: grants.iter().map(|g| g.gpu_index).collect(),
+                reasons: Vec::new(),
+            },
+            Err(reasons) => WhyNot {
+                fits: false,
+                gpus: Vec::new(),
+                reasons,
+            },
+        })
+    }
+
+    /// The usage report over the window, as UsageReport rows.
+    pub(super) fn usage_report(&self, window: Window, group_by: &str) -> Result<Vec<UsageRow>> {
+        let by: crate::report::GroupBy = group_by.parse()?;
+        let (from, to) = checked_window(window)?;
+        let rows = self.node.usage_report(
+            from.as_millisecond(),
+            to.as_millisecond(),
+            by,
+            crate::store::now_ms(),
+            user_name,
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|r| UsageRow {
+                busy_gpu_ms: r.busy_gpu_ms.map_or(-1, |b| b as i64),
+                kind: r.kind.as_str().to_string(),
+                key: r.key,
+                gpu_uuid: r.gpu_uuid,
+                gpu_ms: r.gpu_ms,
+                energy_mj: r.energy_mj,
+            })
+            .collect())
+    }
+
+    pub(super) fn page_snapshot(&self) -> views::Snapshot {
+        let rotation = RotationView {
+            templates: self.node.rotation(),
+            tz: self.slice_rules.tz.clone(),
+        };
+        let slicing: SlicingView = self.slicing.as_ref().map(|s| s.view()).unwrap_or_default();
+        views::page_snapshot(
+            &self.node,
+            &rotation,
+            &slicing,
+            jiff::Timestamp::now(),
+            user_name,
+        )
+    }
+
+    pub(super) fn get_schedule(&self, template: &str) -> Result<String> {
+        match self.node.schedule(template) {
+            Some(actions) => Ok(serde_json::to_string(actions).expect("actions serialize")),
+            None => Err(Error::NotFound(format!(
+                "template {template} has no schedule"
+            ))),
+        }
+    }
+
+    pub(super) fn list_slices(&self, window: Window) -> Result<Vec<SliceRow>> {
+        let (from, to) = checked_window(window)?;
+        Ok(self
+            .node
+            .slices(from, to, &self.slice_rules.tz)
+            .into_iter()
+            .map(|s| SliceRow {
+                ends_by: s.ends_by.describe(),
+                template: s.template,
+                start: s.start.as_second(),
+                end: s.end.as_second(),
+            })
+            .collect())
+    }
+
+    pub(super) fn list_slice_notes(&self, window: Window) -> Result<Vec<String>> {
+        let (from, to) = checked_window(window)?;
+        Ok(self.node.slice_notes(from, to, &self.slice_rules.tz))
+    }
+
+    pub(super) fn list_templates(&self) -> Vec<TemplateRow> {
+        let Some(s) = &self.slicing else {
+            return Vec::new();
+        };
+        s.templates
+            .values()
+            .map(|d| TemplateRow {
+                name: d.template.name.clone(),
+                user: d.user(),
+                domain: d.domain.clone(),
+                state: s.state.state_of(&d.template.name).as_str().to_string(),
+            })
+            .collect()
+    }
+
+    pub(super) fn slice_report(
+        &self,
+        template: &str,
+        window: Window,
+    ) -> Result<Vec<SliceReportRow>> {
+        let (from, to) = checked_window(window)?;
+        let rows = self
+            .node
+            .slice_records(from.as_millisecond(), to.as_millisecond())?;
+        let n = |v: Option<f64>| v.unwrap_or(-1.0);
+        Ok(rows
+            .into_iter()
+            .filter(|r| template.is_empty() || r.template == template)
+            .map(|r| {
+                let m = &r.measures;
+                SliceReportRow {
+                    template: r.template,
+                    user: r.user,
+                    start: r.start_ms / 1000,
+                    end: r.end_ms.map_or(0, |e| e / 1000),
+                    dead_time_ms: r.dead_time_ms.unwrap_or(-1),
+                    start_to_ready_ms: r.start_to_ready_ms.unwrap_or(-1),
+                    cpu_avg_pct: n(m.cpu_avg_pct),
+                    cpu_peak_pct: n(m.cpu_peak_pct),
+                    gpu_avg_pct: n(m.gpu_avg_pct),
+                    gpu_peak_pct: n(m.gpu_peak_pct),
+                    gpu_memory_peak_gb: m
+                        .gpu_memory_peak_bytes
+                        .map_or(-1.0, |b| b as f64 / crate::quantity::GB_BYTES as f64),
+                    gpu_energy_wh: n(m.energy_j.map(|j| j / 3600.0)),
+                    error: r.error.unwrap_or_default(),
+                }
+            })
+            .collect())
+    }
+
+    fn describe_indexes(&self) -> String {
+        let idx: Vec<String> = self
+            .node
+            .machine()
+            .gpus
+            .iter()
+            .map(|g| g.index.to_string())
+            .collect();
+        if idx.is_empty() {
+            "none".into()
+        } else {
+            idx.join(", ")
+        }
+    }
+}
+
+/// A user's name for reports and the page (NSS), or the uid when unknown.
+fn user_name(uid: u32) -> String {
+    crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string())
+}
+
+/// A report or slice window: epoch seconds, from before to, at most 400 days.
+fn checked_window(w: Window) -> Result<(jiff::Timestamp, jiff::Timestamp)> {
+    let ts = |field: &str, v: i64| {
+        jiff::Timestamp::from_second(v)
+            .map_err(|_| Error::field(field, "epoch seconds within years 1 to 9999"))
+    };
+    let (f, t) = (ts("from", w.from)?, ts("to", w.to)?);
+    if t <= f {
+        return Err(Error::field("to", "must be after from"));
+    }
+    if w.to - w.from > MAX_SLICE_WINDOW_DAYS * 86_400 {
+        return Err(Error::field(
+            "to",
+            format!("a window of at most {MAX_SLICE_WINDOW_DAYS} days"),
+        ));
+    }
+    Ok((f, t))
+}

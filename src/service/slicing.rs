@@ -1,0 +1,793 @@
+//! Time-slicing, the loop's side: templates and their VMs, the handoff
+//! machine ([`crate::slicing::handoff`]) fed with lifecycle events, due
+//! scheduled actions and its own timer, and what it asks for carried out:
+//! steps into the ledger and onto the bus here, libvirt calls in tasks
+//! ([`super::hypervisor`]). What is due is read from the node's schedules.
+
+use super::hypervisor::Hypervisor;
+use super::{Service, Settings};
+use crate::access::{Act, Caller};
+use crate::bus::manager::Manager;
+use crate::bus::BASE_PATH;
+use crate::command::Command;
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::journal;
+use crate::node::Rotation;
+use crate::schedule::{self, ScheduledAction};
+use crate::slicing::handoff::{self, Action, Event, Signal, State, Step, VmState};
+use crate::slicing::meter::{GpuSample, Meter};
+use crate::slicing::template::{self, Defined, Template};
+use crate::time::now_ms;
+use crate::views::SlicingView;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// How far ahead a new schedule is checked for conflicts.
+const SCHEDULE_HORIZON_DAYS: i64 = 400;
+
+/// The loop's time-slicing state.
+pub(super) struct Slicing {
+    hv: Hypervisor,
+    pub templates: BTreeMap<String, Defined>,
+    pub state: State,
+    settings: handoff::Settings,
+    /// The handoff machine's wake-up (epoch ms).
+    timer_ms: Option<u64>,
+    /// Scheduled actions have fired up to here.
+    cursor: jiff::Timestamp,
+    /// Whether the state has been converged to what runs after the start
+    /// (libvirt answered): until then no action fires and no person's
+    /// request is taken, since the handoff would start from a guess.
+    converged: bool,
+    /// Accept weights disks on networked filesystems (config).
+    allow_networked_weights: bool,
+    /// The running slice's measurements, and the task reading its guest.
+    meter: Option<Meter>,
+    guest_reader: Option<tokio::task::AbortHandle>,
+    /// A CPU reading asked of libvirt and not answered yet (no pile-up
+    /// of calls while libvirt is slow).
+    cpu_asked: bool,
+    /// Each template's last handoff dead time (ms), for the metrics.
+    dead_times: BTreeMap<String, u64>,
+    /// Templates whose weights are being staged (their VM may not start).
+    staging: BTreeSet<String>,
+}
+
+impl Slicing {
+    /// With the templates the ledger holds (no libvirt call).
+    pub fn new(hv: Hypervisor, settings: &Settings, stored: Vec<(String, String)>) -> Slicing {
+        let mut s = Slicing {
+            hv,
+            templates: BTreeMap::new(),
+            state: State::Idle { released_ms: None },
+            settings: handoff::Settings {
+                buffer_ms: settings.slice_rules.buffer.as_millis() as u64,
+                poll_ms: 1000,
+                limits: handoff::Limits {
+                    stop_timeout_ms: settings.stop_timeout.as_millis() as u64,
+                    start_retries: handoff::DEFAULT_START_RETRIES,
+                },
+                per_template: Default::default(),
+            },
+            timer_ms: None,
+            cursor: jiff::Timestamp::now(),
+            converged: false,
+            allow_networked_weights: settings.allow_networked_weights,
+            meter: None,
+            guest_reader: None,
+            cpu_asked: false,
+            dead_times: BTreeMap::new(),
+            staging: BTreeSet::new(),
+        };
+        for (name, spec) in stored {
+            match Defined::restore(&spec) {
+                Ok(d) => {
+                    s.templates.insert(name, d);
+                }
+                Err(e) => tracing::error!(template = %name, "template {name} unreadable: {e}"),
+            }
+        }
+        s.refresh_limits();
+        if !s.templates.is_empty() {
+            s.hv.watch_events();
+        }
+        s
+    }
+
+    /// What template objects and the page show of it.
+    pub fn view(&self) -> SlicingView {
+        SlicingView {
+            state: self.state.clone(),
+            info: self
+                .templates
+                .iter()
+                .map(|(name, d)| (name.clone(), (d.user(), d.domain.clone())))
+                .collect(),
+            dead_times: self.dead_times.clone(),
+        }
+    }
+
+    /// The handoff timer, and the next scheduled actions due after the cursor.
+    #[allow(clippy::type_complexity)]
+    pub fn wake_ups(
+        &self,
+        rotation: &[(String, Vec<ScheduledAction>)],
+        tz: &jiff::tz::TimeZone,
+    ) -> (
+        Option<Duration>,
+        Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)>,
+    ) {
+        if !self.converged {
+            return (None, None);
+        }
+        let timer = self
+            .timer_ms
+            .map(|t| Duration::from_millis(t.saturating_sub(now_ms())));
+        (timer, next_due(self.cursor, rotation, tz))
+    }
+
+    /// Per-template limits, from the templates' overrides.
+    fn refresh_limits(&mut self) {
+        let base = self.settings.limits;
+        self.settings.per_template = self
+            .templates
+            .values()
+            .filter(|d| {
+                d.template.stop_timeout_seconds.is_some() || d.template.start_retries.is_some()
+            })
+            .map(|d| {
+                let limits = handoff::Limits {
+                    stop_timeout_ms: d
+                        .template
+                        .stop_timeout_seconds
+                        .map_or(base.stop_timeout_ms, |s| s * 1000),
+                    start_retries: d.template.start_retries.unwrap_or(base.start_retries),
+                };
+                (d.template.name.clone(), limits)
+            })
+            .collect();
+    }
+
+    /// The template whose VM this domain is.
+    fn template_of(&self, domain: &str) -> Option<&str> {
+        self.templates
+            .values()
+            .find(|d| d.domain == domain)
+            .map(|d| d.template.name.as_str())
+    }
+
+    /// Carries out an action of the handoff machine that is not the loop's own.
+    fn execute(&mut self, action: &Action) {
+        match action {
+            Action::SetTimer { at_ms } => self.timer_ms = Some(*at_ms),
+            other => self.hv.execute(other, &self.templates),
+        }
+    }
+
+    fn others(&self) -> Vec<&Defined> {
+        self.templates.values().collect()
+    }
+}
+
+/// The earliest scheduled action after `cursor`: (when, [(template, action)]).
+#[allow(clippy::type_complexity)]
+fn next_due(
+    cursor: jiff::Timestamp,
+    rotation: &[(String, Vec<ScheduledAction>)],
+    tz: &jiff::tz::TimeZone,
+) -> Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)> {
+    let mut best: Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)> = None;
+    for (template, actions) in rotation {
+        for a in actions {
+            let Some(t) = a.next_after(cursor, tz) else {
+                continue;
+            };
+            match &mut best {
+                Some((bt, list)) if *bt == t => list.push((template.clone(), a.action)),
+                Some((bt, _)) if *bt < t => {}
+                _ => best = Some((t, vec![(template.clone(), a.action)])),
+            }
+        }
+    }
+    best
+}
+
+const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
+
+impl Service {
+    /// After a start: asks libvirt (in a task) which templates' VMs run;
+    /// [`Service::converge_slices`] takes the answer.
+    pub(super) fn learn_what_runs(&self) {
+        if let Some(s) = &self.slicing {
+            let domains = s
+                .templates
+                .iter()
+                .map(|(t, d)| (t.clone(), d.domain.clone()))
+                .collect();
+            s.hv.running(domains);
+        }
+    }
+
+    /// The state the schedule says now, from what runs and the last step
+    /// the ledger recorded (no burst of missed actions).
+    pub(super) async fn converge_slices(&mut self, on: Vec<String>) {
+        let Some(slicer) = self.slicing.as_ref() else {
+            return;
+        };
+        if slicer.converged {
+            return;
+        }
+        let rotation = self.node.rotation();
+        let tz = self.slice_rules.tz.clone();
+        let now = jiff::Timestamp::now();
+        let last = self.node.last_step().ok().flatten();
+        // With a schedule, the state it says now; without one, what a person
+        // last asked for (a request, or a handoff under way, finishes) or,
+        // after a failed slice or on a fresh ledger, what runs.
+        let scheduled = rotation.iter().any(|(_, a)| !a.is_empty());
+        let want = if scheduled {
+            crate::rotation::owner_now(&rotation, now, &tz)
+                .filter(|t| slicer.templates.contains_key(t))
+        } else {
+            handoff::wanted_without_schedule(last.as_ref(), &on)
+        };
+        // Requests only say who is next; the handoff resumes from its last step.
+        let last = match &last {
+            Some(r) if r.step == Step::Requested => self.node.last_state_step().ok().flatten(),
+            _ => last,
+        };
+        let (state, actions) = handoff::converge(
+            want.as_deref(),
+            &on,
+            last.as_ref(),
+            now_ms(),
+            &slicer.settings,
+        );
+        match &want {
+            Some(t) => tracing::info!("time-slicing: {t} should be on now; on: {}", on.join(", ")),
+            None => tracing::info!("time-slicing: none should be on now; on: {}", on.join(", ")),
+        }
+        self.record_skipped(&rotation, now);
+        let slicer = self.slicing.as_mut().expect("checked");
+        slicer.state = state;
+        slicer.cursor = now;
+        slicer.converged = true;
+        // Replay the actions through the same path as events.
+        for a in actions {
+            match a {
+                Action::Record(r) => {
+                    let _ = self.node.record_step(&r);
+                }
+                other => {
+                    if let Some(s) = self.slicing.as_mut() {
+                        s.execute(&other);
+                    }
+                }
+            }
+        }
+        let _ = self.publish_templates().await;
+    }
+
+    /// Scheduled actions that fell while the daemon was down are not fired
+    /// late (the state converges to now instead); each is recorded as skipped.
+    fn record_skipped(
+        &mut self,
+        rotation: &[(String, Vec<ScheduledAction>)],
+        now: jiff::Timestamp,
+    ) {
+        let Ok(Some(down_since)) = self.node.previous_run_end() else {
+            return;
+        };
+        let Ok(since) = jiff::Timestamp::from_millisecond(down_since) else {
+            return;
+        };
+        for (template, actions) in rotation {
+            for a in actions {
+                for at in a.occurrences_after(since, &self.slice_rules.tz, 1000) {
+                    if at > now {
+                        break;
+                    }
+                    let what = format!(
+                        "{} of {template} due at {at} skipped: the daemon was down",
+                        a.action.as_str()
+                    );
+                    tracing::warn!(template = %template, "{what}");
+                    if let Err(e) = self.node.record_event("skipped", &what) {
+                        tracing::error!("recording a skipped action: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) async fn handoff_timer(&mut self) {
+        if let Some(s) = self.slicing.as_mut() {
+            s.timer_ms = None;
+        }
+        let _ = self.slice(Event::Timer { at_ms: now_ms() }).await;
+    }
+
+    pub(super) async fn fire_due(
+        &mut self,
+        at: jiff::Timestamp,
+        list: Vec<(String, schedule::Action)>,
+    ) {
+        if let Some(s) = self.slicing.as_mut() {
+            s.cursor = at;
+        }
+        // A sign of life at each fired action: after a crash, only actions
+        // past it count as skipped.
+        let _ = self.node.alive(crate::store::now_ms());
+        for (template, action) in list {
+            tracing::info!(template = %template, "scheduled {} of {template} is due", action.as_str());
+            let at_ms = at.as_millisecond().max(0) as u64;
+            let _ = self
+                .slice(Event::Due {
+                    action,
+                    template,
+                    at_ms,
+                })
+                .await;
+        }
+    }
+
+    /// A libvirt event about a template VM, as a handoff event (a late
+    /// STOPPED of an earlier run must not end the VM created after it).
+    pub(super) async fn lifecycle(&mut self, domain: &str, event: u32, on: bool, at_ms: u64) {
+        let Some(template) = self
+            .slicing
+            .as_ref()
+            .and_then(|s| s.template_of(domain))
+            .map(str::to_string)
+        else {
+            return;
+        };
+        let event = match event {
+            virt::sys::VIR_DOMAIN_EVENT_STOPPED if !on => Event::Stopped { template, at_ms },
+            virt::sys::VIR_DOMAIN_EVENT_STARTED if on => Event::Started { template, at_ms },
+            _ => return,
+        };
+        let _ = self.slice(event).await;
+    }
+
+    /// Asks libvirt for the running template VM's CPU time (in a task).
+    pub(super) fn meter_slice(&mut self) {
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        let Some(template) = s.meter.as_ref().map(|m| m.template.clone()) else {
+            return;
+        };
+        let Some(domain) = s.templates.get(&template).map(|d| d.domain.clone()) else {
+            return;
+        };
+        if !s.cpu_asked {
+            s.cpu_asked = true;
+            s.hv.cpu_time(template, domain);
+        }
+    }
+
+    pub(super) fn slice_cpu(&mut self, template: &str, wall_ns: u64, cpu: Option<(u64, u32)>) {
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        s.cpu_asked = false;
+        // A reading that arrives after its slice ended is dropped.
+        if let (Some(m), Some((cpu_ns, vcpus))) = (s.meter.as_mut(), cpu) {
+            if m.template == template {
+                m.record(wall_ns, cpu_ns, vcpus);
+            }
+        }
+    }
+
+    pub(super) fn guest_gpu(&mut self, template: &str, sample: &GpuSample, at_ms: u64) {
+        let meter = self.slicing.as_mut().and_then(|s| s.meter.as_mut());
+        // A reading that arrives after its slice ended is dropped.
+        if let Some(m) = meter.filter(|m| m.template == template) {
+            m.record_gpu(at_ms, sample);
+        }
+    }
+
+    pub(super) async fn set_schedule(
+        &mut self,
+        template: &str,
+        actions: &str,
+        caller: &Caller,
+    ) -> Result<()> {
+        self.access.may(caller, Act::SetSchedule)?;
+        let rules = Rotation {
+            now: jiff::Timestamp::now(),
+            tz: self.slice_rules.tz.clone(),
+            buffer: self.slice_rules.buffer,
+            horizon: jiff::SignedDuration::from_hours(24 * SCHEDULE_HORIZON_DAYS),
+        };
+        self.node.set_schedule(template, actions, &rules)?;
+        tracing::info!(template = %template, "schedule of {template} set");
+        if let Err(e) = self.publish_rotation().await {
+            tracing::error!("updating template objects failed: {e}");
+        }
+        Ok(())
+    }
+
+    /// Root only, time-slicing configured, and the template defined.
+    fn manual(&self, caller: &Caller, template: &str) -> Result<&Slicing> {
+        self.access.may(caller, Act::DriveTemplate)?;
+        match &self.slicing {
+            None => Err(Error::Conflict(NO_LIBVIRT.into())),
+            Some(s) if !s.templates.contains_key(template) => {
+                Err(Error::NotFound(format!("no template named {template}")))
+            }
+            Some(s) if !s.converged => Err(Error::Conflict(
+                "time-slicing is still learning which VMs run (libvirt has not answered yet); \
+                 try again shortly"
+                    .into(),
+            )),
+            Some(s) => Ok(s),
+        }
+    }
+
+    pub(super) async fn resume(
+        &mut self,
+        template: String,
+        as_handoff: bool,
+        caller: &Caller,
+    ) -> Result<()> {
+        if self.manual(caller, &template)?.staging.contains(&template) {
+            return Err(Error::Conflict(format!(
+                "the weights of {template} are being staged; it starts when they are done"
+            )));
+        }
+        let at_ms = now_ms();
+        self.slice(Event::ManualResume {
+            template,
+            as_handoff,
+            at_ms,
+        })
+        .await
+    }
+
+    pub(super) async fn power_off(
+        &mut self,
+        template: String,
+        hard: bool,
+        caller: &Caller,
+    ) -> Result<()> {
+        self.manual(caller, &template)?;
+        let at_ms = now_ms();
+        self.slice(Event::ManualPowerOff {
+            template,
+            hard,
+            at_ms,
+        })
+        .await
+    }
+
+    /// Checks a new template, then looks its VM up in libvirt in a task;
+    /// [`Service::template_prepared`] finishes (and replies).
+    pub(super) fn create_template(
+        &mut self,
+        spec: String,
+        caller: &Caller,
+        reply: crate::command::Reply<Result<String>>,
+    ) {
+        let checked = self.access.may(caller, Act::DefineTemplate).and_then(|()| {
+            let s = self
+                .slicing
+                .as_ref()
+                .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
+            let t = Template::parse(&spec)?;
+            Defined::check_new(&t, &s.others(), None)?;
+            if let Some(weights) = &t.weights_disk {
+                let fs = super::hypervisor::fs_type_of(std::path::Path::new(weights))
+                    .unwrap_or_default();
+                template::check_weights_local(weights, &fs, s.allow_networked_weights)?;
+            }
+            Ok(t)
+        });
+        match (checked, &self.slicing) {
+            (Ok(t), Some(s)) => s.hv.prepare(spec, t, reply),
+            (Err(e), _) => {
+                let _ = reply.send(Err(e));
+            }
+            (Ok(_), None) => unreachable!("checked above"),
+        }
+    }
+
+    /// A new template's VM is known to libvirt: checked again against the
+    /// templates defined meanwhile, then recorded.
+    pub(super) async fn template_prepared(
+        &mut self,
+        spec: &str,
+        prepared: Result<Box<Defined>>,
+    ) -> Result<String> {
+        let defined = *prepared?;
+        let s = self
+            .slicing
+            .as_ref()
+            .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
+        Defined::check_new(&defined.template, &s.others(), Some(&defined.domain))?;
+        let name = defined.template.name.clone();
+        self.node.insert_template(&name, spec)?;
+        let s = self.slicing.as_mut().expect("checked above");
+        s.hv.watch_events();
+        s.templates.insert(name.clone(), defined);
+        s.refresh_limits();
+        tracing::info!(template = %name, "template {name} defined");
+        if let Err(e) = self.publish_templates().await {
+            tracing::error!("publishing template {name}: {e}");
+        }
+        Ok(name)
+    }
+
+    pub(super) async fn remove_template(&mut self, name: &str, caller: &Caller) -> Result<()> {
+        let state = self.manual(caller, name)?.state.state_of(name);
+        if state != VmState::Off {
+            return Err(Error::Conflict(format!(
+                "template {name}'s VM is {state}; power it off first"
+            )));
+        }
+        self.node.remove_template(name)?;
+        let s = self.slicing.as_mut().expect("manual() checked");
+        s.templates.remove(name);
+        s.refresh_limits();
+        tracing::info!(template = %name, "template {name} removed (its libvirt domain is kept)");
+        let _ = self.publish_rotation().await;
+        Ok(())
+    }
+
+    /// Starts staging a template's weights (its VM must be off); progress and
+    /// the end come as signals.
+    pub(super) fn stage_weights(
+        &mut self,
+        template: &str,
+        source: &str,
+        caller: &Caller,
+    ) -> Result<()> {
+        let s = self.manual(caller, template)?;
+        let Some(image) = s.templates[template].template.weights_disk.clone() else {
+            return Err(Error::field(
+                "weights_disk",
+                format!("template {template} has no weights disk to stage"),
+            ));
+        };
+        let state = s.state.state_of(template);
+        if state != VmState::Off {
+            return Err(Error::Conflict(format!(
+                "template {template}'s VM is {state}; weights are staged while it is off"
+            )));
+        }
+        let source = std::path::PathBuf::from(source);
+        if !source.is_dir() {
+            return Err(Error::field(
+                "source",
+                format!("{} is not a directory", source.display()),
+            ));
+        }
+        let before = self.node.weights(template)?;
+        let s = self.slicing.as_mut().expect("manual() checked");
+        if !s.staging.insert(template.to_string()) {
+            return Err(Error::Conflict(format!(
+                "the weights of {template} are already being staged"
+            )));
+        }
+        let (tx, conn, template) = (self.lp.tx.clone(), self.conn.clone(), template.to_string());
+        tokio::task::spawn_blocking(move || {
+            let emitter = zbus::object_server::SignalEmitter::new(&conn, BASE_PATH).ok();
+            let rt = tokio::runtime::Handle::current();
+            let progress = |phase: &str, fraction: f64| {
+                if let Some(e) = &emitter {
+                    let _ = rt.block_on(Manager::weights_progress(e, &template, phase, fraction));
+                }
+            };
+            let mut last = std::time::Instant::now();
+            let result = crate::weights::checksum(&source, |done, total| {
+                if last.elapsed() > Duration::from_millis(200) || done == total {
+                    last = std::time::Instant::now();
+                    progress("checksum", done as f64 / total.max(1) as f64);
+                }
+            })
+            .and_then(|sum| {
+                let image_path = std::path::Path::new(&image);
+                if before.as_deref() == Some(sum.as_str()) && image_path.exists() {
+                    return Ok((sum, false)); // the same content: nothing to do
+                }
+                progress("image", 0.0);
+                crate::weights::build_image(&source, image_path)?;
+                progress("image", 1.0);
+                Ok((sum, true))
+            });
+            let _ = tx.blocking_send(Command::WeightsStaged { template, result });
+        });
+        Ok(())
+    }
+
+    pub(super) async fn weights_staged(
+        &mut self,
+        template: String,
+        result: Result<(String, bool)>,
+    ) {
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        s.staging.remove(&template);
+        let image = s
+            .templates
+            .get(&template)
+            .and_then(|d| d.template.weights_disk.clone())
+            .unwrap_or_default();
+        let (checksum, changed, error) = match result {
+            Ok((sum, changed)) => {
+                if changed {
+                    if let Err(e) = self.node.set_weights(&template, &sum, &image) {
+                        tracing::error!("recording the weights of {template}: {e}");
+                    }
+                }
+                let same = if changed { "" } else { ", unchanged" };
+                tracing::info!(template = %template, "weights of {template} staged ({sum}{same})");
+                (sum, changed, String::new())
+            }
+            Err(e) => {
+                tracing::warn!(template = %template, "staging the weights of {template} failed: {e}");
+                (String::new(), false, e.message().to_string())
+            }
+        };
+        if let Some(e) = self.manager_emitter() {
+            let _ = Manager::weights_staged(&e, &template, &checksum, changed, &error).await;
+        }
+    }
+
+    /// Feeds one event to the handoff machine and carries out its actions:
+    /// steps into the ledger and onto the bus, hypervisor calls in tasks.
+    /// A refused manual request comes back as Conflict.
+    pub(super) async fn slice(&mut self, event: Event) -> Result<()> {
+        let Some(s) = self.slicing.as_mut() else {
+            return Ok(());
+        };
+        let (state, actions) = handoff::step(&s.state, &event, &s.settings);
+        s.state = state;
+        let mut refused = None;
+        let emitter = self.manager_emitter();
+        for a in &actions {
+            match a {
+                Action::Record(r) => {
+                    if let Err(e) = self.node.record_step(r) {
+                        tracing::error!("recording handoff step {}: {e}", r.step.as_str());
+                    }
+                    // Crash tests kill the daemon right after a step is recorded.
+                    failpoint::hit(&format!("slice.after-{}", r.step.as_str()));
+                    let from = r.from.as_deref().unwrap_or("");
+                    let to = r.to.as_deref().unwrap_or("");
+                    let detail = r.detail.as_deref().unwrap_or("");
+                    let who = |t: &str| {
+                        if t.is_empty() {
+                            "none".to_string()
+                        } else {
+                            t.to_string()
+                        }
+                    };
+                    tracing::info!(
+                        message_id = journal::HANDOFF_STEP,
+                        template = %if to.is_empty() { from } else { to },
+                        "handoff: {} (from {} to {}) {detail}",
+                        r.step.as_str(),
+                        who(from),
+                        who(to)
+                    );
+                    if let Some(e) = &emitter {
+                        let at = r.at_ms as i64;
+                        let step = r.step.as_str();
+                        let _ = Manager::handoff_step(e, step, from, to, at, detail).await;
+                    }
+                }
+                Action::Signal(Signal::SliceStarted {
+                    template,
+                    at_ms,
+                    dead_time_ms,
+                }) => {
+                    self.slice_began(template, *at_ms, *dead_time_ms);
+                    if let Some(e) = &emitter {
+                        let dead = dead_time_ms.map_or(-1, |d| d as i64);
+                        let _ = Manager::slice_started(e, template, *at_ms as i64, dead).await;
+                    }
+                }
+                Action::Signal(Signal::SliceEnded { template, at_ms }) => {
+                    self.slice_done(template, *at_ms, None);
+                    if let Some(e) = &emitter {
+                        let _ = Manager::slice_ended(e, template, *at_ms as i64, "").await;
+                    }
+                }
+                Action::Signal(Signal::SliceFailed {
+                    template,
+                    at_ms,
+                    error,
+                }) => {
+                    tracing::warn!(template = %template, "slice of {template} failed: {error}");
+                    self.slice_done(template, *at_ms, Some(error));
+                    if let Some(e) = &emitter {
+                        let _ = Manager::slice_ended(e, template, *at_ms as i64, error).await;
+                    }
+                }
+                Action::Signal(Signal::SliceReady {
+                    template,
+                    start_to_ready_ms,
+                    ..
+                }) => {
+                    tracing::info!(template = %template, "slice of {template} ready after {start_to_ready_ms} ms");
+                    if let Err(e) = self.node.slice_ready(template, *start_to_ready_ms as i64) {
+                        tracing::error!("recording the slice of {template} ready: {e}");
+                    }
+                }
+                Action::Refuse { reason } => refused = Some(reason.clone()),
+                other => {
+                    if let Some(s) = self.slicing.as_mut() {
+                        s.execute(other);
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.publish_templates().await {
+            tracing::error!("publishing templates: {e}");
+        }
+        match refused {
+            Some(reason) => Err(Error::Conflict(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// A slice opens in the ledger and its meter starts.
+    fn slice_began(&mut self, template: &str, at_ms: u64, dead_time_ms: Option<u64>) {
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        let Some(d) = s.templates.get(template) else {
+            return;
+        };
+        let user = d.user();
+        let board: Vec<String> = d
+            .template
+            .baseboard
+            .iter()
+            .map(template::pci_text)
+            .collect();
+        let reader = s.hv.read_guest_gpus(d.domain.clone(), template.to_string());
+        if let Some(old) = s.guest_reader.replace(reader) {
+            old.abort();
+        }
+        s.meter = Some(Meter::new(template));
+        if let Some(ms) = dead_time_ms {
+            s.dead_times.insert(template.to_string(), ms);
+        }
+        if let Err(e) = self.node.open_slice(
+            template,
+            &user,
+            &board.join(" "),
+            at_ms as i64,
+            dead_time_ms.map(|d| d as i64),
+        ) {
+            tracing::error!("recording the slice of {template}: {e}");
+        }
+    }
+
+    /// A slice closes with what was measured over it.
+    fn slice_done(&mut self, template: &str, at_ms: u64, error: Option<&str>) {
+        let measures = match self.slicing.as_mut() {
+            Some(s) => {
+                if let Some(reader) = s.guest_reader.take() {
+                    reader.abort();
+                }
+                match s.meter.take() {
+                    Some(m) if m.template == template => m.measures(),
+                    _ => Default::default(),
+                }
+            }
+            None => Default::default(),
+        };
+        if let Err(e) = self
+            .node
+            .close_slice(template, at_ms as i64, &measures, error)
+        {
+            tracing::error!("closing the slice of {template}: {e}");
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Workloads: launch → watch → exit, and after a start, reconcile the ledger
+//! with what the runtimes really run. Every runtime call runs in a task; its
+//! result comes back to the loop as a command (Launched, Cgroup, Exited,
+//! Listed).
+
+use super::Service;
+use crate::access::{Caller, Workload};
+use crate::command::Command;
+use crate::error::{Error, Result};
+use crate::journal;
+use crate::node::Phase;
+use crate::request::{Run, WorkerSpec};
+use crate::runtime::{Exit, Found, Kind, Runtime};
+use crate::worker::State;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The runtimes this daemon was given, by kind.
+pub(super) struct Runtimes {
+    pub containers: Option<Arc<dyn Runtime>>,
+    pub units: Option<Arc<dyn Runtime>>,
+    pub vms: Option<Arc<dyn Runtime>>,
+    /// Graceful stop, then forced after this long.
+    pub stop_timeout: Duration,
+}
+
+impl Runtimes {
+    fn get(&self, kind: Kind) -> Option<Arc<dyn Runtime>> {
+        match kind {
+            Kind::Container => self.containers.clone(),
+            Kind::Unit => self.units.clone(),
+            Kind::Vm => self.vms.clone(),
+        }
+    }
+}
+
+impl Service {
+    /// Whether the caller may run this spec's workload, and whether this
+    /// daemon has a runtime for it.
+    pub(super) fn may_run(&self, spec: &WorkerSpec, caller: &Caller) -> Result<()> {
+        let (workload, missing) = match &spec.run {
+            None => (Workload::Reservation, None),
+            Some(Run::Container { .. }) => (
+                Workload::Container,
+                self.runtimes.containers.is_none().then_some((
+                    "run.container",
+                    "this daemon has no container runtime (set runtime.podman_socket)",
+                )),
+            ),
+            Some(Run::Unit { .. }) => (
+                Workload::Unit,
+                self.runtimes.units.is_none().then_some((
+                    "run.unit",
+                    "this daemon has no service manager to start units with",
+                )),
+            ),
+            Some(Run::Vm(_)) => (
+                Workload::Vm,
+                self.runtimes.vms.is_none().then_some((
+                    "run.vm",
+                    "this daemon has no VM runtime (set runtime.libvirt_uri)",
+                )),
+            ),
+        };
+        self.access.may_run(caller, workload)?;
+        match missing {
+            Some((field, why)) => Err(Error::field(field, why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the workloads of workers just placed, each in its own task.
+    pub(super) async fn launch_placed(&mut self, placed: &[String]) {
+        for name in placed {
+            self.launch(name, None).await;
+        }
+    }
+
+    /// Starts one worker's workload in a task; a `stale` one of the same
+    /// name (created, never started) is removed first, in the same task.
+    async fn launch(&mut self, name: &str, stale: Option<String>) {
+        let Some(w) = self.node.worker(name) else {
+            return;
+        };
+        let Some(kind) = w.kind() else {
+            return;
+        };
+        let (Some(rt), Some(launch)) = (self.runtimes.get(kind), w.launch(self.node.machine()))
+        else {
+            return;
+        };
+        self.node.set_phase(name, Phase::Starting);
+        let _ = self.publish_worker(name).await;
+        let tx = self.lp.tx.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            if let Some(id) = stale {
+                let _ = rt.remove(&id).await;
+            }
+            let result = rt.start(&launch).await;
+            // Never dropped: a lost report would leak a share.
+            let _ = tx.send(Command::Launched { name, kind, result }).await;
+        });
+    }
+
+    pub(super) async fn launched(&mut self, name: String, kind: Kind, result: Result<String>) {
+        let Some(rt) = self.runtimes.get(kind) else {
+            return;
+        };
+        let live = self.node.worker(&name).map(|w| w.phase);
+        match (result, live) {
+            (Ok(id), Some(phase)) => {
+                if let Err(e) = self.node.set_launched(&name, &id) {
+                    tracing::error!(worker = %name, "recording the launch failed: {e}");
+                }
+                tracing::info!(worker = %name, "worker {name} started ({})", &id[..20.min(id.len())]);
+                self.watch(name.clone(), kind, id.clone());
+                if phase == Phase::Stopping {
+                    self.stop_workload(&name).await;
+                }
+                let _ = self.publish_worker(&name).await;
+            }
+            (Ok(id), None) => {
+                // Stopped while it was starting: nothing may keep running.
+                let timeout = self.runtimes.stop_timeout;
+                tokio::spawn(async move {
+                    let _ = rt.stop(&id, timeout).await;
+                    let _ = rt.remove(&id).await;
+                });
+            }
+            (Err(e), Some(_)) => {
+                let reason = format!("failed to start: {}", e.message());
+                tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
+                self.end_worker(&name, None, &reason, None).await;
+            }
+            (Err(_), None) => {}
+        }
+    }
+
+    /// Ends a worker, at the runtime's own time when it has one.
+    async fn end_worker(
+        &mut self,
+        name: &str,
+        status: Option<i32>,
+        reason: &str,
+        at_ms: Option<i64>,
+    ) {
+        let at_ms = at_ms.unwrap_or_else(crate::store::now_ms);
+        match self.node.end_at(name, status, reason, at_ms) {
+            Ok(changes) => {
+                self.publish(&changes).await;
+                self.launch_placed(&changes.placed).await;
+            }
+            Err(e) => tracing::error!(worker = %name, "ending the worker failed: {e}"),
+        }
+    }
+
+    /// Waits for the workload's end in a task of its own (the runtime's own
+    /// wait or change signals, not polling).
+    fn watch(&self, name: String, kind: Kind, id: String) {
+        let Some(rt) = self.runtimes.get(kind) else {
+            return;
+        };
+        let tx = self.lp.tx.clone();
+        let (cg_rt, cg_tx, cg_id, cg_name) = (rt.clone(), tx.clone(), id.clone(), name.clone());
+        tokio::spawn(async move {
+            if let Some(cgroup) = cg_rt.cgroup(&cg_id).await {
+                let cmd = Command::Cgroup {
+                    name: cg_name,
+                    cgroup,
+                };
+                let _ = cg_tx.send(cmd).await;
+            }
+        });
+        tokio::spawn(async move {
+            let exit = rt.wait(&id).await;
+            let _ = tx
+                .send(Command::Exited {
+                    name,
+                    kind,
+                    id,
+                    exit,
+                })
+                .await;
+        });
+    }
+
+    pub(super) async fn exited(&mut self, name: String, kind: Kind, id: String, exit: Exit) {
+        self.exited_at(name, kind, id, exit, None).await
+    }
+
+    async fn exited_at(
+        &mut self,
+        name: String,
+        kind: Kind,
+        id: String,
+        exit: Exit,
+        at_ms: Option<i64>,
+    ) {
+        let ours = self
+            .node
+            .worker(&name)
+            .is_some_and(|w| w.runtime_id.as_deref() == Some(id.as_str()));
+        if let Some(rt) = self.runtimes.get(kind) {
+            let id = id.clone();
+            tokio::spawn(async move {
+                let _ = rt.remove(&id).await;
+            });
+        }
+        if !ours {
+            return;
+        }
+        let (status, reason) = match &exit {
+            Exit::Exited(code) => (Some(*code), format!("exited with status {code}")),
+            Exit::Failed(why) => (None, format!("failed: {why}")),
+        };
+        tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
+        self.end_worker(&name, status, &reason, at_ms).await;
+    }
+
+    /// Graceful stop, then forced; the watcher reports the end.
+    pub(super) async fn stop_workload(&mut self, name: &str) {
+        self.node.set_phase(name, Phase::Stopping);
+        let _ = self.publish_worker(name).await;
+        let w = self.node.worker(name);
+        let rt = w.and_then(|w| w.kind()).and_then(|k| self.runtimes.get(k));
+        let id = w.and_then(|w| w.runtime_id.clone());
+        let (Some(rt), Some(id)) = (rt, id) else {
+            return; // still starting: stopped when its launch reports back
+        };
+        let timeout = self.runtimes.stop_timeout;
+        tokio::spawn(async move {
+            if let Err(e) = rt.stop(&id, timeout).await {
+                tracing::warn!("stopping {id}: {e}");
+            }
+        });
+    }
+
+    /// Placed workers of this kind (their workloads should exist).
+    fn placed_of(&self, kind: Kind) -> Vec<(String, Option<String>)> {
+        self.node
+            .workers()
+            .filter(|w| w.kind() == Some(kind) && w.state() != State::Pending)
+            .map(|w| (w.name().to_string(), w.runtime_id.clone()))
+            .collect()
+    }
+
+    /// After a start: asks each runtime what it runs, in tasks; the answers
+    /// come back as [`Command::Listed`] for [`Service::reconcile_kind`].
+    pub(super) fn reconcile(&self) {
+        for kind in [Kind::Container, Kind::Unit, Kind::Vm] {
+            let Some(rt) = self.runtimes.get(kind) else {
+                continue;
+            };
+            // libvirt is only connected to when VMs are in play: a host without
+            // VM workers keeps libvirt unloaded (memory, keepalive wake-ups).
+            // VMs are created only after the ledger holds their worker, so none
+            // of ours can run unknown to an empty ledger.
+            if kind == Kind::Vm && self.placed_of(kind).is_empty() {
+                continue;
+            }
+            let tx = self.lp.tx.clone();
+            tokio::spawn(async move {
+                let found = rt.list().await;
+                let _ = tx.send(Command::Listed { kind, found }).await;
+            });
+        }
+    }
+
+    /// The ledger against what really runs: running workloads are adopted,
+    /// ended ones are ended, missing ones launched once; nothing starts
+    /// twice (workloads are named by worker).
+    pub(super) async fn reconcile_kind(&mut self, kind: Kind, found: Result<Vec<Found>>) {
+        let Some(rt) = self.runtimes.get(kind) else {
+            return;
+        };
+        let live = self.placed_of(kind);
+        let found = match found {
+            Ok(f) => f,
+            // No podman (or service manager) on a host that uses none is no news.
+            Err(e) if live.is_empty() => {
+                tracing::debug!("cannot list {kind:?} workloads: {e}");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(
+                    "cannot reconcile {kind:?} workloads (they stay as the ledger says): {e}"
+                );
+                return;
+            }
+        };
+        let timeout = self.runtimes.stop_timeout;
+        for f in &found {
+            if !live.iter().any(|(n, _)| *n == f.worker) {
+                tracing::warn!(
+                    "removing {} of worker {}, which the ledger no longer holds",
+                    f.id,
+                    f.worker
+                );
+                let (rt, id) = (rt.clone(), f.id.clone());
+                tokio::spawn(async move {
+                    let _ = rt.stop(&id, timeout).await;
+                    let _ = rt.remove(&id).await;
+                });
+            }
+        }
+        let mut relaunch = Vec::new();
+        for (name, runtime_id) in live {
+            match found.iter().find(|f| f.worker == name) {
+                Some(f) if f.running => {
+                    if let Err(e) = self.node.set_launched(&name, &f.id) {
+                        tracing::error!(worker = %name, "adopting failed: {e}");
+                    }
+                    tracing::info!(worker = %name, "adopted the running workload of worker {name}");
+                    self.watch(name.clone(), kind, f.id.clone());
+                    let _ = self.publish_worker(&name).await;
+                }
+                Some(f) if f.exit_code.is_none() => {
+                    // Created but never started (a crash between the two): start afresh.
+                    self.launch(&name, Some(f.id.clone())).await;
+                }
+                Some(f) => {
+                    // Ended while we were down.
+                    let _ = self.node.set_launched(&name, &f.id);
+                    let code = f.exit_code.unwrap_or_default();
+                    // Ended at the runtime's own time: billed until then, not until now.
+                    self.exited_at(name, kind, f.id.clone(), Exit::Exited(code), f.ended_ms)
+                        .await;
+                }
+                None if runtime_id.is_none() => relaunch.push(name),
+                None => {
+                    let why = "its workload vanished while the daemon was down";
+                    tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} failed: {why}");
+                    self.end_worker(&name, None, &format!("failed: {why}"), None)
+                        .await;
+                }
+            }
+        }
+        self.launch_placed(&relaunch).await;
+    }
+}

@@ -1,0 +1,214 @@
+//! PURE: what is measured over a time slice. CPU from libvirt's domain info,
+//! GPU figures from the lines the guest writes to its virtio channel (a
+//! passed-through GPU is invisible to the host's NVML). Nothing written is
+//! "not reported", never zeros. The readings arrive through the service loop.
+
+use std::collections::BTreeMap;
+
+/// The virtio channel a template's guest writes its GPU figures to: the
+/// lines `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,power.draw
+/// --format=csv,noheader,nounits -l 5` prints (docs/time-slicing.md). A
+/// passed-through GPU is invisible to the host's NVML, so this is the only
+/// source of them.
+pub const GPU_CHANNEL: &str = "org.astraeus.gpu.0";
+
+/// One GPU's figures, from one line the guest wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuSample {
+    pub index: u32,
+    pub util_pct: Option<f64>,
+    pub memory_mib: Option<f64>,
+    pub power_w: Option<f64>,
+}
+
+impl GpuSample {
+    /// `0, 37, 10240, 250.12` (units after a number, `[N/A]` and
+    /// `[Not Supported]` are accepted: the last two count as unknown).
+    /// Lines that are not such a row give None.
+    pub fn parse(line: &str) -> Option<GpuSample> {
+        let fields: Vec<&str> = line.trim().split(',').map(str::trim).collect();
+        if fields.len() != 4 {
+            return None;
+        }
+        let number = |f: &str| -> Result<Option<f64>, ()> {
+            if f.starts_with('[') {
+                return Ok(None);
+            }
+            let n: f64 = f
+                .split_whitespace()
+                .next()
+                .ok_or(())?
+                .parse()
+                .map_err(|_| ())?;
+            if n.is_finite() && n >= 0.0 {
+                Ok(Some(n))
+            } else {
+                Err(())
+            }
+        };
+        Some(GpuSample {
+            index: fields[0].parse().ok()?,
+            util_pct: number(fields[1]).ok()?.map(|u| u.min(100.0)),
+            memory_mib: number(fields[2]).ok()?,
+            power_w: number(fields[3]).ok()?,
+        })
+    }
+}
+
+/// Gaps longer than this between two readings of a GPU are not counted as
+/// energy (the guest stopped reporting; nothing is guessed for the gap).
+const MAX_ENERGY_GAP_MS: u64 = 60_000;
+
+/// What is measured over the running slice: CPU from libvirt's domain info,
+/// GPU figures from what the guest writes to [`GPU_CHANNEL`] (none written:
+/// "not reported", never zeros).
+#[derive(Debug, Default)]
+pub struct Meter {
+    pub template: String,
+    /// (wall ns, cpu ns) of the last reading.
+    last: Option<(u64, u64)>,
+    pub cpu: Vec<f64>,
+    gpu_util: Vec<f64>,
+    /// Each GPU's last reading: (at ms, memory MiB, power W).
+    gpus: BTreeMap<u32, (u64, Option<f64>, Option<f64>)>,
+    memory_peak_mib: Option<f64>,
+    energy_j: Option<f64>,
+}
+
+impl Meter {
+    pub fn new(template: &str) -> Meter {
+        Meter {
+            template: template.to_string(),
+            ..Meter::default()
+        }
+    }
+
+    /// Adds a reading of the domain's CPU time at `wall_ns`.
+    pub fn record(&mut self, wall_ns: u64, cpu_ns: u64, vcpus: u32) {
+        if let Some((w0, c0)) = self.last {
+            if wall_ns > w0 && cpu_ns >= c0 {
+                let pct = (cpu_ns - c0) as f64 * 100.0 / ((wall_ns - w0) as f64 * vcpus as f64);
+                self.cpu.push(pct.min(100.0));
+            }
+        }
+        self.last = Some((wall_ns, cpu_ns));
+    }
+
+    /// Adds one GPU's reading from the guest, received at `at_ms`. Energy
+    /// is each GPU's power times the time to its next reading.
+    pub fn record_gpu(&mut self, at_ms: u64, s: &GpuSample) {
+        if let Some(u) = s.util_pct {
+            self.gpu_util.push(u);
+        }
+        if let Some((t0, _, Some(p0))) = self.gpus.get(&s.index) {
+            let dt = at_ms.saturating_sub(*t0);
+            if dt > 0 && dt <= MAX_ENERGY_GAP_MS {
+                *self.energy_j.get_or_insert(0.0) += p0 * dt as f64 / 1000.0;
+            }
+        }
+        self.gpus.insert(s.index, (at_ms, s.memory_mib, s.power_w));
+        // The baseboard's memory in use now: each GPU's latest reading.
+        let known: Vec<f64> = self.gpus.values().filter_map(|g| g.1).collect();
+        if !known.is_empty() {
+            let total: f64 = known.iter().sum();
+            self.memory_peak_mib = Some(self.memory_peak_mib.map_or(total, |p| p.max(total)));
+        }
+    }
+
+    pub fn measures(&self) -> SliceMeasures {
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        SliceMeasures {
+            cpu_avg_pct: mean(&self.cpu),
+            cpu_peak_pct: self.cpu.iter().copied().reduce(f64::max),
+            gpu_avg_pct: mean(&self.gpu_util),
+            gpu_peak_pct: self.gpu_util.iter().copied().reduce(f64::max),
+            gpu_memory_peak_bytes: self
+                .memory_peak_mib
+                .map(|m| (m * 1024.0 * 1024.0).round() as u64),
+            energy_j: self.energy_j,
+        }
+    }
+}
+
+/// What was measured over a slice; None = not reported (never a zero).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SliceMeasures {
+    pub cpu_avg_pct: Option<f64>,
+    pub cpu_peak_pct: Option<f64>,
+    pub gpu_avg_pct: Option<f64>,
+    pub gpu_peak_pct: Option<f64>,
+    pub gpu_memory_peak_bytes: Option<u64>,
+    pub energy_j: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_smi_rows_are_read_with_or_without_units() {
+        let s = GpuSample::parse("0, 37, 10240, 250.12").unwrap();
+        assert_eq!(
+            s,
+            GpuSample {
+                index: 0,
+                util_pct: Some(37.0),
+                memory_mib: Some(10240.0),
+                power_w: Some(250.12)
+            }
+        );
+        let s = GpuSample::parse("3, 100 %, 81559 MiB, [N/A]").unwrap();
+        assert_eq!(
+            (s.index, s.util_pct, s.memory_mib, s.power_w),
+            (3, Some(100.0), Some(81559.0), None)
+        );
+        let s = GpuSample::parse("1, [Not Supported], 0, 70").unwrap();
+        assert_eq!(s.util_pct, None);
+        // A header, a short row, a negative or non-number figure: not a row.
+        for bad in [
+            "index, utilization.gpu [%], memory.used [MiB], power.draw [W]",
+            "0, 37, 10240",
+            "0, -1, 1, 1",
+            "0, x, 1, 1",
+            "0, NaN, 1, 1",
+            "",
+        ] {
+            assert_eq!(GpuSample::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    fn row(index: u32, util: f64, mib: f64, watts: Option<f64>) -> GpuSample {
+        GpuSample {
+            index,
+            util_pct: Some(util),
+            memory_mib: Some(mib),
+            power_w: watts,
+        }
+    }
+
+    #[test]
+    fn guest_gpu_figures_give_use_memory_peak_and_energy() {
+        let mut m = Meter::new("a");
+        assert_eq!(m.measures().gpu_avg_pct, None, "none written: not reported");
+        assert_eq!(m.measures().energy_j, None);
+        // Two GPUs every 5 s; GPU 1 reports no power.
+        m.record_gpu(0, &row(0, 20.0, 1000.0, Some(100.0)));
+        m.record_gpu(0, &row(1, 40.0, 3000.0, None));
+        m.record_gpu(5_000, &row(0, 60.0, 2000.0, Some(300.0)));
+        m.record_gpu(5_000, &row(1, 80.0, 3000.0, None));
+        m.record_gpu(10_000, &row(0, 0.0, 500.0, Some(50.0)));
+        let got = m.measures();
+        assert_eq!(got.gpu_avg_pct, Some(40.0));
+        assert_eq!(got.gpu_peak_pct, Some(80.0));
+        // Peak of the sum of the GPUs' latest readings: 2000 + 3000 MiB.
+        assert_eq!(got.gpu_memory_peak_bytes, Some(5000 * 1024 * 1024));
+        // 100 W for 5 s, then 300 W for 5 s.
+        assert_eq!(got.energy_j, Some(2000.0));
+        // A long silence is not counted.
+        m.record_gpu(
+            10_000 + MAX_ENERGY_GAP_MS + 1,
+            &row(0, 0.0, 500.0, Some(50.0)),
+        );
+        assert_eq!(m.measures().energy_j, Some(2000.0));
+    }
+}

@@ -1,0 +1,158 @@
+//! A live worker: what it asked for, where it is placed, and where its
+//! workload is in its life. Strings for its state exist only where it is
+//! shown (bus, page, journal) and stored (ledger).
+
+use crate::placement::{Grant, Machine};
+use crate::request::WorkerSpec;
+
+/// The state a person sees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum State {
+    #[default]
+    Pending,
+    Starting,
+    Running,
+    Stopping,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Starting => "starting",
+            State::Running => "running",
+            State::Stopping => "stopping",
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a worker is. A pending worker's reasons are not kept here: they are
+/// computed when asked ([`Node::reasons`]), since every change of a GPU would
+/// otherwise rebuild them for the whole queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Pending,
+    Running { grants: Vec<Grant> },
+}
+
+impl Status {
+    /// What the ledger records: pending or running.
+    pub fn stored(&self) -> crate::store::WorkerState {
+        match self {
+            Status::Pending => crate::store::WorkerState::Pending,
+            Status::Running { .. } => crate::store::WorkerState::Running,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Worker {
+    pub id: i64,
+    pub spec: WorkerSpec,
+    /// The request as the user wrote it.
+    pub spec_text: String,
+    pub owner_uid: u32,
+    pub holders: Vec<u32>,
+    pub submitted_ms: i64,
+    pub status: Status,
+    /// For workers with a `run`: where its workload is in its life.
+    pub phase: Phase,
+    /// The runtime's id of its workload (container id), once launched.
+    pub runtime_id: Option<String>,
+    /// Its workload's control group, and the processes found in it at the
+    /// last inventory refresh: their GPU memory is the worker's own.
+    pub cgroup: Option<String>,
+    pub cgroup_pids: Vec<u32>,
+}
+
+/// A placed worker's workload: a reservation is simply `Held`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Held,
+    Starting,
+    Running,
+    Stopping,
+}
+
+impl Worker {
+    /// pending, starting, running or stopping — the State a person sees.
+    pub fn state(&self) -> State {
+        match (&self.status, self.phase) {
+            (Status::Pending, _) => State::Pending,
+            (_, Phase::Starting) => State::Starting,
+            (_, Phase::Stopping) => State::Stopping,
+            _ => State::Running,
+        }
+    }
+
+    /// Whether the daemon launches a workload for it (containers and units, for now).
+    pub fn launches(&self) -> bool {
+        self.kind().is_some()
+    }
+
+    /// Which runtime launches it.
+    pub fn kind(&self) -> Option<crate::runtime::Kind> {
+        match self.spec.run {
+            Some(crate::request::Run::Container { .. }) => Some(crate::runtime::Kind::Container),
+            Some(crate::request::Run::Unit { .. }) => Some(crate::runtime::Kind::Unit),
+            Some(crate::request::Run::Vm(_)) => Some(crate::runtime::Kind::Vm),
+            None => None,
+        }
+    }
+
+    /// What its runtime needs to start it.
+    pub fn launch(&self, machine: &Machine) -> Option<crate::runtime::Launch> {
+        let run = self.spec.run.clone()?;
+        let grants = self.grants();
+        let gpu_memory_gb = match self.spec.shared_gb() {
+            Some(share) => Some(share.to_string()),
+            None => grants
+                .iter()
+                .filter_map(|g| machine.gpus.iter().find(|m| m.uuid == g.gpu_uuid))
+                .map(|g| g.total)
+                .min()
+                .map(|t| t.to_string()),
+        };
+        Some(crate::runtime::Launch {
+            worker: self.name().to_string(),
+            run,
+            gpu_uuids: grants.iter().map(|g| g.gpu_uuid.clone()).collect(),
+            gpu_pci: grants
+                .iter()
+                .map(|g| {
+                    machine
+                        .gpus
+                        .iter()
+                        .find(|m| m.uuid == g.gpu_uuid)
+                        .map(|m| m.pci_bus_id.clone())
+                        .unwrap_or_default()
+                })
+                .collect(),
+            gpu_memory_gb,
+            cpu_cores: self.spec.resources.cpu_cores,
+            memory_bytes: self.spec.resources.memory_bytes,
+            user: Some(self.owner_uid),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Processes whose GPU memory is this worker's: its holders and its workload's.
+    pub fn own_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.holders.iter().chain(&self.cgroup_pids).copied()
+    }
+    pub fn grants(&self) -> &[Grant] {
+        match &self.status {
+            Status::Running { grants } => grants,
+            Status::Pending => &[],
+        }
+    }
+}
