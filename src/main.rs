@@ -178,7 +178,11 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match rt.block_on(run(args)) {
+    let result = rt.block_on(run(args));
+    // A call still waiting on a hung libvirtd (on the blocking pool) must not
+    // hold the exit: the ledger is already closed cleanly.
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -78,8 +78,8 @@ fn sh(script: &str) -> Out {
 
 #[test]
 fn a_full_then_failed_read_only_ledger_refuses_work_keeps_reads_and_loses_nothing() {
-    if !is_root() || !sh("command -v mkfs.ext4 && test -e /dev/loop-control").ok {
-        eprintln!("SKIPPED: needs root, loop devices and mkfs.ext4");
+    let present = is_root() && sh("command -v mkfs.ext4 && test -e /dev/loop-control").ok;
+    if !require_component(present, "root, loop devices and mkfs.ext4") {
         return;
     }
     let dir = open_tempdir();

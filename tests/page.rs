@@ -16,15 +16,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-/// A free loopback port for the daemon's page.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One raw HTTP request: (status, head, body).
 fn http(port: u16, request: &str) -> (u16, String, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -168,12 +159,7 @@ fn every_endpoint_answers_and_nothing_changes_state() {
 
 #[test]
 fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
-    if !webdriver::available() {
-        assert!(
-            std::env::var_os("ASTRAEUS_REQUIRE_COMPONENTS").is_none(),
-            "chromium and chromium-driver are missing but ASTRAEUS_REQUIRE_COMPONENTS is set"
-        );
-        eprintln!("SKIPPED: chromium and chromium-driver are not installed");
+    if !require_component(webdriver::available(), "chromium and chromium-driver") {
         return;
     }
     let dir = open_tempdir();

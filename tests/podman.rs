@@ -15,14 +15,7 @@ fn available() -> bool {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("ASTRAEUS_REQUIRE_COMPONENTS").is_none(),
-            "podman is missing but ASTRAEUS_REQUIRE_COMPONENTS is set"
-        );
-        eprintln!("SKIPPED: podman is not installed");
-    }
-    ok
+    require_component(ok, "podman")
 }
 
 /// A private podman: its own storage, runc, a busybox image, and its API

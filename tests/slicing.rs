@@ -25,24 +25,6 @@ fn template(name: &str) -> String {
     .to_string()
 }
 
-fn template_state(a: &str, name: &str) -> String {
-    let o = busctl(
-        a,
-        &[
-            "get-property",
-            "org.astraeus.Node1",
-            &format!("/org/astraeus/Node1/template/{name}"),
-            "org.astraeus.Node1.Template",
-            "State",
-        ],
-    );
-    o.stdout
-        .trim()
-        .trim_start_matches("s ")
-        .trim_matches('"')
-        .to_string()
-}
-
 fn steps(db: &Path) -> Vec<String> {
     let c = rusqlite::Connection::open(db).unwrap();
     let mut stmt = c
@@ -454,14 +436,6 @@ fn probed_template(name: &str, readiness: serde_json::Value, extra_devices: &str
     .to_string()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The slice report's rows for `template`, as astraeusctl prints them.
 fn report_rows(a: &str, template: &str) -> Vec<serde_json::Value> {
     let o = ctl(a, None, &["slices", "--report", "--json"]);
@@ -636,12 +610,10 @@ fn a_port_is_probed_on_the_guests_addresses_as_libvirt_knows_them() {
 }
 
 fn probe_on_the_guests_addresses() {
-    if !own_network_with_the_guests_addresses() {
-        assert!(
-            std::env::var_os("ASTRAEUS_REQUIRE_COMPONENTS").is_none(),
-            "needs root for a network namespace"
-        );
-        eprintln!("SKIPPED: needs root for a network namespace");
+    if !require_component(
+        own_network_with_the_guests_addresses(),
+        "root, for a network namespace",
+    ) {
         return;
     }
     let dir = open_tempdir();

@@ -231,8 +231,7 @@ fn over_the_bus_a_vm_takes_its_gpu_whole_and_stopping_it_places_the_next() {
 
 #[test]
 fn only_root_may_run_a_vm_unless_config_extends_it_to_the_group() {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root to call as another user");
+    if !require_component(is_root(), "root, to call as another user") {
         return;
     }
     for (extended, expect) in [(false, "access.vms_for_group"), (true, "/worker/v")] {
@@ -287,12 +286,10 @@ const START_LIBVIRTD: &str = "set -e; n=/run/astraeus-test-kvm; [ -e $n ] || mkn
 fn libvirtd() -> Option<std::sync::MutexGuard<'static, bool>> {
     let present = Path::new("/usr/sbin/libvirtd").exists()
         && Path::new("/usr/bin/qemu-system-x86_64").exists();
-    if !present || !is_root() {
-        assert!(
-            std::env::var_os("ASTRAEUS_REQUIRE_COMPONENTS").is_none() || !is_root(),
-            "libvirtd or QEMU is missing but ASTRAEUS_REQUIRE_COMPONENTS is set"
-        );
-        eprintln!("SKIPPED: needs root, libvirt-daemon-system and qemu-system-x86");
+    if !require_component(
+        present && is_root(),
+        "root, libvirt-daemon-system and qemu-system-x86",
+    ) {
         return None;
     }
     let mut started = LIBVIRTD.lock().unwrap_or_else(|e| e.into_inner());
@@ -499,24 +496,6 @@ fn qemu_template(name: &str) -> String {
         "name": name, "workload": {"model": "m", "runtime": "r"},
         "user": {"kind": "internal", "name": "staff"}, "vm": {"domain_xml": xml}, "baseboard": [],
     })
-    .to_string()
-}
-
-fn template_state(a: &str, name: &str) -> String {
-    busctl(
-        a,
-        &[
-            "get-property",
-            "org.astraeus.Node1",
-            &format!("/org/astraeus/Node1/template/{name}"),
-            "org.astraeus.Node1.Template",
-            "State",
-        ],
-    )
-    .stdout
-    .trim()
-    .trim_start_matches("s ")
-    .trim_matches('"')
     .to_string()
 }
 

@@ -95,7 +95,7 @@ pub struct SliceReportRow {
     pub error: String,
 }
 
-/// One row of UsageReport: `(ssstts)`.
+/// One row of UsageReport: `(sssttx)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
 pub struct UsageRow {
     pub key: String,
@@ -128,7 +128,7 @@ mod tests {
         assert_eq!(SliceRow::SIGNATURE.to_string(), "(sxxs)");
         assert_eq!(TemplateRow::SIGNATURE.to_string(), "(ssss)");
         assert_eq!(SliceReportRow::SIGNATURE.to_string(), "(ssxxxxdddddds)");
-        assert_eq!(UsageRow::SIGNATURE.to_string(), "(ssstts)");
+        assert_eq!(UsageRow::SIGNATURE.to_string(), "(sssttx)");
         assert_eq!(SliceTriple::SIGNATURE.to_string(), "(xxs)");
         assert_eq!(Sharers::SIGNATURE.to_string(), "(a(sd)s)");
         assert_eq!(WhyNot::SIGNATURE.to_string(), "(bauas)");

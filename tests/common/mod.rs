@@ -397,3 +397,46 @@ pub fn gone(a: &str, name: &str) -> bool {
     )
     .ok
 }
+
+/// Whether a real component a test needs is here. When it is missing the
+/// test is skipped (it says so on stderr), or fails when
+/// ASTRAEUS_REQUIRE_COMPONENTS=1 is set, as CI sets it: there, a missing
+/// component is a broken setup, not a reason to pass.
+pub fn require_component(present: bool, what: &str) -> bool {
+    if !present {
+        assert!(
+            std::env::var_os("ASTRAEUS_REQUIRE_COMPONENTS").is_none(),
+            "needs {what}, which is missing, and ASTRAEUS_REQUIRE_COMPONENTS is set"
+        );
+        eprintln!("SKIPPED: needs {what}");
+    }
+    present
+}
+
+/// A template object's State, as busctl prints it, unquoted.
+pub fn template_state(a: &str, name: &str) -> String {
+    busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/template/{name}"),
+            "org.astraeus.Node1.Template",
+            "State",
+        ],
+    )
+    .stdout
+    .trim()
+    .trim_start_matches("s ")
+    .trim_matches('"')
+    .to_string()
+}
+
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binding a loopback port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}

@@ -17,7 +17,7 @@
 
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ impl Browser {
     /// Starts chromedriver, waits until it is ready, and opens a session.
     pub fn start() -> Result<Browser, String> {
         let dir = temp_dir()?;
-        let port = free_port()?;
+        let port = super::common::free_port();
         let log = std::fs::File::create(dir.join("chromedriver.log"))
             .map_err(|e| format!("creating chromedriver.log in {}: {e}", dir.display()))?;
         let log2 = log
@@ -397,15 +397,6 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
         }
     }
     Ok(out)
-}
-
-fn free_port() -> Result<u16, String> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("finding a free port: {e}"))
 }
 
 fn temp_dir() -> Result<PathBuf, String> {

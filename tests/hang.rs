@@ -1,0 +1,158 @@
+//! The loop never waits on a hypervisor: with a libvirtd that accepts
+//! connections and never answers (a unix socket nobody serves), every call
+//! that needs libvirt waits in a task of its own, while D-Bus calls keep
+//! being answered, WATCHDOG=1 keeps coming, and SIGTERM still ends the
+//! daemon. A loop that awaited libvirt would stall all three.
+
+mod common;
+
+use common::*;
+use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::time::{Duration, Instant};
+
+/// A "libvirtd" that takes every connection and never says a word.
+fn silent_libvirtd(path: &std::path::Path) {
+    let listener = UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn); // kept open, never read or written
+        }
+    });
+}
+
+fn template_spec(name: &str) -> String {
+    serde_json::json!({
+        "name": name,
+        "workload": {"model": "Llama-3.1-8B", "runtime": "vllm"},
+        "user": {"kind": "internal", "name": "staff"},
+        "vm": {"domain": format!("vm-{name}")},
+        "baseboard": [],
+    })
+    .to_string()
+}
+
+/// busctl with a bound on how long it waits for the reply.
+fn call(address: &str, timeout_s: u32, method: &str, args: &[&str]) -> Out {
+    let timeout = format!("--timeout={timeout_s}");
+    let mut all = vec![
+        timeout.as_str(),
+        "call",
+        "org.astraeus.Node1",
+        "/org/astraeus/Node1",
+        "org.astraeus.Node1.Manager",
+        method,
+    ];
+    all.extend_from_slice(args);
+    busctl(address, &all)
+}
+
+#[test]
+fn a_hung_libvirtd_stalls_no_caller_and_no_watchdog_ping() {
+    let dir = open_tempdir();
+    let sock = dir.path().join("libvirt-sock");
+    silent_libvirtd(&sock);
+    // A template in the ledger: at start the daemon must learn whether its
+    // VM runs, which asks libvirt.
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mut store = astraeusd::store::Store::open(&state.join("ledger.db")).unwrap();
+    store
+        .insert_template("a", &template_spec("a"), astraeusd::store::now_ms())
+        .unwrap();
+    drop(store);
+
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let bus = Bus::session();
+    let config = format!(
+        "[runtime]\nlibvirt_uri = \"qemu+unix:///system?socket={}\"\n",
+        sock.display()
+    );
+    // 1 s watchdog: a ping every 500 ms while the loop turns.
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        &config,
+        &[
+            ("NOTIFY_SOCKET", notify_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+
+    // A new template's VM is looked up in libvirt: that call waits (its
+    // reply with it), in the background.
+    let address = bus.address.clone();
+    let spec_b = template_spec("b");
+    let create = std::thread::spawn(move || call(&address, 8, "CreateTemplate", &["s", &spec_b]));
+
+    // Meanwhile everything that does not need libvirt is answered.
+    std::thread::sleep(Duration::from_millis(500));
+    let listed = call(&bus.address, 5, "ListWorkers", &[]);
+    assert!(listed.ok, "ListWorkers: {}{}", listed.stdout, listed.stderr);
+    let submitted = call(
+        &bus.address,
+        5,
+        "SubmitWorker",
+        &["s", &shared_spec("listen", "2.5")],
+    );
+    assert!(
+        submitted.ok && submitted.stdout.contains("running"),
+        "SubmitWorker: {}{}",
+        submitted.stdout,
+        submitted.stderr
+    );
+    // A person's resume is refused while the daemon cannot know what runs,
+    // rather than started from a guess or left waiting.
+    let resume = call(&bus.address, 5, "Resume", &["sb", "a", "false"]);
+    assert!(
+        !resume.ok && resume.stderr.contains("libvirt has not answered yet"),
+        "Resume: {}{}",
+        resume.stdout,
+        resume.stderr
+    );
+    let templates = call(&bus.address, 5, "ListTemplates", &[]);
+    assert!(templates.ok, "ListTemplates: {}", templates.stderr);
+    assert_eq!(template_state(&bus.address, "a"), "off");
+
+    // The watchdog keeps being fed: count pings over 3 s.
+    let mut pings = 0;
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < Duration::from_secs(3) {
+        if let Ok(n) = notify.recv(&mut buf) {
+            pings += String::from_utf8_lossy(&buf[..n])
+                .matches("WATCHDOG=1")
+                .count();
+        }
+    }
+    assert!(pings >= 4, "{pings} WATCHDOG=1 in 3 s with a hung libvirtd");
+
+    // The template call is still waiting on libvirt (never answered).
+    let created = create.join().unwrap();
+    assert!(
+        !created.ok,
+        "CreateTemplate cannot succeed without libvirt: {}",
+        created.stdout
+    );
+
+    // SIGTERM ends the daemon although calls still wait on libvirt.
+    let mut d = d;
+    d.signal(libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = d.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SIGTERM did not end the daemon; log:\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}; log:\n{}", d.log_text());
+}
