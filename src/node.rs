@@ -193,6 +193,13 @@ impl Node {
     pub fn pending_count(&self) -> usize {
         self.pending.len()
     }
+    /// The ledger's records the node does not mirror in memory (templates,
+    /// slices, handoff steps, weights, events): the service writes and reads
+    /// them here directly, each call one transaction.
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -676,15 +683,6 @@ impl Node {
         self.store.insert_intervals(rows, self.run, at_ms)
     }
 
-    /// Time-slicing templates in the ledger: (name, JSON).
-    pub fn templates(&self) -> Result<Vec<(String, String)>> {
-        self.store.templates()
-    }
-
-    pub fn insert_template(&mut self, name: &str, spec: &str) -> Result<()> {
-        self.store.insert_template(name, spec, now_ms())
-    }
-
     /// Removes a template and its schedule.
     pub fn remove_template(&mut self, name: &str) -> Result<bool> {
         let removed = self.store.remove_template(name, now_ms())?;
@@ -695,80 +693,6 @@ impl Node {
     /// When the previous daemon run was last alive (its downtime starts there).
     pub fn previous_run_end(&self) -> Result<Option<i64>> {
         self.store.previous_run_end(self.run)
-    }
-
-    /// A machine-level event in the ledger (no worker).
-    pub fn record_event(&mut self, kind: &str, detail: &str) -> Result<()> {
-        self.store.record_event(kind, detail, now_ms())
-    }
-
-    /// The content checksum staged for a template, if any.
-    pub fn weights(&self, template: &str) -> Result<Option<String>> {
-        self.store.weights(template)
-    }
-
-    pub fn set_weights(&mut self, template: &str, checksum: &str, image: &str) -> Result<()> {
-        self.store.set_weights(template, checksum, image, now_ms())
-    }
-
-    /// A slice begins (its start was issued).
-    pub fn open_slice(
-        &mut self,
-        template: &str,
-        user: &str,
-        baseboard: &str,
-        at_ms: i64,
-        dead_time_ms: Option<i64>,
-    ) -> Result<()> {
-        if self.store.open_slice_of(template)?.is_some() {
-            return Ok(()); // a restart between start issued and started: still the same slice
-        }
-        self.store
-            .open_slice(template, user, baseboard, at_ms, dead_time_ms)
-            .map(|_| ())
-    }
-
-    pub fn slice_ready(&mut self, template: &str, start_to_ready_ms: i64) -> Result<()> {
-        match self.store.open_slice_of(template)? {
-            Some(id) => self.store.slice_ready(id, start_to_ready_ms),
-            None => Ok(()),
-        }
-    }
-
-    pub fn close_slice(
-        &mut self,
-        template: &str,
-        at_ms: i64,
-        m: &crate::store::SliceMeasures,
-        error: Option<&str>,
-    ) -> Result<()> {
-        match self.store.open_slice_of(template)? {
-            Some(id) => self.store.close_slice(id, at_ms, m, error),
-            None => Ok(()),
-        }
-    }
-
-    /// Slices overlapping [from_ms, to_ms).
-    pub fn slice_records(
-        &self,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<crate::store::SliceRecord>> {
-        self.store.slices(from_ms, to_ms)
-    }
-
-    pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
-        self.store.record_step(r)
-    }
-
-    /// The last handoff step recorded, if any.
-    pub fn last_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
-        Ok(self.store.steps(Some(1))?.pop())
-    }
-
-    /// The last handoff step that is not a request: where the handoff stands.
-    pub fn last_state_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
-        self.store.last_state_step()
     }
 
     /// This daemon run begins: from now until its last sign of life it is up.
@@ -795,85 +719,19 @@ impl Node {
         now_ms: i64,
         owner_name: impl Fn(u32) -> String,
     ) -> Result<Vec<crate::report::Row>> {
-        use crate::report::{GpuFacts, Holding, Ledger, Up};
-        let mut inputs = self.store.usage_inputs(from_ms, to_ms)?;
-        if let Some(run) = self.run {
-            inputs.up.retain(|u| u.from_ms != run);
-            inputs.up.push(Up {
-                from_ms: run,
-                to_ms: now_ms,
-            });
-        }
-        let mut gpus: Vec<GpuFacts> = self
+        let gpus = self
             .machine
             .gpus
             .iter()
-            .map(|g| GpuFacts {
+            .map(|g| crate::report::GpuFacts {
                 uuid: g.uuid.clone(),
                 index: g.index,
                 total_bytes: g.total.bytes(),
             })
             .collect();
-        // GPUs held in the window but gone now: sized as last measured.
-        for h in &inputs.holds {
-            if !gpus.iter().any(|g| g.uuid == h.gpu_uuid) {
-                if let Some(&total) = inputs.totals.get(&h.gpu_uuid) {
-                    gpus.push(GpuFacts {
-                        uuid: h.gpu_uuid.clone(),
-                        index: h.gpu_index,
-                        total_bytes: total,
-                    });
-                }
-            }
-        }
-        let holds: Vec<Holding> = inputs
-            .holds
-            .iter()
-            .map(|h| Holding {
-                worker: h.worker.clone(),
-                owner: owner_name(h.owner_uid),
-                gpu_uuid: h.gpu_uuid.clone(),
-                share_bytes: h
-                    .share_hundredths
-                    .map(|s| crate::quantity::Amount::from_hundredths(s).bytes()),
-                from_ms: h.from_ms,
-                to_ms: h.to_ms,
-                runs_while_down: h.launched,
-            })
-            .collect();
-        // A time slice counts its whole baseboard: its devices, by PCI address.
-        let mut slices = Vec::new();
-        for s in self.store.slices(from_ms, to_ms)? {
-            let devices: Vec<String> = s
-                .baseboard
-                .split_whitespace()
-                .map(|d| format!("pci:{d}"))
-                .collect();
-            for d in &devices {
-                if !gpus.iter().any(|g| &g.uuid == d) {
-                    gpus.push(GpuFacts {
-                        uuid: d.clone(),
-                        index: 1000 + gpus.len() as u32,
-                        total_bytes: 1,
-                    });
-                }
-            }
-            slices.push(crate::report::SliceHold {
-                template: s.template,
-                user: s.user,
-                gpu_uuids: devices,
-                from_ms: s.start_ms,
-                to_ms: s.end_ms,
-            });
-        }
-        let ledger = Ledger {
-            gpus: &gpus,
-            holds: &holds,
-            slices: &slices,
-            measured: &inputs.measured,
-            up: &inputs.up,
-        };
-        Ok(crate::report::report(from_ms, to_ms, &ledger, by)?)
+        let now = self.run.map(|run| (run, now_ms));
+        self.store
+            .usage_report(from_ms, to_ms, by, now, gpus, owner_name)
     }
 
     /// Every template's actions, by template name.
@@ -957,220 +815,5 @@ impl Node {
             }
         }
         broken
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::inventory::sim;
-
-    fn node() -> Node {
-        Node::open(
-            Store::open_in_memory().unwrap(),
-            sim::parse(sim::MAJIN).unwrap(),
-        )
-        .unwrap()
-    }
-
-    fn shared(name: &str, gb: &str) -> String {
-        format!(
-            r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#
-        )
-    }
-
-    #[test]
-    fn the_seeds_example_end_to_end() {
-        let mut n = node();
-        n.submit(&shared("listen", "2.2"), 1000, None).unwrap();
-        n.submit(&shared("voice", "4.2"), 1000, None).unwrap();
-        n.submit(&shared("small", "1.5"), 1000, None).unwrap();
-        n.submit(&shared("big", "7.5"), 1000, None).unwrap();
-        assert_eq!(
-            n.reasons("small"),
-            ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"]
-        );
-        assert_eq!(
-            n.reasons("big"),
-            ["GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5"]
-        );
-        let uuid = n.machine().gpus[0].uuid.clone();
-        assert_eq!(
-            placement::sharers_line(n.book().usage(&uuid)),
-            "shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken"
-        );
-        assert_eq!(
-            placement::gpus_column(n.worker("listen").unwrap().grants()),
-            "1 · shared 2.2 GB"
-        );
-        // voice stops: small fits now and starts; big still waits.
-        let c = n.stop("voice", 1000).unwrap();
-        assert_eq!(c.updated, vec!["small".to_string()]);
-        assert!(matches!(
-            n.worker("small").unwrap().status,
-            Status::Running { .. }
-        ));
-        assert_eq!(n.pending_count(), 1);
-        assert!(n.audit().is_empty());
-    }
-
-    #[test]
-    fn names_owners_and_errors() {
-        let mut n = node();
-        n.submit(&shared("a", "1"), 1000, Some(42)).unwrap();
-        assert_eq!(n.worker("a").unwrap().holders, vec![42]);
-        let e = n.submit(&shared("a", "1"), 1000, None).unwrap_err();
-        assert_eq!(e.kind(), "Exists");
-        assert!(e.message().starts_with("name: "));
-        assert_eq!(n.stop("a", 1001).unwrap_err().kind(), "AccessDenied");
-        assert_eq!(n.stop("nope", 0).unwrap_err().kind(), "NotFound");
-        n.stop("a", 0).unwrap();
-        // The name is free again once its worker stopped.
-        n.submit(&shared("a", "1"), 1000, None).unwrap();
-    }
-
-    #[test]
-    fn restart_changes_no_placement() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("l.db");
-        let mut n =
-            Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
-        n.submit(&shared("listen", "2.2"), 1, None).unwrap();
-        n.submit(&shared("big", "7.5"), 1, None).unwrap();
-        let before: Vec<(String, Status)> = n
-            .workers()
-            .map(|w| (w.name().to_string(), w.status.clone()))
-            .collect();
-        drop(n);
-        let n = Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
-        let after: Vec<(String, Status)> = n
-            .workers()
-            .map(|w| (w.name().to_string(), w.status.clone()))
-            .collect();
-        assert_eq!(before, after);
-    }
-
-    #[test]
-    fn outside_use_shrinking_places_pending_work() {
-        let mut n = node();
-        n.submit(&shared("big", "7.5"), 1, None).unwrap();
-        assert_eq!(n.pending_count(), 1);
-        let m = sim::parse(&sim::MAJIN.replace("outside_gb = 1", "outside_gb = 0")).unwrap();
-        let c = n.set_machine(m).unwrap();
-        assert_eq!(c.updated, vec!["big".to_string()]);
-        assert_eq!(n.pending_count(), 0);
-    }
-
-    #[test]
-    fn why_not_changes_nothing() {
-        let mut n = node();
-        let v = n.why_not(&shared("x", "7.5")).unwrap();
-        assert!(v.is_err());
-        let v = n.why_not(&shared("x", "2")).unwrap();
-        assert_eq!(v.unwrap().len(), 1);
-        assert_eq!(n.workers().count(), 0);
-        assert_eq!(n.store().event_count().unwrap(), 0);
-    }
-
-    #[test]
-    fn reexamination_is_linear_in_pending_workers() {
-        // Eight 8 GB GPUs, each filled by one 7 GB sharer; then thousands of
-        // 2 GB workers wait. Each submit must cost one evaluation pass of its
-        // own, and a stop one pass over the queue — not a pass per pending
-        // worker per event.
-        let mut toml = String::from("machine = \"big\"\ncpu_cores = 64\nmemory_gb = 512\n");
-        for _ in 0..8 {
-            toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\n");
-        }
-        let gpus = 8u64;
-        let mut n =
-            Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
-        for i in 0..8 {
-            n.submit(&shared(&format!("fill{i}"), "7"), 1, None)
-                .unwrap();
-        }
-        let pending = 3000u64;
-        let start = n.evals.0;
-        for i in 0..pending {
-            n.submit(&shared(&format!("p{i}"), "2"), 1, None).unwrap();
-        }
-        assert_eq!(
-            n.evals.0 - start,
-            pending * gpus,
-            "each submit evaluates only itself"
-        );
-        let start = n.evals.0;
-        n.stop("fill0", 1).unwrap();
-        // One pass, oldest first, against the one GPU given back: the four
-        // that fit are checked and placed (8 GPUs each); then the GPU cannot
-        // hold even the smallest share waiting (2 GB in the 0 left), and the
-        // pass ends without looking at the other 2,996.
-        assert_eq!(n.evals.0 - start, 4 + 4 * gpus);
-        assert_eq!(
-            n.pending_count() as u64,
-            pending - 4,
-            "four 2 GB workers fit in 8 GB"
-        );
-        assert!(n.audit().is_empty(), "{:?}", n.audit());
-    }
-
-    #[test]
-    fn reasons_are_computed_when_asked_and_current_after_each_change() {
-        let mut n = node();
-        n.submit(&shared("listen", "2.2"), 1, None).unwrap();
-        n.submit(&shared("big", "7.5"), 1, None).unwrap();
-        n.submit(&shared("mid", "5.5"), 1, None).unwrap();
-        assert_eq!(
-            n.reasons("mid"),
-            ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
-        );
-        let snap = n.snapshot();
-        n.submit(&shared("tiny", "0.5"), 1, None).unwrap();
-        assert_eq!(
-            n.reasons("mid"),
-            ["GPU 0 of majin: 2.7 of 7 GB taken by shared work; it needs 5.5"]
-        );
-        // A snapshot is the moment it was taken.
-        let mid = n.worker("mid").unwrap().spec.resources.clone();
-        assert_eq!(
-            snap.reasons(&mid),
-            ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
-        );
-        assert_eq!(n.snapshot().reasons(&mid), n.reasons("mid"));
-        let c = n.stop("listen", 1).unwrap();
-        assert_eq!(
-            c.updated,
-            vec!["mid".to_string()],
-            "mid fits once listen ends"
-        );
-        assert!(
-            n.reasons("mid").is_empty(),
-            "a running worker has no reasons"
-        );
-        assert!(n.audit().is_empty(), "{:?}", n.audit());
-    }
-
-    #[test]
-    fn a_new_reading_reexamines_only_the_gpus_that_changed() {
-        let mut toml = String::from("machine = \"m\"\ncpu_cores = 64\nmemory_gb = 512\n");
-        for _ in 0..4 {
-            toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\noutside_gb = 4\n");
-        }
-        let mut n =
-            Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
-        for i in 0..100 {
-            n.submit(&shared(&format!("p{i}"), "6"), 1, None).unwrap();
-        }
-        assert_eq!(n.pending_count(), 100);
-        // GPU 2's outside use drops to 1 GB: only GPU 2 is looked at, the
-        // oldest fits there, and the 1 GB left holds nobody's 6: the pass ends.
-        let mut m = sim::parse(&toml).unwrap();
-        m.gpus[2].outside = crate::quantity::Amount::from_hundredths(100);
-        let start = n.evals.0;
-        let c = n.set_machine(m).unwrap();
-        assert_eq!(c.placed, vec!["p0".to_string()]);
-        assert_eq!(n.evals.0 - start, 1 + 4);
-        assert_eq!(n.worker("p0").unwrap().grants()[0].gpu_index, 2);
-        assert!(n.audit().is_empty(), "{:?}", n.audit());
     }
 }

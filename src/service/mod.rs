@@ -133,7 +133,7 @@ impl Service {
             slicing::Slicing::new(
                 hypervisor::Hypervisor::new(vms, lp.tx.clone()),
                 &settings,
-                node.templates().unwrap_or_default(),
+                node.store().templates().unwrap_or_default(),
             )
         });
         let published = Published::register(&conn, &node, &lp, &settings.slice_rules.tz)

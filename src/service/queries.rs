@@ -153,7 +153,8 @@ impl Service {
         let (from, to) = checked_window(window)?;
         let rows = self
             .node
-            .slice_records(from.as_millisecond(), to.as_millisecond())?;
+            .store()
+            .slices(from.as_millisecond(), to.as_millisecond())?;
         let n = |v: Option<f64>| v.unwrap_or(-1.0);
         Ok(rows
             .into_iter()

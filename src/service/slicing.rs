@@ -221,7 +221,7 @@ impl Service {
         let rotation = self.node.rotation();
         let tz = self.slice_rules.tz.clone();
         let now = jiff::Timestamp::now();
-        let last = self.node.last_step().ok().flatten();
+        let last = self.node.store().last_step().ok().flatten();
         // With a schedule, the state it says now; without one, what a person
         // last asked for (a request, or a handoff under way, finishes) or,
         // after a failed slice or on a fresh ledger, what runs.
@@ -234,7 +234,9 @@ impl Service {
         };
         // Requests only say who is next; the handoff resumes from its last step.
         let last = match &last {
-            Some(r) if r.step == Step::Requested => self.node.last_state_step().ok().flatten(),
+            Some(r) if r.step == Step::Requested => {
+                self.node.store().last_state_step().ok().flatten()
+            }
             _ => last,
         };
         let (state, actions) = handoff::converge(
@@ -257,7 +259,7 @@ impl Service {
         for a in actions {
             match a {
                 Action::Record(r) => {
-                    let _ = self.node.record_step(&r);
+                    let _ = self.node.store_mut().record_step(&r);
                 }
                 other => {
                     if let Some(s) = self.slicing.as_mut() {
@@ -293,7 +295,11 @@ impl Service {
                         a.action.as_str()
                     );
                     tracing::warn!(template = %template, "{what}");
-                    if let Err(e) = self.node.record_event("skipped", &what) {
+                    if let Err(e) =
+                        self.node
+                            .store_mut()
+                            .record_event("skipped", &what, crate::store::now_ms())
+                    {
                         tracing::error!("recording a skipped action: {e}");
                     }
                 }
@@ -508,7 +514,8 @@ impl Service {
             .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
         Defined::check_new(&defined.template, &s.others(), Some(&defined.domain))?;
         let name = defined.template.name.clone();
-        self.node.insert_template(&name, spec)?;
+        let now = crate::store::now_ms();
+        self.node.store_mut().insert_template(&name, spec, now)?;
         let s = self.slicing.as_mut().expect("checked above");
         s.hv.watch_events();
         s.templates.insert(name.clone(), defined);
@@ -564,7 +571,7 @@ impl Service {
                 format!("{} is not a directory", source.display()),
             ));
         }
-        let before = self.node.weights(template)?;
+        let before = self.node.store().weights(template)?;
         let s = self.slicing.as_mut().expect("manual() checked");
         if !s.staging.insert(template.to_string()) {
             return Err(Error::Conflict(format!(
@@ -619,7 +626,12 @@ impl Service {
         let (checksum, changed, error) = match result {
             Ok((sum, changed)) => {
                 if changed {
-                    if let Err(e) = self.node.set_weights(&template, &sum, &image) {
+                    if let Err(e) = self.node.store_mut().set_weights(
+                        &template,
+                        &sum,
+                        &image,
+                        crate::store::now_ms(),
+                    ) {
                         tracing::error!("recording the weights of {template}: {e}");
                     }
                 }
@@ -651,7 +663,7 @@ impl Service {
         for a in &actions {
             match a {
                 Action::Record(r) => {
-                    if let Err(e) = self.node.record_step(r) {
+                    if let Err(e) = self.node.store_mut().record_step(r) {
                         tracing::error!("recording handoff step {}: {e}", r.step.as_str());
                     }
                     // Crash tests kill the daemon right after a step is recorded.
@@ -714,7 +726,11 @@ impl Service {
                     ..
                 }) => {
                     tracing::info!(template = %template, "slice of {template} ready after {start_to_ready_ms} ms");
-                    if let Err(e) = self.node.slice_ready(template, *start_to_ready_ms as i64) {
+                    if let Err(e) = self
+                        .node
+                        .store_mut()
+                        .slice_ready_of(template, *start_to_ready_ms as i64)
+                    {
                         tracing::error!("recording the slice of {template} ready: {e}");
                     }
                 }
@@ -758,7 +774,7 @@ impl Service {
         if let Some(ms) = dead_time_ms {
             s.dead_times.insert(template.to_string(), ms);
         }
-        if let Err(e) = self.node.open_slice(
+        if let Err(e) = self.node.store_mut().open_slice_once(
             template,
             &user,
             &board.join(" "),
@@ -783,9 +799,10 @@ impl Service {
             }
             None => Default::default(),
         };
-        if let Err(e) = self
-            .node
-            .close_slice(template, at_ms as i64, &measures, error)
+        if let Err(e) =
+            self.node
+                .store_mut()
+                .close_slice_of(template, at_ms as i64, &measures, error)
         {
             tracing::error!("closing the slice of {template}: {e}");
         }

@@ -1,0 +1,341 @@
+//! The ledger's time-slicing records: templates, schedules, the slices that
+//! ran (with what was measured), handoff steps and staged weights.
+
+use super::{exec, Store};
+use crate::error::{Error, Result};
+use crate::slicing::meter::SliceMeasures;
+use rusqlite::{params, OptionalExtension};
+
+/// One slice as the ledger keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SliceRecord {
+    pub template: String,
+    pub user: String,
+    /// The PCI devices it owned, space-separated.
+    pub baseboard: String,
+    pub start_ms: i64,
+    pub end_ms: Option<i64>,
+    pub dead_time_ms: Option<i64>,
+    pub start_to_ready_ms: Option<i64>,
+    pub measures: SliceMeasures,
+    pub error: Option<String>,
+}
+
+impl Store {
+    /// A slice begins (its start was issued); a restart between start issued
+    /// and started finds it open and keeps it: still the same slice.
+    pub fn open_slice_once(
+        &mut self,
+        template: &str,
+        user: &str,
+        baseboard: &str,
+        at_ms: i64,
+        dead_time_ms: Option<i64>,
+    ) -> Result<()> {
+        if self.open_slice_of(template)?.is_some() {
+            return Ok(());
+        }
+        self.open_slice(template, user, baseboard, at_ms, dead_time_ms)
+            .map(|_| ())
+    }
+
+    /// The template's open slice is ready (its probe passed).
+    pub fn slice_ready_of(&mut self, template: &str, start_to_ready_ms: i64) -> Result<()> {
+        match self.open_slice_of(template)? {
+            Some(id) => self.slice_ready(id, start_to_ready_ms),
+            None => Ok(()),
+        }
+    }
+
+    /// The template's open slice closes with what was measured over it.
+    pub fn close_slice_of(
+        &mut self,
+        template: &str,
+        at_ms: i64,
+        m: &SliceMeasures,
+        error: Option<&str>,
+    ) -> Result<()> {
+        match self.open_slice_of(template)? {
+            Some(id) => self.close_slice(id, at_ms, m, error),
+            None => Ok(()),
+        }
+    }
+
+    /// The last handoff step recorded, if any.
+    pub fn last_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
+        Ok(self.steps(Some(1))?.pop())
+    }
+
+    /// Replaces a template's schedule (an empty list removes it), in one transaction.
+    pub fn set_schedule(
+        &mut self,
+        template: &str,
+        actions: Option<&str>,
+        at_ms: i64,
+    ) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        match actions {
+            Some(json) => exec(
+&tx,
+                "INSERT INTO schedules (template, actions, set_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(template) DO UPDATE SET actions = excluded.actions, set_ms = excluded.set_ms",
+                params![template, json, at_ms],
+            )?,
+            None => exec(&tx, "DELETE FROM schedules WHERE template = ?1", params![template])?,
+        };
+        exec(
+            &tx,
+            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'schedule', ?2)",
+            params![at_ms, template],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every template's JSON, by name.
+    pub fn templates(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name, spec FROM templates ORDER BY name")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Adds a template (a name is taken once).
+    pub fn insert_template(&mut self, name: &str, spec: &str, at_ms: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        exec(
+            &tx,
+            "INSERT INTO templates (name, spec, created_ms) VALUES (?1, ?2, ?3)",
+            params![name, spec, at_ms],
+        )
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Error::Exists(format!("a template named {name} already exists"))
+            }
+            e => e.into(),
+        })?;
+        exec(
+            &tx,
+            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'template', ?2)",
+            params![at_ms, name],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes a template and its schedule, in one transaction.
+    pub fn remove_template(&mut self, name: &str, at_ms: i64) -> Result<bool> {
+        let tx = self.conn.transaction()?;
+        let n = exec(&tx, "DELETE FROM templates WHERE name = ?1", params![name])?;
+        exec(
+            &tx,
+            "DELETE FROM schedules WHERE template = ?1",
+            params![name],
+        )?;
+        exec(
+&tx,
+            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'template-removed', ?2)",
+            params![at_ms, name],
+        )?;
+        tx.commit()?;
+        Ok(n == 1)
+    }
+
+    /// A slice begins (its VM's start was issued); returns its id.
+    pub fn open_slice(
+        &mut self,
+        template: &str,
+        user: &str,
+        baseboard: &str,
+        start_ms: i64,
+        dead_time_ms: Option<i64>,
+    ) -> Result<i64> {
+        exec(
+            &self.conn,
+            "INSERT INTO slices (template, user, baseboard, start_ms, dead_time_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![template, user, baseboard, start_ms, dead_time_ms],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The open slice of a template, if any (the latest).
+    pub fn open_slice_of(&self, template: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id FROM slices WHERE template = ?1 AND end_ms IS NULL ORDER BY id DESC LIMIT 1",
+                params![template],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn slice_ready(&mut self, id: i64, start_to_ready_ms: i64) -> Result<()> {
+        exec(
+            &self.conn,
+            "UPDATE slices SET start_to_ready_ms = ?2 WHERE id = ?1",
+            params![id, start_to_ready_ms],
+        )?;
+        Ok(())
+    }
+
+    /// A slice ends with what was measured over it.
+    pub fn close_slice(
+        &mut self,
+        id: i64,
+        end_ms: i64,
+        m: &SliceMeasures,
+        error: Option<&str>,
+    ) -> Result<()> {
+        exec(
+            &self.conn,
+            "UPDATE slices SET end_ms = ?2, cpu_avg_pct = ?3, cpu_peak_pct = ?4, gpu_avg_pct = ?5,
+             gpu_peak_pct = ?6, gpu_memory_peak_bytes = ?7, energy_j = ?8, error = ?9
+             WHERE id = ?1 AND end_ms IS NULL",
+            params![
+                id,
+                end_ms,
+                m.cpu_avg_pct,
+                m.cpu_peak_pct,
+                m.gpu_avg_pct,
+                m.gpu_peak_pct,
+                m.gpu_memory_peak_bytes.map(|b| b as i64),
+                m.energy_j,
+                error
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Slices overlapping [from_ms, to_ms), oldest first.
+    pub fn slices(&self, from_ms: i64, to_ms: i64) -> Result<Vec<SliceRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT template, user, baseboard, start_ms, end_ms, dead_time_ms, start_to_ready_ms,
+                    cpu_avg_pct, cpu_peak_pct, gpu_avg_pct, gpu_peak_pct, gpu_memory_peak_bytes,
+                    energy_j, error
+             FROM slices WHERE start_ms < ?2 AND (end_ms IS NULL OR end_ms > ?1) ORDER BY start_ms, id",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok(SliceRecord {
+                template: r.get(0)?,
+                user: r.get(1)?,
+                baseboard: r.get(2)?,
+                start_ms: r.get(3)?,
+                end_ms: r.get(4)?,
+                dead_time_ms: r.get(5)?,
+                start_to_ready_ms: r.get(6)?,
+                measures: SliceMeasures {
+                    cpu_avg_pct: r.get(7)?,
+                    cpu_peak_pct: r.get(8)?,
+                    gpu_avg_pct: r.get(9)?,
+                    gpu_peak_pct: r.get(10)?,
+                    gpu_memory_peak_bytes: r.get::<_, Option<i64>>(11)?.map(|b| b as u64),
+                    energy_j: r.get(12)?,
+                },
+                error: r.get(13)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The checksum staged on a template's weights disk, if any.
+    pub fn weights(&self, template: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT checksum FROM weights WHERE template = ?1",
+                params![template],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn set_weights(
+        &mut self,
+        template: &str,
+        checksum: &str,
+        image: &str,
+        at_ms: i64,
+    ) -> Result<()> {
+        exec(
+            &self.conn,
+            "INSERT INTO weights (template, checksum, image, staged_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(template) DO UPDATE SET checksum = excluded.checksum,
+             image = excluded.image, staged_ms = excluded.staged_ms",
+            params![template, checksum, image, at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// Records one handoff step.
+    pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
+        exec(
+            &self.conn,
+            "INSERT INTO handoff_steps (at_ms, step, from_template, to_template, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![r.at_ms as i64, r.step.as_str(), r.from, r.to, r.detail],
+        )?;
+        Ok(())
+    }
+
+    /// Handoff steps, oldest first (all of them when `limit` is None).
+    pub fn steps(&self, limit: Option<usize>) -> Result<Vec<crate::slicing::handoff::Record>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT step, from_template, to_template, at_ms, detail FROM
+             (SELECT * FROM handoff_steps ORDER BY id DESC LIMIT ?1) ORDER BY id",
+        )?;
+        let limit = limit.map_or(-1, |l| l as i64);
+        let steps = read_steps(stmt.query(params![limit])?);
+        steps
+    }
+
+    /// The last handoff step that says where the handoff stands (requests
+    /// only change who is next): what a restart resumes from.
+    pub fn last_state_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT step, from_template, to_template, at_ms, detail FROM handoff_steps
+             WHERE step != 'requested' ORDER BY id DESC LIMIT 1",
+        )?;
+        let steps = read_steps(stmt.query([])?)?;
+        Ok(steps.into_iter().next_back())
+    }
+
+    /// Every template's schedule: (template, normalized actions JSON).
+    pub fn schedules(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT template, actions FROM schedules ORDER BY template")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+fn read_steps(rows: rusqlite::Rows<'_>) -> Result<Vec<crate::slicing::handoff::Record>> {
+    let rows = rows.mapped(|r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, Option<String>>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, Option<String>>(4)?,
+        ))
+    });
+    let mut out = Vec::new();
+    for row in rows {
+        let (step, from, to, at, detail) = row?;
+        let step = crate::slicing::handoff::Step::parse(&step)
+            .ok_or_else(|| Error::Backend(format!("ledger: unknown handoff step {step}")))?;
+        out.push(crate::slicing::handoff::Record {
+            step,
+            from,
+            to,
+            at_ms: at as u64,
+            detail,
+        });
+    }
+    Ok(out)
+}

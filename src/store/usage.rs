@@ -1,0 +1,245 @@
+//! The ledger's usage records: the daemon's runs (its up-time), measured
+//! intervals per GPU, and the inputs of the usage report.
+
+use super::{exec, Store};
+use crate::error::Result;
+use rusqlite::{params, OptionalExtension};
+
+/// One worker's hold on one GPU, as the usage report needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldRow {
+    pub worker: String,
+    pub owner_uid: u32,
+    /// It has a `run` (its workload keeps running while the daemon is down).
+    pub launched: bool,
+    pub gpu_uuid: String,
+    pub gpu_index: u32,
+    pub share_hundredths: Option<u64>,
+    pub from_ms: i64,
+    pub to_ms: Option<i64>,
+}
+
+/// The ledger's facts for one usage report.
+#[derive(Clone, Debug, Default)]
+pub struct UsageInputs {
+    pub holds: Vec<HoldRow>,
+    pub measured: Vec<crate::report::Measured>,
+    pub up: Vec<crate::report::Up>,
+    /// Each GPU's size as last measured, by UUID (for GPUs no longer present).
+    pub totals: std::collections::HashMap<String, u64>,
+}
+
+impl Store {
+    /// What the usage report of [from_ms, to_ms) is computed from.
+    pub fn usage_inputs(&self, from_ms: i64, to_ms: i64) -> Result<UsageInputs> {
+        let mut out = UsageInputs::default();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_index, h.share_hundredths,
+                    h.from_ms, h.to_ms
+             FROM holds h JOIN workers w ON w.id = h.worker_id
+             WHERE h.from_ms < ?2 AND (h.to_ms IS NULL OR h.to_ms > ?1)
+             ORDER BY h.from_ms, w.id",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok(HoldRow {
+                worker: r.get(0)?,
+                owner_uid: r.get(1)?,
+                launched: r.get::<_, String>(2)?.contains("\"run\""),
+                gpu_uuid: r.get(3)?,
+                gpu_index: r.get(4)?,
+                share_hundredths: r.get::<_, Option<i64>>(5)?.map(|h| h as u64),
+                from_ms: r.get(6)?,
+                to_ms: r.get(7)?,
+            })
+        })?;
+        out.holds = rows.collect::<rusqlite::Result<_>>()?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct, outside_bytes, total_bytes
+             FROM gpu_intervals WHERE from_ms < ?2 AND to_ms > ?1 ORDER BY from_ms",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok((
+                crate::report::Measured {
+                    gpu_uuid: r.get(0)?,
+                    from_ms: r.get(1)?,
+                    to_ms: r.get(2)?,
+                    energy_mj: r.get::<_, i64>(3)? as u64,
+                    utilization_pct: r.get(4)?,
+                    outside_bytes: r.get::<_, i64>(5)? as u64,
+                },
+                r.get::<_, i64>(6)? as u64,
+            ))
+        })?;
+        for row in rows {
+            let (m, total) = row?;
+            if total > 0 {
+                out.totals.insert(m.gpu_uuid.clone(), total);
+            }
+            out.measured.push(m);
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT started_ms, alive_ms FROM daemon_runs
+             WHERE started_ms < ?2 AND alive_ms > ?1 ORDER BY started_ms",
+        )?;
+        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+            Ok(crate::report::Up {
+                from_ms: r.get(0)?,
+                to_ms: r.get(1)?,
+            })
+        })?;
+        out.up = rows.collect::<rusqlite::Result<_>>()?;
+        Ok(out)
+    }
+
+    /// A daemon run begins (its id is its start time).
+    pub fn begin_run(&mut self, at_ms: i64) -> Result<i64> {
+        exec(
+            &self.conn,
+            "INSERT OR REPLACE INTO daemon_runs (started_ms, alive_ms) VALUES (?1, ?1)",
+            params![at_ms],
+        )?;
+        Ok(at_ms)
+    }
+
+    /// The run was alive at `at_ms` (a usage interval closed, or a clean stop).
+    pub fn alive(&mut self, run: i64, at_ms: i64) -> Result<()> {
+        exec(
+            &self.conn,
+            "UPDATE daemon_runs SET alive_ms = max(alive_ms, ?2) WHERE started_ms = ?1",
+            params![run, at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// The last sign of life of the run before `current`.
+    pub fn previous_run_end(&self, current: Option<i64>) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT alive_ms FROM daemon_runs WHERE started_ms < ?1 ORDER BY started_ms DESC LIMIT 1",
+                params![current.unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Closed sampling intervals and the run's sign of life, in one transaction.
+    pub fn insert_intervals(
+        &mut self,
+        rows: &[crate::usage::Interval],
+        run: Option<i64>,
+        at_ms: i64,
+    ) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        for r in rows {
+            exec(
+&tx,
+                "INSERT OR REPLACE INTO gpu_intervals
+                 (gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct, samples, outside_bytes, total_bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    r.gpu_uuid,
+                    r.from_ms,
+                    r.to_ms,
+                    r.energy_mj as i64,
+                    r.utilization_pct,
+                    r.samples,
+                    r.outside_bytes as i64,
+                    r.total_bytes as i64
+                ],
+            )?;
+        }
+        if let Some(run) = run {
+            exec(
+                &tx,
+                "UPDATE daemon_runs SET alive_ms = max(alive_ms, ?2) WHERE started_ms = ?1",
+                params![run, at_ms],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The usage report of [from_ms, to_ms), computed from the ledger (so a
+    /// restart loses nothing). `current`: this run and now (it counts as up
+    /// until now); `gpus`: the GPUs the machine has now.
+    pub fn usage_report(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        by: crate::report::GroupBy,
+        current: Option<(i64, i64)>,
+        mut gpus: Vec<crate::report::GpuFacts>,
+        owner_name: impl Fn(u32) -> String,
+    ) -> Result<Vec<crate::report::Row>> {
+        use crate::report::{GpuFacts, Holding, Ledger, Up};
+        let mut inputs = self.usage_inputs(from_ms, to_ms)?;
+        if let Some((run, now_ms)) = current {
+            inputs.up.retain(|u| u.from_ms != run);
+            inputs.up.push(Up {
+                from_ms: run,
+                to_ms: now_ms,
+            });
+        }
+        // GPUs held in the window but gone now: sized as last measured.
+        for h in &inputs.holds {
+            if !gpus.iter().any(|g| g.uuid == h.gpu_uuid) {
+                if let Some(&total) = inputs.totals.get(&h.gpu_uuid) {
+                    gpus.push(GpuFacts {
+                        uuid: h.gpu_uuid.clone(),
+                        index: h.gpu_index,
+                        total_bytes: total,
+                    });
+                }
+            }
+        }
+        let holds: Vec<Holding> = inputs
+            .holds
+            .iter()
+            .map(|h| Holding {
+                worker: h.worker.clone(),
+                owner: owner_name(h.owner_uid),
+                gpu_uuid: h.gpu_uuid.clone(),
+                share_bytes: h
+                    .share_hundredths
+                    .map(|s| crate::quantity::Amount::from_hundredths(s).bytes()),
+                from_ms: h.from_ms,
+                to_ms: h.to_ms,
+                runs_while_down: h.launched,
+            })
+            .collect();
+        // A time slice counts its whole baseboard: its devices, by PCI address.
+        let mut slices = Vec::new();
+        for s in self.slices(from_ms, to_ms)? {
+            let devices: Vec<String> = s
+                .baseboard
+                .split_whitespace()
+                .map(|d| format!("pci:{d}"))
+                .collect();
+            for d in &devices {
+                if !gpus.iter().any(|g| &g.uuid == d) {
+                    gpus.push(GpuFacts {
+                        uuid: d.clone(),
+                        index: 1000 + gpus.len() as u32,
+                        total_bytes: 1,
+                    });
+                }
+            }
+            slices.push(crate::report::SliceHold {
+                template: s.template,
+                user: s.user,
+                gpu_uuids: devices,
+                from_ms: s.start_ms,
+                to_ms: s.end_ms,
+            });
+        }
+        let ledger = Ledger {
+            gpus: &gpus,
+            holds: &holds,
+            slices: &slices,
+            measured: &inputs.measured,
+            up: &inputs.up,
+        };
+        Ok(crate::report::report(from_ms, to_ms, &ledger, by)?)
+    }
+}

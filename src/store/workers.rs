@@ -1,0 +1,325 @@
+//! The ledger's workers: their rows, their allocations and holds, and the
+//! events of their lives. Each mutation is one transaction.
+
+use super::{exec, Store};
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::placement::Grant;
+use crate::quantity::Amount;
+use rusqlite::{params, OptionalExtension, Transaction};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerState {
+    Pending,
+    Running,
+    Stopped,
+}
+
+impl WorkerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Pending => "pending",
+            WorkerState::Running => "running",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+    fn parse(s: &str) -> Result<WorkerState> {
+        match s {
+            "pending" => Ok(WorkerState::Pending),
+            "running" => Ok(WorkerState::Running),
+            "stopped" => Ok(WorkerState::Stopped),
+            other => Err(Error::Backend(format!(
+                "ledger: unknown worker state {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A live worker as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerRow {
+    pub id: i64,
+    pub name: String,
+    pub spec: String,
+    pub owner_uid: u32,
+    pub holders: Vec<u32>,
+    pub state: WorkerState,
+    pub submitted_ms: i64,
+    pub grants: Vec<Grant>,
+    /// The runtime's id of its workload, once launched.
+    pub runtime_id: Option<String>,
+    /// Its workload's control group, once known.
+    pub cgroup: Option<String>,
+}
+
+fn event(tx: &Transaction, at_ms: i64, worker: i64, kind: &str, detail: &str) -> Result<()> {
+    exec(
+        tx,
+        "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, ?2, ?3, ?4)",
+        params![at_ms, worker, kind, detail],
+    )?;
+    Ok(())
+}
+
+fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at_ms: i64) -> Result<()> {
+    for g in grants {
+        exec(
+            tx,
+            "INSERT INTO allocations (worker_id, gpu_uuid, gpu_index, share_hundredths)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![
+                id,
+                g.gpu_uuid,
+                g.gpu_index,
+                g.share.map(|s| s.hundredths() as i64)
+            ],
+        )?;
+        exec(tx,
+            "INSERT OR REPLACE INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                id,
+                g.gpu_uuid,
+                g.gpu_index,
+                g.share.map(|s| s.hundredths() as i64),
+                at_ms
+            ],
+        )?;
+        failpoint::hit("store.grant.after-row");
+    }
+    let detail = serde_json::to_string(
+        &grants
+            .iter()
+            .map(|g| (g.gpu_uuid.as_str(), g.share.map(|s| s.to_string())))
+            .collect::<Vec<_>>(),
+    )
+    .expect("grants serialize");
+    event(tx, at_ms, id, "placed", &detail)
+}
+
+impl Store {
+    /// Records a new worker, placed (`grants` is `Some`) or pending, in one transaction.
+    pub fn insert_worker(
+        &mut self,
+        name: &str,
+        spec: &str,
+        owner_uid: u32,
+        holders: &[u32],
+        grants: Option<&[Grant]>,
+        at_ms: i64,
+    ) -> Result<i64> {
+        let tx = self.conn.transaction()?;
+        let state = if grants.is_some() {
+            WorkerState::Running
+        } else {
+            WorkerState::Pending
+        };
+        exec(
+            &tx,
+            "INSERT INTO workers (name, spec, owner_uid, holders, state, submitted_ms, started_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                name,
+                spec,
+                owner_uid,
+                serde_json::to_string(holders).expect("pids serialize"),
+                state.as_str(),
+                at_ms,
+                grants.map(|_| at_ms),
+            ],
+        )
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Error::Exists(format!("a live worker named {name} already exists"))
+            }
+            e => e.into(),
+        })?;
+        let id = tx.last_insert_rowid();
+        failpoint::hit("store.insert.after-worker");
+        event(&tx, at_ms, id, "submitted", "")?;
+        if let Some(grants) = grants {
+            insert_grants(&tx, id, grants, at_ms)?;
+        }
+        failpoint::hit("store.insert.before-commit");
+        tx.commit()?;
+        failpoint::hit("store.insert.after-commit");
+        Ok(id)
+    }
+
+    /// A pending worker is placed.
+    pub fn start_worker(&mut self, id: i64, grants: &[Grant], at_ms: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let n = exec(
+&tx,
+            "UPDATE workers SET state = 'running', started_ms = ?2 WHERE id = ?1 AND state = 'pending'",
+            params![id, at_ms],
+        )?;
+        if n != 1 {
+            return Err(Error::Backend(format!(
+                "ledger: worker {id} is not pending"
+            )));
+        }
+        failpoint::hit("store.start.after-state");
+        insert_grants(&tx, id, grants, at_ms)?;
+        failpoint::hit("store.start.before-commit");
+        tx.commit()?;
+        failpoint::hit("store.start.after-commit");
+        Ok(())
+    }
+
+    /// A worker ends: its allocations are released in the same transaction.
+    pub fn stop_worker(&mut self, id: i64, at_ms: i64) -> Result<()> {
+        self.end_worker(id, at_ms, None, "stopped")
+    }
+
+    /// A worker ends — stopped, exited or failed — and its allocations are
+    /// released, in one transaction.
+    pub fn end_worker(
+        &mut self,
+        id: i64,
+        at_ms: i64,
+        exit_status: Option<i32>,
+        reason: &str,
+    ) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let n = exec(
+            &tx,
+            "UPDATE workers SET state = 'stopped', ended_ms = ?2, exit_status = ?3, end_reason = ?4
+             WHERE id = ?1 AND state != 'stopped'",
+            params![id, at_ms, exit_status, reason],
+        )?;
+        if n != 1 {
+            return Err(Error::Backend(format!("ledger: worker {id} is not live")));
+        }
+        failpoint::hit("store.stop.after-state");
+        exec(
+            &tx,
+            "DELETE FROM allocations WHERE worker_id = ?1",
+            params![id],
+        )?;
+        exec(
+            &tx,
+            "UPDATE holds SET to_ms = ?2 WHERE worker_id = ?1 AND to_ms IS NULL",
+            params![id, at_ms],
+        )?;
+        event(&tx, at_ms, id, "stopped", reason)?;
+        failpoint::hit("store.stop.before-commit");
+        tx.commit()?;
+        failpoint::hit("store.stop.after-commit");
+        Ok(())
+    }
+
+    /// Records the runtime's id of a launched worker.
+    pub fn set_runtime_id(&mut self, id: i64, runtime_id: &str, at_ms: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        exec(
+            &tx,
+            "UPDATE workers SET runtime_id = ?2 WHERE id = ?1 AND state = 'running'",
+            params![id, runtime_id],
+        )?;
+        event(&tx, at_ms, id, "launched", runtime_id)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records a launched worker's control group.
+    pub fn set_cgroup(&mut self, id: i64, cgroup: &str) -> Result<()> {
+        exec(
+            &self.conn,
+            "UPDATE workers SET cgroup = ?2 WHERE id = ?1 AND state = 'running'",
+            params![id, cgroup],
+        )?;
+        Ok(())
+    }
+
+    /// Every live worker with its allocations, oldest first.
+    pub fn live_workers(&self) -> Result<Vec<WorkerRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup FROM workers
+             WHERE state != 'stopped' ORDER BY id",
+        )?;
+        let mut rows: Vec<WorkerRow> = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u32>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                    r.get::<_, Option<String>>(7)?,
+                    r.get::<_, Option<String>>(8)?,
+                ))
+            })?
+            .map(|row| {
+                let (id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup) =
+                    row?;
+                Ok(WorkerRow {
+                    id,
+                    name,
+                    spec,
+                    owner_uid,
+                    holders: serde_json::from_str(&holders).map_err(|e| {
+                        Error::Backend(format!("ledger: holders of worker {id}: {e}"))
+                    })?,
+                    state: WorkerState::parse(&state)?,
+                    submitted_ms,
+                    grants: Vec::new(),
+                    runtime_id,
+                    cgroup,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut by_id: std::collections::HashMap<i64, usize> =
+            rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT a.worker_id, a.gpu_uuid, a.gpu_index, a.share_hundredths FROM allocations a
+             JOIN workers w ON w.id = a.worker_id WHERE w.state != 'stopped'
+             ORDER BY a.worker_id, a.gpu_index",
+        )?;
+        let allocs = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                Grant {
+                    gpu_uuid: r.get(1)?,
+                    gpu_index: r.get(2)?,
+                    share: r
+                        .get::<_, Option<i64>>(3)?
+                        .map(|h| Amount::from_hundredths(h as u64)),
+                },
+            ))
+        })?;
+        for a in allocs {
+            let (worker_id, grant) = a?;
+            if let Some(i) = by_id.get_mut(&worker_id) {
+                rows[*i].grants.push(grant);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Allocations whose worker is not running: must always be empty.
+    pub fn orphan_allocations(&self) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM allocations a LEFT JOIN workers w ON w.id = a.worker_id
+             WHERE w.id IS NULL OR w.state != 'running'",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The id of the live worker with this name, if any.
+    pub fn live_id(&self, name: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id FROM workers WHERE name = ?1 AND state != 'stopped'",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+}

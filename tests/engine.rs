@@ -1,0 +1,213 @@
+//! The node engine driven directly (no bus, no loop): the seed's example,
+//! restarts, re-examination and reasons, against an in-memory ledger.
+
+use astraeusd::inventory::sim;
+use astraeusd::node::*;
+use astraeusd::placement;
+use astraeusd::store::Store;
+
+fn node() -> Node {
+    Node::open(
+        Store::open_in_memory().unwrap(),
+        sim::parse(sim::MAJIN).unwrap(),
+    )
+    .unwrap()
+}
+
+fn shared(name: &str, gb: &str) -> String {
+    format!(
+        r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#
+    )
+}
+
+#[test]
+fn the_seeds_example_end_to_end() {
+    let mut n = node();
+    n.submit(&shared("listen", "2.2"), 1000, None).unwrap();
+    n.submit(&shared("voice", "4.2"), 1000, None).unwrap();
+    n.submit(&shared("small", "1.5"), 1000, None).unwrap();
+    n.submit(&shared("big", "7.5"), 1000, None).unwrap();
+    assert_eq!(
+        n.reasons("small"),
+        ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"]
+    );
+    assert_eq!(
+        n.reasons("big"),
+        ["GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5"]
+    );
+    let uuid = n.machine().gpus[0].uuid.clone();
+    assert_eq!(
+        placement::sharers_line(n.book().usage(&uuid)),
+        "shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken"
+    );
+    assert_eq!(
+        placement::gpus_column(n.worker("listen").unwrap().grants()),
+        "1 · shared 2.2 GB"
+    );
+    // voice stops: small fits now and starts; big still waits.
+    let c = n.stop("voice", 1000).unwrap();
+    assert_eq!(c.updated, vec!["small".to_string()]);
+    assert!(matches!(
+        n.worker("small").unwrap().status,
+        Status::Running { .. }
+    ));
+    assert_eq!(n.pending_count(), 1);
+    assert!(n.audit().is_empty());
+}
+
+#[test]
+fn names_owners_and_errors() {
+    let mut n = node();
+    n.submit(&shared("a", "1"), 1000, Some(42)).unwrap();
+    assert_eq!(n.worker("a").unwrap().holders, vec![42]);
+    let e = n.submit(&shared("a", "1"), 1000, None).unwrap_err();
+    assert_eq!(e.kind(), "Exists");
+    assert!(e.message().starts_with("name: "));
+    assert_eq!(n.stop("a", 1001).unwrap_err().kind(), "AccessDenied");
+    assert_eq!(n.stop("nope", 0).unwrap_err().kind(), "NotFound");
+    n.stop("a", 0).unwrap();
+    // The name is free again once its worker stopped.
+    n.submit(&shared("a", "1"), 1000, None).unwrap();
+}
+
+#[test]
+fn restart_changes_no_placement() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let mut n = Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
+    n.submit(&shared("listen", "2.2"), 1, None).unwrap();
+    n.submit(&shared("big", "7.5"), 1, None).unwrap();
+    let before: Vec<(String, Status)> = n
+        .workers()
+        .map(|w| (w.name().to_string(), w.status.clone()))
+        .collect();
+    drop(n);
+    let n = Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
+    let after: Vec<(String, Status)> = n
+        .workers()
+        .map(|w| (w.name().to_string(), w.status.clone()))
+        .collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn outside_use_shrinking_places_pending_work() {
+    let mut n = node();
+    n.submit(&shared("big", "7.5"), 1, None).unwrap();
+    assert_eq!(n.pending_count(), 1);
+    let m = sim::parse(&sim::MAJIN.replace("outside_gb = 1", "outside_gb = 0")).unwrap();
+    let c = n.set_machine(m).unwrap();
+    assert_eq!(c.updated, vec!["big".to_string()]);
+    assert_eq!(n.pending_count(), 0);
+}
+
+#[test]
+fn why_not_changes_nothing() {
+    let mut n = node();
+    let v = n.why_not(&shared("x", "7.5")).unwrap();
+    assert!(v.is_err());
+    let v = n.why_not(&shared("x", "2")).unwrap();
+    assert_eq!(v.unwrap().len(), 1);
+    assert_eq!(n.workers().count(), 0);
+    assert_eq!(n.store().event_count().unwrap(), 0);
+}
+
+#[test]
+fn reexamination_is_linear_in_pending_workers() {
+    // Eight 8 GB GPUs, each filled by one 7 GB sharer; then thousands of
+    // 2 GB workers wait. Each submit must cost one evaluation pass of its
+    // own, and a stop one pass over the queue — not a pass per pending
+    // worker per event.
+    let mut toml = String::from("machine = \"big\"\ncpu_cores = 64\nmemory_gb = 512\n");
+    for _ in 0..8 {
+        toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\n");
+    }
+    let gpus = 8u64;
+    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
+    for i in 0..8 {
+        n.submit(&shared(&format!("fill{i}"), "7"), 1, None)
+            .unwrap();
+    }
+    let pending = 3000u64;
+    let start = n.evals.0;
+    for i in 0..pending {
+        n.submit(&shared(&format!("p{i}"), "2"), 1, None).unwrap();
+    }
+    assert_eq!(
+        n.evals.0 - start,
+        pending * gpus,
+        "each submit evaluates only itself"
+    );
+    let start = n.evals.0;
+    n.stop("fill0", 1).unwrap();
+    // One pass, oldest first, against the one GPU given back: the four
+    // that fit are checked and placed (8 GPUs each); then the GPU cannot
+    // hold even the smallest share waiting (2 GB in the 0 left), and the
+    // pass ends without looking at the other 2,996.
+    assert_eq!(n.evals.0 - start, 4 + 4 * gpus);
+    assert_eq!(
+        n.pending_count() as u64,
+        pending - 4,
+        "four 2 GB workers fit in 8 GB"
+    );
+    assert!(n.audit().is_empty(), "{:?}", n.audit());
+}
+
+#[test]
+fn reasons_are_computed_when_asked_and_current_after_each_change() {
+    let mut n = node();
+    n.submit(&shared("listen", "2.2"), 1, None).unwrap();
+    n.submit(&shared("big", "7.5"), 1, None).unwrap();
+    n.submit(&shared("mid", "5.5"), 1, None).unwrap();
+    assert_eq!(
+        n.reasons("mid"),
+        ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
+    );
+    let snap = n.snapshot();
+    n.submit(&shared("tiny", "0.5"), 1, None).unwrap();
+    assert_eq!(
+        n.reasons("mid"),
+        ["GPU 0 of majin: 2.7 of 7 GB taken by shared work; it needs 5.5"]
+    );
+    // A snapshot is the moment it was taken.
+    let mid = n.worker("mid").unwrap().spec.resources.clone();
+    assert_eq!(
+        snap.reasons(&mid),
+        ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
+    );
+    assert_eq!(n.snapshot().reasons(&mid), n.reasons("mid"));
+    let c = n.stop("listen", 1).unwrap();
+    assert_eq!(
+        c.updated,
+        vec!["mid".to_string()],
+        "mid fits once listen ends"
+    );
+    assert!(
+        n.reasons("mid").is_empty(),
+        "a running worker has no reasons"
+    );
+    assert!(n.audit().is_empty(), "{:?}", n.audit());
+}
+
+#[test]
+fn a_new_reading_reexamines_only_the_gpus_that_changed() {
+    let mut toml = String::from("machine = \"m\"\ncpu_cores = 64\nmemory_gb = 512\n");
+    for _ in 0..4 {
+        toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\noutside_gb = 4\n");
+    }
+    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
+    for i in 0..100 {
+        n.submit(&shared(&format!("p{i}"), "6"), 1, None).unwrap();
+    }
+    assert_eq!(n.pending_count(), 100);
+    // GPU 2's outside use drops to 1 GB: only GPU 2 is looked at, the
+    // oldest fits there, and the 1 GB left holds nobody's 6: the pass ends.
+    let mut m = sim::parse(&toml).unwrap();
+    m.gpus[2].outside = astraeusd::quantity::Amount::from_hundredths(100);
+    let start = n.evals.0;
+    let c = n.set_machine(m).unwrap();
+    assert_eq!(c.placed, vec!["p0".to_string()]);
+    assert_eq!(n.evals.0 - start, 1 + 4);
+    assert_eq!(n.worker("p0").unwrap().grants()[0].gpu_index, 2);
+    assert!(n.audit().is_empty(), "{:?}", n.audit());
+}
