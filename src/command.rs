@@ -12,6 +12,7 @@ use crate::runtime::{Exit, Found, Kind};
 use crate::slicing::handoff::Event;
 use crate::slicing::meter::GpuSample;
 use crate::slicing::template::Defined;
+use crate::time::EpochMs;
 use crate::views::Snapshot;
 use tokio::sync::oneshot;
 
@@ -174,22 +175,22 @@ pub enum Command {
         domain: String,
         event: u32,
         on: bool,
-        at_ms: u64,
+        at: EpochMs,
     },
     /// After a start: which templates' VMs run, to converge the handoff to.
     Running {
         on: Vec<String>,
     },
-    /// The running slice VM's CPU time (ns) and vCPUs, read at `wall_ns`.
+    /// The running slice VM's CPU time (ns) and vCPUs, read at `at`.
     SliceCpu {
         template: String,
-        wall_ns: u64,
+        at: EpochMs,
         cpu: Option<(u64, u32)>,
     },
     /// One GPU's figures, from what the running slice's guest wrote.
     GuestGpu {
         template: String,
         sample: GpuSample,
-        at_ms: u64,
+        at: EpochMs,
     },
 }

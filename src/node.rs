@@ -9,7 +9,8 @@ use crate::placement::{self, Book, Evaluations, Gpu, Grant, Machine, Mode};
 use crate::request::WorkerSpec;
 use crate::rotation;
 use crate::schedule::{self, ScheduledAction};
-use crate::store::{now_ms, Store, WorkerState};
+use crate::store::{Store, WorkerState};
+use crate::time::EpochMs;
 pub use crate::worker::{Phase, State, Status, Worker};
 use std::collections::BTreeMap;
 
@@ -161,7 +162,7 @@ impl Node {
                     spec_text: row.spec,
                     owner_uid: row.owner_uid,
                     holders: row.holders,
-                    submitted_ms: row.submitted_ms,
+                    submitted: EpochMs::from_i64(row.submitted_ms),
                     status,
                     phase: Phase::Held,
                     runtime_id: row.runtime_id,
@@ -247,7 +248,7 @@ impl Node {
         };
         let verdict = placement::fits(&self.machine, &self.book, &spec.resources, &mut self.evals);
         let grants = verdict.as_deref();
-        let at = now_ms();
+        let at = EpochMs::now();
         let id = self
             .store
             .insert_worker(&name, spec_text, owner_uid, &holders, grants, at)?;
@@ -277,7 +278,7 @@ impl Node {
                 spec_text: spec_text.to_string(),
                 owner_uid,
                 holders,
-                submitted_ms: at,
+                submitted: at,
                 status,
                 phase: Phase::Held,
                 runtime_id: None,
@@ -309,7 +310,7 @@ impl Node {
     /// A worker ends (stopped, exited, failed): the ledger records how, its
     /// share frees and pending workers are re-examined.
     pub fn end(&mut self, name: &str, exit_status: Option<i32>, reason: &str) -> Result<Changes> {
-        self.end_at(name, exit_status, reason, now_ms())
+        self.end_at(name, exit_status, reason, EpochMs::now())
     }
 
     /// [`Node::end`] at a time the runtime reported (a container that exited
@@ -319,13 +320,13 @@ impl Node {
         name: &str,
         exit_status: Option<i32>,
         reason: &str,
-        at_ms: i64,
+        at: EpochMs,
     ) -> Result<Changes> {
         let w = self
             .workers
             .get(name)
             .ok_or_else(|| Error::NotFound(format!("no live worker named {name}")))?;
-        self.store.end_worker(w.id, at_ms, exit_status, reason)?;
+        self.store.end_worker(w.id, at, exit_status, reason)?;
         let w = self.workers.remove(name).expect("checked above");
         let mut changes = Changes {
             removed: vec![name.to_string()],
@@ -470,7 +471,7 @@ impl Node {
                 continue;
             }
             if let Some(grants) = placement::fits(&self.machine, &self.book, res, &mut self.evals) {
-                self.store.start_worker(id, &grants, now_ms())?;
+                self.store.start_worker(id, &grants, EpochMs::now())?;
                 self.book.add(name, res, &grants);
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
                 placed.push((id, name.clone(), grants));
@@ -618,8 +619,11 @@ impl Node {
         rotation::validate(&all, rules.now, rules.horizon, &rules.tz, rules.buffer)?;
         let normalized = (!actions.is_empty())
             .then(|| serde_json::to_string(&actions).expect("actions serialize"));
-        self.store
-            .set_schedule(template, normalized.as_deref(), rules.now.as_millisecond())?;
+        self.store.set_schedule(
+            template,
+            normalized.as_deref(),
+            EpochMs::from_timestamp(rules.now),
+        )?;
         if actions.is_empty() {
             self.schedules.remove(template);
         } else {
@@ -634,7 +638,8 @@ impl Node {
             return Err(Error::NotFound(format!("no live worker named {name}")));
         };
         if w.runtime_id.as_deref() != Some(runtime_id) {
-            self.store.set_runtime_id(w.id, runtime_id, now_ms())?;
+            self.store
+                .set_runtime_id(w.id, runtime_id, EpochMs::now())?;
         }
         let w = self.workers.get_mut(name).expect("checked");
         w.runtime_id = Some(runtime_id.to_string());
@@ -679,13 +684,13 @@ impl Node {
     }
 
     /// Closed energy / utilisation intervals go to the ledger for the usage report.
-    pub fn record_usage(&mut self, rows: &[crate::usage::Interval], at_ms: i64) -> Result<()> {
-        self.store.insert_intervals(rows, self.run, at_ms)
+    pub fn record_usage(&mut self, rows: &[crate::usage::Interval], at: EpochMs) -> Result<()> {
+        self.store.insert_intervals(rows, self.run, at)
     }
 
     /// Removes a template and its schedule.
     pub fn remove_template(&mut self, name: &str) -> Result<bool> {
-        let removed = self.store.remove_template(name, now_ms())?;
+        let removed = self.store.remove_template(name, EpochMs::now())?;
         self.schedules.remove(name);
         Ok(removed)
     }
@@ -696,15 +701,15 @@ impl Node {
     }
 
     /// This daemon run begins: from now until its last sign of life it is up.
-    pub fn begin_run(&mut self, at_ms: i64) -> Result<()> {
-        self.run = Some(self.store.begin_run(at_ms)?);
+    pub fn begin_run(&mut self, at: EpochMs) -> Result<()> {
+        self.run = Some(self.store.begin_run(at)?);
         Ok(())
     }
 
     /// A sign of life (a clean stop): the run was up until `at_ms`.
-    pub fn alive(&mut self, at_ms: i64) -> Result<()> {
+    pub fn alive(&mut self, at: EpochMs) -> Result<()> {
         match self.run {
-            Some(run) => self.store.alive(run, at_ms),
+            Some(run) => self.store.alive(run, at),
             None => Ok(()),
         }
     }

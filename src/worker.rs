@@ -59,7 +59,7 @@ pub struct Worker {
     pub spec_text: String,
     pub owner_uid: u32,
     pub holders: Vec<u32>,
-    pub submitted_ms: i64,
+    pub submitted: crate::time::EpochMs,
     pub status: Status,
     /// For workers with a `run`: where its workload is in its life.
     pub phase: Phase,

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use astraeusd::schedule::Action as Scheduled;
 use astraeusd::slicing::handoff::*;
+use astraeusd::time::EpochMs;
 use proptest::prelude::*;
 
 const TEMPLATES: [&str; 3] = ["a", "b", "c"];
@@ -193,7 +194,7 @@ impl World {
                         "record {r:?} before the last one {last:?}"
                     );
                 }
-                prop_assert_eq!(r.at_ms, self.now);
+                prop_assert_eq!(r.at_ms, EpochMs(self.now));
                 self.last_record = Some(r.clone());
             }
             Action::Shutdown { template } => {
@@ -206,17 +207,18 @@ impl World {
                     self.forget_shutdown(template);
                     self.later.push_back(Later::Event(Event::Stopped {
                         template: template.clone(),
-                        at_ms: self.now,
+                        at_ms: EpochMs(self.now),
                     }));
                 }
             }
             Action::CheckRelease => {
                 if self.on.is_empty() && !self.foreign {
-                    self.immediate
-                        .push_back(Event::Released { at_ms: self.now });
+                    self.immediate.push_back(Event::Released {
+                        at_ms: EpochMs(self.now),
+                    });
                 }
             }
-            Action::SetTimer { at_ms } => self.timer = Some(*at_ms),
+            Action::SetTimer { at_ms } => self.timer = Some(at_ms.millis()),
             Action::Create { template } => {
                 prop_assert!(
                     self.on.is_empty(),
@@ -233,7 +235,7 @@ impl World {
                     self.immediate.push_back(Event::StartFailed {
                         template: template.clone(),
                         error: "internal error: process exited while connecting".into(),
-                        at_ms: self.now,
+                        at_ms: EpochMs(self.now),
                     });
                 } else {
                     self.on.insert(template.clone());
@@ -241,7 +243,7 @@ impl World {
                     self.confirmed = false;
                     self.immediate.push_back(Event::Started {
                         template: template.clone(),
-                        at_ms: self.now,
+                        at_ms: EpochMs(self.now),
                     });
                 }
             }
@@ -249,7 +251,7 @@ impl World {
                 if self.probe_passes && self.on.contains(template) {
                     self.immediate.push_back(Event::Ready {
                         template: template.clone(),
-                        at_ms: self.now,
+                        at_ms: EpochMs(self.now),
                     });
                 }
             }
@@ -269,10 +271,12 @@ impl World {
     /// forced when its timeout passes (or on StopTimeout).
     fn check_state(&self) -> Result<(), TestCaseError> {
         if let State::PoweringOff { from, since_ms, .. } = &self.state {
-            let deadline = since_ms + self.s.limits(from).stop_timeout_ms;
+            let deadline = *since_ms + self.s.limits(from).stop_timeout_ms;
             for e in [
                 Event::Timer { at_ms: deadline },
-                Event::StopTimeout { at_ms: self.now },
+                Event::StopTimeout {
+                    at_ms: EpochMs(self.now),
+                },
             ] {
                 let (_, actions) = step(&self.state, &e, &self.s);
                 prop_assert!(
@@ -304,7 +308,13 @@ impl World {
         }
         let vm_on: Vec<String> = self.on.iter().cloned().collect();
         let want = k.want.map(|i| TEMPLATES[i]);
-        let (state, actions) = converge(want, &vm_on, self.last_record.as_ref(), self.now, &self.s);
+        let (state, actions) = converge(
+            want,
+            &vm_on,
+            self.last_record.as_ref(),
+            EpochMs(self.now),
+            &self.s,
+        );
         prop_assert!(
             !actions.iter().any(|a| matches!(a, Action::Create { .. })),
             "converge created directly: {actions:?}"
@@ -325,7 +335,7 @@ impl World {
         let now = self.now;
         let stopped = |template| Event::Stopped {
             template,
-            at_ms: now,
+            at_ms: EpochMs(now),
         };
         let event = match self.later.pop_front() {
             Some(Later::ShutdownDone(t)) => self.on.remove(&t).then(|| stopped(t)),
@@ -337,7 +347,7 @@ impl World {
             Some(Later::Event(Event::Started { template, .. })) => {
                 self.on.contains(&template).then_some(Event::Started {
                     template,
-                    at_ms: now,
+                    at_ms: EpochMs(now),
                 })
             }
             Some(Later::Event(other)) => Some(other),
@@ -357,23 +367,25 @@ impl World {
                 self.now += ms;
                 if self.timer.is_some_and(|t| t <= self.now) {
                     self.timer = None;
-                    self.feed(Event::Timer { at_ms: self.now })?;
+                    self.feed(Event::Timer {
+                        at_ms: EpochMs(self.now),
+                    })?;
                 }
             }
             Op::Due(action, t) => self.feed(Event::Due {
                 action: *action,
                 template: name(*t),
-                at_ms: now,
+                at_ms: EpochMs(now),
             })?,
             Op::Resume(t, as_handoff) => self.feed(Event::ManualResume {
                 template: name(*t),
                 as_handoff: *as_handoff,
-                at_ms: now,
+                at_ms: EpochMs(now),
             })?,
             Op::PowerOff(t, hard) => self.feed(Event::ManualPowerOff {
                 template: name(*t),
                 hard: *hard,
-                at_ms: now,
+                at_ms: EpochMs(now),
             })?,
             Op::Deliver => self.deliver_later()?,
             Op::Crash => {
@@ -381,7 +393,7 @@ impl World {
                     self.forget_shutdown(&t);
                     self.later.push_back(Later::Event(Event::Stopped {
                         template: t,
-                        at_ms: now,
+                        at_ms: EpochMs(now),
                     }));
                 }
             }
@@ -403,14 +415,16 @@ impl World {
             }
             Op::FailStarts(n) => self.fail_starts = *n,
             Op::ProbePasses(p) => self.probe_passes = *p,
-            Op::StopTimeout => self.feed(Event::StopTimeout { at_ms: now })?,
+            Op::StopTimeout => self.feed(Event::StopTimeout {
+                at_ms: EpochMs(now),
+            })?,
             Op::VirshStart(t) => {
                 if self.on.is_empty() && !self.foreign {
                     self.on.insert(name(*t));
                     self.confirmed = false;
                     self.later.push_back(Later::Event(Event::Started {
                         template: name(*t),
-                        at_ms: now,
+                        at_ms: EpochMs(now),
                     }));
                 }
             }
@@ -440,7 +454,9 @@ impl World {
                 self.deliver_later()?;
             } else if let Some(at) = self.timer.take() {
                 self.now = self.now.max(at);
-                self.feed(Event::Timer { at_ms: self.now })?;
+                self.feed(Event::Timer {
+                    at_ms: EpochMs(self.now),
+                })?;
             } else {
                 prop_assert!(false, "stuck in {:?} with nothing to wait for", self.state);
             }
@@ -497,8 +513,8 @@ proptest! {
             }
             for a in &actions {
                 if let Action::Record(r) = a {
-                    prop_assert!(r.at_ms >= last_record);
-                    last_record = r.at_ms;
+                    prop_assert!(r.at_ms >= EpochMs(last_record));
+                    last_record = r.at_ms.millis();
                 }
             }
             state = next;
@@ -518,31 +534,37 @@ fn event() -> impl Strategy<Value = Event> {
         (action, t.clone()).prop_map(|(action, template)| Event::Due {
             action,
             template,
-            at_ms: 0
+            at_ms: EpochMs(0)
         }),
-        t.clone()
-            .prop_map(|template| Event::Stopped { template, at_ms: 0 }),
-        Just(Event::Released { at_ms: 0 }),
-        Just(Event::Timer { at_ms: 0 }),
-        Just(Event::StopTimeout { at_ms: 0 }),
-        t.clone()
-            .prop_map(|template| Event::Started { template, at_ms: 0 }),
+        t.clone().prop_map(|template| Event::Stopped {
+            template,
+            at_ms: EpochMs(0)
+        }),
+        Just(Event::Released { at_ms: EpochMs(0) }),
+        Just(Event::Timer { at_ms: EpochMs(0) }),
+        Just(Event::StopTimeout { at_ms: EpochMs(0) }),
+        t.clone().prop_map(|template| Event::Started {
+            template,
+            at_ms: EpochMs(0)
+        }),
         t.clone().prop_map(|template| Event::StartFailed {
             template,
             error: "boom".into(),
-            at_ms: 0
+            at_ms: EpochMs(0)
         }),
-        t.clone()
-            .prop_map(|template| Event::Ready { template, at_ms: 0 }),
+        t.clone().prop_map(|template| Event::Ready {
+            template,
+            at_ms: EpochMs(0)
+        }),
         (t.clone(), any::<bool>()).prop_map(|(template, as_handoff)| Event::ManualResume {
             template,
             as_handoff,
-            at_ms: 0
+            at_ms: EpochMs(0)
         }),
         (t, any::<bool>()).prop_map(|(template, hard)| Event::ManualPowerOff {
             template,
             hard,
-            at_ms: 0
+            at_ms: EpochMs(0)
         }),
     ]
 }
@@ -554,29 +576,29 @@ fn retime(e: Event, at: u64) -> Event {
         } => Event::Due {
             action,
             template,
-            at_ms: at,
+            at_ms: EpochMs(at),
         },
         Event::Stopped { template, .. } => Event::Stopped {
             template,
-            at_ms: at,
+            at_ms: EpochMs(at),
         },
-        Event::Released { .. } => Event::Released { at_ms: at },
-        Event::StopTimeout { .. } => Event::StopTimeout { at_ms: at },
-        Event::Timer { .. } => Event::Timer { at_ms: at },
+        Event::Released { .. } => Event::Released { at_ms: EpochMs(at) },
+        Event::StopTimeout { .. } => Event::StopTimeout { at_ms: EpochMs(at) },
+        Event::Timer { .. } => Event::Timer { at_ms: EpochMs(at) },
         Event::Started { template, .. } => Event::Started {
             template,
-            at_ms: at,
+            at_ms: EpochMs(at),
         },
         Event::StartFailed {
             template, error, ..
         } => Event::StartFailed {
             template,
             error,
-            at_ms: at,
+            at_ms: EpochMs(at),
         },
         Event::Ready { template, .. } => Event::Ready {
             template,
-            at_ms: at,
+            at_ms: EpochMs(at),
         },
         Event::ManualResume {
             template,
@@ -585,12 +607,12 @@ fn retime(e: Event, at: u64) -> Event {
         } => Event::ManualResume {
             template,
             as_handoff,
-            at_ms: at,
+            at_ms: EpochMs(at),
         },
         Event::ManualPowerOff { template, hard, .. } => Event::ManualPowerOff {
             template,
             hard,
-            at_ms: at,
+            at_ms: EpochMs(at),
         },
     }
 }

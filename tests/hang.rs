@@ -58,7 +58,7 @@ fn a_hung_libvirtd_stalls_no_caller_and_no_watchdog_ping() {
     std::fs::create_dir_all(&state).unwrap();
     let mut store = astraeusd::store::Store::open(&state.join("ledger.db")).unwrap();
     store
-        .insert_template("a", &template_spec("a"), astraeusd::store::now_ms())
+        .insert_template("a", &template_spec("a"), astraeusd::time::EpochMs::now())
         .unwrap();
     drop(store);
 

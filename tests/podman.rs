@@ -305,7 +305,7 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     pm.run(&["stop", "-t", "0", "astraeus-two"]);
-    let stopped_ms = astraeusd::store::now_ms();
+    let stopped_ms = astraeusd::time::EpochMs::now().as_i64();
     std::thread::sleep(std::time::Duration::from_secs(3));
     let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
     // "one" is adopted, not started again; "two" is marked ended and its share freed.

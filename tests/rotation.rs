@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 
 use astraeusd::schedule::Action as Scheduled;
 use astraeusd::slicing::handoff::*;
+use astraeusd::time::EpochMs;
 use proptest::prelude::*;
 use virt::connect::Connect;
 use virt::domain::Domain;
@@ -167,7 +168,7 @@ impl World {
         let last = self.ledger.iter().rev().find(|r| r.step != Step::Requested);
         self.queue.clear();
         self.timer = None;
-        let (state, actions) = converge(want.as_deref(), &on, last, self.now, &self.s);
+        let (state, actions) = converge(want.as_deref(), &on, last, EpochMs(self.now), &self.s);
         self.state = state;
         self.carry_out(&actions)
     }
@@ -197,10 +198,12 @@ impl World {
                 }
                 Action::CheckRelease => {
                     if self.active()?.is_empty() {
-                        self.queue.push_back(Event::Released { at_ms: self.now });
+                        self.queue.push_back(Event::Released {
+                            at_ms: EpochMs(self.now),
+                        });
                     }
                 }
-                Action::SetTimer { at_ms } => self.timer = Some(*at_ms),
+                Action::SetTimer { at_ms } => self.timer = Some(at_ms.millis()),
                 Action::Create { template } => {
                     // The machine's promise: a create only when nothing is on.
                     prop_assert!(
@@ -212,18 +215,18 @@ impl World {
                         self.queue.push_back(Event::StartFailed {
                             template: template.clone(),
                             error: "injected: cannot start".into(),
-                            at_ms: self.now,
+                            at_ms: EpochMs(self.now),
                         });
                     } else {
                         match self.lookup(template).create() {
                             Ok(_) => self.queue.push_back(Event::Started {
                                 template: template.clone(),
-                                at_ms: self.now,
+                                at_ms: EpochMs(self.now),
                             }),
                             Err(e) => self.queue.push_back(Event::StartFailed {
                                 template: template.clone(),
                                 error: e.message().to_string(),
-                                at_ms: self.now,
+                                at_ms: EpochMs(self.now),
                             }),
                         }
                     }
@@ -231,7 +234,7 @@ impl World {
                 }
                 Action::Probe { template } => self.queue.push_back(Event::Ready {
                     template: template.clone(),
-                    at_ms: self.now,
+                    at_ms: EpochMs(self.now),
                 }),
                 Action::Signal(_) | Action::Refuse { .. } => {}
             }
@@ -244,7 +247,7 @@ impl World {
         if !self.lookup(template).is_active().unwrap() {
             self.queue.push_back(Event::Stopped {
                 template: template.to_string(),
-                at_ms: self.now,
+                at_ms: EpochMs(self.now),
             });
         }
         self.active().map(|_| ())
@@ -268,7 +271,9 @@ impl World {
         while let Some(t) = self.timer.filter(|t| *t <= until) {
             self.now = self.now.max(t);
             self.timer = None;
-            self.feed(Event::Timer { at_ms: self.now })?;
+            self.feed(Event::Timer {
+                at_ms: EpochMs(self.now),
+            })?;
             self.drain()?;
         }
         self.now = until;
@@ -292,17 +297,17 @@ impl World {
             Op::Due(action, t) => self.feed(Event::Due {
                 action: *action,
                 template: TEMPLATES[*t].into(),
-                at_ms,
+                at_ms: EpochMs(at_ms),
             })?,
             Op::Resume(t, as_handoff) => self.feed(Event::ManualResume {
                 template: TEMPLATES[*t].into(),
                 as_handoff: *as_handoff,
-                at_ms,
+                at_ms: EpochMs(at_ms),
             })?,
             Op::PowerOff(t, hard) => self.feed(Event::ManualPowerOff {
                 template: TEMPLATES[*t].into(),
                 hard: *hard,
-                at_ms,
+                at_ms: EpochMs(at_ms),
             })?,
         }
         self.drain()

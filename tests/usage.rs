@@ -10,6 +10,7 @@ use astraeusd::placement::{Gpu, Grant, Machine};
 use astraeusd::quantity::{Amount, GB_BYTES};
 use astraeusd::report::{GroupBy, Row, RowKind};
 use astraeusd::store::Store;
+use astraeusd::time::EpochMs;
 use astraeusd::usage::Interval;
 
 const UUID: &str = "GPU-aaaa";
@@ -57,30 +58,50 @@ fn ledger(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("ledger.db");
     let mut s = Store::open(&path).unwrap();
     // Run 1: minutes 0 to 30.
-    let run1 = s.begin_run(0).unwrap();
+    let run1 = s.begin_run(EpochMs(0)).unwrap();
     let container = r#"{"name":"listen","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2}},"run":{"unit":{"exec":["/bin/true"]}}}"#;
     let reservation =
         r#"{"name":"voice","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":4}}}"#;
-    s.insert_worker("listen", container, 1000, &[], Some(&grant(2)), 0)
+    s.insert_worker("listen", container, 1000, &[], Some(&grant(2)), EpochMs(0))
         .unwrap();
     let voice = s
-        .insert_worker("voice", reservation, 0, &[], Some(&grant(4)), 0)
+        .insert_worker("voice", reservation, 0, &[], Some(&grant(4)), EpochMs(0))
         .unwrap();
-    s.insert_intervals(&[interval(0, 10, 600, 1)], Some(run1), 10 * MIN)
-        .unwrap();
-    s.insert_intervals(&[interval(10, 20, 600, 2)], Some(run1), 20 * MIN)
-        .unwrap();
-    s.insert_intervals(&[interval(20, 30, 600, 2)], Some(run1), 30 * MIN)
-        .unwrap();
+    s.insert_intervals(
+        &[interval(0, 10, 600, 1)],
+        Some(run1),
+        EpochMs::from_i64(10 * MIN),
+    )
+    .unwrap();
+    s.insert_intervals(
+        &[interval(10, 20, 600, 2)],
+        Some(run1),
+        EpochMs::from_i64(20 * MIN),
+    )
+    .unwrap();
+    s.insert_intervals(
+        &[interval(20, 30, 600, 2)],
+        Some(run1),
+        EpochMs::from_i64(30 * MIN),
+    )
+    .unwrap();
     // Down from 30 to 40 (killed: no clean stop). Run 2: from 40.
     drop(s);
     let mut s = Store::open(&path).unwrap();
-    let run2 = s.begin_run(40 * MIN).unwrap();
-    s.insert_intervals(&[interval(40, 50, 1200, 2)], Some(run2), 50 * MIN)
-        .unwrap();
-    s.stop_worker(voice, 50 * MIN).unwrap();
-    s.insert_intervals(&[interval(50, 60, 601, 2)], Some(run2), 60 * MIN)
-        .unwrap();
+    let run2 = s.begin_run(EpochMs::from_i64(40 * MIN)).unwrap();
+    s.insert_intervals(
+        &[interval(40, 50, 1200, 2)],
+        Some(run2),
+        EpochMs::from_i64(50 * MIN),
+    )
+    .unwrap();
+    s.stop_worker(voice, EpochMs::from_i64(50 * MIN)).unwrap();
+    s.insert_intervals(
+        &[interval(50, 60, 601, 2)],
+        Some(run2),
+        EpochMs::from_i64(60 * MIN),
+    )
+    .unwrap();
     path
 }
 

@@ -10,7 +10,7 @@ use crate::runtime::libvirt::Libvirt;
 use crate::slicing::handoff::{self, Action, Event};
 use crate::slicing::meter::{GpuSample, GPU_CHANNEL};
 use crate::slicing::template::{Defined, Readiness, Template};
-use crate::time::now_ms;
+use crate::time::EpochMs;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
@@ -64,7 +64,7 @@ impl Hypervisor {
                     domain: ev.domain,
                     event: ev.event,
                     on,
-                    at_ms: now_ms(),
+                    at: EpochMs::now(),
                 };
                 if tx.send(cmd).await.is_err() {
                     return;
@@ -125,14 +125,8 @@ impl Hypervisor {
         let (vms, tx) = (self.vms.clone(), self.tx.clone());
         tokio::spawn(async move {
             let cpu = vms.cpu_time(&domain).await.ok();
-            let wall_ns = now_ms() * 1_000_000;
-            let _ = tx
-                .send(Command::SliceCpu {
-                    template,
-                    wall_ns,
-                    cpu,
-                })
-                .await;
+            let at = EpochMs::now();
+            let _ = tx.send(Command::SliceCpu { template, at, cpu }).await;
         });
     }
 
@@ -186,7 +180,7 @@ impl Hypervisor {
                             Event::StartFailed {
                                 template,
                                 error,
-                                at_ms: now_ms(),
+                                at_ms: EpochMs::now(),
                             },
                         )
                         .await;
@@ -201,7 +195,13 @@ impl Hypervisor {
                 tokio::spawn(async move {
                     match vms.holders(devices).await {
                         Ok(h) if h.is_empty() => {
-                            send(tx, Event::Released { at_ms: now_ms() }).await
+                            send(
+                                tx,
+                                Event::Released {
+                                    at_ms: EpochMs::now(),
+                                },
+                            )
+                            .await
                         }
                         Ok(h) => tracing::info!("baseboard still held by {}", h.join(", ")),
                         Err(e) => tracing::warn!("checking the baseboard's release: {e}"),
@@ -236,7 +236,7 @@ impl Hypervisor {
                                 tx,
                                 Event::Ready {
                                     template,
-                                    at_ms: now_ms(),
+                                    at_ms: EpochMs::now(),
                                 },
                             )
                             .await;
@@ -304,11 +304,11 @@ async fn read_guest_gpus(
                     let Some(sample) = GpuSample::parse(&line) else {
                         continue;
                     };
-                    let at_ms = now_ms();
+                    let at = EpochMs::now();
                     let cmd = Command::GuestGpu {
                         template: template.clone(),
                         sample,
-                        at_ms,
+                        at,
                     };
                     if tx.send(cmd).await.is_err() {
                         return;

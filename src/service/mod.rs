@@ -29,6 +29,7 @@ use crate::inventory::GpuSource;
 use crate::journal;
 use crate::node::Node;
 use crate::runtime::Runtime;
+use crate::time::EpochMs;
 use crate::usage::Sampler;
 use publish::{Published, Shown};
 use sd_notify::NotifyState;
@@ -191,7 +192,7 @@ impl Service {
         // Ping at half the watchdog period; without a watchdog this never fires.
         let watchdog = sd_notify::watchdog_enabled();
         let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
-        if let Err(e) = self.node.begin_run(crate::store::now_ms()) {
+        if let Err(e) = self.node.begin_run(EpochMs::now()) {
             tracing::error!("recording this run in the ledger failed: {e}");
         }
         // Both ask runtimes in tasks; their answers come back as commands.
@@ -206,7 +207,9 @@ impl Service {
                 Some(s) => s.wake_ups(&self.node.rotation(), &self.slice_rules.tz),
                 None => (None, None),
             };
-            let due_in = due.as_ref().map(|(t, _)| until(t.as_millisecond()));
+            let due_in = due
+                .as_ref()
+                .map(|(t, _)| EpochMs::from_timestamp(*t).from_now());
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => self.handle_group(cmd).await,
@@ -234,7 +237,7 @@ impl Service {
             }
         }
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
-        if let Err(e) = self.node.alive(crate::store::now_ms()) {
+        if let Err(e) = self.node.alive(EpochMs::now()) {
             tracing::error!("recording the end of this run failed: {e}");
         }
         tracing::info!(
@@ -246,8 +249,8 @@ impl Service {
 
     /// Keeps this refresh's energy and utilisation readings; closed intervals go to the ledger.
     fn sample(&mut self) {
-        let now = crate::store::now_ms();
-        let rows = self.sampler.record(now, &self.node.machine().gpus);
+        let now = EpochMs::now();
+        let rows = self.sampler.record(now.as_i64(), &self.node.machine().gpus);
         if !rows.is_empty() {
             if let Err(e) = self.node.record_usage(&rows, now) {
                 tracing::error!("recording GPU usage intervals failed: {e}");
@@ -470,19 +473,15 @@ impl Service {
                 domain,
                 event,
                 on,
-                at_ms,
-            } => self.lifecycle(&domain, event, on, at_ms).await,
+                at,
+            } => self.lifecycle(&domain, event, on, at).await,
             Command::Running { on } => self.converge_slices(on).await,
-            Command::SliceCpu {
-                template,
-                wall_ns,
-                cpu,
-            } => self.slice_cpu(&template, wall_ns, cpu),
+            Command::SliceCpu { template, at, cpu } => self.slice_cpu(&template, at, cpu),
             Command::GuestGpu {
                 template,
                 sample,
-                at_ms,
-            } => self.guest_gpu(&template, &sample, at_ms),
+                at,
+            } => self.guest_gpu(&template, &sample, at),
             Command::Launched { name, kind, result } => self.launched(name, kind, result).await,
             Command::Cgroup { name, cgroup } => {
                 if let Err(e) = self.node.set_cgroup(&name, &cgroup) {
@@ -557,12 +556,6 @@ impl Service {
     fn manager_emitter(&self) -> Option<zbus::object_server::SignalEmitter<'static>> {
         zbus::object_server::SignalEmitter::new(&self.conn, BASE_PATH).ok()
     }
-}
-
-/// How long until an epoch-ms instant (zero once it has passed).
-fn until(at_ms: i64) -> Duration {
-    let now = crate::time::now_ms() as i64;
-    Duration::from_millis(at_ms.saturating_sub(now).max(0) as u64)
 }
 
 /// Sleeps for `d`, or forever when there is nothing to wait for.

@@ -7,6 +7,7 @@ use crate::bus::wire::{
 };
 use crate::command::Window;
 use crate::error::{Error, Result};
+use crate::time::EpochMs;
 use crate::views::{self, RotationView, SlicingView};
 
 /// The longest window ListSlices answers for.
@@ -70,7 +71,7 @@ impl Service {
             from.as_millisecond(),
             to.as_millisecond(),
             by,
-            crate::store::now_ms(),
+            EpochMs::now().as_i64(),
             user_name,
         )?;
         Ok(rows

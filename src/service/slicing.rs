@@ -18,7 +18,7 @@ use crate::schedule::{self, ScheduledAction};
 use crate::slicing::handoff::{self, Action, Event, Signal, State, Step, VmState};
 use crate::slicing::meter::{GpuSample, Meter};
 use crate::slicing::template::{self, Defined, Template};
-use crate::time::now_ms;
+use crate::time::EpochMs;
 use crate::views::SlicingView;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -32,8 +32,8 @@ pub(super) struct Slicing {
     pub templates: BTreeMap<String, Defined>,
     pub state: State,
     settings: handoff::Settings,
-    /// The handoff machine's wake-up (epoch ms).
-    timer_ms: Option<u64>,
+    /// The handoff machine's wake-up.
+    timer: Option<EpochMs>,
     /// Scheduled actions have fired up to here.
     cursor: jiff::Timestamp,
     /// Whether the state has been converged to what runs after the start
@@ -70,7 +70,7 @@ impl Slicing {
                 },
                 per_template: Default::default(),
             },
-            timer_ms: None,
+            timer: None,
             cursor: jiff::Timestamp::now(),
             converged: false,
             allow_networked_weights: settings.allow_networked_weights,
@@ -121,9 +121,7 @@ impl Slicing {
         if !self.converged {
             return (None, None);
         }
-        let timer = self
-            .timer_ms
-            .map(|t| Duration::from_millis(t.saturating_sub(now_ms())));
+        let timer = self.timer.map(EpochMs::from_now);
         (timer, next_due(self.cursor, rotation, tz))
     }
 
@@ -160,7 +158,7 @@ impl Slicing {
     /// Carries out an action of the handoff machine that is not the loop's own.
     fn execute(&mut self, action: &Action) {
         match action {
-            Action::SetTimer { at_ms } => self.timer_ms = Some(*at_ms),
+            Action::SetTimer { at_ms } => self.timer = Some(*at_ms),
             other => self.hv.execute(other, &self.templates),
         }
     }
@@ -243,7 +241,7 @@ impl Service {
             want.as_deref(),
             &on,
             last.as_ref(),
-            now_ms(),
+            EpochMs::now(),
             &slicer.settings,
         );
         match &want {
@@ -298,7 +296,7 @@ impl Service {
                     if let Err(e) =
                         self.node
                             .store_mut()
-                            .record_event("skipped", &what, crate::store::now_ms())
+                            .record_event("skipped", &what, EpochMs::now())
                     {
                         tracing::error!("recording a skipped action: {e}");
                     }
@@ -309,9 +307,10 @@ impl Service {
 
     pub(super) async fn handoff_timer(&mut self) {
         if let Some(s) = self.slicing.as_mut() {
-            s.timer_ms = None;
+            s.timer = None;
         }
-        let _ = self.slice(Event::Timer { at_ms: now_ms() }).await;
+        let at_ms = EpochMs::now();
+        let _ = self.slice(Event::Timer { at_ms }).await;
     }
 
     pub(super) async fn fire_due(
@@ -324,10 +323,10 @@ impl Service {
         }
         // A sign of life at each fired action: after a crash, only actions
         // past it count as skipped.
-        let _ = self.node.alive(crate::store::now_ms());
+        let _ = self.node.alive(EpochMs::now());
         for (template, action) in list {
             tracing::info!(template = %template, "scheduled {} of {template} is due", action.as_str());
-            let at_ms = at.as_millisecond().max(0) as u64;
+            let at_ms = EpochMs::from_timestamp(at);
             let _ = self
                 .slice(Event::Due {
                     action,
@@ -340,7 +339,7 @@ impl Service {
 
     /// A libvirt event about a template VM, as a handoff event (a late
     /// STOPPED of an earlier run must not end the VM created after it).
-    pub(super) async fn lifecycle(&mut self, domain: &str, event: u32, on: bool, at_ms: u64) {
+    pub(super) async fn lifecycle(&mut self, domain: &str, event: u32, on: bool, at_ms: EpochMs) {
         let Some(template) = self
             .slicing
             .as_ref()
@@ -374,7 +373,7 @@ impl Service {
         }
     }
 
-    pub(super) fn slice_cpu(&mut self, template: &str, wall_ns: u64, cpu: Option<(u64, u32)>) {
+    pub(super) fn slice_cpu(&mut self, template: &str, at: EpochMs, cpu: Option<(u64, u32)>) {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
@@ -382,16 +381,16 @@ impl Service {
         // A reading that arrives after its slice ended is dropped.
         if let (Some(m), Some((cpu_ns, vcpus))) = (s.meter.as_mut(), cpu) {
             if m.template == template {
-                m.record(wall_ns, cpu_ns, vcpus);
+                m.record(at, cpu_ns, vcpus);
             }
         }
     }
 
-    pub(super) fn guest_gpu(&mut self, template: &str, sample: &GpuSample, at_ms: u64) {
+    pub(super) fn guest_gpu(&mut self, template: &str, sample: &GpuSample, at: EpochMs) {
         let meter = self.slicing.as_mut().and_then(|s| s.meter.as_mut());
         // A reading that arrives after its slice ended is dropped.
         if let Some(m) = meter.filter(|m| m.template == template) {
-            m.record_gpu(at_ms, sample);
+            m.record_gpu(at, sample);
         }
     }
 
@@ -444,7 +443,7 @@ impl Service {
                 "the weights of {template} are being staged; it starts when they are done"
             )));
         }
-        let at_ms = now_ms();
+        let at_ms = EpochMs::now();
         self.slice(Event::ManualResume {
             template,
             as_handoff,
@@ -460,7 +459,7 @@ impl Service {
         caller: &Caller,
     ) -> Result<()> {
         self.manual(caller, &template)?;
-        let at_ms = now_ms();
+        let at_ms = EpochMs::now();
         self.slice(Event::ManualPowerOff {
             template,
             hard,
@@ -514,7 +513,7 @@ impl Service {
             .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
         Defined::check_new(&defined.template, &s.others(), Some(&defined.domain))?;
         let name = defined.template.name.clone();
-        let now = crate::store::now_ms();
+        let now = EpochMs::now();
         self.node.store_mut().insert_template(&name, spec, now)?;
         let s = self.slicing.as_mut().expect("checked above");
         s.hv.watch_events();
@@ -626,12 +625,11 @@ impl Service {
         let (checksum, changed, error) = match result {
             Ok((sum, changed)) => {
                 if changed {
-                    if let Err(e) = self.node.store_mut().set_weights(
-                        &template,
-                        &sum,
-                        &image,
-                        crate::store::now_ms(),
-                    ) {
+                    if let Err(e) =
+                        self.node
+                            .store_mut()
+                            .set_weights(&template, &sum, &image, EpochMs::now())
+                    {
                         tracing::error!("recording the weights of {template}: {e}");
                     }
                 }
@@ -687,7 +685,7 @@ impl Service {
                         who(to)
                     );
                     if let Some(e) = &emitter {
-                        let at = r.at_ms as i64;
+                        let at = r.at_ms.as_i64();
                         let step = r.step.as_str();
                         let _ = Manager::handoff_step(e, step, from, to, at, detail).await;
                     }
@@ -700,13 +698,13 @@ impl Service {
                     self.slice_began(template, *at_ms, *dead_time_ms);
                     if let Some(e) = &emitter {
                         let dead = dead_time_ms.map_or(-1, |d| d as i64);
-                        let _ = Manager::slice_started(e, template, *at_ms as i64, dead).await;
+                        let _ = Manager::slice_started(e, template, at_ms.as_i64(), dead).await;
                     }
                 }
                 Action::Signal(Signal::SliceEnded { template, at_ms }) => {
                     self.slice_done(template, *at_ms, None);
                     if let Some(e) = &emitter {
-                        let _ = Manager::slice_ended(e, template, *at_ms as i64, "").await;
+                        let _ = Manager::slice_ended(e, template, at_ms.as_i64(), "").await;
                     }
                 }
                 Action::Signal(Signal::SliceFailed {
@@ -717,7 +715,7 @@ impl Service {
                     tracing::warn!(template = %template, "slice of {template} failed: {error}");
                     self.slice_done(template, *at_ms, Some(error));
                     if let Some(e) = &emitter {
-                        let _ = Manager::slice_ended(e, template, *at_ms as i64, error).await;
+                        let _ = Manager::slice_ended(e, template, at_ms.as_i64(), error).await;
                     }
                 }
                 Action::Signal(Signal::SliceReady {
@@ -752,7 +750,7 @@ impl Service {
     }
 
     /// A slice opens in the ledger and its meter starts.
-    fn slice_began(&mut self, template: &str, at_ms: u64, dead_time_ms: Option<u64>) {
+    fn slice_began(&mut self, template: &str, at: EpochMs, dead_time_ms: Option<u64>) {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
@@ -778,7 +776,7 @@ impl Service {
             template,
             &user,
             &board.join(" "),
-            at_ms as i64,
+            at,
             dead_time_ms.map(|d| d as i64),
         ) {
             tracing::error!("recording the slice of {template}: {e}");
@@ -786,7 +784,7 @@ impl Service {
     }
 
     /// A slice closes with what was measured over it.
-    fn slice_done(&mut self, template: &str, at_ms: u64, error: Option<&str>) {
+    fn slice_done(&mut self, template: &str, at: EpochMs, error: Option<&str>) {
         let measures = match self.slicing.as_mut() {
             Some(s) => {
                 if let Some(reader) = s.guest_reader.take() {
@@ -799,10 +797,10 @@ impl Service {
             }
             None => Default::default(),
         };
-        if let Err(e) =
-            self.node
-                .store_mut()
-                .close_slice_of(template, at_ms as i64, &measures, error)
+        if let Err(e) = self
+            .node
+            .store_mut()
+            .close_slice_of(template, at, &measures, error)
         {
             tracing::error!("closing the slice of {template}: {e}");
         }

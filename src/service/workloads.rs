@@ -11,6 +11,7 @@ use crate::journal;
 use crate::node::Phase;
 use crate::request::{Run, WorkerSpec};
 use crate::runtime::{Exit, Found, Kind, Runtime};
+use crate::time::EpochMs;
 use crate::worker::State;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,10 +144,10 @@ impl Service {
         name: &str,
         status: Option<i32>,
         reason: &str,
-        at_ms: Option<i64>,
+        at: Option<EpochMs>,
     ) {
-        let at_ms = at_ms.unwrap_or_else(crate::store::now_ms);
-        match self.node.end_at(name, status, reason, at_ms) {
+        let at = at.unwrap_or_else(EpochMs::now);
+        match self.node.end_at(name, status, reason, at) {
             Ok(changes) => {
                 self.publish(&changes).await;
                 self.launch_placed(&changes.placed).await;
@@ -195,7 +196,7 @@ impl Service {
         kind: Kind,
         id: String,
         exit: Exit,
-        at_ms: Option<i64>,
+        at: Option<EpochMs>,
     ) {
         let ours = self
             .node
@@ -215,7 +216,7 @@ impl Service {
             Exit::Failed(why) => (None, format!("failed: {why}")),
         };
         tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
-        self.end_worker(&name, status, &reason, at_ms).await;
+        self.end_worker(&name, status, &reason, at).await;
     }
 
     /// Graceful stop, then forced; the watcher reports the end.
@@ -324,7 +325,8 @@ impl Service {
                     let _ = self.node.set_launched(&name, &f.id);
                     let code = f.exit_code.unwrap_or_default();
                     // Ended at the runtime's own time: billed until then, not until now.
-                    self.exited_at(name, kind, f.id.clone(), Exit::Exited(code), f.ended_ms)
+                    let ended = f.ended_ms.map(EpochMs::from_i64);
+                    self.exited_at(name, kind, f.id.clone(), Exit::Exited(code), ended)
                         .await;
                 }
                 None if runtime_id.is_none() => relaunch.push(name),

@@ -42,6 +42,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::time::EpochMs;
+
 use crate::schedule::Action as Scheduled;
 
 /// A poweroff that does not stop the guest within this long is forced.
@@ -101,51 +103,51 @@ impl Settings {
 pub enum State {
     /// No template VM on. `released_ms`: the last confirmed release, which
     /// the next start's buffer counts from (None: none known).
-    Idle { released_ms: Option<u64> },
+    Idle { released_ms: Option<EpochMs> },
     /// `from` was asked to stop (`forced`: destroyed) at `since_ms`; `to`
     /// starts once it is off and released.
     PoweringOff {
         from: String,
         to: Option<String>,
         forced: bool,
-        since_ms: u64,
+        since_ms: EpochMs,
     },
     /// `from` is off; waiting until nothing holds the baseboard's devices.
     AwaitingRelease {
         from: String,
         to: Option<String>,
-        stopped_ms: u64,
+        stopped_ms: EpochMs,
     },
     /// Waiting until `until_ms`, then a last release check, then create `to`.
     /// `release_confirmed_ms` is set when `to` takes over from another VM
     /// (a handoff): the start of the handoff's dead time.
     Buffer {
         to: String,
-        release_confirmed_ms: Option<u64>,
-        until_ms: u64,
+        release_confirmed_ms: Option<EpochMs>,
+        until_ms: EpochMs,
     },
     /// Create issued (`attempt` from 1), answer pending. `issued_ms` is the
     /// first attempt's; `released_ms` as in `Buffer`.
     Starting {
         to: String,
         attempt: u32,
-        issued_ms: u64,
-        released_ms: Option<u64>,
+        issued_ms: EpochMs,
+        released_ms: Option<EpochMs>,
     },
     /// Started at `since_ms`; probing until ready.
     AwaitingReady {
         to: String,
-        issued_ms: u64,
-        since_ms: u64,
+        issued_ms: EpochMs,
+        since_ms: EpochMs,
     },
     /// Ready since `since_ms`.
-    Running { template: String, since_ms: u64 },
+    Running { template: String, since_ms: EpochMs },
     /// The slice of `template` failed to start; no VM is on, the baseboard
     /// is free for the next slice.
     Failed {
         template: String,
         error: String,
-        at_ms: u64,
+        at_ms: EpochMs,
     },
 }
 
@@ -237,40 +239,40 @@ pub enum Event {
     Due {
         action: Scheduled,
         template: String,
-        at_ms: u64,
+        at_ms: EpochMs,
     },
     /// libvirt: the template's domain stopped (STOPPED, or SHUTDOWN→off).
-    Stopped { template: String, at_ms: u64 },
+    Stopped { template: String, at_ms: EpochMs },
     /// The answer to [`Action::CheckRelease`]: nothing holds the devices.
-    Released { at_ms: u64 },
+    Released { at_ms: EpochMs },
     /// Force the power-off now (the same as the stop-timeout timer).
-    StopTimeout { at_ms: u64 },
+    StopTimeout { at_ms: EpochMs },
     /// The wake-up asked by [`Action::SetTimer`].
-    Timer { at_ms: u64 },
+    Timer { at_ms: EpochMs },
     /// The create returned (libvirt STARTED).
-    Started { template: String, at_ms: u64 },
+    Started { template: String, at_ms: EpochMs },
     StartFailed {
         template: String,
         error: String,
-        at_ms: u64,
+        at_ms: EpochMs,
     },
     /// The readiness probe passed.
-    Ready { template: String, at_ms: u64 },
+    Ready { template: String, at_ms: EpochMs },
     /// Resume from a person; `as_handoff` lets it take over from a holder.
     ManualResume {
         template: String,
         as_handoff: bool,
-        at_ms: u64,
+        at_ms: EpochMs,
     },
     ManualPowerOff {
         template: String,
         hard: bool,
-        at_ms: u64,
+        at_ms: EpochMs,
     },
 }
 
 impl Event {
-    pub fn at_ms(&self) -> u64 {
+    pub fn at_ms(&self) -> EpochMs {
         match self {
             Event::Due { at_ms, .. }
             | Event::Stopped { at_ms, .. }
@@ -340,7 +342,7 @@ pub struct Record {
     pub step: Step,
     pub from: Option<String>,
     pub to: Option<String>,
-    pub at_ms: u64,
+    pub at_ms: EpochMs,
     /// libvirt's error, why a power-off was forced, …
     pub detail: Option<String>,
 }
@@ -351,23 +353,23 @@ pub enum Signal {
     /// handoff: from the release confirmed to this start.
     SliceStarted {
         template: String,
-        at_ms: u64,
+        at_ms: EpochMs,
         dead_time_ms: Option<u64>,
     },
     /// The probe passed; `start_to_ready_ms` from the first create issued.
     SliceReady {
         template: String,
-        at_ms: u64,
+        at_ms: EpochMs,
         start_to_ready_ms: u64,
     },
     SliceEnded {
         template: String,
-        at_ms: u64,
+        at_ms: EpochMs,
     },
     /// The slice never came up; it ends here.
     SliceFailed {
         template: String,
-        at_ms: u64,
+        at_ms: EpochMs,
         error: String,
     },
 }
@@ -385,7 +387,7 @@ pub enum Action {
     },
     CheckRelease,
     SetTimer {
-        at_ms: u64,
+        at_ms: EpochMs,
     },
     /// virDomainCreate.
     Create {
@@ -585,7 +587,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
                 out.push(Action::Signal(Signal::SliceReady {
                     template: to.clone(),
                     at_ms: at,
-                    start_to_ready_ms: at.saturating_sub(*issued_ms),
+                    start_to_ready_ms: at - *issued_ms,
                 }));
                 State::Running {
                     template: to.clone(),
@@ -606,7 +608,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
 pub fn resume_from(
     last: Option<&Record>,
     vm_on: Option<&str>,
-    now_ms: u64,
+    now_ms: EpochMs,
     s: &Settings,
 ) -> (State, Vec<Action>) {
     let mut out = Vec::new();
@@ -738,7 +740,7 @@ pub fn converge(
     want: Option<&str>,
     vm_on: &[String],
     last: Option<&Record>,
-    now_ms: u64,
+    now_ms: EpochMs,
     s: &Settings,
 ) -> (State, Vec<Action>) {
     let keep = want
@@ -774,11 +776,11 @@ pub fn converge(
 }
 
 trait Due {
-    fn at(self, template: &str, at_ms: u64) -> Event;
+    fn at(self, template: &str, at_ms: EpochMs) -> Event;
 }
 
 impl Due for Scheduled {
-    fn at(self, template: &str, at_ms: u64) -> Event {
+    fn at(self, template: &str, at_ms: EpochMs) -> Event {
         Event::Due {
             action: self,
             template: template.to_string(),
@@ -790,7 +792,7 @@ impl Due for Scheduled {
 // ---- transitions ----
 
 /// `t` should hold the baseboard: start it, or hand over to it.
-fn resume(state: &State, t: &str, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+fn resume(state: &State, t: &str, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> State {
     let retarget = |to: &Option<String>| to.as_deref() != Some(t);
     match state {
         State::Idle { released_ms } => {
@@ -842,7 +844,7 @@ fn power_off(
     state: &State,
     t: &str,
     hard: bool,
-    at: u64,
+    at: EpochMs,
     s: &Settings,
     out: &mut Vec<Action>,
 ) -> State {
@@ -895,7 +897,7 @@ fn ask_power_off(
     from: &str,
     to: Option<&str>,
     hard: bool,
-    at: u64,
+    at: EpochMs,
     s: &Settings,
     out: &mut Vec<Action>,
 ) -> State {
@@ -928,7 +930,13 @@ fn ask_power_off(
 /// `t` was started behind the daemon's back (`virsh start`). Another VM
 /// already on keeps the baseboard and the newcomer is destroyed; otherwise
 /// `t` is taken as holding it, and powered off if another should.
-fn started_outside(state: &State, t: &str, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+fn started_outside(
+    state: &State,
+    t: &str,
+    at: EpochMs,
+    s: &Settings,
+    out: &mut Vec<Action>,
+) -> State {
     match state.on() {
         Some(u) if u == t => state.clone(),
         Some(u) => {
@@ -969,7 +977,7 @@ fn started_outside(state: &State, t: &str, at: u64, s: &Settings, out: &mut Vec<
 
 /// Destroys the VM being powered off; again after each timeout, in case
 /// libvirt could not (a device busy).
-fn force(state: &State, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+fn force(state: &State, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> State {
     let State::PoweringOff {
         from, to, forced, ..
     } = state
@@ -997,10 +1005,10 @@ fn force(state: &State, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
     }
 }
 
-fn timer(state: &State, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
+fn timer(state: &State, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> State {
     match state {
         State::PoweringOff { from, since_ms, .. } => {
-            let deadline = since_ms + s.limits(from).stop_timeout_ms;
+            let deadline = *since_ms + s.limits(from).stop_timeout_ms;
             if at >= deadline {
                 return force(state, at, s, out);
             }
@@ -1026,7 +1034,7 @@ fn timer(state: &State, at: u64, s: &Settings, out: &mut Vec<Action>) -> State {
 fn stopped(
     from: &str,
     to: Option<String>,
-    at: u64,
+    at: EpochMs,
     why: Option<String>,
     s: &Settings,
     out: &mut Vec<Action>,
@@ -1044,7 +1052,7 @@ fn stopped(
     }
 }
 
-fn check_release_soon(at: u64, s: &Settings, out: &mut Vec<Action>) {
+fn check_release_soon(at: EpochMs, s: &Settings, out: &mut Vec<Action>) {
     out.push(Action::CheckRelease);
     out.push(Action::SetTimer {
         at_ms: at + s.poll(),
@@ -1054,9 +1062,9 @@ fn check_release_soon(at: u64, s: &Settings, out: &mut Vec<Action>) {
 /// Waits until `until`, then checks the release once more before starting.
 fn buffer(
     to: &str,
-    release_confirmed_ms: Option<u64>,
-    until: u64,
-    at: u64,
+    release_confirmed_ms: Option<EpochMs>,
+    until: EpochMs,
+    at: EpochMs,
     s: &Settings,
     out: &mut Vec<Action>,
 ) -> State {
@@ -1073,7 +1081,7 @@ fn buffer(
 }
 
 /// Only ever called in the step that handled a `Released`.
-fn create(to: &str, released_ms: Option<u64>, at: u64, out: &mut Vec<Action>) -> State {
+fn create(to: &str, released_ms: Option<EpochMs>, at: EpochMs, out: &mut Vec<Action>) -> State {
     record(out, Step::StartIssued, None, Some(to), at, None);
     out.push(Action::Create {
         template: to.to_string(),
@@ -1081,7 +1089,7 @@ fn create(to: &str, released_ms: Option<u64>, at: u64, out: &mut Vec<Action>) ->
     out.push(Action::Signal(Signal::SliceStarted {
         template: to.to_string(),
         at_ms: at,
-        dead_time_ms: released_ms.map(|r| at.saturating_sub(r)),
+        dead_time_ms: released_ms.map(|r| at - r),
     }));
     State::Starting {
         to: to.to_string(),
@@ -1118,7 +1126,7 @@ fn record(
     step: Step,
     from: Option<&str>,
     to: Option<&str>,
-    at_ms: u64,
+    at_ms: EpochMs,
     detail: Option<String>,
 ) {
     out.push(Action::Record(Record {
@@ -1147,13 +1155,13 @@ mod tests {
     }
 
     fn due(action: Scheduled, t: &str, at_ms: u64) -> Event {
-        action.at(t, at_ms)
+        action.at(t, EpochMs(at_ms))
     }
 
     fn running(t: &str) -> State {
         State::Running {
             template: t.into(),
-            since_ms: 0,
+            since_ms: EpochMs(0),
         }
     }
 
@@ -1198,18 +1206,26 @@ mod tests {
             running("a"),
             &[
                 due(Scheduled::Resume, "b", 1_000),
-                stopped(21_000),
-                Event::Released { at_ms: 22_000 },
-                Event::Timer { at_ms: 100_000 }, // early: re-armed
-                Event::Timer { at_ms: 322_000 },
-                Event::Released { at_ms: 322_500 },
+                stopped(EpochMs(21_000)),
+                Event::Released {
+                    at_ms: EpochMs(22_000),
+                },
+                Event::Timer {
+                    at_ms: EpochMs(100_000),
+                }, // early: re-armed
+                Event::Timer {
+                    at_ms: EpochMs(322_000),
+                },
+                Event::Released {
+                    at_ms: EpochMs(322_500),
+                },
                 Event::Started {
                     template: "b".into(),
-                    at_ms: 330_000,
+                    at_ms: EpochMs(330_000),
                 },
                 Event::Ready {
                     template: "b".into(),
-                    at_ms: 400_000,
+                    at_ms: EpochMs(400_000),
                 },
             ],
             &s,
@@ -1232,20 +1248,30 @@ mod tests {
                 template: "a".into()
             }
         ));
-        assert!(has(&actions, &Action::SetTimer { at_ms: 61_000 }));
-        assert!(has(&actions, &Action::SetTimer { at_ms: 322_000 }));
+        assert!(has(
+            &actions,
+            &Action::SetTimer {
+                at_ms: EpochMs(61_000)
+            }
+        ));
+        assert!(has(
+            &actions,
+            &Action::SetTimer {
+                at_ms: EpochMs(322_000)
+            }
+        ));
         assert!(has(
             &actions,
             &Action::Signal(Signal::SliceEnded {
                 template: "a".into(),
-                at_ms: 21_000
+                at_ms: EpochMs(21_000)
             })
         ));
         assert!(has(
             &actions,
             &Action::Signal(Signal::SliceStarted {
                 template: "b".into(),
-                at_ms: 322_500,
+                at_ms: EpochMs(322_500),
                 dead_time_ms: Some(300_500)
             })
         ));
@@ -1253,7 +1279,7 @@ mod tests {
             &actions,
             &Action::Signal(Signal::SliceReady {
                 template: "b".into(),
-                at_ms: 400_000,
+                at_ms: EpochMs(400_000),
                 start_to_ready_ms: 77_500
             })
         ));
@@ -1262,7 +1288,7 @@ mod tests {
     fn running_since(t: &str, since_ms: u64) -> State {
         State::Running {
             template: t.into(),
-            since_ms,
+            since_ms: EpochMs(since_ms),
         }
     }
 
@@ -1272,14 +1298,18 @@ mod tests {
         let off = State::AwaitingRelease {
             from: "a".into(),
             to: Some("b".into()),
-            stopped_ms: 10_000,
+            stopped_ms: EpochMs(10_000),
         };
         // A check answered before the stop, and timers, start nothing.
         let (state, actions) = run(
             off.clone(),
             &[
-                Event::Released { at_ms: 9_000 },
-                Event::Timer { at_ms: 11_000 },
+                Event::Released {
+                    at_ms: EpochMs(9_000),
+                },
+                Event::Timer {
+                    at_ms: EpochMs(11_000),
+                },
             ],
             &s,
         );
@@ -1290,15 +1320,19 @@ mod tests {
         let (state, actions) = run(
             off,
             &[
-                Event::Released { at_ms: 12_000 },
-                Event::Released { at_ms: 13_000 },
+                Event::Released {
+                    at_ms: EpochMs(12_000),
+                },
+                Event::Released {
+                    at_ms: EpochMs(13_000),
+                },
             ],
             &s,
         );
         assert!(matches!(
             state,
             State::Buffer {
-                until_ms: 312_000,
+                until_ms: EpochMs(312_000),
                 ..
             }
         ));
@@ -1312,16 +1346,16 @@ mod tests {
             &State::AwaitingRelease {
                 from: "a".into(),
                 to: Some("b".into()),
-                stopped_ms: 5,
+                stopped_ms: EpochMs(5),
             },
-            &Event::Released { at_ms: 7 },
+            &Event::Released { at_ms: EpochMs(7) },
             &s,
         );
         assert!(matches!(
             state,
             State::Starting {
                 attempt: 1,
-                issued_ms: 7,
+                issued_ms: EpochMs(7),
                 ..
             }
         ));
@@ -1332,7 +1366,9 @@ mod tests {
             State::Idle { released_ms: None },
             &[
                 due(Scheduled::Resume, "a", 100),
-                Event::Released { at_ms: 100 },
+                Event::Released {
+                    at_ms: EpochMs(100),
+                },
             ],
             &s,
         );
@@ -1343,7 +1379,7 @@ mod tests {
             &actions,
             &Action::Signal(Signal::SliceStarted {
                 template: "a".into(),
-                at_ms: 100,
+                at_ms: EpochMs(100),
                 dead_time_ms: None
             })
         ));
@@ -1354,7 +1390,7 @@ mod tests {
         let s = settings(300_000);
         let (state, actions) = step(
             &State::Idle {
-                released_ms: Some(1_000),
+                released_ms: Some(EpochMs(1_000)),
             },
             &due(Scheduled::Resume, "b", 60_000),
             &s,
@@ -1364,7 +1400,7 @@ mod tests {
             State::Buffer {
                 to: "b".into(),
                 release_confirmed_ms: None,
-                until_ms: 301_000
+                until_ms: EpochMs(301_000)
             }
         );
         // Recorded: a restart while it waits must still start b.
@@ -1372,7 +1408,9 @@ mod tests {
             actions,
             [
                 requested(Some("b"), 60_000),
-                Action::SetTimer { at_ms: 301_000 }
+                Action::SetTimer {
+                    at_ms: EpochMs(301_000)
+                }
             ]
         );
     }
@@ -1383,7 +1421,7 @@ mod tests {
             step,
             from: from.map(str::to_string),
             to: to.map(str::to_string),
-            at_ms: 0,
+            at_ms: EpochMs(0),
             detail: None,
         };
         let on = vec!["a".to_string()];
@@ -1410,7 +1448,13 @@ mod tests {
         assert_eq!(wanted_without_schedule(None, &on).as_deref(), Some("a"));
         // Two on at start-up: the extra is forced off, the record names
         // who stays, so a restart right after still wants it.
-        let (_, actions) = converge(None, &["a".into(), "b".into()], None, 5, &settings(0));
+        let (_, actions) = converge(
+            None,
+            &["a".into(), "b".into()],
+            None,
+            EpochMs(5),
+            &settings(0),
+        );
         let forced = actions.iter().find_map(|a| match a {
             Action::Record(r) if r.step == Step::Forced => Some(r.clone()),
             _ => None,
@@ -1431,7 +1475,7 @@ mod tests {
             step: Step::Requested,
             from: None,
             to: to.map(str::to_string),
-            at_ms,
+            at_ms: EpochMs(at_ms),
             detail: None,
         })
     }
@@ -1441,9 +1485,26 @@ mod tests {
         let s = settings(0);
         let (state, _) = step(&running("a"), &due(Scheduled::Poweroff, "a", 0), &s);
         // Before the deadline: re-armed, nothing forced.
-        let (state, actions) = step(&state, &Event::Timer { at_ms: 30_000 }, &s);
-        assert_eq!(actions, [Action::SetTimer { at_ms: 60_000 }]);
-        let (state, actions) = step(&state, &Event::Timer { at_ms: 60_000 }, &s);
+        let (state, actions) = step(
+            &state,
+            &Event::Timer {
+                at_ms: EpochMs(30_000),
+            },
+            &s,
+        );
+        assert_eq!(
+            actions,
+            [Action::SetTimer {
+                at_ms: EpochMs(60_000)
+            }]
+        );
+        let (state, actions) = step(
+            &state,
+            &Event::Timer {
+                at_ms: EpochMs(60_000),
+            },
+            &s,
+        );
         assert!(matches!(state, State::PoweringOff { forced: true, .. }));
         assert!(has(
             &actions,
@@ -1459,7 +1520,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Destroy is asked again if the VM still does not stop.
-        let (_, actions) = step(&state, &Event::Timer { at_ms: 120_000 }, &s);
+        let (_, actions) = step(
+            &state,
+            &Event::Timer {
+                at_ms: EpochMs(120_000),
+            },
+            &s,
+        );
         assert!(has(
             &actions,
             &Action::Destroy {
@@ -1472,9 +1539,9 @@ mod tests {
                 from: "a".into(),
                 to: None,
                 forced: false,
-                since_ms: 0,
+                since_ms: EpochMs(0),
             },
-            &Event::StopTimeout { at_ms: 1 },
+            &Event::StopTimeout { at_ms: EpochMs(1) },
             &s,
         );
         assert!(has(
@@ -1501,14 +1568,14 @@ mod tests {
             from: "a".into(),
             to: None,
             forced: false,
-            since_ms: 0,
+            since_ms: EpochMs(0),
         };
         let (state, actions) = step(
             &graceful,
             &Event::ManualPowerOff {
                 template: "a".into(),
                 hard: true,
-                at_ms: 9,
+                at_ms: EpochMs(9),
             },
             &s,
         );
@@ -1527,7 +1594,7 @@ mod tests {
         let starting = State::Starting {
             to: "b".into(),
             attempt: 1,
-            issued_ms: 0,
+            issued_ms: EpochMs(0),
             released_ms: None,
         };
         let fail = |at_ms| Event::StartFailed {
@@ -1535,24 +1602,24 @@ mod tests {
             error: "internal error: no IOMMU".into(),
             at_ms,
         };
-        let (state, actions) = step(&starting, &fail(1), &s);
+        let (state, actions) = step(&starting, &fail(EpochMs(1)), &s);
         assert!(matches!(
             state,
             State::Starting {
                 attempt: 2,
-                issued_ms: 0,
+                issued_ms: EpochMs(0),
                 ..
             }
         ));
         assert_eq!(steps(&actions), ["start-failed", "start-issued"]);
         assert!(has(&actions, &create("b")));
-        let (state, actions) = step(&state, &fail(2), &s);
+        let (state, actions) = step(&state, &fail(EpochMs(2)), &s);
         assert_eq!(
             state,
             State::Failed {
                 template: "b".into(),
                 error: "internal error: no IOMMU".into(),
-                at_ms: 2
+                at_ms: EpochMs(2)
             }
         );
         assert_eq!(steps(&actions), ["start-failed", "failed"]);
@@ -1576,7 +1643,7 @@ mod tests {
         let ask = |as_handoff| Event::ManualResume {
             template: "b".into(),
             as_handoff,
-            at_ms: 1,
+            at_ms: EpochMs(1),
         };
         let (state, actions) = step(&running("a"), &ask(false), &s);
         assert_eq!(state, running("a"));
@@ -1591,7 +1658,7 @@ mod tests {
         let to_c = State::AwaitingRelease {
             from: "a".into(),
             to: Some("c".into()),
-            stopped_ms: 0,
+            stopped_ms: EpochMs(0),
         };
         let (_, actions) = step(&to_c, &ask(false), &s);
         assert_eq!(
@@ -1620,14 +1687,14 @@ mod tests {
         let off = |t: &str| Event::ManualPowerOff {
             template: t.into(),
             hard: false,
-            at_ms: 50,
+            at_ms: EpochMs(50),
         };
         // The incoming one is dropped from a handoff in progress.
         let (state, actions) = step(
             &State::AwaitingRelease {
                 from: "a".into(),
                 to: Some("b".into()),
-                stopped_ms: 0,
+                stopped_ms: EpochMs(0),
             },
             &off("b"),
             &s,
@@ -1637,8 +1704,8 @@ mod tests {
         let (state, _) = step(
             &State::Buffer {
                 to: "b".into(),
-                release_confirmed_ms: Some(10),
-                until_ms: 99,
+                release_confirmed_ms: Some(EpochMs(10)),
+                until_ms: EpochMs(99),
             },
             &off("b"),
             &s,
@@ -1646,7 +1713,7 @@ mod tests {
         assert_eq!(
             state,
             State::Idle {
-                released_ms: Some(10)
+                released_ms: Some(EpochMs(10))
             }
         );
         // A VM still starting is destroyed.
@@ -1654,7 +1721,7 @@ mod tests {
             &State::Starting {
                 to: "b".into(),
                 attempt: 1,
-                issued_ms: 0,
+                issued_ms: EpochMs(0),
                 released_ms: None,
             },
             &off("b"),
@@ -1673,7 +1740,7 @@ mod tests {
             &Event::StartFailed {
                 template: "b".into(),
                 error: "x".into(),
-                at_ms: 60,
+                at_ms: EpochMs(60),
             },
             &s,
         );
@@ -1691,7 +1758,7 @@ mod tests {
             &running("a"),
             &Event::Stopped {
                 template: "a".into(),
-                at_ms: 9,
+                at_ms: EpochMs(9),
             },
             &s,
         );
@@ -1700,14 +1767,14 @@ mod tests {
             &actions,
             &Action::Signal(Signal::SliceEnded {
                 template: "a".into(),
-                at_ms: 9
+                at_ms: EpochMs(9)
             })
         ));
-        let (state, actions) = step(&state, &Event::Released { at_ms: 10 }, &s);
+        let (state, actions) = step(&state, &Event::Released { at_ms: EpochMs(10) }, &s);
         assert_eq!(
             state,
             State::Idle {
-                released_ms: Some(10)
+                released_ms: Some(EpochMs(10))
             }
         );
         assert_eq!(steps(&actions), ["release-confirmed"]);
@@ -1715,13 +1782,13 @@ mod tests {
         for e in [
             Event::Stopped {
                 template: "z".into(),
-                at_ms: 11,
+                at_ms: EpochMs(11),
             },
             Event::Ready {
                 template: "a".into(),
-                at_ms: 11,
+                at_ms: EpochMs(11),
             },
-            Event::Released { at_ms: 11 },
+            Event::Released { at_ms: EpochMs(11) },
         ] {
             assert_eq!(step(&state, &e, &s).0, state);
         }
@@ -1732,7 +1799,7 @@ mod tests {
         let s = settings(0);
         let started = |t: &str| Event::Started {
             template: t.into(),
-            at_ms: 5,
+            at_ms: EpochMs(5),
         };
         // Nobody held the baseboard: it holds it now.
         let (state, actions) = step(&State::Idle { released_ms: None }, &started("a"), &s);
@@ -1744,7 +1811,7 @@ mod tests {
             &State::Buffer {
                 to: "b".into(),
                 release_confirmed_ms: None,
-                until_ms: 9,
+                until_ms: EpochMs(9),
             },
             &started("a"),
             &s,
@@ -1776,7 +1843,7 @@ mod tests {
             from: "a".into(),
             to: Some("b".into()),
             forced: false,
-            since_ms: 0,
+            since_ms: EpochMs(0),
         };
         let (state, actions) = step(&p, &due(Scheduled::Resume, "c", 5), &s);
         assert_eq!(actions, [requested(Some("c"), 5)], "only recorded");
@@ -1794,7 +1861,7 @@ mod tests {
             step,
             from: from.map(Into::into),
             to: to.map(Into::into),
-            at_ms,
+            at_ms: EpochMs(at_ms),
             detail: None,
         }
     }
@@ -1804,14 +1871,14 @@ mod tests {
         let s = settings(300_000);
         // Killed while powering a off: asked again, the deadline kept.
         let asked = rec(Step::PowerOffAsked, Some("a"), Some("b"), 1_000);
-        let (state, actions) = resume_from(Some(&asked), Some("a"), 5_000, &s);
+        let (state, actions) = resume_from(Some(&asked), Some("a"), EpochMs(5_000), &s);
         assert_eq!(
             state,
             State::PoweringOff {
                 from: "a".into(),
                 to: Some("b".into()),
                 forced: false,
-                since_ms: 1_000
+                since_ms: EpochMs(1_000)
             }
         );
         assert_eq!(
@@ -1820,15 +1887,17 @@ mod tests {
                 Action::Shutdown {
                     template: "a".into()
                 },
-                Action::SetTimer { at_ms: 61_000 }
+                Action::SetTimer {
+                    at_ms: EpochMs(61_000)
+                }
             ]
         );
         // It stopped while we were down: release is checked.
-        let (state, actions) = resume_from(Some(&asked), None, 5_000, &s);
+        let (state, actions) = resume_from(Some(&asked), None, EpochMs(5_000), &s);
         assert!(matches!(
             state,
             State::AwaitingRelease {
-                stopped_ms: 5_000,
+                stopped_ms: EpochMs(5_000),
                 ..
             }
         ));
@@ -1836,33 +1905,38 @@ mod tests {
         assert!(has(&actions, &Action::CheckRelease));
         // Release was confirmed: the buffer counts from then.
         let released = rec(Step::ReleaseConfirmed, Some("a"), Some("b"), 2_000);
-        let (state, actions) = resume_from(Some(&released), None, 5_000, &s);
+        let (state, actions) = resume_from(Some(&released), None, EpochMs(5_000), &s);
         assert_eq!(
             state,
             State::Buffer {
                 to: "b".into(),
-                release_confirmed_ms: Some(2_000),
-                until_ms: 302_000
+                release_confirmed_ms: Some(EpochMs(2_000)),
+                until_ms: EpochMs(302_000)
             }
         );
-        assert_eq!(actions, [Action::SetTimer { at_ms: 302_000 }]);
+        assert_eq!(
+            actions,
+            [Action::SetTimer {
+                at_ms: EpochMs(302_000)
+            }]
+        );
         // A create that may not have run: checked again before redoing it.
         let issued = rec(Step::StartIssued, None, Some("b"), 302_000);
-        let (state, actions) = resume_from(Some(&issued), None, 303_000, &s);
+        let (state, actions) = resume_from(Some(&issued), None, EpochMs(303_000), &s);
         assert!(matches!(
             state,
             State::Buffer {
-                until_ms: 303_000,
+                until_ms: EpochMs(303_000),
                 ..
             }
         ));
         assert_eq!(actions[0], Action::CheckRelease);
         // It did run: probe it.
-        let (state, actions) = resume_from(Some(&issued), Some("b"), 303_000, &s);
+        let (state, actions) = resume_from(Some(&issued), Some("b"), EpochMs(303_000), &s);
         assert!(matches!(
             state,
             State::AwaitingReady {
-                issued_ms: 302_000,
+                issued_ms: EpochMs(302_000),
                 ..
             }
         ));
@@ -1874,7 +1948,7 @@ mod tests {
         ));
         let ready = rec(Step::Ready, None, Some("b"), 310_000);
         assert_eq!(
-            resume_from(Some(&ready), Some("b"), 400_000, &s).0,
+            resume_from(Some(&ready), Some("b"), EpochMs(400_000), &s).0,
             running_since("b", 310_000)
         );
     }
@@ -1884,17 +1958,29 @@ mod tests {
         let s = settings(0);
         let ready_a = rec(Step::Ready, None, Some("a"), 1_000);
         // Down for days; the schedule now says c: a hands over to c, once.
-        let (state, actions) = converge(Some("c"), &["a".into()], Some(&ready_a), 9_000_000, &s);
+        let (state, actions) = converge(
+            Some("c"),
+            &["a".into()],
+            Some(&ready_a),
+            EpochMs(9_000_000),
+            &s,
+        );
         assert!(matches!(
             &state,
             State::PoweringOff { from, to: Some(to), .. } if from == "a" && to == "c"
         ));
         assert_eq!(steps(&actions), ["power-off-asked"]);
         // Nothing wanted: the holder is powered off.
-        let (state, _) = converge(None, &["a".into()], Some(&ready_a), 9_000_000, &s);
+        let (state, _) = converge(None, &["a".into()], Some(&ready_a), EpochMs(9_000_000), &s);
         assert_eq!(state.target(), None);
         // Already as wanted: nothing at all.
-        let (state, actions) = converge(Some("a"), &["a".into()], Some(&ready_a), 9_000_000, &s);
+        let (state, actions) = converge(
+            Some("a"),
+            &["a".into()],
+            Some(&ready_a),
+            EpochMs(9_000_000),
+            &s,
+        );
         assert_eq!(state, running_since("a", 1_000));
         assert!(actions.is_empty());
         // Two on (someone else's doing): all but the wanted one destroyed.
@@ -1902,7 +1988,7 @@ mod tests {
             Some("b"),
             &["a".into(), "b".into()],
             Some(&ready_a),
-            9_000_000,
+            EpochMs(9_000_000),
             &s,
         );
         assert_eq!(state.on(), Some("b"));
@@ -1919,7 +2005,7 @@ mod tests {
             }
         ));
         // Nothing on, something wanted: a release check first, never a create.
-        let (state, actions) = converge(Some("b"), &[], None, 9_000_000, &s);
+        let (state, actions) = converge(Some("b"), &[], None, EpochMs(9_000_000), &s);
         assert!(matches!(state, State::Buffer { .. }));
         assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
     }

@@ -3,6 +3,7 @@
 //! passed-through GPU is invisible to the host's NVML). Nothing written is
 //! "not reported", never zeros. The readings arrive through the service loop.
 
+use crate::time::EpochMs;
 use std::collections::BTreeMap;
 
 /// The virtio channel a template's guest writes its GPU figures to: the
@@ -65,12 +66,12 @@ const MAX_ENERGY_GAP_MS: u64 = 60_000;
 #[derive(Debug, Default)]
 pub struct Meter {
     pub template: String,
-    /// (wall ns, cpu ns) of the last reading.
-    last: Option<(u64, u64)>,
+    /// (when, cpu ns) of the last reading.
+    last: Option<(EpochMs, u64)>,
     pub cpu: Vec<f64>,
     gpu_util: Vec<f64>,
     /// Each GPU's last reading: (at ms, memory MiB, power W).
-    gpus: BTreeMap<u32, (u64, Option<f64>, Option<f64>)>,
+    gpus: BTreeMap<u32, (EpochMs, Option<f64>, Option<f64>)>,
     memory_peak_mib: Option<f64>,
     energy_j: Option<f64>,
 }
@@ -83,30 +84,31 @@ impl Meter {
         }
     }
 
-    /// Adds a reading of the domain's CPU time at `wall_ns`.
-    pub fn record(&mut self, wall_ns: u64, cpu_ns: u64, vcpus: u32) {
-        if let Some((w0, c0)) = self.last {
-            if wall_ns > w0 && cpu_ns >= c0 {
-                let pct = (cpu_ns - c0) as f64 * 100.0 / ((wall_ns - w0) as f64 * vcpus as f64);
+    /// Adds a reading of the domain's CPU time (ns), taken at `at`.
+    pub fn record(&mut self, at: EpochMs, cpu_ns: u64, vcpus: u32) {
+        if let Some((t0, c0)) = self.last {
+            if at > t0 && cpu_ns >= c0 {
+                let wall_ns = (at - t0) as f64 * 1e6;
+                let pct = (cpu_ns - c0) as f64 * 100.0 / (wall_ns * vcpus as f64);
                 self.cpu.push(pct.min(100.0));
             }
         }
-        self.last = Some((wall_ns, cpu_ns));
+        self.last = Some((at, cpu_ns));
     }
 
-    /// Adds one GPU's reading from the guest, received at `at_ms`. Energy
+    /// Adds one GPU's reading from the guest, received at `at`. Energy
     /// is each GPU's power times the time to its next reading.
-    pub fn record_gpu(&mut self, at_ms: u64, s: &GpuSample) {
+    pub fn record_gpu(&mut self, at: EpochMs, s: &GpuSample) {
         if let Some(u) = s.util_pct {
             self.gpu_util.push(u);
         }
         if let Some((t0, _, Some(p0))) = self.gpus.get(&s.index) {
-            let dt = at_ms.saturating_sub(*t0);
+            let dt = at - *t0;
             if dt > 0 && dt <= MAX_ENERGY_GAP_MS {
                 *self.energy_j.get_or_insert(0.0) += p0 * dt as f64 / 1000.0;
             }
         }
-        self.gpus.insert(s.index, (at_ms, s.memory_mib, s.power_w));
+        self.gpus.insert(s.index, (at, s.memory_mib, s.power_w));
         // The baseboard's memory in use now: each GPU's latest reading.
         let known: Vec<f64> = self.gpus.values().filter_map(|g| g.1).collect();
         if !known.is_empty() {
@@ -192,11 +194,11 @@ mod tests {
         assert_eq!(m.measures().gpu_avg_pct, None, "none written: not reported");
         assert_eq!(m.measures().energy_j, None);
         // Two GPUs every 5 s; GPU 1 reports no power.
-        m.record_gpu(0, &row(0, 20.0, 1000.0, Some(100.0)));
-        m.record_gpu(0, &row(1, 40.0, 3000.0, None));
-        m.record_gpu(5_000, &row(0, 60.0, 2000.0, Some(300.0)));
-        m.record_gpu(5_000, &row(1, 80.0, 3000.0, None));
-        m.record_gpu(10_000, &row(0, 0.0, 500.0, Some(50.0)));
+        m.record_gpu(EpochMs(0), &row(0, 20.0, 1000.0, Some(100.0)));
+        m.record_gpu(EpochMs(0), &row(1, 40.0, 3000.0, None));
+        m.record_gpu(EpochMs(5_000), &row(0, 60.0, 2000.0, Some(300.0)));
+        m.record_gpu(EpochMs(5_000), &row(1, 80.0, 3000.0, None));
+        m.record_gpu(EpochMs(10_000), &row(0, 0.0, 500.0, Some(50.0)));
         let got = m.measures();
         assert_eq!(got.gpu_avg_pct, Some(40.0));
         assert_eq!(got.gpu_peak_pct, Some(80.0));
@@ -206,7 +208,7 @@ mod tests {
         assert_eq!(got.energy_j, Some(2000.0));
         // A long silence is not counted.
         m.record_gpu(
-            10_000 + MAX_ENERGY_GAP_MS + 1,
+            EpochMs(10_000 + MAX_ENERGY_GAP_MS + 1),
             &row(0, 0.0, 500.0, Some(50.0)),
         );
         assert_eq!(m.measures().energy_j, Some(2000.0));

@@ -12,6 +12,7 @@ pub use usage::{HoldRow, UsageInputs};
 pub use workers::{WorkerRow, WorkerState};
 
 use crate::error::{Error, Result};
+use crate::time::EpochMs;
 use rusqlite::{params, Connection};
 use std::path::Path;
 
@@ -153,11 +154,6 @@ CREATE TABLE handoff_steps (
 
 pub use crate::slicing::meter::SliceMeasures;
 
-/// Now, as the ledger keeps instants (SQLite's INTEGER milliseconds).
-pub fn now_ms() -> i64 {
-    crate::time::now_ms() as i64
-}
-
 pub struct Store {
     conn: Connection,
     /// The write-ahead log, for the one fsync that ends a group of commits.
@@ -256,7 +252,8 @@ impl Store {
         })
     }
 
-    pub fn record_event(&mut self, kind: &str, detail: &str, at_ms: i64) -> Result<()> {
+    pub fn record_event(&mut self, kind: &str, detail: &str, at: EpochMs) -> Result<()> {
+        let at_ms = at.as_i64();
         exec(
             &self.conn,
             "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, ?2, ?3)",
@@ -306,18 +303,23 @@ mod tests {
         assert_eq!(sync_mode(&s), 2, "FULL outside a group");
         s.defer_sync().unwrap();
         assert_eq!(sync_mode(&s), 1, "NORMAL inside a group");
-        s.insert_worker("a", "{}", 1, &[], None, 1).unwrap();
-        s.insert_worker("b", "{}", 1, &[], None, 1).unwrap();
+        s.insert_worker("a", "{}", 1, &[], None, EpochMs(1))
+            .unwrap();
+        s.insert_worker("b", "{}", 1, &[], None, EpochMs(1))
+            .unwrap();
         s.sync().unwrap();
         assert_eq!(sync_mode(&s), 2, "FULL again after the group's fsync");
         // The fsync fails: the group's fate is unknown, so nothing more is taken.
         s.defer_sync().unwrap();
-        s.insert_worker("c", "{}", 1, &[], None, 1).unwrap();
+        s.insert_worker("c", "{}", 1, &[], None, EpochMs(1))
+            .unwrap();
         s.wal = Some(dir.path().join("no-such-dir/ledger.db-wal"));
         let e = s.sync().unwrap_err();
         assert_eq!(e.kind(), "Backend");
         assert!(e.message().contains("did not confirm"), "{}", e.message());
-        let e = s.insert_worker("d", "{}", 1, &[], None, 1).unwrap_err();
+        let e = s
+            .insert_worker("d", "{}", 1, &[], None, EpochMs(1))
+            .unwrap_err();
         assert!(
             e.message().contains("refused until the daemon restarts"),
             "{}",
@@ -342,7 +344,14 @@ mod tests {
         let path = dir.path().join("ledger.db");
         let mut s = Store::open(&path).unwrap();
         let id = s
-            .insert_worker("a", "{}", 1000, &[], Some(&[grant("GPU-x", Some(220))]), 1)
+            .insert_worker(
+                "a",
+                "{}",
+                1000,
+                &[],
+                Some(&[grant("GPU-x", Some(220))]),
+                EpochMs(1),
+            )
             .unwrap();
         drop(s);
         let s = Store::open(&path).unwrap();
@@ -361,23 +370,33 @@ mod tests {
     #[test]
     fn live_names_are_unique_and_reusable_after_stop() {
         let mut s = Store::open_in_memory().unwrap();
-        let id = s.insert_worker("a", "{}", 0, &[], None, 1).unwrap();
-        let e = s.insert_worker("a", "{}", 0, &[], None, 2).unwrap_err();
+        let id = s
+            .insert_worker("a", "{}", 0, &[], None, EpochMs(1))
+            .unwrap();
+        let e = s
+            .insert_worker("a", "{}", 0, &[], None, EpochMs(2))
+            .unwrap_err();
         assert!(matches!(e, Error::Exists(_)));
-        s.stop_worker(id, 3).unwrap();
-        s.insert_worker("a", "{}", 0, &[], None, 4).unwrap();
+        s.stop_worker(id, EpochMs(3)).unwrap();
+        s.insert_worker("a", "{}", 0, &[], None, EpochMs(4))
+            .unwrap();
         assert_eq!(s.orphan_allocations().unwrap(), 0);
     }
 
     #[test]
     fn stop_releases_allocations_in_the_same_transaction() {
         let mut s = Store::open_in_memory().unwrap();
-        let id = s.insert_worker("a", "{}", 0, &[], None, 1).unwrap();
-        s.start_worker(id, &[grant("GPU-x", None)], 2).unwrap();
-        assert!(s.start_worker(id, &[grant("GPU-y", None)], 2).is_err());
-        s.stop_worker(id, 3).unwrap();
+        let id = s
+            .insert_worker("a", "{}", 0, &[], None, EpochMs(1))
+            .unwrap();
+        s.start_worker(id, &[grant("GPU-x", None)], EpochMs(2))
+            .unwrap();
+        assert!(s
+            .start_worker(id, &[grant("GPU-y", None)], EpochMs(2))
+            .is_err());
+        s.stop_worker(id, EpochMs(3)).unwrap();
         assert!(s.live_workers().unwrap().is_empty());
         assert_eq!(s.orphan_allocations().unwrap(), 0);
-        assert!(s.stop_worker(id, 4).is_err());
+        assert!(s.stop_worker(id, EpochMs(4)).is_err());
     }
 }

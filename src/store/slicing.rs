@@ -4,6 +4,7 @@
 use super::{exec, Store};
 use crate::error::{Error, Result};
 use crate::slicing::meter::SliceMeasures;
+use crate::time::EpochMs;
 use rusqlite::{params, OptionalExtension};
 
 /// One slice as the ledger keeps it.
@@ -29,13 +30,13 @@ impl Store {
         template: &str,
         user: &str,
         baseboard: &str,
-        at_ms: i64,
+        at: EpochMs,
         dead_time_ms: Option<i64>,
     ) -> Result<()> {
         if self.open_slice_of(template)?.is_some() {
             return Ok(());
         }
-        self.open_slice(template, user, baseboard, at_ms, dead_time_ms)
+        self.open_slice(template, user, baseboard, at, dead_time_ms)
             .map(|_| ())
     }
 
@@ -51,12 +52,12 @@ impl Store {
     pub fn close_slice_of(
         &mut self,
         template: &str,
-        at_ms: i64,
+        at: EpochMs,
         m: &SliceMeasures,
         error: Option<&str>,
     ) -> Result<()> {
         match self.open_slice_of(template)? {
-            Some(id) => self.close_slice(id, at_ms, m, error),
+            Some(id) => self.close_slice(id, at, m, error),
             None => Ok(()),
         }
     }
@@ -71,8 +72,9 @@ impl Store {
         &mut self,
         template: &str,
         actions: Option<&str>,
-        at_ms: i64,
+        at: EpochMs,
     ) -> Result<()> {
+        let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
         match actions {
             Some(json) => exec(
@@ -102,7 +104,8 @@ impl Store {
     }
 
     /// Adds a template (a name is taken once).
-    pub fn insert_template(&mut self, name: &str, spec: &str, at_ms: i64) -> Result<()> {
+    pub fn insert_template(&mut self, name: &str, spec: &str, at: EpochMs) -> Result<()> {
+        let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
         exec(
             &tx,
@@ -127,7 +130,8 @@ impl Store {
     }
 
     /// Removes a template and its schedule, in one transaction.
-    pub fn remove_template(&mut self, name: &str, at_ms: i64) -> Result<bool> {
+    pub fn remove_template(&mut self, name: &str, at: EpochMs) -> Result<bool> {
+        let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
         let n = exec(&tx, "DELETE FROM templates WHERE name = ?1", params![name])?;
         exec(
@@ -150,9 +154,10 @@ impl Store {
         template: &str,
         user: &str,
         baseboard: &str,
-        start_ms: i64,
+        start: EpochMs,
         dead_time_ms: Option<i64>,
     ) -> Result<i64> {
+        let start_ms = start.as_i64();
         exec(
             &self.conn,
             "INSERT INTO slices (template, user, baseboard, start_ms, dead_time_ms)
@@ -187,10 +192,11 @@ impl Store {
     pub fn close_slice(
         &mut self,
         id: i64,
-        end_ms: i64,
+        end: EpochMs,
         m: &SliceMeasures,
         error: Option<&str>,
     ) -> Result<()> {
+        let end_ms = end.as_i64();
         exec(
             &self.conn,
             "UPDATE slices SET end_ms = ?2, cpu_avg_pct = ?3, cpu_peak_pct = ?4, gpu_avg_pct = ?5,
@@ -259,8 +265,9 @@ impl Store {
         template: &str,
         checksum: &str,
         image: &str,
-        at_ms: i64,
+        at: EpochMs,
     ) -> Result<()> {
+        let at_ms = at.as_i64();
         exec(
             &self.conn,
             "INSERT INTO weights (template, checksum, image, staged_ms) VALUES (?1, ?2, ?3, ?4)
@@ -277,7 +284,7 @@ impl Store {
             &self.conn,
             "INSERT INTO handoff_steps (at_ms, step, from_template, to_template, detail)
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![r.at_ms as i64, r.step.as_str(), r.from, r.to, r.detail],
+            params![r.at_ms.as_i64(), r.step.as_str(), r.from, r.to, r.detail],
         )?;
         Ok(())
     }
@@ -333,7 +340,7 @@ fn read_steps(rows: rusqlite::Rows<'_>) -> Result<Vec<crate::slicing::handoff::R
             step,
             from,
             to,
-            at_ms: at as u64,
+            at_ms: crate::time::EpochMs::from_i64(at),
             detail,
         });
     }

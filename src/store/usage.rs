@@ -3,6 +3,7 @@
 
 use super::{exec, Store};
 use crate::error::Result;
+use crate::time::EpochMs;
 use rusqlite::{params, OptionalExtension};
 
 /// One worker's hold on one GPU, as the usage report needs it.
@@ -92,7 +93,8 @@ impl Store {
     }
 
     /// A daemon run begins (its id is its start time).
-    pub fn begin_run(&mut self, at_ms: i64) -> Result<i64> {
+    pub fn begin_run(&mut self, at: EpochMs) -> Result<i64> {
+        let at_ms = at.as_i64();
         exec(
             &self.conn,
             "INSERT OR REPLACE INTO daemon_runs (started_ms, alive_ms) VALUES (?1, ?1)",
@@ -102,7 +104,8 @@ impl Store {
     }
 
     /// The run was alive at `at_ms` (a usage interval closed, or a clean stop).
-    pub fn alive(&mut self, run: i64, at_ms: i64) -> Result<()> {
+    pub fn alive(&mut self, run: i64, at: EpochMs) -> Result<()> {
+        let at_ms = at.as_i64();
         exec(
             &self.conn,
             "UPDATE daemon_runs SET alive_ms = max(alive_ms, ?2) WHERE started_ms = ?1",
@@ -128,8 +131,9 @@ impl Store {
         &mut self,
         rows: &[crate::usage::Interval],
         run: Option<i64>,
-        at_ms: i64,
+        at: EpochMs,
     ) -> Result<()> {
+        let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
         for r in rows {
             exec(

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::placement::Grant;
 use crate::quantity::Amount;
+use crate::time::EpochMs;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +53,8 @@ pub struct WorkerRow {
     pub cgroup: Option<String>,
 }
 
-fn event(tx: &Transaction, at_ms: i64, worker: i64, kind: &str, detail: &str) -> Result<()> {
+fn event(tx: &Transaction, at: EpochMs, worker: i64, kind: &str, detail: &str) -> Result<()> {
+    let at_ms = at.as_i64();
     exec(
         tx,
         "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, ?2, ?3, ?4)",
@@ -61,7 +63,8 @@ fn event(tx: &Transaction, at_ms: i64, worker: i64, kind: &str, detail: &str) ->
     Ok(())
 }
 
-fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at_ms: i64) -> Result<()> {
+fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
+    let at_ms = at.as_i64();
     for g in grants {
         exec(
             tx,
@@ -94,7 +97,7 @@ fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at_ms: i64) -> Res
             .collect::<Vec<_>>(),
     )
     .expect("grants serialize");
-    event(tx, at_ms, id, "placed", &detail)
+    event(tx, at, id, "placed", &detail)
 }
 
 impl Store {
@@ -106,8 +109,9 @@ impl Store {
         owner_uid: u32,
         holders: &[u32],
         grants: Option<&[Grant]>,
-        at_ms: i64,
+        at: EpochMs,
     ) -> Result<i64> {
+        let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
         let state = if grants.is_some() {
             WorkerState::Running
@@ -138,9 +142,9 @@ impl Store {
         })?;
         let id = tx.last_insert_rowid();
         failpoint::hit("store.insert.after-worker");
-        event(&tx, at_ms, id, "submitted", "")?;
+        event(&tx, at, id, "submitted", "")?;
         if let Some(grants) = grants {
-            insert_grants(&tx, id, grants, at_ms)?;
+            insert_grants(&tx, id, grants, at)?;
         }
         failpoint::hit("store.insert.before-commit");
         tx.commit()?;
@@ -149,7 +153,8 @@ impl Store {
     }
 
     /// A pending worker is placed.
-    pub fn start_worker(&mut self, id: i64, grants: &[Grant], at_ms: i64) -> Result<()> {
+    pub fn start_worker(&mut self, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
+        let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
         let n = exec(
 &tx,
@@ -162,7 +167,7 @@ impl Store {
             )));
         }
         failpoint::hit("store.start.after-state");
-        insert_grants(&tx, id, grants, at_ms)?;
+        insert_grants(&tx, id, grants, at)?;
         failpoint::hit("store.start.before-commit");
         tx.commit()?;
         failpoint::hit("store.start.after-commit");
@@ -170,8 +175,8 @@ impl Store {
     }
 
     /// A worker ends: its allocations are released in the same transaction.
-    pub fn stop_worker(&mut self, id: i64, at_ms: i64) -> Result<()> {
-        self.end_worker(id, at_ms, None, "stopped")
+    pub fn stop_worker(&mut self, id: i64, at: EpochMs) -> Result<()> {
+        self.end_worker(id, at, None, "stopped")
     }
 
     /// A worker ends — stopped, exited or failed — and its allocations are
@@ -179,10 +184,11 @@ impl Store {
     pub fn end_worker(
         &mut self,
         id: i64,
-        at_ms: i64,
+        at: EpochMs,
         exit_status: Option<i32>,
         reason: &str,
     ) -> Result<()> {
+        let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
         let n = exec(
             &tx,
@@ -204,7 +210,7 @@ impl Store {
             "UPDATE holds SET to_ms = ?2 WHERE worker_id = ?1 AND to_ms IS NULL",
             params![id, at_ms],
         )?;
-        event(&tx, at_ms, id, "stopped", reason)?;
+        event(&tx, at, id, "stopped", reason)?;
         failpoint::hit("store.stop.before-commit");
         tx.commit()?;
         failpoint::hit("store.stop.after-commit");
@@ -212,14 +218,14 @@ impl Store {
     }
 
     /// Records the runtime's id of a launched worker.
-    pub fn set_runtime_id(&mut self, id: i64, runtime_id: &str, at_ms: i64) -> Result<()> {
+    pub fn set_runtime_id(&mut self, id: i64, runtime_id: &str, at: EpochMs) -> Result<()> {
         let tx = self.conn.transaction()?;
         exec(
             &tx,
             "UPDATE workers SET runtime_id = ?2 WHERE id = ?1 AND state = 'running'",
             params![id, runtime_id],
         )?;
-        event(&tx, at_ms, id, "launched", runtime_id)?;
+        event(&tx, at, id, "launched", runtime_id)?;
         tx.commit()?;
         Ok(())
     }
