@@ -1,10 +1,18 @@
 //! astraeusd: a per-host daemon that shares a machine's GPUs by memory and by time.
 //!
-//! Layout (see docs/architecture.md):
-//! - pure cores: [`quantity`], [`request`], [`placement`], [`schedule`] — no I/O, no clock;
-//! - [`inventory`]: where GPUs come from (sim machine; NVML next), behind a trait;
-//! - [`store`]: the SQLite ledger, the only place that touches the database;
-//! - [`node`]: the engine that joins them; one owner (the service loop) drives it.
+//! The house, in the order a newcomer reads it (docs/architecture.md has the
+//! map and the rules, which tests/architecture.rs checks):
+//! - pure cores, no I/O and no clock: [`quantity`], [`json_fields`], [`request`],
+//!   [`placement`], [`schedule`], [`rotation`], [`usage`], [`report`], [`slicing`],
+//!   [`domain_xml`], [`access`], [`time`], [`error`];
+//! - state: [`worker`], [`node`] (the engine, one owner) and [`store`] (the SQLite
+//!   ledger, the only place that touches the database);
+//! - the loop: [`service`] owns the node and runs [`command`]s one at a time;
+//!   [`views`] is what it shows;
+//! - adaptors that only translate: [`bus`] (D-Bus), [`web`] (the machine page);
+//! - backends behind traits: [`inventory`] (NVML through nvml-wrapper, or a
+//!   simulated machine), [`runtime`] (podman, systemd units, libvirt), [`weights`];
+//! - edges: [`cli`], [`journal`], [`failpoint`], [`auth`].
 
 pub mod access;
 pub mod auth;
