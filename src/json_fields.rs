@@ -23,6 +23,19 @@ pub fn join(path: &str, key: &str) -> String {
     }
 }
 
+/// A document's text as JSON, refused before parsing when larger than
+/// `max_bytes`; `label` names it in errors (`request: not valid JSON (…)`).
+pub fn parse_text(text: &str, label: &str, max_bytes: usize) -> Result<Value> {
+    if text.len() > max_bytes {
+        return Err(Error::InvalidRequest(format!(
+            "{label}: {} bytes is too large; at most {max_bytes} are accepted",
+            text.len()
+        )));
+    }
+    serde_json::from_str(text)
+        .map_err(|e| Error::InvalidRequest(format!("{label}: not valid JSON ({e})")))
+}
+
 /// The document's root: an object with only `allowed` keys; `label` names
 /// it in errors (`request: expected a JSON object`).
 pub fn document<'a>(v: &'a Value, label: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {

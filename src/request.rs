@@ -6,7 +6,9 @@
 //! built with serde_json's `arbitrary_precision`, which keeps that text).
 
 use crate::error::{Error, Result};
-use crate::json_fields::{boolean, document, list, object, required, short, string, strings, uint};
+use crate::json_fields::{
+    boolean, document, list, object, parse_text, required, short, string, strings, uint,
+};
 use crate::quantity::{Amount, AmountError};
 use serde::Serialize;
 use serde_json::Value;
@@ -101,14 +103,7 @@ pub fn validate_name(path: &str, name: &str) -> Result<()> {
 
 impl WorkerSpec {
     pub fn parse(text: &str) -> Result<WorkerSpec> {
-        if text.len() > MAX_SPEC_BYTES {
-            return Err(Error::InvalidRequest(format!(
-                "request: {} bytes is too large; at most {MAX_SPEC_BYTES} are accepted",
-                text.len()
-            )));
-        }
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| Error::InvalidRequest(format!("request: not valid JSON ({e})")))?;
+        let value = parse_text(text, "request", MAX_SPEC_BYTES)?;
         WorkerSpec::from_value(&value)
     }
 

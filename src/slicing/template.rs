@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::json_fields::{document, object, required, short, string};
+use crate::json_fields::{document, object, parse_text, required, short, string};
 use serde_json::{json, Map, Value};
 
 use crate::domain_xml::{self, PciAddress};
@@ -95,14 +95,7 @@ pub enum Readiness {
 
 impl Template {
     pub fn parse(text: &str) -> Result<Template> {
-        if text.len() > MAX_TEMPLATE_BYTES {
-            return Err(Error::InvalidRequest(format!(
-                "template: {} bytes is too large; at most {MAX_TEMPLATE_BYTES} are accepted",
-                text.len()
-            )));
-        }
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| Error::InvalidRequest(format!("template: not valid JSON ({e})")))?;
+        let value = parse_text(text, "template", MAX_TEMPLATE_BYTES)?;
         Template::from_value(&value)
     }
 
