@@ -6,18 +6,99 @@
 use crate::command::Command;
 use crate::domain_xml::PciAddress;
 use crate::error::Result;
-use crate::runtime::libvirt::Libvirt;
+use crate::runtime::libvirt::{Libvirt, Lifecycle};
+use crate::runtime::BoxFuture;
 use crate::slicing::handoff::{self, Action, Event};
 use crate::slicing::meter::{GpuSample, GPU_CHANNEL};
 use crate::slicing::template::{Defined, Readiness, Template};
 use crate::time::EpochMs;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
-/// libvirt, driven from tasks that report back to the loop.
+/// What time-slicing asks of a hypervisor: libvirt in production
+/// ([`Libvirt`]). Any method may wait as long as the hypervisor does, so
+/// they are called only from tasks, never from the loop.
+pub trait VmHost: Send + Sync {
+    fn is_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// An existing domain's XML.
+    fn definition<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<String>>;
+    /// Defines a persistent domain; its name.
+    fn define(&self, xml: String) -> BoxFuture<'_, Result<String>>;
+    fn power_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<()>>;
+    fn power_off<'a>(&'a self, domain: &'a str, hard: bool) -> BoxFuture<'a, Result<()>>;
+    /// (CPU time in ns, vCPUs).
+    fn cpu_time<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<(u64, u32)>>;
+    /// Active domains that hold any of these PCI devices.
+    fn holders(&self, devices: Vec<PciAddress>) -> BoxFuture<'_, Result<Vec<String>>>;
+    fn guest_addresses<'a>(
+        &'a self,
+        domain: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<std::net::IpAddr>>>;
+    /// Whether the guest agent answers (Ok(Err(why)) when it does not).
+    fn agent_answers<'a>(
+        &'a self,
+        domain: &'a str,
+    ) -> BoxFuture<'a, Result<std::result::Result<(), String>>>;
+    /// The host end of a virtio channel, once the domain runs.
+    fn channel_path<'a>(
+        &'a self,
+        domain: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>>>;
+    /// Every domain's lifecycle events.
+    fn lifecycle_events(&self) -> broadcast::Receiver<Lifecycle>;
+}
+
+impl VmHost for Libvirt {
+    fn is_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Libvirt::is_on(self, domain))
+    }
+    fn definition<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<String>> {
+        Box::pin(Libvirt::definition(self, domain))
+    }
+    fn define(&self, xml: String) -> BoxFuture<'_, Result<String>> {
+        Box::pin(Libvirt::define(self, xml))
+    }
+    fn power_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Libvirt::power_on(self, domain))
+    }
+    fn power_off<'a>(&'a self, domain: &'a str, hard: bool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Libvirt::power_off(self, domain, hard))
+    }
+    fn cpu_time<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<(u64, u32)>> {
+        Box::pin(Libvirt::cpu_time(self, domain))
+    }
+    fn holders(&self, devices: Vec<PciAddress>) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(Libvirt::holders(self, devices))
+    }
+    fn guest_addresses<'a>(
+        &'a self,
+        domain: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<std::net::IpAddr>>> {
+        Box::pin(Libvirt::guest_addresses(self, domain))
+    }
+    fn agent_answers<'a>(
+        &'a self,
+        domain: &'a str,
+    ) -> BoxFuture<'a, Result<std::result::Result<(), String>>> {
+        Box::pin(Libvirt::agent_answers(self, domain))
+    }
+    fn channel_path<'a>(
+        &'a self,
+        domain: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(Libvirt::channel_path(self, domain, target))
+    }
+    fn lifecycle_events(&self) -> broadcast::Receiver<Lifecycle> {
+        crate::runtime::libvirt::events().subscribe()
+    }
+}
+
+/// The hypervisor, driven from tasks that report back to the loop.
 pub struct Hypervisor {
-    pub vms: Arc<Libvirt>,
+    vms: Arc<dyn VmHost>,
     tx: mpsc::Sender<Command>,
     /// Whether lifecycle events are being forwarded (started once there is
     /// a template to watch: libvirt stays unloaded on hosts without).
@@ -28,7 +109,7 @@ pub struct Hypervisor {
 }
 
 impl Hypervisor {
-    pub fn new(vms: Arc<Libvirt>, tx: mpsc::Sender<Command>) -> Hypervisor {
+    pub fn new(vms: Arc<dyn VmHost>, tx: mpsc::Sender<Command>) -> Hypervisor {
         Hypervisor {
             vms,
             tx,
@@ -44,7 +125,7 @@ impl Hypervisor {
             return;
         }
         self.watching = true;
-        let mut events = crate::runtime::libvirt::events().subscribe();
+        let mut events = self.vms.lifecycle_events();
         let (vms, tx) = (self.vms.clone(), self.tx.clone());
         tokio::spawn(async move {
             use tokio::sync::broadcast::error::RecvError;
@@ -216,7 +297,7 @@ impl Hypervisor {
                 let template = template.clone();
                 let not_ready = self.not_ready.clone();
                 tokio::spawn(async move {
-                    let result = probe(&vms, &domain, &readiness).await;
+                    let result = probe(vms.as_ref(), &domain, &readiness).await;
                     let changed = {
                         let mut last = not_ready.lock().unwrap_or_else(|p| p.into_inner());
                         match &result {
@@ -264,7 +345,7 @@ impl Hypervisor {
 /// VM without the channel reports no GPU figures. Reconnects after the
 /// guest side closes (a reboot inside the slice).
 async fn read_guest_gpus(
-    vms: Arc<Libvirt>,
+    vms: Arc<dyn VmHost>,
     domain: String,
     template: String,
     tx: mpsc::Sender<Command>,
@@ -327,7 +408,7 @@ async fn read_guest_gpus(
 
 /// Probes the template's VM once: what passed, or why it did not.
 /// libvirt's STARTED (the default) has already happened when asked.
-async fn probe(vms: &Libvirt, domain: &str, readiness: &Readiness) -> Result<String, String> {
+async fn probe(vms: &dyn VmHost, domain: &str, readiness: &Readiness) -> Result<String, String> {
     match readiness {
         Readiness::Started => Ok("libvirt reported it started".into()),
         Readiness::Http(url) => match http_ok(url).await {
