@@ -128,6 +128,15 @@ impl Node {
             evals: Evaluations::default(),
             reasons: Default::default(),
         };
+        // A schedule without its template would hand the baseboard to no
+        // one: such schedules (from ledgers before they were bound to
+        // templates) are dropped, never executed.
+        for template in node.store.drop_orphan_schedules(EpochMs::now())? {
+            tracing::warn!(
+                template = %template,
+                "dropped the schedule of {template}: no such template (it was never run)"
+            );
+        }
         for (template, json) in node.store.schedules()? {
             // Stored actions are normalized (+N resolved); an END_VALUE that has
             // passed since is not an error when loading, so parse as of the epoch.
@@ -605,6 +614,11 @@ impl Node {
     /// refused schedule leaves the old one in place. An empty list removes it.
     pub fn set_schedule(&mut self, template: &str, json: &str, rules: &Rotation) -> Result<()> {
         crate::request::validate_name("template", template)?;
+        if !self.store.templates()?.iter().any(|(t, _)| t == template) {
+            return Err(Error::NotFound(format!(
+                "no template named {template}: define it first (CreateTemplate), then schedule it"
+            )));
+        }
         let actions = schedule::parse_actions(json, rules.now)?;
         let mut all: Vec<(String, Vec<ScheduledAction>)> = self
             .schedules

@@ -364,9 +364,11 @@ fn interface_blocks(xml: &str) -> Vec<String> {
 fn introspection_of_the_live_daemon_matches_the_committed_xml() {
     let dir = open_tempdir();
     let bus = Bus::session();
+    std::fs::write(dir.path().join("node.toml"), TEST_DRIVER).unwrap();
     let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
     let a = &bus.address;
     manager(a, None, "SubmitWorker", &["s", r#"{"name":"w.1"}"#]);
+    define_template(a, "t");
     let o = manager(
         a,
         None,

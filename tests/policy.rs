@@ -69,11 +69,13 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
     );
     let dir = open_tempdir();
     let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    std::fs::write(dir.path().join("node.toml"), TEST_DRIVER).unwrap();
     let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
     let a = &bus.address;
     // Root may mutate: the object for the Worker interface.
     let o = manager(a, None, "SubmitWorker", &["s", r#"{"name":"w"}"#]);
     assert!(o.ok, "root submit: {}", o.stderr);
+    define_template(a, "t");
     let o = manager(
         a,
         None,

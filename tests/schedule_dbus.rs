@@ -36,7 +36,9 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     let dir = open_tempdir();
     std::fs::write(
         dir.path().join("node.toml"),
-        "[schedule]\ntime_zone = \"Europe/Berlin\"\nhandoff_buffer_seconds = 300\n",
+        format!(
+            "[schedule]\ntime_zone = \"Europe/Berlin\"\nhandoff_buffer_seconds = 300\n{TEST_DRIVER}"
+        ),
     )
     .unwrap();
     let sim = dir.path().join("majin.toml");
@@ -44,6 +46,8 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     let bus = Bus::session();
     let d = Daemon::start(&bus, dir.path(), &sim, &[]);
     let a = &bus.address;
+    define_template(a, "alpha");
+    define_template(a, "beta");
 
     // A: Mon/Wed/Fri 09-17; B: Tue/Thu 09-17.
     let nine = berlin(0, 9);
@@ -212,8 +216,20 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     );
     assert!(manager(a, None, "SetSchedule", &["ss", "beta", "[]"]).ok);
     assert!(!manager(a, None, "GetSchedule", &["s", "beta"]).ok);
+    // The template stays (its object too), with no slice to come.
+    let next = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/template/beta",
+            "org.astraeus.Node1.Template",
+            "NextSlice",
+        ],
+    );
+    assert_eq!(next.stdout, "(xxs) 0 0 \"\"\n", "{}", next.stderr);
     assert!(
-        !busctl(
+        busctl(
             a,
             &[
                 "introspect",
@@ -230,7 +246,7 @@ fn the_preview_says_when_a_monthly_day_does_not_occur() {
     let dir = open_tempdir();
     std::fs::write(
         dir.path().join("node.toml"),
-        "[schedule]\ntime_zone = \"Europe/Berlin\"\n",
+        format!("[schedule]\ntime_zone = \"Europe/Berlin\"\n{TEST_DRIVER}"),
     )
     .unwrap();
     let sim = dir.path().join("majin.toml");
@@ -238,6 +254,7 @@ fn the_preview_says_when_a_monthly_day_does_not_occur() {
     let bus = Bus::session();
     let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
     let a = &bus.address;
+    define_template(a, "maint");
     // Maintenance on the 31st of each month, 02:00–06:00, from next January on.
     let year = jiff::Zoned::now().year() + 1;
     let at = |m: i8, d: i8, h: i8| {

@@ -8,23 +8,6 @@ mod common;
 use common::*;
 use std::path::Path;
 
-fn template(name: &str) -> String {
-    let xml = format!(
-        "<domain type='test'><name>tmpl-{name}</name><memory>65536</memory>\
-         <os><type>hvm</type></os><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
-         <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
-         </hostdev></devices></domain>"
-    );
-    serde_json::json!({
-        "name": name,
-        "workload": {"model": "Llama-3.1-8B", "runtime": "vllm"},
-        "user": {"kind": if name == "a" { "internal" } else { "external" }, "name": "team-".to_string() + name},
-        "vm": {"domain_xml": xml},
-        "baseboard": ["0000:41:00.0"],
-    })
-    .to_string()
-}
-
 fn steps(db: &Path) -> Vec<String> {
     let c = rusqlite::Connection::open(db).unwrap();
     let mut stmt = c
@@ -50,11 +33,7 @@ fn http_get(port: u16, path: &str) -> String {
 
 #[test]
 fn templates_hand_the_baseboard_over_one_at_a_time() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let dir = open_tempdir();
     let bus = Bus::session();
     let config = format!(
@@ -65,7 +44,7 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     let d = start_majin(&bus, dir.path(), &config, &[]);
     let a = &bus.address;
     for name in ["a", "b"] {
-        let o = manager(a, None, "CreateTemplate", &["s", &template(name)]);
+        let o = manager(a, None, "CreateTemplate", &["s", &test_template(name)]);
         assert!(o.ok, "{}", o.stderr);
         assert!(o
             .stdout
@@ -85,10 +64,10 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
         o.stdout
     );
     // A device the VM does not pass through, and a taken name, are refused.
-    let bad = template("c").replace("0000:41:00.0", "0000:42:00.0");
+    let bad = test_template("c").replace("0000:41:00.0", "0000:42:00.0");
     let o = manager(a, None, "CreateTemplate", &["s", &bad]);
     assert!(o.stderr.contains("baseboard"), "{}", o.stderr);
-    let o = manager(a, None, "CreateTemplate", &["s", &template("a")]);
+    let o = manager(a, None, "CreateTemplate", &["s", &test_template("a")]);
     assert!(o.stderr.contains("already exists"), "{}", o.stderr);
 
     // a on; b may not simply resume while a holds the baseboard.
@@ -337,7 +316,7 @@ fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
     };
     let a = bus.address.clone();
     let d = start();
-    assert!(manager(&a, None, "CreateTemplate", &["s", &template("a")]).ok);
+    assert!(manager(&a, None, "CreateTemplate", &["s", &test_template("a")]).ok);
     let o = manager(
         &a,
         None,
@@ -384,7 +363,7 @@ fn a_resume_waiting_out_the_buffer_survives_a_kill() {
     let a = bus.address.clone();
     let d = start();
     for t in ["a", "b"] {
-        assert!(manager(&a, None, "CreateTemplate", &["s", &template(t)]).ok);
+        assert!(manager(&a, None, "CreateTemplate", &["s", &test_template(t)]).ok);
     }
     assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
     eventually("a running", || template_state(&a, "a") == "running");
@@ -648,4 +627,97 @@ fn probe_on_the_guests_addresses() {
     // Power-off works at any time.
     assert!(manager(a, None, "PowerOff", &["sb", "n", "true"]).ok);
     eventually("off", || template_state(a, "n") == "off");
+}
+
+/// A typo in a template's name never takes the baseboard out of service: a
+/// schedule for a template that does not exist is refused (and makes no
+/// object); one left in a ledger from before is dropped on start, never
+/// fired; removing a template removes its schedule with it.
+#[test]
+fn schedules_belong_to_templates_that_exist() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let config = format!("[schedule]\nhandoff_buffer_seconds = 0\n{TEST_DRIVER}");
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    let a = bus.address.clone();
+    define_template(&a, "a");
+    define_template(&a, "b");
+    assert!(manager(&a, None, "Resume", &["sb", "b", "false"]).ok);
+    eventually("b runs", || template_state(&a, "b") == "running");
+
+    // The ghost sequence of the issue: refused, and nothing moves.
+    let soon = r#"[{"action":"resume","time":"+3"}]"#;
+    let o = manager(&a, None, "SetSchedule", &["ss", "ghost", soon]);
+    assert!(
+        !o.ok && o.stderr.contains("no template named ghost"),
+        "{}",
+        o.stderr
+    );
+    let o = gdbus(
+        &a,
+        &[
+            "-o",
+            "/org/astraeus/Node1",
+            "-m",
+            "org.astraeus.Node1.Manager.SetSchedule",
+            "ghost",
+            soon,
+        ],
+    );
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.NotFound"),
+        "{}",
+        o.stderr
+    );
+    assert!(!manager(&a, None, "GetSchedule", &["s", "ghost"]).ok);
+    let tree = busctl(&a, &["tree", "--list", "org.astraeus.Node1"]).stdout;
+    assert!(!tree.contains("template/ghost"), "{tree}");
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert_eq!(template_state(&a, "b"), "running");
+    let db = d.state.join("ledger.db");
+    assert!(
+        !steps(&db).iter().any(|s| s.contains("ghost")),
+        "{:?}",
+        steps(&db)
+    );
+
+    // Removing a template (its VM off) removes its schedule in the same step.
+    let later = r#"[{"action":"resume","time":"+86400"}]"#;
+    assert!(manager(&a, None, "SetSchedule", &["ss", "a", later]).ok);
+    let o = manager(&a, None, "RemoveTemplate", &["s", "a"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(!manager(&a, None, "GetSchedule", &["s", "a"]).ok);
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let left: i64 = c
+        .query_row(
+            "SELECT count(*) FROM schedules WHERE template = 'a'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0);
+
+    // A ledger from before this rule holds a schedule for a template that
+    // does not exist, due in 2 s: dropped on start, never fired.
+    drop(d);
+    let due = jiff::Timestamp::now().as_second() + 2;
+    c.execute(
+        "INSERT INTO schedules (template, actions, set_ms) VALUES ('ghost', ?1, 0)",
+        [format!(r#"[{{"action":"resume","time":{due}}}]"#)],
+    )
+    .unwrap();
+    drop(c);
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    assert!(!manager(&a, None, "GetSchedule", &["s", "ghost"]).ok);
+    assert!(
+        d.log_text().contains("dropped the schedule of ghost"),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(
+        !steps(&db).iter().any(|s| s.contains("ghost")),
+        "{:?}",
+        steps(&db)
+    );
 }

@@ -76,6 +76,20 @@ impl Store {
     ) -> Result<()> {
         let at_ms = at.as_i64();
         let tx = self.conn.transaction()?;
+        // A schedule belongs to a template: checked in the same transaction
+        // that writes it, so none can be set for a template being removed.
+        let exists: Option<i64> = tx
+            .query_row(
+                "SELECT 1 FROM templates WHERE name = ?1",
+                params![template],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if exists.is_none() {
+            return Err(Error::NotFound(format!(
+                "no template named {template}: define it first (CreateTemplate), then schedule it"
+            )));
+        }
         match actions {
             Some(json) => exec(
 &tx,
@@ -312,6 +326,32 @@ impl Store {
     }
 
     /// Every template's schedule: (template, normalized actions JSON).
+    /// Drops schedules whose template does not exist (ledgers written before
+    /// schedules were bound to templates could hold them), in one
+    /// transaction; the templates they named.
+    pub fn drop_orphan_schedules(&mut self, at: EpochMs) -> Result<Vec<String>> {
+        let tx = self.conn.transaction()?;
+        let orphans: Vec<String> = {
+            let mut stmt = tx.prepare(
+                "SELECT template FROM schedules WHERE template NOT IN (SELECT name FROM templates)
+                 ORDER BY template",
+            )?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for t in &orphans {
+            exec(&tx, "DELETE FROM schedules WHERE template = ?1", params![t])?;
+            exec(
+                &tx,
+                "INSERT INTO events (at_ms, worker_id, kind, detail)
+                 VALUES (?1, NULL, 'schedule-orphan-dropped', ?2)",
+                params![at.as_i64(), t],
+            )?;
+        }
+        tx.commit()?;
+        Ok(orphans)
+    }
+
     pub fn schedules(&self) -> Result<Vec<(String, String)>> {
         let mut stmt = self
             .conn

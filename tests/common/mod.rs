@@ -440,3 +440,32 @@ pub fn free_port() -> u16 {
         .expect("its address")
         .port()
 }
+
+/// node.toml lines that give the daemon libvirt's test driver (in-process:
+/// each daemon has its own, empty at start).
+pub const TEST_DRIVER: &str = "[runtime]\nlibvirt_uri = \"test:///default\"\n";
+
+/// A template whose persistent VM is `tmpl-NAME` on libvirt's test driver,
+/// owning the baseboard 0000:41:00.0.
+pub fn test_template(name: &str) -> String {
+    let xml = format!(
+        "<domain type='test'><name>tmpl-{name}</name><memory>65536</memory>\
+         <os><type>hvm</type></os><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
+         <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
+         </hostdev></devices></domain>"
+    );
+    serde_json::json!({
+        "name": name,
+        "workload": {"model": "Llama-3.1-8B", "runtime": "vllm"},
+        "user": {"kind": if name == "a" { "internal" } else { "external" }, "name": "team-".to_string() + name},
+        "vm": {"domain_xml": xml},
+        "baseboard": ["0000:41:00.0"],
+    })
+    .to_string()
+}
+
+/// Defines [`test_template`] NAME on the daemon at `a` (as root).
+pub fn define_template(a: &str, name: &str) {
+    let o = manager(a, None, "CreateTemplate", &["s", &test_template(name)]);
+    assert!(o.ok, "CreateTemplate {name}: {}", o.stderr);
+}
