@@ -608,3 +608,24 @@ fn a_wsl_host_says_so_and_shares_every_gpu() {
          GPU 1  RTX 3060  offers all its 12 GB  shared, 4 GB taken\n"
     );
 }
+
+/// The built-in majin is the seed's machine on every host: the seed's
+/// listen + voice, each asking for 2 CPU cores, both run even where the
+/// host itself has only 2.
+#[test]
+fn the_builtin_majin_has_the_same_host_everywhere() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sim = dir.path().join("builtin.toml");
+    std::fs::write(&sim, astraeusd::inventory::sim::MAJIN).unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = &bus.address;
+    for (name, gb) in [("listen", "2.2"), ("voice", "4.2")] {
+        let spec = format!(
+            r#"{{"name":"{name}","requested_resources":{{"cpu_cores":2,"gpu_requests":{{"shared":true,"memory_gb":{gb}}}}}}}"#
+        );
+        let o = manager(a, None, "SubmitWorker", &["s", &spec]);
+        assert!(o.ok, "{}", o.stderr);
+        assert!(o.stdout.contains("\"running\""), "{name}: {}", o.stdout);
+    }
+}

@@ -1,7 +1,7 @@
 //! The simulated machine: GPUs described in a TOML file (design.md's format),
 //! or the seed's `majin` built in. For people trying the daemon without a GPU.
 
-use super::{host_resources, GpuSource, Own};
+use super::{GpuSource, Own};
 use crate::error::{Error, Result};
 use crate::placement::{Gpu, Machine};
 use crate::quantity::Amount;
@@ -9,9 +9,13 @@ use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-/// The seed's machine: one RTX 4060 with 8 GB, 1 GB held by the desktop.
+/// The seed's machine: one RTX 4060 with 8 GB, 1 GB held by the desktop,
+/// and a fixed host (16 cores, 64 GB) so that it behaves the same on every
+/// machine it is tried on.
 pub const MAJIN: &str = r#"
 machine = "majin"
+cpu_cores = 16
+memory_gb = 64
 [[gpu]]
 model = "NVIDIA GeForce RTX 4060"
 uuid = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000"
@@ -20,13 +24,19 @@ outside_gb = 1
 power_w = 60
 "#;
 
+/// A simulated host's CPU cores and memory when its file names none.
+pub const DEFAULT_CORES: u32 = 16;
+pub const DEFAULT_MEMORY_GB: u64 = 64;
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SimFile {
     machine: String,
     #[serde(default)]
     wsl: bool,
-    /// Host CPU cores and memory; the real host's when absent.
+    /// Host CPU cores and memory; [`DEFAULT_CORES`] and [`DEFAULT_MEMORY_GB`]
+    /// when absent, never the real host's: a simulated machine behaves the
+    /// same wherever it runs.
     cpu_cores: Option<u32>,
     memory_gb: Option<u64>,
     #[serde(default)]
@@ -78,7 +88,6 @@ pub fn parse(text: &str) -> Result<Machine> {
     let f: SimFile = toml::from_str(text)
         .map_err(|e| Error::InvalidRequest(format!("sim machine: {}", e.message())))?;
     crate::request::validate_name("machine", &f.machine)?;
-    let (host_cores, host_mem) = host_resources();
     let mut gpus = Vec::new();
     for (i, g) in f.gpu.iter().enumerate() {
         let path = |k: &str| format!("gpu[{i}].{k}");
@@ -111,10 +120,11 @@ pub fn parse(text: &str) -> Result<Machine> {
     Ok(Machine {
         name: f.machine,
         wsl: f.wsl,
-        cpu_cores: f.cpu_cores.map_or(host_cores, |c| Amount::whole(c as u64)),
+        cpu_cores: Amount::whole(u64::from(f.cpu_cores.unwrap_or(DEFAULT_CORES))),
         memory_bytes: f
             .memory_gb
-            .map_or(host_mem, |g| g.saturating_mul(crate::quantity::GB_BYTES)),
+            .unwrap_or(DEFAULT_MEMORY_GB)
+            .saturating_mul(crate::quantity::GB_BYTES),
         gpus,
     })
 }
@@ -177,6 +187,15 @@ mod tests {
         assert_eq!(g.model, "NVIDIA GeForce RTX 4060");
         assert_eq!(g.total, Amount::whole(8));
         assert_eq!(g.offered(), Amount::whole(7));
+        // A fixed host, whatever this machine has.
+        assert_eq!(m.cpu_cores, Amount::whole(16));
+        assert_eq!(m.memory_bytes, 64 * crate::quantity::GB_BYTES);
+        let bare = parse("machine = \"m\"\n").unwrap();
+        assert_eq!(bare.cpu_cores, Amount::whole(u64::from(DEFAULT_CORES)));
+        assert_eq!(
+            bare.memory_bytes,
+            DEFAULT_MEMORY_GB * crate::quantity::GB_BYTES
+        );
     }
 
     #[test]
