@@ -60,6 +60,8 @@ pub struct GpuView {
     pub held_outside_gb: f64,
     pub taken_gb: f64,
     pub sharers: Vec<(String, f64)>,
+    /// The worker holding it whole; empty when none does.
+    pub held_whole_by: String,
     pub summary: String,
     /// Non-empty when the GPU needs attention (over-promised, unhealthy in use).
     pub warning: String,
@@ -205,6 +207,7 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
                     .collect()
             })
             .unwrap_or_default(),
+        held_whole_by: usage.and_then(|u| u.whole.clone()).unwrap_or_default(),
         summary: placement::sharers_line(usage),
         warning: node.gpu_warning(g).unwrap_or_default(),
         pci_bus_id: g.pci_bus_id.clone(),

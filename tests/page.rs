@@ -211,4 +211,26 @@ fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
     browser
         .screenshot(&shots.join("machine-page-after-stop.png"))
         .unwrap();
+
+    // A GPU held whole is its holder's on the page and in the JSON: no
+    // memory is drawn as free.
+    for w in ["big", "listen"] {
+        assert!(manager(&bus.address, None, "StopWorker", &["s", w]).ok);
+    }
+    let whole = r#"{"name":"llama","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    let o = manager(&bus.address, None, "SubmitWorker", &["s", whole]);
+    assert!(
+        o.ok && o.stdout.contains("running"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    let legend = browser
+        .wait_for(".gpu .legend", |t| t.contains("held whole by llama"), wait)
+        .unwrap();
+    assert!(!legend.contains("free"), "{legend}");
+    let (_, _, body) = get(port, "/machines/majin");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["gpus"][0]["held_whole_by"], "llama", "{body}");
+    assert_eq!(v["gpus"][0]["mode"], "whole", "{body}");
 }
