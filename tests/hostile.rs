@@ -215,3 +215,33 @@ fn a_flooding_client_does_not_starve_another() {
     );
     assert!(flood_ok > 0);
 }
+
+/// The ledger holds run specs with their secrets: whatever starts the
+/// daemon (here: not systemd, and a state directory left 0755 with a 0644
+/// ledger by an older version), its state is its own.
+#[test]
+fn the_state_directory_and_ledger_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = open_tempdir();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(state.join("ledger.db"), b"").unwrap();
+    std::fs::set_permissions(
+        state.join("ledger.db"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let bus = Bus::session();
+    let d = start_majin(&bus, dir.path(), "", &[]);
+    let spec =
+        r#"{"name":"w","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1}}}"#;
+    assert!(manager(&bus.address, None, "SubmitWorker", &["s", spec]).ok);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&d.state), 0o700, "state directory");
+    for name in ["ledger.db", "ledger.db-wal", "ledger.db-shm"] {
+        let p = d.state.join(name);
+        assert!(p.exists(), "{name} (the ledger runs in WAL mode)");
+        assert_eq!(mode(&p), 0o600, "{name}");
+    }
+}
