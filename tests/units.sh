@@ -56,6 +56,7 @@ for _ in $(seq 50); do [ -s "$rt/out.txt" ] && break; sleep 0.1; done
 grep -qx "GB=2.5 CUDA=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000 K=V" "$rt/out.txt" || fail "environment: $(cat "$rt/out.txt")"
 [ "$(systemctl --user show astraeus-worker-job.service -p MemoryMax --value)" = 268435456 ] || fail "MemoryMax"
 [ "$(systemctl --user show astraeus-worker-job.service -p CPUQuotaPerSecUSec --value)" = 500ms ] || fail "CPUQuota"
+[ "$(systemctl --user show astraeus-worker-job.service -p NoNewPrivileges --value)" = yes ] || fail "NoNewPrivileges"
 wait_for job gone
 grep -q "worker job exited with status 4" "$rt/daemon.log" || fail "exit status not recorded"
 taken=$(busctl --user get-property org.astraeus.Node1 /org/astraeus/Node1/gpu/0 org.astraeus.Node1.Gpu TakenGb)

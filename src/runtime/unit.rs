@@ -95,6 +95,8 @@ pub fn properties(l: &Launch, stop_timeout: Duration) -> Result<Vec<(&'static st
                 "TimeoutStopUSec",
                 v(Variant::from(stop_timeout.as_micros() as u64)),
             ),
+            // A worker never gains privileges (setuid binaries, file caps).
+            ("NoNewPrivileges", v(Variant::from(true))),
         ];
         if !l.cpu_cores.is_zero() {
             // µs of CPU per second: one core is 1 000 000.
@@ -322,6 +324,7 @@ mod tests {
             u64::try_from(get(&p, "TimeoutStopUSec").unwrap().clone()).unwrap(),
             10_000_000
         );
+        assert!(bool::try_from(get(&p, "NoNewPrivileges").unwrap().clone()).unwrap());
         // Root's units run as root: no User=.
         let p = properties(&launch(Some(0)), Duration::from_secs(10)).unwrap();
         assert!(get(&p, "User").is_none());
