@@ -38,6 +38,7 @@ pub mod service;
 
 pub mod slicing;
 pub mod store;
+pub mod text;
 pub mod time;
 pub mod usage;
 pub mod views;

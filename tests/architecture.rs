@@ -28,6 +28,7 @@ const PURE: &[&str] = &[
     "slicing/meter.rs",
     "slicing/mod.rs",
     "slicing/template.rs",
+    "text.rs",
     "time.rs",
     "usage.rs",
 ];

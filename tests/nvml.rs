@@ -485,3 +485,49 @@ fn energy_and_utilisation_intervals_reach_the_ledger() {
     );
     assert_eq!(util, Some(40));
 }
+
+/// Another user's process names itself with terminal escapes: its name
+/// reaches the reasons, astraeusctl and the journal only as printable text.
+#[test]
+fn a_process_name_with_escapes_is_shown_printable() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    // The shell renames itself (comm, 15 bytes) and stays: its pid holds 1 GB.
+    let mut hostile = Command::new("sh")
+        .arg("-c")
+        .arg(r#"printf '\033]0;owned\007\033[2J' > /proc/$$/comm; while :; do sleep 1; done"#)
+        .spawn()
+        .unwrap();
+    let pid = hostile.id();
+    eventually("the process renamed itself", || {
+        std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(b"\x1b]0;owned"))
+    });
+    fixture(&fx, &[rtx(GB, 0)], &[(0, pid, GB, "graphics")]);
+    let bus = Bus::session();
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let spec = dir.path().join("big.json");
+    std::fs::write(
+        &spec,
+        r#"{"name":"big","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":7.5}}}"#,
+    )
+    .unwrap();
+    let o = ctl(a, None, &["submit", spec.to_str().unwrap()]);
+    let _ = hostile.kill();
+    let _ = hostile.wait();
+    assert!(
+        o.stdout
+            .contains(&format!("held by pid {pid} (?]0;owned??[2J, user root)")),
+        "{:?}",
+        o.stdout
+    );
+    for (what, text) in [
+        ("astraeusctl", o.stdout.clone()),
+        ("the journal", d.log_text()),
+    ] {
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{what} got a raw escape: {text:?}"
+        );
+    }
+}

@@ -181,10 +181,11 @@ impl GpuSource for NvmlSource {
     }
 }
 
-/// `Xorg, user gdm` for a pid, as far as /proc tells.
+/// `Xorg, user gdm` for a pid, as far as /proc tells. Another user names
+/// their own process: its name is made printable before it goes anywhere.
 fn describe_pid(pid: u32) -> String {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim().to_string())
+        .map(|s| crate::text::printable(s.strip_suffix('\n').unwrap_or(&s)))
         .unwrap_or_else(|_| "unknown".into());
     let uid = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -197,7 +198,7 @@ fn describe_pid(pid: u32) -> String {
     match uid {
         Some(uid) => {
             let user = crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string());
-            format!("{comm}, user {user}")
+            format!("{comm}, user {}", crate::text::printable(&user))
         }
         None => comm,
     }

@@ -1,0 +1,24 @@
+//! PURE: text that came from outside (another user's process name, a name
+//! service) made safe to show: control characters (terminal escapes, bells,
+//! newlines that would forge a journal or table line) never reach a reason,
+//! the journal, a terminal or the page.
+
+/// `text` with every control character replaced by `?`.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_never_pass() {
+        assert_eq!(printable("Xorg"), "Xorg");
+        assert_eq!(printable("\u{1b}]0;owned\u{7}\u{1b}[2J"), "?]0;owned??[2J");
+        assert_eq!(printable("a\nb\rc\u{9b}d"), "a?b?c?d", "C1 controls too");
+        assert_eq!(printable("Zürich ✓"), "Zürich ✓");
+    }
+}
