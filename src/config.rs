@@ -36,6 +36,10 @@ pub struct HttpConfig {
     /// The machine page's address (`127.0.0.1:8089`, or a bare port for
     /// loopback); unset: no HTTP server.
     pub listen: Option<String>,
+    /// Host names the page answers to besides IP addresses, `localhost` and
+    /// this host's name (a browser's Host header; any other name gets 421,
+    /// which defeats DNS rebinding).
+    pub names: Vec<String>,
 }
 
 impl HttpConfig {
@@ -232,6 +236,7 @@ mod tests {
     fn the_page_listens_on_loopback_for_a_bare_port_and_names_a_bad_address() {
         let http = |s: &str| HttpConfig {
             listen: Some(s.into()),
+            names: Vec::new(),
         };
         assert_eq!(
             http("8089").address().unwrap(),

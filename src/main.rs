@@ -179,7 +179,10 @@ async fn run(args: Args) -> Result<(), Error> {
             .await
             .map_err(|e| Error::field("http.listen", format!("cannot listen on {addr}: {e}")))?;
         tracing::info!("machine page on http://{addr}/");
-        tokio::spawn(astraeusd::web::serve(listener, service.commands()));
+        let mut names = config.http.names.clone();
+        names.push(inventory::host_name());
+        let hosts = astraeusd::web::Hosts { names };
+        tokio::spawn(astraeusd::web::serve(listener, service.commands(), hosts));
     }
     // The name last: once it is owned, every object is already there.
     conn.request_name_with_flags(BUS_NAME, zbus::fdo::RequestNameFlags::DO_NOT_QUEUE)

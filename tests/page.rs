@@ -33,7 +33,10 @@ fn http(port: u16, request: &str) -> (u16, String, String) {
 }
 
 fn get(port: u16, path: &str) -> (u16, String, String) {
-    http(port, &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n"))
+    http(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+    )
 }
 
 /// The seed's machine: an 8 GB GPU with 1 GB held by the desktop, two
@@ -233,4 +236,40 @@ fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["gpus"][0]["held_whole_by"], "llama", "{body}");
     assert_eq!(v["gpus"][0]["mode"], "whole", "{body}");
+}
+
+/// A non-member opens 300 slow connections (a request head that never
+/// ends): the page keeps answering another client, and a Host header that
+/// names another site (DNS rebinding) gets 421.
+#[test]
+fn the_page_survives_slow_clients_and_answers_only_to_its_names() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let (_d, port) = setup(dir.path(), &bus);
+    let mut slow = Vec::new();
+    for _ in 0..300 {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::Write;
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nX-Slow: ");
+            slow.push(s);
+        }
+    }
+    assert!(slow.len() >= 200, "opened {}", slow.len());
+    for i in 0..5 {
+        let (status, _, body) = http(
+            port,
+            "GET /machines/majin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        );
+        assert_eq!(status, 200, "read {i} while 300 slow clients wait: {body}");
+        assert!(body.contains("\"machine\": \"majin\""), "{body}");
+    }
+    drop(slow);
+    let (status, _, body) = http(
+        port,
+        "GET /machines/majin HTTP/1.1\r\nHost: attacker.example\r\n\r\n",
+    );
+    assert_eq!(status, 421, "{body}");
+    assert!(!body.contains("majin"), "{body}");
+    let (status, _, _) = http(port, "GET / HTTP/1.1\r\nHost: localhost:1234\r\n\r\n");
+    assert_eq!(status, 200);
 }

@@ -14,37 +14,148 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 const PAGE: &str = include_str!("page.html");
 /// Requests are a line and a few headers; anything larger is refused.
 const MAX_HEAD: usize = 8 * 1024;
 const MAX_CONNECTIONS: usize = 64;
+/// A request head must arrive within this long (a slow client is dropped).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
+/// A whole connection, answer included.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections still reading their request head, oldest first: when all
+/// places are taken, the slowest of these is dropped for the newcomer, so
+/// slow clients cannot hold the page (and accepting never waits).
+#[derive(Default)]
+struct Reading {
+    open: usize,
+    heads: std::collections::VecDeque<(u64, tokio::task::AbortHandle)>,
+}
+
+/// Who may be named in the Host header: IP addresses, `localhost`, this
+/// host's name and the configured names (DNS rebinding names another).
+#[derive(Clone, Debug, Default)]
+pub struct Hosts {
+    pub names: Vec<String>,
+}
+
+impl Hosts {
+    /// Whether a Host header's value (`name[:port]`) may be served.
+    pub fn allows(&self, host: &str) -> bool {
+        let name = match host.strip_prefix('[') {
+            Some(v6) => {
+                return v6
+                    .split(']')
+                    .next()
+                    .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok())
+            }
+            None => host.rsplit_once(':').map_or(host, |(n, p)| {
+                if p.chars().all(|c| c.is_ascii_digit()) {
+                    n
+                } else {
+                    host
+                }
+            }),
+        };
+        name.parse::<std::net::Ipv4Addr>().is_ok()
+            || name.eq_ignore_ascii_case("localhost")
+            || self.names.iter().any(|n| n.eq_ignore_ascii_case(name))
+    }
+}
 
 /// Serves until the listener fails; each connection in a task of its own.
-pub async fn serve(listener: TcpListener, tx: mpsc::Sender<Command>) {
-    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+pub async fn serve(listener: TcpListener, tx: mpsc::Sender<Command>, hosts: Hosts) {
+    let reading = Arc::new(std::sync::Mutex::new(Reading::default()));
+    let hosts = Arc::new(hosts);
+    let mut next_id = 0u64;
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let Ok(permit) = limit.clone().acquire_owned().await else {
-            return;
+        next_id += 1;
+        let id = next_id;
+        {
+            let mut r = reading.lock().unwrap_or_else(|e| e.into_inner());
+            if r.open >= MAX_CONNECTIONS {
+                match r.heads.pop_front() {
+                    // Its task ends: its place is freed by its guard.
+                    Some((_, slow)) => slow.abort(),
+                    // Every place answers a request: this one waits its turn
+                    // in the kernel's queue no longer than they take.
+                    None => {
+                        drop(r);
+                        drop(stream);
+                        continue;
+                    }
+                }
+            }
+            r.open += 1;
+        }
+        let (tx, hosts, guard_reading) = (tx.clone(), hosts.clone(), reading.clone());
+        let task_reading = reading.clone();
+        // The task starts once it is listed as reading (so that having read
+        // its head always takes it off the list).
+        let (listed, go) = oneshot::channel::<()>();
+        // Made here and moved in: dropped with the task even when it is
+        // aborted before it ever ran.
+        let place = Place {
+            id,
+            reading: guard_reading,
         };
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, tx)).await;
-            drop(permit);
+        let task = tokio::spawn(async move {
+            let _place = place;
+            if go.await.is_err() {
+                return;
+            }
+            let _ = tokio::time::timeout(
+                CONNECTION_TIMEOUT,
+                connection(stream, tx, &hosts, || {
+                    let mut r = task_reading.lock().unwrap_or_else(|e| e.into_inner());
+                    r.heads.retain(|(i, _)| *i != id);
+                }),
+            )
+            .await;
         });
+        reading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .heads
+            .push_back((id, task.abort_handle()));
+        let _ = listed.send(());
     }
 }
 
-async fn connection(mut stream: TcpStream, tx: mpsc::Sender<Command>) -> std::io::Result<()> {
+/// A connection's place, given back however its task ends (even aborted).
+struct Place {
+    id: u64,
+    reading: Arc<std::sync::Mutex<Reading>>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut r = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        r.open -= 1;
+        r.heads.retain(|(i, _)| *i != self.id);
+    }
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    tx: mpsc::Sender<Command>,
+    hosts: &Hosts,
+    head_read: impl FnOnce(),
+) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).await?;
+        let n = match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(read) => read?,
+            Err(_) => return Ok(()), // too slow: dropped
+        };
         if n == 0 {
             return Ok(());
         }
@@ -65,10 +176,19 @@ async fn connection(mut stream: TcpStream, tx: mpsc::Sender<Command>) -> std::io
             return Ok(());
         }
     }
+    head_read();
     let text = String::from_utf8_lossy(&head);
     let mut parts = text.lines().next().unwrap_or_default().split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let host = text.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case("host").then(|| v.trim())
+    });
     let response = match method {
+        _ if host.is_some_and(|h| !hosts.allows(h)) => Response::error(
+            421,
+            "this page answers to its IP addresses, localhost and the names in http.names",
+        ),
         "GET" | "HEAD" => route(target, &tx).await,
         _ => Response::error(
             405,
@@ -103,6 +223,7 @@ impl Response {
             200 => "OK",
             404 => "Not Found",
             405 => "Method Not Allowed",
+            421 => "Misdirected Request",
             431 => "Request Header Fields Too Large",
             503 => "Service Unavailable",
             _ => "Error",
@@ -427,6 +548,31 @@ fn percent_decode(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::views::WorkerView;
+
+    #[test]
+    fn the_host_header_must_name_this_host() {
+        let hosts = Hosts {
+            names: vec!["gpu-7.example.org".into()],
+        };
+        for ok in [
+            "127.0.0.1:8089",
+            "10.1.2.3",
+            "[::1]:8089",
+            "localhost:8089",
+            "LOCALHOST",
+            "gpu-7.example.org:8089",
+        ] {
+            assert!(hosts.allows(ok), "{ok}");
+        }
+        for bad in [
+            "attacker.example",
+            "attacker.example:8089",
+            "[evil]",
+            "127.0.0.1.evil.io",
+        ] {
+            assert!(!hosts.allows(bad), "{bad}");
+        }
+    }
 
     fn snap() -> Snapshot {
         Snapshot {
