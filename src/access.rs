@@ -40,6 +40,11 @@ pub enum Workload {
     Vm,
 }
 
+/// Live workers one user may hold by default (root is exempt).
+pub const DEFAULT_MAX_WORKERS: u32 = 1000;
+/// Pending workers one user may have waiting by default (root is exempt).
+pub const DEFAULT_MAX_PENDING: u32 = 100;
+
 /// The access settings from the configuration.
 #[derive(Clone, Debug)]
 pub struct Rules {
@@ -49,6 +54,9 @@ pub struct Rules {
     pub containers_for_group: bool,
     /// Whether members may run VMs (root-equivalent).
     pub vms_for_group: bool,
+    /// Per-user quotas (`access.max_workers_per_user`, `max_pending_per_user`).
+    pub max_workers: u32,
+    pub max_pending: u32,
 }
 
 impl Rules {
@@ -57,7 +65,32 @@ impl Rules {
             group: group.to_string(),
             containers_for_group: false,
             vms_for_group: false,
+            max_workers: DEFAULT_MAX_WORKERS,
+            max_pending: DEFAULT_MAX_PENDING,
         }
+    }
+
+    /// A user holding `live` workers, `pending` of them waiting, may submit
+    /// one more only within its quotas (so no one can fill the daemon's
+    /// memory and queue); root is exempt.
+    pub fn within_quota(&self, caller: &Caller, live: usize, pending: usize) -> Result<()> {
+        let uid = caller.uid;
+        if caller.is_root() {
+            return Ok(());
+        }
+        if live >= self.max_workers as usize {
+            return Err(Error::QuotaExceeded(format!(
+                "uid {uid} holds {live} workers, the most access.max_workers_per_user allows; \
+                 stop some first"
+            )));
+        }
+        if pending >= self.max_pending as usize {
+            return Err(Error::QuotaExceeded(format!(
+                "uid {uid} has {pending} workers waiting, the most access.max_pending_per_user \
+                 allows; stop some or wait until they are placed"
+            )));
+        }
+        Ok(())
     }
 
     /// Workers are for root and members of the access group; the GPU
@@ -174,6 +207,23 @@ mod tests {
         assert!(rules.may_run(&member, Workload::Vm).is_err());
         rules.vms_for_group = true;
         assert!(rules.may_run(&member, Workload::Vm).is_ok());
+    }
+
+    #[test]
+    fn quotas_bind_everyone_but_root() {
+        let mut rules = Rules::new("g");
+        rules.max_workers = 3;
+        rules.max_pending = 2;
+        let member = caller(1000, true);
+        assert!(rules.within_quota(&member, 2, 1).is_ok());
+        let e = rules.within_quota(&member, 3, 0).unwrap_err();
+        assert_eq!(e.kind(), "QuotaExceeded");
+        assert!(e.message().contains("access.max_workers_per_user"), "{e}");
+        let e = rules.within_quota(&member, 2, 2).unwrap_err();
+        assert!(e.message().contains("access.max_pending_per_user"), "{e}");
+        assert!(rules
+            .within_quota(&caller(0, false), 10_000, 10_000)
+            .is_ok());
     }
 
     #[test]

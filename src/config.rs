@@ -128,6 +128,10 @@ pub struct Access {
     /// Let members run VMs too. A VM gets whole GPUs passed through and the
     /// disks its XML names: membership then equals root.
     pub vms_for_group: bool,
+    /// Live workers (pending or placed) one user may hold; root is exempt.
+    pub max_workers_per_user: u32,
+    /// Pending workers one user may have waiting; root is exempt.
+    pub max_pending_per_user: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -151,6 +155,8 @@ impl Default for Access {
             group: "astraeus".into(),
             containers_for_group: false,
             vms_for_group: false,
+            max_workers_per_user: crate::access::DEFAULT_MAX_WORKERS,
+            max_pending_per_user: crate::access::DEFAULT_MAX_PENDING,
         }
     }
 }
@@ -218,6 +224,14 @@ mod tests {
         let d = Config::default();
         assert_eq!(example.access.group, d.access.group);
         assert_eq!(example.access.vms_for_group, d.access.vms_for_group);
+        assert_eq!(
+            example.access.max_workers_per_user,
+            d.access.max_workers_per_user
+        );
+        assert_eq!(
+            example.access.max_pending_per_user,
+            d.access.max_pending_per_user
+        );
         assert_eq!(example.runtime.libvirt_uri, d.runtime.libvirt_uri);
         assert_eq!(example.runtime.podman_socket, d.runtime.podman_socket);
         assert_eq!(example.http.listen, None, "the page is off by default");

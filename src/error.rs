@@ -17,6 +17,8 @@ pub enum Error {
     Backend(String),
     /// The daemon is shutting down or its queue is full; try again.
     Busy(String),
+    /// The caller already holds as many workers as its quota allows.
+    QuotaExceeded(String),
 }
 
 impl Error {
@@ -34,6 +36,7 @@ impl Error {
             Error::Conflict(_) => "Conflict",
             Error::Backend(_) => "Backend",
             Error::Busy(_) => "Busy",
+            Error::QuotaExceeded(_) => "QuotaExceeded",
         }
     }
 
@@ -45,7 +48,8 @@ impl Error {
             | Error::AccessDenied(m)
             | Error::Conflict(m)
             | Error::Backend(m)
-            | Error::Busy(m) => m,
+            | Error::Busy(m)
+            | Error::QuotaExceeded(m) => m,
         }
     }
 }

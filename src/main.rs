@@ -170,6 +170,8 @@ async fn run(args: Args) -> Result<(), Error> {
         templates: libvirt,
         stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
         containers_for_group: config.access.containers_for_group,
+        max_workers_per_user: config.access.max_workers_per_user,
+        max_pending_per_user: config.access.max_pending_per_user,
         vms_for_group: config.access.vms_for_group,
         allow_networked_weights: config.slicing.allow_networked_weights,
     };

@@ -296,3 +296,65 @@ fn the_daemon_refuses_non_members_even_when_the_bus_lets_them_through() {
     );
     // (Env redaction of Request is tested with a running container in tests/podman.rs.)
 }
+
+/// One member cannot fill the daemon: beyond access.max_pending_per_user
+/// waiting (or max_workers_per_user held) a submit is QuotaExceeded; root
+/// is exempt.
+#[test]
+fn members_are_held_to_their_quotas_and_root_is_not() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    ensure_user("astraeus-test-a");
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[access]\nmax_workers_per_user = 4\nmax_pending_per_user = 2\n",
+    )
+    .unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let a = &bus.address;
+    let submit = |user: Option<&str>, name: &str, gb: &str| {
+        gdbus_as(
+            user,
+            a,
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            &[&shared_spec(name, gb)],
+        )
+    };
+    let member = Some("astraeus-test-a");
+    // One placed, two that can never fit the 7 GB offered wait; with two
+    // waiting, any further submit is refused.
+    assert!(submit(member, "small1", "1").ok);
+    assert!(submit(member, "wait1", "7.5").ok);
+    assert!(submit(member, "wait2", "7.5").ok);
+    let o = submit(member, "wait3", "7.5");
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.QuotaExceeded")
+            && o.stderr.contains("access.max_pending_per_user"),
+        "{}",
+        o.stderr
+    );
+    // One waiting less: room for one more, up to four held in all.
+    let o = gdbus_as(
+        member,
+        a,
+        "/org/astraeus/Node1",
+        "org.astraeus.Node1.Manager.StopWorker",
+        &["wait2"],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    assert!(submit(member, "small2", "1").ok);
+    assert!(submit(member, "small3", "1").ok);
+    let o = submit(member, "small4", "1");
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.QuotaExceeded")
+            && o.stderr.contains("access.max_workers_per_user"),
+        "{}",
+        o.stderr
+    );
+    // Root is exempt.
+    for i in 0..4 {
+        assert!(submit(None, &format!("root{i}"), "7.5").ok);
+    }
+}

@@ -69,6 +69,9 @@ pub struct Settings {
     pub containers_for_group: bool,
     /// Whether members of the access group may run VMs (root-equivalent).
     pub vms_for_group: bool,
+    /// Per-user quotas of live and of pending workers (root exempt).
+    pub max_workers_per_user: u32,
+    pub max_pending_per_user: u32,
     /// Accept weights disks on networked filesystems (`slicing.allow_networked_weights`).
     pub allow_networked_weights: bool,
 }
@@ -152,6 +155,8 @@ impl Service {
                 group: settings.group,
                 containers_for_group: settings.containers_for_group,
                 vms_for_group: settings.vms_for_group,
+                max_workers: settings.max_workers_per_user,
+                max_pending: settings.max_pending_per_user,
             },
             sampler: Sampler::new(settings.usage_interval.as_millis() as i64, SAMPLES_KEPT),
             slice_rules: settings.slice_rules,
@@ -500,6 +505,8 @@ impl Service {
 
     async fn submit(&mut self, spec: String, caller: Caller, reply: Reply<Result<Submitted>>) {
         let r = self.access.may(&caller, Act::SubmitWorker).and_then(|()| {
+            let (live, pending) = self.node.held_by(caller.uid);
+            self.access.within_quota(&caller, live, pending)?;
             let parsed = crate::request::WorkerSpec::parse(&spec)?;
             self.may_run(&parsed, &caller)?;
             self.node
