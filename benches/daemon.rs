@@ -51,14 +51,13 @@ fn placement_at_scale(sizes: &[usize], out: &mut Vec<String>) {
         let m = sim::parse(&machine_toml(64)).unwrap();
         let mut node = Node::open(Store::open_in_memory().unwrap(), m).unwrap();
         for g in 0..64 {
-            node.submit(&shared(&format!("fill{g}"), 2300), 0, None)
-                .unwrap();
+            node.submit(&shared(&format!("fill{g}"), 2300), 0).unwrap();
         }
         let mut rng = Rng(0x9e3779b97f4a7c15);
         for i in 0..n {
             // 1.5 to 24 GB: none fits beside a 23 GB filler.
             let h = 150 + rng.next() % 2250;
-            node.submit(&shared(&format!("p{i}"), h), 0, None).unwrap();
+            node.submit(&shared(&format!("p{i}"), h), 0).unwrap();
         }
         let evals = node.evals.0;
         let t = Instant::now();

@@ -147,6 +147,19 @@ impl Rules {
     }
 }
 
+/// A non-root caller names as holders only its own processes (their GPU
+/// memory would otherwise stop counting as held outside: a lie that lets a
+/// share be placed on memory another user's process holds).
+pub fn may_hold(caller: &Caller, index: usize, pid: u32, process_uid: u32) -> Result<()> {
+    if caller.is_root() || process_uid == caller.uid {
+        return Ok(());
+    }
+    Err(Error::AccessDenied(format!(
+        "holders[{index}]: process {pid} belongs to uid {process_uid}; uid {} may name only its own processes",
+        caller.uid
+    )))
+}
+
 /// A worker is stopped by its owner or root.
 pub fn may_stop(caller_uid: u32, worker: &str, owner_uid: u32) -> Result<()> {
     if caller_uid != 0 && caller_uid != owner_uid {
@@ -224,6 +237,20 @@ mod tests {
         assert!(rules
             .within_quota(&caller(0, false), 10_000, 10_000)
             .is_ok());
+    }
+
+    #[test]
+    fn holders_are_the_callers_own_processes() {
+        let member = caller(1000, true);
+        assert!(may_hold(&member, 0, 42, 1000).is_ok());
+        let e = may_hold(&member, 1, 42, 0).unwrap_err();
+        assert_eq!(e.kind(), "AccessDenied");
+        assert!(
+            e.message()
+                .starts_with("holders[1]: process 42 belongs to uid 0"),
+            "{e}"
+        );
+        assert!(may_hold(&caller(0, false), 0, 42, 1000).is_ok());
     }
 
     #[test]

@@ -72,6 +72,32 @@ pub fn user_name(uid: u32) -> Option<String> {
     }
 }
 
+/// What the kernel says of a running process: its real uid and its start
+/// time (clock ticks since boot), which with the pid names it uniquely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub uid: u32,
+    pub start: u64,
+}
+
+/// The process `pid`, if one runs.
+pub fn process(pid: u32) -> Option<Process> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    // The name (field 2) may hold spaces and parentheses: fields are
+    // counted after the last ')'; starttime is field 22.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    Some(Process { uid, start })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +110,13 @@ mod tests {
         // nobody's primary group is nogroup on Debian.
         assert!(!is_member(65534, "root"));
         assert_eq!(user_name(0).as_deref(), Some("root"));
+        let me = process(std::process::id()).unwrap();
+        assert_eq!(me.uid, unsafe { libc::getuid() });
+        assert_eq!(
+            process(std::process::id()),
+            Some(me),
+            "the same process, the same start"
+        );
+        assert!(me.start > 0);
     }
 }

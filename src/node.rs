@@ -11,7 +11,7 @@ use crate::rotation;
 use crate::schedule::{self, ScheduledAction};
 use crate::store::{Store, WorkerState};
 use crate::time::EpochMs;
-pub use crate::worker::{Phase, State, Status, Worker};
+pub use crate::worker::{Holder, Phase, State, Status, Worker};
 use std::collections::BTreeMap;
 
 /// What an operation changed, so the bus layer can signal exactly that.
@@ -197,6 +197,33 @@ impl Node {
     pub fn worker(&self, name: &str) -> Option<&Worker> {
         self.workers.get(name)
     }
+    /// Drops holders that are gone or are no longer who they were (the pid
+    /// reused): `alive` tells, per holder, whether it still is. The ledger
+    /// first, then memory; the dropped ones, by worker.
+    pub fn keep_holders(
+        &mut self,
+        alive: impl Fn(&Holder) -> bool,
+    ) -> Result<Vec<(String, Vec<Holder>)>> {
+        let mut dropped = Vec::new();
+        let names: Vec<String> = self
+            .workers
+            .values()
+            .filter(|w| !w.holders.is_empty())
+            .map(|w| w.name().to_string())
+            .collect();
+        for name in names {
+            let w = &self.workers[&name];
+            let (keep, gone): (Vec<Holder>, Vec<Holder>) = w.holders.iter().partition(|h| alive(h));
+            if gone.is_empty() {
+                continue;
+            }
+            self.store.set_holders(w.id, &keep)?;
+            self.workers.get_mut(&name).expect("listed").holders = keep;
+            dropped.push((name, gone));
+        }
+        Ok(dropped)
+    }
+
     /// (live, pending) workers one user holds, for its quotas. A walk over
     /// the live workers: microseconds at ten thousand.
     pub fn held_by(&self, uid: u32) -> (usize, usize) {
@@ -236,15 +263,16 @@ impl Node {
     }
 
     /// Submits a worker: placed now if it fits, else pending with its reasons.
-    /// `default_holder` is the caller's pid, used when the spec names none.
-    pub fn submit(
-        &mut self,
-        spec_text: &str,
-        owner_uid: u32,
-        default_holder: Option<u32>,
-    ) -> Result<(String, Changes)> {
+    /// The spec's holders are taken as named (the service checks who they
+    /// are first: [`Node::submit_parsed`]).
+    pub fn submit(&mut self, spec_text: &str, owner_uid: u32) -> Result<(String, Changes)> {
         let spec = WorkerSpec::parse(spec_text)?;
-        self.submit_parsed(spec, spec_text, owner_uid, default_holder)
+        let holders = spec
+            .holders
+            .iter()
+            .map(|&pid| Holder { pid, start: None })
+            .collect();
+        self.submit_parsed(spec, spec_text, owner_uid, holders)
     }
 
     /// As [`Node::submit`], for a spec the caller has parsed (and checked) already.
@@ -253,7 +281,7 @@ impl Node {
         spec: WorkerSpec,
         spec_text: &str,
         owner_uid: u32,
-        default_holder: Option<u32>,
+        holders: Vec<Holder>,
     ) -> Result<(String, Changes)> {
         let name = spec.name.clone();
         if self.workers.contains_key(&name) {
@@ -261,11 +289,6 @@ impl Node {
                 "name: a live worker named {name} already exists; stop it first or choose another name"
             )));
         }
-        let holders = if spec.holders.is_empty() {
-            default_holder.into_iter().collect()
-        } else {
-            spec.holders.clone()
-        };
         let verdict = placement::fits(&self.machine, &self.book, &spec.resources, &mut self.evals);
         let grants = verdict.as_deref();
         let at = EpochMs::now();

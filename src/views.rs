@@ -265,7 +265,7 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
             .map(|g| (g.gpu_index, g.gpu_uuid.clone()))
             .collect(),
         gpu_shared_gb: w.spec.shared_gb().map_or(0.0, Amount::as_f64),
-        holders: w.holders.clone(),
+        holders: w.holders.iter().map(|h| h.pid).collect(),
         request: w.spec_text.clone(),
         request_redacted: redact_env(&w.spec_text),
     }

@@ -5,6 +5,17 @@
 use crate::placement::{Grant, Machine};
 use crate::request::WorkerSpec;
 
+/// A process named as a worker's holder: its pid and its identity (the
+/// kernel's start time of the process, in clock ticks since boot), so that
+/// the pid reused by another process is never taken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Holder {
+    pub pid: u32,
+    /// None: not known (a ledger from before identities were kept); such a
+    /// holder is dropped at the first check.
+    pub start: Option<u64>,
+}
+
 /// The state a person sees.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum State {
@@ -58,7 +69,8 @@ pub struct Worker {
     /// The request as the user wrote it.
     pub spec_text: String,
     pub owner_uid: u32,
-    pub holders: Vec<u32>,
+    /// Processes whose GPU memory counts as its own (a reservation's holders).
+    pub holders: Vec<Holder>,
     pub submitted: crate::time::EpochMs,
     pub status: Status,
     /// For workers with a `run`: where its workload is in its life.
@@ -147,7 +159,10 @@ impl Worker {
 
     /// Processes whose GPU memory is this worker's: its holders and its workload's.
     pub fn own_pids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.holders.iter().chain(&self.cgroup_pids).copied()
+        self.holders
+            .iter()
+            .map(|h| h.pid)
+            .chain(self.cgroup_pids.iter().copied())
     }
     pub fn grants(&self) -> &[Grant] {
         match &self.status {

@@ -64,7 +64,7 @@ fn crash_child() {
             let name = format!("r{run}-{i}");
             let text = spec(&mut rng, &name);
             note(&mut log, &format!("begin submit {name}"));
-            node.submit(&text, 1000, None).unwrap();
+            node.submit(&text, 1000).unwrap();
             note(&mut log, &format!("ack submit {name}"));
         }
     }

@@ -23,10 +23,10 @@ fn shared(name: &str, gb: &str) -> String {
 #[test]
 fn the_seeds_example_end_to_end() {
     let mut n = node();
-    n.submit(&shared("listen", "2.2"), 1000, None).unwrap();
-    n.submit(&shared("voice", "4.2"), 1000, None).unwrap();
-    n.submit(&shared("small", "1.5"), 1000, None).unwrap();
-    n.submit(&shared("big", "7.5"), 1000, None).unwrap();
+    n.submit(&shared("listen", "2.2"), 1000).unwrap();
+    n.submit(&shared("voice", "4.2"), 1000).unwrap();
+    n.submit(&shared("small", "1.5"), 1000).unwrap();
+    n.submit(&shared("big", "7.5"), 1000).unwrap();
     assert_eq!(
         n.reasons("small"),
         ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"]
@@ -58,16 +58,24 @@ fn the_seeds_example_end_to_end() {
 #[test]
 fn names_owners_and_errors() {
     let mut n = node();
-    n.submit(&shared("a", "1"), 1000, Some(42)).unwrap();
-    assert_eq!(n.worker("a").unwrap().holders, vec![42]);
-    let e = n.submit(&shared("a", "1"), 1000, None).unwrap_err();
+    let held = r#"{"name":"a","holders":[42],"requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1}}}"#;
+    n.submit(held, 1000).unwrap();
+    let pids: Vec<u32> = n
+        .worker("a")
+        .unwrap()
+        .holders
+        .iter()
+        .map(|h| h.pid)
+        .collect();
+    assert_eq!(pids, vec![42]);
+    let e = n.submit(&shared("a", "1"), 1000).unwrap_err();
     assert_eq!(e.kind(), "Exists");
     assert!(e.message().starts_with("name: "));
     assert_eq!(n.stop("a", 1001).unwrap_err().kind(), "AccessDenied");
     assert_eq!(n.stop("nope", 0).unwrap_err().kind(), "NotFound");
     n.stop("a", 0).unwrap();
     // The name is free again once its worker stopped.
-    n.submit(&shared("a", "1"), 1000, None).unwrap();
+    n.submit(&shared("a", "1"), 1000).unwrap();
 }
 
 #[test]
@@ -75,8 +83,8 @@ fn restart_changes_no_placement() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let mut n = Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
-    n.submit(&shared("listen", "2.2"), 1, None).unwrap();
-    n.submit(&shared("big", "7.5"), 1, None).unwrap();
+    n.submit(&shared("listen", "2.2"), 1).unwrap();
+    n.submit(&shared("big", "7.5"), 1).unwrap();
     let before: Vec<(String, Status)> = n
         .workers()
         .map(|w| (w.name().to_string(), w.status.clone()))
@@ -93,7 +101,7 @@ fn restart_changes_no_placement() {
 #[test]
 fn outside_use_shrinking_places_pending_work() {
     let mut n = node();
-    n.submit(&shared("big", "7.5"), 1, None).unwrap();
+    n.submit(&shared("big", "7.5"), 1).unwrap();
     assert_eq!(n.pending_count(), 1);
     let m = sim::parse(&sim::MAJIN.replace("outside_gb = 1", "outside_gb = 0")).unwrap();
     let c = n.set_machine(m).unwrap();
@@ -125,13 +133,12 @@ fn reexamination_is_linear_in_pending_workers() {
     let gpus = 8u64;
     let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
     for i in 0..8 {
-        n.submit(&shared(&format!("fill{i}"), "7"), 1, None)
-            .unwrap();
+        n.submit(&shared(&format!("fill{i}"), "7"), 1).unwrap();
     }
     let pending = 3000u64;
     let start = n.evals.0;
     for i in 0..pending {
-        n.submit(&shared(&format!("p{i}"), "2"), 1, None).unwrap();
+        n.submit(&shared(&format!("p{i}"), "2"), 1).unwrap();
     }
     assert_eq!(
         n.evals.0 - start,
@@ -156,15 +163,15 @@ fn reexamination_is_linear_in_pending_workers() {
 #[test]
 fn reasons_are_computed_when_asked_and_current_after_each_change() {
     let mut n = node();
-    n.submit(&shared("listen", "2.2"), 1, None).unwrap();
-    n.submit(&shared("big", "7.5"), 1, None).unwrap();
-    n.submit(&shared("mid", "5.5"), 1, None).unwrap();
+    n.submit(&shared("listen", "2.2"), 1).unwrap();
+    n.submit(&shared("big", "7.5"), 1).unwrap();
+    n.submit(&shared("mid", "5.5"), 1).unwrap();
     assert_eq!(
         n.reasons("mid"),
         ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
     );
     let snap = n.snapshot();
-    n.submit(&shared("tiny", "0.5"), 1, None).unwrap();
+    n.submit(&shared("tiny", "0.5"), 1).unwrap();
     assert_eq!(
         n.reasons("mid"),
         ["GPU 0 of majin: 2.7 of 7 GB taken by shared work; it needs 5.5"]
@@ -197,7 +204,7 @@ fn a_new_reading_reexamines_only_the_gpus_that_changed() {
     }
     let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
     for i in 0..100 {
-        n.submit(&shared(&format!("p{i}"), "6"), 1, None).unwrap();
+        n.submit(&shared(&format!("p{i}"), "6"), 1).unwrap();
     }
     assert_eq!(n.pending_count(), 100);
     // GPU 2's outside use drops to 1 GB: only GPU 2 is looked at, the

@@ -542,7 +542,7 @@ proptest! {
                     let name = format!("w{n}");
                     let text = spec_json(&name, s);
                     let res = WorkerSpec::parse(&text).unwrap().resources;
-                    node.submit(&text, 1, None).unwrap();
+                    node.submit(&text, 1).unwrap();
                     match place(&m, &book, &res, &mut Evaluations::default()) {
                         Ok(g) => { book.add(&name, &res, &g); running.push((name, res, g)); }
                         Err(_) => pending.push((name, res)),

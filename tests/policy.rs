@@ -358,3 +358,97 @@ fn members_are_held_to_their_quotas_and_root_is_not() {
         assert!(submit(None, &format!("root{i}"), "7.5").ok);
     }
 }
+
+/// Holders cannot lie: a member may name only its own processes (another
+/// user's GPU memory would stop counting as held outside), nothing is a
+/// holder unless named (the caller's pid is no default), and a holder that
+/// is gone (or whose pid another process took) stops counting.
+#[test]
+fn holders_are_the_callers_own_live_processes() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    let uid = ensure_user("astraeus-test-a");
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[inventory]\nrefresh_seconds = 0.2\n",
+    )
+    .unwrap();
+    let d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let a = &bus.address;
+    let member = Some("astraeus-test-a");
+    let spec = |name: &str, holders: &[u32]| {
+        format!(
+            r#"{{"name":"{name}","holders":{holders:?},"requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":1}}}}}}"#
+        )
+    };
+    let submit = |name: &str, holders: &[u32]| {
+        gdbus_as(
+            member,
+            a,
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            &[&spec(name, holders)],
+        )
+    };
+    let holders_of = |name: &str| {
+        busctl(
+            a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                &format!("/org/astraeus/Node1/worker/{name}"),
+                "org.astraeus.Node1.Worker",
+                "Holders",
+            ],
+        )
+        .stdout
+    };
+    // Root's process (this test) is not the member's to name.
+    let root_pid = std::process::id();
+    let o = submit("spoof", &[root_pid]);
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.AccessDenied")
+            && o.stderr
+                .contains(&format!("holders[0]: process {root_pid} belongs to uid 0")),
+        "{}",
+        o.stderr
+    );
+    // No holders named: none (not the caller's short-lived pid).
+    assert!(submit("plain", &[]).ok);
+    assert_eq!(holders_of("plain"), "au 0\n");
+    // Its own process: taken, until it is gone.
+    let mut own = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            &uid.to_string(),
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .unwrap();
+    let pid = own.id();
+    eventually("the sleeper runs as the member", || {
+        std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.contains(&uid.to_string()))
+        })
+    });
+    let o = submit("held", &[pid]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(holders_of("held"), format!("au 1 {pid}\n"));
+    own.kill().unwrap();
+    own.wait().unwrap();
+    eventually("the gone holder is dropped", || {
+        holders_of("held") == "au 0\n"
+    });
+    assert!(
+        d.log_text()
+            .contains(&format!("holder pid {pid} of worker held is gone")),
+        "{}",
+        d.log_text()
+    );
+}

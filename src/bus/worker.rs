@@ -59,8 +59,9 @@ impl WorkerObject {
     async fn gpu_shared_gb(&self) -> f64 {
         self.view.read().gpu_shared_gb
     }
-    /// Pids whose GPU memory counts as this worker's own.
-    #[zbus(property(emits_changed_signal = "const"))]
+    /// Pids whose GPU memory counts as this worker's own (a holder that is
+    /// gone is dropped).
+    #[zbus(property)]
     async fn holders(&self) -> Vec<u32> {
         self.view.read().holders.clone()
     }
@@ -117,6 +118,7 @@ impl WorkerObject {
         d.invalidate(left_or_joined_queue, "PendingReasons");
         d.set(old.state != n.state, "State", n.state.as_str());
         d.set(old.gpus != n.gpus, "Gpus", n.gpus);
+        d.set(old.holders != n.holders, "Holders", n.holders);
         d.set(old.warnings != n.warnings, "Warnings", n.warnings);
         d.set(old.gpu_used_gb != n.gpu_used_gb, "GpuUsedGb", n.gpu_used_gb);
         d.emit(e, "org.astraeus.Node1.Worker").await

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
 use crate::journal;
-use crate::node::Node;
+use crate::node::{Holder, Node};
 use crate::runtime::Runtime;
 use crate::time::EpochMs;
 use crate::usage::Sampler;
@@ -227,6 +227,7 @@ impl Service {
                     }
                 }
                 _ = refresh.tick() => {
+                    self.check_holders().await;
                     if self.source.changed() {
                         self.reread("the inventory changed").await;
                     }
@@ -260,6 +261,30 @@ impl Service {
             if let Err(e) = self.node.record_usage(&rows, now) {
                 tracing::error!("recording GPU usage intervals failed: {e}");
             }
+        }
+    }
+
+    /// Holders that are gone, or whose pid another process now has, no
+    /// longer count as their worker's: dropped, with a journal line.
+    async fn check_holders(&mut self) {
+        let alive = |h: &Holder| {
+            h.start.is_some() && crate::auth::process(h.pid).map(|p| p.start) == h.start
+        };
+        match self.node.keep_holders(alive) {
+            Ok(dropped) => {
+                for (name, gone) in dropped {
+                    let _ = self.publish_worker(&name).await;
+                    for h in gone {
+                        tracing::warn!(
+                            worker = %name,
+                            "holder pid {} of worker {name} is gone (or its pid was reused): \
+                             its GPU memory no longer counts as the worker's",
+                            h.pid
+                        );
+                    }
+                }
+            }
+            Err(e) => tracing::error!("recording holders that are gone: {e}"),
         }
     }
 
@@ -509,8 +534,8 @@ impl Service {
             self.access.within_quota(&caller, live, pending)?;
             let parsed = crate::request::WorkerSpec::parse(&spec)?;
             self.may_run(&parsed, &caller)?;
-            self.node
-                .submit_parsed(parsed, &spec, caller.uid, caller.pid)
+            let holders = holders_of(&parsed, &caller)?;
+            self.node.submit_parsed(parsed, &spec, caller.uid, holders)
         });
         match r {
             Ok((name, changes)) => {
@@ -563,6 +588,29 @@ impl Service {
     fn manager_emitter(&self) -> Option<zbus::object_server::SignalEmitter<'static>> {
         zbus::object_server::SignalEmitter::new(&self.conn, BASE_PATH).ok()
     }
+}
+
+/// The spec's holders as processes the caller may name, each with its
+/// identity (so a reused pid is never taken for it). No holder unless named:
+/// a client that keeps running names itself (its own pid).
+fn holders_of(spec: &crate::request::WorkerSpec, caller: &Caller) -> Result<Vec<Holder>> {
+    spec.holders
+        .iter()
+        .enumerate()
+        .map(|(i, &pid)| {
+            let p = crate::auth::process(pid).ok_or_else(|| {
+                Error::field(
+                    &format!("holders[{i}]"),
+                    format!("no process {pid} is running"),
+                )
+            })?;
+            access::may_hold(caller, i, pid, p.uid)?;
+            Ok(Holder {
+                pid,
+                start: Some(p.start),
+            })
+        })
+        .collect()
 }
 
 /// Sleeps for `d`, or forever when there is nothing to wait for.

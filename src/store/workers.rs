@@ -43,7 +43,7 @@ pub struct WorkerRow {
     pub name: String,
     pub spec: String,
     pub owner_uid: u32,
-    pub holders: Vec<u32>,
+    pub holders: Vec<crate::worker::Holder>,
     pub state: WorkerState,
     pub submitted_ms: i64,
     pub grants: Vec<Grant>,
@@ -107,7 +107,7 @@ impl Store {
         name: &str,
         spec: &str,
         owner_uid: u32,
-        holders: &[u32],
+        holders: &[crate::worker::Holder],
         grants: Option<&[Grant]>,
         at: EpochMs,
     ) -> Result<i64> {
@@ -231,6 +231,19 @@ impl Store {
     }
 
     /// Records a launched worker's control group.
+    /// A live worker's holders, replaced (those gone are dropped).
+    pub fn set_holders(&mut self, id: i64, holders: &[crate::worker::Holder]) -> Result<()> {
+        exec(
+            &self.conn,
+            "UPDATE workers SET holders = ?2 WHERE id = ?1",
+            params![
+                id,
+                serde_json::to_string(holders).expect("holders serialize")
+            ],
+        )?;
+        Ok(())
+    }
+
     pub fn set_cgroup(&mut self, id: i64, cgroup: &str) -> Result<()> {
         exec(
             &self.conn,
@@ -268,7 +281,7 @@ impl Store {
                     name,
                     spec,
                     owner_uid,
-                    holders: serde_json::from_str(&holders).map_err(|e| {
+                    holders: parse_holders(&holders).map_err(|e| {
                         Error::Backend(format!("ledger: holders of worker {id}: {e}"))
                     })?,
                     state: WorkerState::parse(&state)?,
@@ -328,4 +341,17 @@ impl Store {
             )
             .optional()?)
     }
+}
+
+/// Holders as the ledger keeps them: `[{"pid":…,"start":…}]`, or bare pids
+/// from before identities were kept (their identity unknown).
+fn parse_holders(text: &str) -> serde_json::Result<Vec<crate::worker::Holder>> {
+    use crate::worker::Holder;
+    serde_json::from_str::<Vec<Holder>>(text).or_else(|_| {
+        serde_json::from_str::<Vec<u32>>(text).map(|pids| {
+            pids.into_iter()
+                .map(|pid| Holder { pid, start: None })
+                .collect()
+        })
+    })
 }
