@@ -19,6 +19,8 @@ pub enum Error {
     Busy(String),
     /// The caller already holds as many workers as its quota allows.
     QuotaExceeded(String),
+    /// The request could never be placed on this machine, whatever leaves.
+    Unsatisfiable(String),
 }
 
 impl Error {
@@ -37,6 +39,7 @@ impl Error {
             Error::Backend(_) => "Backend",
             Error::Busy(_) => "Busy",
             Error::QuotaExceeded(_) => "QuotaExceeded",
+            Error::Unsatisfiable(_) => "Unsatisfiable",
         }
     }
 
@@ -49,7 +52,8 @@ impl Error {
             | Error::Conflict(m)
             | Error::Backend(m)
             | Error::Busy(m)
-            | Error::QuotaExceeded(m) => m,
+            | Error::QuotaExceeded(m)
+            | Error::Unsatisfiable(m) => m,
         }
     }
 }

@@ -290,6 +290,9 @@ impl Node {
             )));
         }
         let verdict = placement::fits(&self.machine, &self.book, &spec.resources, &mut self.evals);
+        if verdict.is_none() {
+            self.refuse_if_never_fits(&spec.resources)?;
+        }
         let grants = verdict.as_deref();
         let at = EpochMs::now();
         let id = self
@@ -399,12 +402,25 @@ impl Node {
     /// Where a request would go now, or why it would wait. Changes nothing.
     pub fn why_not(&mut self, spec_text: &str) -> Result<Verdict> {
         let spec = WorkerSpec::parse(spec_text)?;
-        Ok(placement::place(
-            &self.machine,
-            &self.book,
-            &spec.resources,
-            &mut self.evals,
-        ))
+        let verdict = placement::place(&self.machine, &self.book, &spec.resources, &mut self.evals);
+        if verdict.is_err() {
+            self.refuse_if_never_fits(&spec.resources)?;
+        }
+        Ok(verdict)
+    }
+
+    /// A request that could never be placed here, even with the machine
+    /// emptied of all work and outside use, is refused instead of waiting
+    /// forever; one that could fit once others leave waits.
+    fn refuse_if_never_fits(&self, res: &crate::request::Resources) -> Result<()> {
+        match placement::never_fits(&self.machine, res) {
+            Some(reasons) => Err(Error::Unsatisfiable(format!(
+                "it can never be placed on {}, even with nothing else on it: {}",
+                self.machine.name,
+                reasons.join("; ")
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// A new reading of the machine: promises stay, pending work is re-examined.

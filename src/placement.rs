@@ -222,6 +222,20 @@ pub fn reasons(machine: &Machine, book: &Book, res: &Resources) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Why a request could never be placed on this machine, even emptied of all
+/// work and of memory held outside, every GPU healthy: the reasons it would
+/// wait with there; None when it could fit once others leave.
+pub fn never_fits(machine: &Machine, res: &Resources) -> Option<Vec<String>> {
+    let mut emptied = machine.clone();
+    for g in &mut emptied.gpus {
+        g.outside = Amount::ZERO;
+        g.outside_detail.clear();
+        g.healthy = true;
+        g.problem = None;
+    }
+    place(&emptied, &Book::default(), res, &mut Evaluations::default()).err()
+}
+
 /// Where a request goes now, if it fits: [`place`] without the reasons.
 pub fn fits(
     machine: &Machine,

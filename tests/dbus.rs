@@ -629,3 +629,63 @@ fn the_builtin_majin_has_the_same_host_everywhere() {
         assert!(o.stdout.contains("\"running\""), "{name}: {}", o.stdout);
     }
 }
+
+/// Requests no state of this machine could ever serve are refused at once,
+/// with the seed's words, instead of waiting forever; WhyNot says the same.
+/// One that could fit once others leave still waits.
+#[test]
+fn impossible_requests_are_refused_and_possible_ones_wait() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sim = dir.path().join("three.toml");
+    std::fs::write(
+        &sim,
+        "machine = \"majin\"\n\
+         [[gpu]]\nmodel = \"NVIDIA L4\"\ntotal_gb = 24\n\
+         [[gpu]]\nmodel = \"NVIDIA L4\"\ntotal_gb = 24\n\
+         [[gpu]]\nmodel = \"NVIDIA H100\"\ntotal_gb = 80\noutside_gb = 10\n",
+    )
+    .unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = &bus.address;
+    let four = r#"{"name":"four","requested_resources":{"gpu_requests":{"count":4}}}"#;
+    let big3 = r#"{"name":"big3","requested_resources":{"gpu_requests":{"count":3,"shared":true,"memory_gb":50}}}"#;
+    for (spec, words) in [
+        (four, "majin has 3 GPUs that match; it needs 4"),
+        (big3, "it fits on 1 GPU of majin; it needs 3"),
+    ] {
+        for method in ["SubmitWorker", "WhyNot"] {
+            let o = gdbus(
+                a,
+                &[
+                    "-o",
+                    "/org/astraeus/Node1",
+                    "-m",
+                    &format!("org.astraeus.Node1.Manager.{method}"),
+                    spec,
+                ],
+            );
+            assert!(
+                o.stderr.contains("org.astraeus.Node1.Error.Unsatisfiable")
+                    && o.stderr.contains("can never be placed on majin")
+                    && o.stderr.contains(words),
+                "{method}: {}",
+                o.stderr
+            );
+        }
+    }
+    assert!(
+        !manager(a, None, "GetWorker", &["s", "four"]).ok,
+        "nothing half-applied"
+    );
+    // 75 GB fits the H100 only once its outside use leaves: it waits.
+    let waits =
+        r#"{"name":"waits","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":75}}}"#;
+    let o = manager(a, None, "SubmitWorker", &["s", waits]);
+    assert!(
+        o.ok && o.stdout.contains("pending"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+}

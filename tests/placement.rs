@@ -542,7 +542,23 @@ proptest! {
                     let name = format!("w{n}");
                     let text = spec_json(&name, s);
                     let res = WorkerSpec::parse(&text).unwrap().resources;
-                    node.submit(&text, 1).unwrap();
+                    // The oracle for "impossible": the model's own machine,
+                    // emptied of work and outside use, every GPU healthy.
+                    let mut empty = m.clone();
+                    for g in &mut empty.gpus {
+                        g.outside = Amount::ZERO;
+                        g.healthy = true;
+                        g.problem = None;
+                    }
+                    let possible = place(&empty, &Book::default(), &res, &mut Evaluations::default()).is_ok();
+                    match node.submit(&text, 1) {
+                        Err(e) => {
+                            prop_assert_eq!(e.kind(), "Unsatisfiable", "{}", e);
+                            prop_assert!(!possible, "{} refused but could fit an empty machine: {}", name, e);
+                            continue;
+                        }
+                        Ok(_) => prop_assert!(possible, "{} accepted but could never fit", name),
+                    }
                     match place(&m, &book, &res, &mut Evaluations::default()) {
                         Ok(g) => { book.add(&name, &res, &g); running.push((name, res, g)); }
                         Err(_) => pending.push((name, res)),
@@ -583,4 +599,32 @@ proptest! {
             prop_assert!(node.audit().is_empty(), "{:?}", node.audit());
         }
     }
+}
+
+/// What no state of the machine could serve, told apart from what waits.
+#[test]
+fn never_fits_only_what_an_emptied_machine_cannot_hold() {
+    let mut m = machine(vec![
+        gpu(0, "L4", "24", "0"),
+        gpu(1, "L4", "24", "0"),
+        gpu(2, "H100", "80", "10"),
+    ]);
+    let four = placement::never_fits(&m, &whole(GpuCount::Exactly(4))).unwrap();
+    assert_eq!(
+        four.last().unwrap(),
+        "majin has 3 GPUs that match; it needs 4"
+    );
+    let big3 = placement::never_fits(&m, &shared(3, "50")).unwrap();
+    assert_eq!(
+        big3.last().unwrap(),
+        "it fits on 1 GPU of majin; it needs 3"
+    );
+    // Outside use and ill health pass; work leaves: these only wait.
+    assert_eq!(placement::never_fits(&m, &shared(1, "75")), None);
+    m.gpus[2].healthy = false;
+    assert_eq!(placement::never_fits(&m, &shared(1, "75")), None);
+    assert_eq!(
+        placement::never_fits(&m, &whole(GpuCount::Exactly(3))),
+        None
+    );
 }
