@@ -45,3 +45,18 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod catalog {
+    /// Every MESSAGE_ID has an entry in the shipped catalog, and nothing else does.
+    #[test]
+    fn the_catalog_explains_every_message_id() {
+        let text = include_str!("../packaging/catalog/astraeusd.catalog");
+        let ids: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("-- ")).collect();
+        let mut want: Vec<&str> = super::ALL.iter().map(|(_, id)| *id).collect();
+        let mut got = ids.clone();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
+    }
+}

@@ -24,8 +24,21 @@ fn init_logging() {
     let registry = tracing_subscriber::registry().with(filter);
     // journald when its socket is there (under systemd), stderr otherwise.
     match tracing_journald::layer() {
+        // Fields as journald's own (`MESSAGE_ID=`, `WORKER=`, not the
+        // crate's default `F_MESSAGE_ID=`), and priorities as systemd maps
+        // them: info is 6, debug 7.
         Ok(journald) => registry
-            .with(journald.with_syslog_identifier("astraeusd".into()))
+            .with(
+                journald
+                    .with_field_prefix(None)
+                    .with_priority_mappings(tracing_journald::PriorityMappings {
+                        info: tracing_journald::Priority::Informational,
+                        debug: tracing_journald::Priority::Debug,
+                        trace: tracing_journald::Priority::Debug,
+                        ..tracing_journald::PriorityMappings::new()
+                    })
+                    .with_syslog_identifier("astraeusd".into()),
+            )
             .init(),
         Err(_) => registry
             .with(

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The journal as an operator reads it: a real systemd-journald in a private
+# mount namespace (recipe in shared/test-environment.md), the daemon logging
+# to it, and journalctl asked the way the README and the catalog say.
+# Run by tests/journal.rs as:
+#   unshare --mount --propagation private bash tests/journal.sh ASTRAEUSD CATALOG
+set -euo pipefail
+daemon=$1 catalog=$2
+rt=$(mktemp -d /var/lib/astraeus-journal.XXXXXX)
+mkdir -p "$rt/run-systemd" "$rt/run-log" "$rt/varlog" "$rt/catalog-db" "$rt/catalogs" "$rt/state"
+mount --bind "$rt/run-systemd" /run/systemd
+mkdir -p /run/log /var/log/journal /var/lib/systemd/catalog /usr/lib/systemd/catalog
+mount --bind "$rt/run-log" /run/log
+mount --bind "$rt/varlog" /var/log/journal
+mount --bind "$rt/catalog-db" /var/lib/systemd/catalog
+cp /usr/lib/systemd/catalog/*.catalog "$rt/catalogs/" 2>/dev/null || true
+cp "$catalog" "$rt/catalogs/"
+mount --bind "$rt/catalogs" /usr/lib/systemd/catalog
+mkdir -p /run/systemd/journal
+/lib/systemd/systemd-journald > "$rt/journald.log" 2>&1 &
+journald=$!
+daemon_pid= bus_pid=
+cleanup() {
+    [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null
+    [ -n "$bus_pid" ] && kill "$bus_pid" 2>/dev/null
+    kill "$journald" 2>/dev/null || true
+    umount /usr/lib/systemd/catalog /var/lib/systemd/catalog /var/log/journal /run/log /run/systemd 2>/dev/null || true
+    rm -rf "$rt"
+}
+trap cleanup EXIT
+fail() { echo "journal: FAIL: $*"; journalctl --no-pager -o verbose SYSLOG_IDENTIFIER=astraeusd | tail -60; exit 1; }
+for _ in $(seq 50); do [ -S /run/systemd/journal/socket ] && break; sleep 0.1; done
+[ -S /run/systemd/journal/socket ] || fail "journald did not start: $(cat "$rt/journald.log")"
+journalctl --update-catalog
+
+read -r addr bus_pid < <(dbus-daemon --session --print-address=1 --print-pid=1 --fork | paste -sd' ')
+export DBUS_SESSION_BUS_ADDRESS=$addr
+"$daemon" --session --sim --state-dir "$rt/state" --config /dev/null 2>"$rt/daemon.stderr" &
+daemon_pid=$!
+for _ in $(seq 100); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && break; sleep 0.1; done
+call() { busctl --user call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager "$@"; }
+call SubmitWorker s '{"name":"listen","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.2}}}' >/dev/null
+call SubmitWorker s '{"name":"voice","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":4.2}}}' >/dev/null
+call SubmitWorker s '{"name":"small","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1.5}}}' >/dev/null
+call StopWorker s voice >/dev/null
+sleep 1
+
+placed=289c420c04474b6894f80da2da49d6c0 pending=c333d8604cae4623bc6d1d18f2136927 exited=3f42d4092f59400783976b9f3a69e65d
+# The README's query, as written: fields without prefix.
+line=$(journalctl --no-pager -o cat MESSAGE_ID=$pending WORKER=small)
+[ "$line" = "worker small waits: GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5" ] \
+    || fail "pending line: '$line'"
+journalctl --no-pager -o cat MESSAGE_ID=$placed WORKER=voice | grep -qx "worker voice placed: 1 · shared 4.2 GB" \
+    || fail "placed line"
+journalctl --no-pager -o cat MESSAGE_ID=$exited WORKER=voice | grep -q "worker voice ended" || fail "exited line"
+# small is placed once voice is gone, on GPU 0.
+journalctl --no-pager -o verbose MESSAGE_ID=$placed WORKER=small | grep -qx "    GPU=0" || fail "GPU= field"
+# No field carries tracing-journald's default prefix.
+if journalctl --no-pager -o verbose SYSLOG_IDENTIFIER=astraeusd | grep -q "^    F_"; then fail "F_ prefixed fields"; fi
+# Info is priority 6, as systemd maps it.
+prio=$(journalctl --no-pager -o verbose MESSAGE_ID=$placed WORKER=listen | sed -n 's/^    PRIORITY=//p')
+[ "$prio" = 6 ] || fail "info logged at PRIORITY=$prio"
+# journalctl -x explains the message from the shipped catalog.
+journalctl --no-pager -x MESSAGE_ID=$pending WORKER=small | grep -q "A worker waits for room on the GPUs" \
+    || fail "catalog text: $(journalctl --no-pager -x MESSAGE_ID=$pending | tail -5)"
+echo "journal: OK"
