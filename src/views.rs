@@ -53,8 +53,11 @@ pub struct GpuView {
     pub uuid: String,
     pub model: String,
     pub vendor: String,
-    /// free, whole, shared or time-sliced.
+    /// free, whole, shared, unhealthy or time-sliced.
     pub mode: String,
+    pub healthy: bool,
+    /// "ok", or why it is not healthy.
+    pub health: String,
     pub total_gb: f64,
     pub offered_gb: f64,
     pub held_outside_gb: f64,
@@ -192,8 +195,16 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
         vendor: g.vendor.clone(),
         mode: if g.sliced {
             "time-sliced".into()
+        } else if !g.healthy {
+            "unhealthy".into()
         } else {
             node.gpu_mode(&g.uuid).as_str().into()
+        },
+        healthy: g.healthy,
+        health: if g.healthy {
+            "ok".into()
+        } else {
+            g.problem.clone().unwrap_or_else(|| "unhealthy".into())
         },
         total_gb: g.total.as_f64(),
         offered_gb: g.offered().as_f64(),

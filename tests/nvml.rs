@@ -395,6 +395,32 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
         "{}",
         d.log_text()
     );
+    // Its ill health is shown where people look: the GPU object, the CLI.
+    let gpu1 = |p: &str| prop(a, "/org/astraeus/Node1/gpu/1", "org.astraeus.Node1.Gpu", p);
+    assert_eq!(gpu1("Healthy"), "b false\n");
+    assert_eq!(gpu1("Mode"), "s \"unhealthy\"\n");
+    assert!(
+        gpu1("Health").contains("NVML queries keep failing"),
+        "{}",
+        gpu1("Health")
+    );
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "Healthy"
+        ),
+        "b true\n"
+    );
+    let o = ctl(a, None, &["gpus"]);
+    assert!(
+        o.stdout
+            .lines()
+            .any(|l| l.starts_with("GPU 1") && l.contains("unhealthy")),
+        "{}",
+        o.stdout
+    );
 }
 
 #[test]

@@ -273,3 +273,54 @@ fn the_page_survives_slow_clients_and_answers_only_to_its_names() {
     let (status, _, _) = http(port, "GET / HTTP/1.1\r\nHost: localhost:1234\r\n\r\n");
     assert_eq!(status, 200);
 }
+
+/// A GPU that is not healthy says so on the page (its badge and why), in the
+/// JSON and in the metrics — not "free".
+#[test]
+fn an_unhealthy_gpu_is_shown_as_unhealthy() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!("[http]\nlisten = \"{port}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("sick.toml"),
+        MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\nhealthy = false"),
+    )
+    .unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("sick.toml"), &[]);
+    let (_, _, body) = get(port, "/machines/majin");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["gpus"][0]["mode"], "unhealthy", "{body}");
+    assert_eq!(v["gpus"][0]["healthy"], false, "{body}");
+    assert_eq!(
+        v["gpus"][0]["health"], "marked unhealthy in the sim file",
+        "{body}"
+    );
+    let (_, _, metrics) = get(port, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("astraeus_gpu_healthy{") && l.ends_with(" 0")),
+        "{metrics}"
+    );
+    if !require_component(webdriver::available(), "chromium and chromium-driver") {
+        return;
+    }
+    let browser = webdriver::Browser::start().unwrap();
+    browser
+        .navigate(&format!("http://127.0.0.1:{port}/"))
+        .unwrap();
+    let wait = Duration::from_secs(10);
+    let badge = browser
+        .wait_for(".gpu .mode", |t| !t.is_empty(), wait)
+        .unwrap();
+    assert_eq!(badge, "unhealthy");
+    assert_eq!(
+        browser.text(".gpu .health").as_deref(),
+        Some("unhealthy: marked unhealthy in the sim file")
+    );
+}

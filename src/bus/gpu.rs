@@ -27,7 +27,17 @@ impl GpuObject {
     async fn vendor(&self) -> String {
         self.view.read().vendor.clone()
     }
-    /// free, whole or shared
+    /// Whether it is fit for work (an unhealthy GPU takes none).
+    #[zbus(property)]
+    async fn healthy(&self) -> bool {
+        self.view.read().healthy
+    }
+    /// "ok", or why it is not healthy (e.g. its NVML queries keep failing).
+    #[zbus(property)]
+    async fn health(&self) -> String {
+        self.view.read().health.clone()
+    }
+    /// free, whole, shared, unhealthy or time-sliced
     #[zbus(property)]
     async fn mode(&self) -> String {
         self.view.read().mode.clone()
@@ -89,6 +99,8 @@ impl GpuObject {
         d.set(old.model != n.model, "Model", n.model);
         d.set(old.vendor != n.vendor, "Vendor", n.vendor);
         d.set(old.mode != n.mode, "Mode", n.mode);
+        d.set(old.healthy != n.healthy, "Healthy", n.healthy);
+        d.set(old.health != n.health, "Health", n.health);
         d.set(old.total_gb != n.total_gb, "TotalGb", n.total_gb);
         d.set(old.offered_gb != n.offered_gb, "OfferedGb", n.offered_gb);
         d.set(

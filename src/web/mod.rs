@@ -335,6 +335,7 @@ pub fn machine_json(snap: &Snapshot) -> Value {
             let v = &g.view;
             json!({
                 "index": v.index, "uuid": v.uuid, "model": v.model, "mode": v.mode,
+                "healthy": v.healthy, "health": v.health,
                 "total_gb": v.total_gb, "offered_gb": v.offered_gb,
                 "held_outside_gb": v.held_outside_gb, "taken_gb": v.taken_gb,
                 "sharers": v.sharers.iter().map(|(w, gb)| json!({"worker": w, "gb": gb})).collect::<Vec<_>>(),
@@ -406,6 +407,14 @@ pub fn metrics(snap: &Snapshot) -> String {
             .map(|g| (gpu_labels(&g.view), gb(f(&g.view)).to_string()))
             .collect::<Vec<_>>()
     };
+    family(
+        "astraeus_gpu_healthy",
+        "1 when the GPU is fit for work, 0 when it is not (see the page or the Health property for why).",
+        snap.gpus
+            .iter()
+            .map(|g| (gpu_labels(&g.view), u8::from(g.view.healthy).to_string()))
+            .collect(),
+    );
     family(
         "astraeus_gpu_memory_total_bytes",
         "GPU memory.",
@@ -583,6 +592,8 @@ mod tests {
                     index: 0,
                     uuid: "GPU-a".into(),
                     mode: "shared".into(),
+                    healthy: true,
+                    health: "ok".into(),
                     total_gb: 8.0,
                     offered_gb: 7.0,
                     held_outside_gb: 1.0,
