@@ -237,9 +237,20 @@ impl Hypervisor {
                 let Some(domain) = domain(template) else {
                     return;
                 };
+                let template = template.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = vms.power_off(&domain, hard).await {
-                        tracing::warn!(template = %domain, "powering off {domain}: {e}");
+                    let Err(e) = vms.power_off(&domain, hard).await else {
+                        return;
+                    };
+                    // A domain that is gone (undefined behind the daemon's
+                    // back) or already off sends no STOPPED event: without
+                    // this, the handoff would wait for one forever.
+                    if let Ok(false) = vms.is_on(&domain).await {
+                        tracing::warn!(template = %template, "powering off {domain}: {e}; it is not running, so it counts as stopped");
+                        let at_ms = EpochMs::now();
+                        send(tx, Event::Stopped { template, at_ms }).await;
+                    } else {
+                        tracing::warn!(template = %template, "powering off {domain}: {e}");
                     }
                 });
             }
@@ -518,4 +529,97 @@ pub fn fs_type_of(path: &std::path::Path) -> Option<String> {
         }
     }
     best.map(|(_, fs)| fs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// A hypervisor whose domain has vanished: every call about it fails,
+    /// and nothing of it runs.
+    struct Vanished;
+
+    impl VmHost for Vanished {
+        fn is_on<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool>> {
+            Box::pin(async { Ok(false) })
+        }
+        fn definition<'a>(&'a self, d: &'a str) -> BoxFuture<'a, Result<String>> {
+            Box::pin(async move { Err(Error::NotFound(format!("no domain {d}"))) })
+        }
+        fn define(&self, _: String) -> BoxFuture<'_, Result<String>> {
+            Box::pin(async { Err(Error::Backend("no".into())) })
+        }
+        fn power_on<'a>(&'a self, d: &'a str) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async move { Err(Error::NotFound(format!("no domain {d}"))) })
+        }
+        fn power_off<'a>(&'a self, d: &'a str, _: bool) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async move { Err(Error::NotFound(format!("no domain {d}"))) })
+        }
+        fn cpu_time<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(u64, u32)>> {
+            Box::pin(async { Err(Error::Backend("no".into())) })
+        }
+        fn holders(&self, _: Vec<PciAddress>) -> BoxFuture<'_, Result<Vec<String>>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn guest_addresses<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<std::net::IpAddr>>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn agent_answers<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<std::result::Result<(), String>>> {
+            Box::pin(async { Ok(Err("no agent".into())) })
+        }
+        fn channel_path<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<String>>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn lifecycle_events(&self) -> broadcast::Receiver<Lifecycle> {
+            broadcast::channel(1).1
+        }
+    }
+
+    /// Powering off a template whose domain vanished reports it stopped, so
+    /// the handoff goes on (it would otherwise wait for a STOPPED that never
+    /// comes, asking for a destroy every few seconds).
+    #[tokio::test]
+    async fn a_vanished_domain_counts_as_stopped() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let hv = Hypervisor::new(Arc::new(Vanished), tx);
+        let spec = serde_json::json!({
+            "name": "a",
+            "workload": {"model": "m", "runtime": "r"},
+            "user": {"kind": "internal", "name": "u"},
+            "vm": {"domain": "vm-a"},
+            "baseboard": [],
+        })
+        .to_string();
+        let templates: BTreeMap<String, Defined> =
+            [("a".to_string(), Defined::restore(&spec).unwrap())].into();
+        for action in [
+            Action::Shutdown {
+                template: "a".into(),
+            },
+            Action::Destroy {
+                template: "a".into(),
+            },
+        ] {
+            hv.execute(&action, &templates);
+            let got = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv())
+                .await
+                .expect("an event")
+                .expect("the channel");
+            match got {
+                Command::Slice(Event::Stopped { template, .. }) => assert_eq!(template, "a"),
+                _ => panic!("expected Stopped for a"),
+            }
+        }
+    }
 }
