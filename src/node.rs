@@ -786,6 +786,7 @@ impl Node {
         to_ms: i64,
         by: crate::report::GroupBy,
         now_ms: i64,
+        live: &[crate::usage::Interval],
         owner_name: impl Fn(u32) -> String,
     ) -> Result<Vec<crate::report::Row>> {
         let gpus = self
@@ -800,7 +801,7 @@ impl Node {
             .collect();
         let now = self.run.map(|run| (run, now_ms));
         self.store
-            .usage_report(from_ms, to_ms, by, now, gpus, owner_name)
+            .usage_report(from_ms, to_ms, by, now, live, gpus, owner_name)
     }
 
     /// Every template's actions, by template name.

@@ -81,6 +81,40 @@ impl Sampler {
         out
     }
 
+    /// The interval still open at `now_ms` (since the last one closed), per
+    /// GPU: what a report of a live daemon needs, for the daemon measured
+    /// throughout. The last reading's power is carried to `now_ms`.
+    pub fn open_intervals(&self, now_ms: i64) -> Vec<Interval> {
+        let Some(start) = self.started_ms else {
+            return Vec::new();
+        };
+        let mut out: Vec<Interval> = self
+            .samples
+            .iter()
+            .filter_map(|(uuid, q)| {
+                let last = q.back().filter(|s| s.at_ms >= start)?;
+                let mut i = close(uuid, q, start, now_ms).unwrap_or(Interval {
+                    gpu_uuid: uuid.clone(),
+                    from_ms: last.at_ms,
+                    to_ms: last.at_ms,
+                    energy_mj: 0,
+                    utilization_pct: last.utilization_pct,
+                    samples: 1,
+                    outside_bytes: last.outside_bytes,
+                    total_bytes: last.total_bytes,
+                });
+                if now_ms > i.to_ms {
+                    let ms = (now_ms - i.to_ms) as u64;
+                    i.energy_mj += u64::from(last.power_mw.unwrap_or(0)) * ms / 1000;
+                    i.to_ms = now_ms;
+                }
+                (i.to_ms > i.from_ms).then_some(i)
+            })
+            .collect();
+        out.sort_by(|a, b| a.gpu_uuid.cmp(&b.gpu_uuid));
+        out
+    }
+
     /// The samples kept for one GPU, oldest first.
     pub fn recent(&self, uuid: &str) -> impl Iterator<Item = &Sample> {
         self.samples.get(uuid).into_iter().flatten()
@@ -128,6 +162,38 @@ fn close(uuid: &str, q: &VecDeque<Sample>, from_ms: i64, to_ms: i64) -> Option<I
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_open_interval_is_measured_up_to_now() {
+        let mut s = Sampler::new(10_000, 100);
+        let g = |mw| Gpu {
+            uuid: "GPU-a".into(),
+            power_mw: Some(mw),
+            ..Gpu::default()
+        };
+        assert!(s.open_intervals(0).is_empty(), "nothing read yet");
+        s.record(0, &[g(60_000)]);
+        // One reading: its power carried to now.
+        let open = s.open_intervals(1_000);
+        assert_eq!(
+            (open[0].from_ms, open[0].to_ms, open[0].energy_mj),
+            (0, 1_000, 60_000)
+        );
+        s.record(2_000, &[g(60_000)]);
+        s.record(4_000, &[g(120_000)]);
+        // 0-2 s at 60 W, 2-4 s from 60 to 120 W, then 120 W to 5 s.
+        let open = s.open_intervals(5_000);
+        assert_eq!(open.len(), 1);
+        assert_eq!((open[0].from_ms, open[0].to_ms), (0, 5_000));
+        assert_eq!(open[0].energy_mj, 120_000 + 180_000 + 120_000);
+        // Once an interval closes, the open one starts there.
+        assert_eq!(s.record(10_000, &[g(60_000)]).len(), 1);
+        let open = s.open_intervals(11_000);
+        assert_eq!(
+            (open[0].from_ms, open[0].to_ms, open[0].energy_mj),
+            (10_000, 11_000, 60_000)
+        );
+    }
 
     fn gpu(power: Option<u32>, energy: Option<u64>, util: Option<u32>) -> Gpu {
         Gpu {

@@ -107,7 +107,7 @@ fn ledger(dir: &std::path::Path) -> std::path::PathBuf {
 
 fn report(path: &std::path::Path, by: GroupBy) -> Vec<Row> {
     let node = Node::open(Store::open(path).unwrap(), machine()).unwrap();
-    node.usage_report(0, 60 * MIN, by, 60 * MIN, |uid| match uid {
+    node.usage_report(0, 60 * MIN, by, 60 * MIN, &[], |uid| match uid {
         0 => "root".into(),
         n => format!("uid{n}"),
     })
@@ -255,4 +255,62 @@ fn usage_report_over_the_bus_adds_up_and_astraeusctl_prints_it() {
     );
     let o = manager(a, None, "UsageReport", &["xxs", "3600", "0", "gpu"]);
     assert!(o.stderr.contains("to:"), "{}", o.stderr);
+}
+
+/// A report reaching into the live daemon's run counts it as up and
+/// measured until now: no downtime, and the energy of 60 W over the window
+/// (the readings not yet closed into a ledger interval included).
+#[test]
+fn a_live_report_bills_no_downtime_and_all_the_energy() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[inventory]\nrefresh_seconds = 0.2\n[usage]\ninterval_seconds = 3\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("majin.toml"),
+        MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\npower_w = 60"),
+    )
+    .unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let secs = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    // Whole seconds after the daemon's first readings…
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let since = secs() + 1;
+    // …to a moment inside an interval that has not closed yet.
+    while secs() < since + 7 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let until = secs();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let o = manager(
+        a,
+        None,
+        "UsageReport",
+        &["xxs", &since.to_string(), &until.to_string(), "gpu"],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    // a(sssttx) N "key" "kind" "uuid" ms mJ busy …
+    let fields: Vec<&str> = o.stdout.split_whitespace().collect();
+    let rows: Vec<&[&str]> = fields[2..].chunks(6).collect();
+    let window_ms = (until - since) * 1000;
+    let ms: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert_eq!(ms, window_ms, "{}", o.stdout);
+    assert!(!o.stdout.contains("\"downtime\""), "{}", o.stdout);
+    let energy: u64 = rows.iter().map(|r| r[4].parse::<u64>().unwrap()).sum();
+    let want = 60 * window_ms; // 60 W × ms = mJ
+    let off = energy.abs_diff(want) as f64 / want as f64;
+    assert!(
+        off < 0.01,
+        "energy {energy} mJ against {want} mJ: {}",
+        o.stdout
+    );
 }

@@ -67,11 +67,13 @@ impl Service {
     pub(super) fn usage_report(&self, window: Window, group_by: &str) -> Result<Vec<UsageRow>> {
         let by: crate::report::GroupBy = group_by.parse()?;
         let (from, to) = checked_window(window)?;
+        let now = EpochMs::now().as_i64();
         let rows = self.node.usage_report(
             from.as_millisecond(),
             to.as_millisecond(),
             by,
-            EpochMs::now().as_i64(),
+            now,
+            &self.sampler.open_intervals(now),
             user_name,
         )?;
         Ok(rows

@@ -173,11 +173,23 @@ impl Store {
         to_ms: i64,
         by: crate::report::GroupBy,
         current: Option<(i64, i64)>,
+        live: &[crate::usage::Interval],
         mut gpus: Vec<crate::report::GpuFacts>,
         owner_name: impl Fn(u32) -> String,
     ) -> Result<Vec<crate::report::Row>> {
         use crate::report::{GpuFacts, Holding, Ledger, Up};
         let mut inputs = self.usage_inputs(from_ms, to_ms)?;
+        // What the live daemon measured since its last interval closed.
+        inputs
+            .measured
+            .extend(live.iter().map(|i| crate::report::Measured {
+                gpu_uuid: i.gpu_uuid.clone(),
+                from_ms: i.from_ms,
+                to_ms: i.to_ms,
+                energy_mj: i.energy_mj,
+                utilization_pct: i.utilization_pct,
+                outside_bytes: i.outside_bytes,
+            }));
         if let Some((run, now_ms)) = current {
             inputs.up.retain(|u| u.from_ms != run);
             inputs.up.push(Up {
