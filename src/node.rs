@@ -799,9 +799,13 @@ impl Node {
                 total_bytes: g.total.bytes(),
             })
             .collect();
-        let now = self.run.map(|run| (run, now_ms));
+        let current = self.run.map(|started_ms| crate::store::CurrentRun {
+            started_ms,
+            now_ms,
+            open: live,
+        });
         self.store
-            .usage_report(from_ms, to_ms, by, now, live, gpus, owner_name)
+            .usage_report(from_ms, to_ms, by, current, gpus, owner_name)
     }
 
     /// Every template's actions, by template name.

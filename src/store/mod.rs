@@ -8,7 +8,7 @@ mod usage;
 mod workers;
 
 pub use slicing::SliceRecord;
-pub use usage::{HoldRow, UsageInputs};
+pub use usage::{CurrentRun, HoldRow, UsageInputs};
 pub use workers::{WorkerRow, WorkerState};
 
 use crate::error::{Error, Result};

@@ -30,6 +30,15 @@ pub struct UsageInputs {
     pub totals: std::collections::HashMap<String, u64>,
 }
 
+/// The daemon's current run, for a report that reaches into it: up from
+/// `started_ms` until `now_ms`, with what it measured since its last
+/// interval closed.
+pub struct CurrentRun<'a> {
+    pub started_ms: i64,
+    pub now_ms: i64,
+    pub open: &'a [crate::usage::Interval],
+}
+
 impl Store {
     /// What the usage report of [from_ms, to_ms) is computed from.
     pub fn usage_inputs(&self, from_ms: i64, to_ms: i64) -> Result<UsageInputs> {
@@ -172,13 +181,13 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
         by: crate::report::GroupBy,
-        current: Option<(i64, i64)>,
-        live: &[crate::usage::Interval],
+        current: Option<CurrentRun<'_>>,
         mut gpus: Vec<crate::report::GpuFacts>,
         owner_name: impl Fn(u32) -> String,
     ) -> Result<Vec<crate::report::Row>> {
         use crate::report::{GpuFacts, Holding, Ledger, Up};
         let mut inputs = self.usage_inputs(from_ms, to_ms)?;
+        let live = current.as_ref().map_or(&[][..], |c| c.open);
         // What the live daemon measured since its last interval closed.
         inputs
             .measured
@@ -190,7 +199,12 @@ impl Store {
                 utilization_pct: i.utilization_pct,
                 outside_bytes: i.outside_bytes,
             }));
-        if let Some((run, now_ms)) = current {
+        if let Some(CurrentRun {
+            started_ms: run,
+            now_ms,
+            ..
+        }) = current
+        {
             inputs.up.retain(|u| u.from_ms != run);
             inputs.up.push(Up {
                 from_ms: run,
