@@ -71,6 +71,10 @@ pub struct RuntimeConfig {
     pub stop_timeout_seconds: u64,
     /// libvirt, for VM workers; "" turns VM workers off.
     pub libvirt_uri: String,
+    /// CPU cores and memory (GB) a unit worker is capped at when its request
+    /// names none; 0 leaves it uncapped.
+    pub unit_default_cpu_cores: u32,
+    pub unit_default_memory_gb: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -80,6 +84,8 @@ impl Default for RuntimeConfig {
             cdi_device: "nvidia.com/gpu={uuid}".into(),
             stop_timeout_seconds: 10,
             libvirt_uri: "qemu:///system".into(),
+            unit_default_cpu_cores: 0,
+            unit_default_memory_gb: 0,
         }
     }
 }
@@ -233,6 +239,14 @@ mod tests {
             d.access.max_pending_per_user
         );
         assert_eq!(example.runtime.libvirt_uri, d.runtime.libvirt_uri);
+        assert_eq!(
+            example.runtime.unit_default_cpu_cores,
+            d.runtime.unit_default_cpu_cores
+        );
+        assert_eq!(
+            example.runtime.unit_default_memory_gb,
+            d.runtime.unit_default_memory_gb
+        );
         assert_eq!(example.runtime.podman_socket, d.runtime.podman_socket);
         assert_eq!(example.http.listen, None, "the page is off by default");
         assert!(!example.slicing.allow_networked_weights);

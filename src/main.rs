@@ -176,6 +176,15 @@ async fn run(args: Args) -> Result<(), Error> {
         units: Some(std::sync::Arc::new(Units {
             conn: conn.clone(),
             stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
+            defaults: astraeusd::runtime::unit::Defaults {
+                cpu_cores: astraeusd::quantity::Amount::whole(u64::from(
+                    config.runtime.unit_default_cpu_cores,
+                )),
+                memory_bytes: config
+                    .runtime
+                    .unit_default_memory_gb
+                    .saturating_mul(astraeusd::quantity::GB_BYTES),
+            },
         })),
         vms: libvirt
             .clone()

@@ -20,6 +20,15 @@ pub struct Units {
     pub conn: Connection,
     /// TimeoutStopSec of each unit: graceful stop, then SIGKILL.
     pub stop_timeout: Duration,
+    /// Caps for a unit whose request names none (`runtime.unit_default_*`).
+    pub defaults: Defaults,
+}
+
+/// CPU and memory caps for units whose request names none; zero: uncapped.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Defaults {
+    pub cpu_cores: crate::quantity::Amount,
+    pub memory_bytes: u64,
 }
 
 pub fn unit_name(worker: &str) -> String {
@@ -65,7 +74,11 @@ impl Units {
 }
 
 /// The transient unit's properties for a launch.
-pub fn properties(l: &Launch, stop_timeout: Duration) -> Result<Vec<(&'static str, OwnedVariant)>> {
+pub fn properties(
+    l: &Launch,
+    stop_timeout: Duration,
+    defaults: Defaults,
+) -> Result<Vec<(&'static str, OwnedVariant)>> {
     {
         let Run::Unit { exec, env } = &l.run else {
             return Err(Error::InvalidRequest("run: not a unit".into()));
@@ -98,15 +111,24 @@ pub fn properties(l: &Launch, stop_timeout: Duration) -> Result<Vec<(&'static st
             // A worker never gains privileges (setuid binaries, file caps).
             ("NoNewPrivileges", v(Variant::from(true))),
         ];
-        if !l.cpu_cores.is_zero() {
+        let cpu_cores = if l.cpu_cores.is_zero() {
+            defaults.cpu_cores
+        } else {
+            l.cpu_cores
+        };
+        if !cpu_cores.is_zero() {
             // µs of CPU per second: one core is 1 000 000.
             props.push((
                 "CPUQuotaPerSecUSec",
-                v(Variant::from(l.cpu_cores.hundredths() * 10_000)),
+                v(Variant::from(cpu_cores.hundredths() * 10_000)),
             ));
         }
-        if l.memory_bytes > 0 {
-            props.push(("MemoryMax", v(Variant::from(l.memory_bytes))));
+        let memory_bytes = match l.memory_bytes {
+            0 => defaults.memory_bytes,
+            asked => asked,
+        };
+        if memory_bytes > 0 {
+            props.push(("MemoryMax", v(Variant::from(memory_bytes))));
         }
         if let Some(uid) = l.user.filter(|u| *u != 0) {
             props.push(("User", v(Variant::from(uid.to_string()))));
@@ -137,7 +159,7 @@ impl Runtime for Units {
     fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move {
             let name = unit_name(&l.worker);
-            let props = properties(l, self.stop_timeout)?;
+            let props = properties(l, self.stop_timeout, self.defaults)?;
             let aux: Vec<(String, Vec<(String, OwnedVariant)>)> = Vec::new();
             self.manager("StartTransientUnit", &(name.as_str(), "fail", props, aux))
                 .await
@@ -302,7 +324,12 @@ mod tests {
 
     #[test]
     fn a_non_root_owners_unit_runs_as_that_user_with_its_environment_and_limits() {
-        let p = properties(&launch(Some(1000)), Duration::from_secs(10)).unwrap();
+        let p = properties(
+            &launch(Some(1000)),
+            Duration::from_secs(10),
+            Defaults::default(),
+        )
+        .unwrap();
         assert_eq!(
             String::try_from(get(&p, "User").unwrap().clone()).unwrap(),
             "1000"
@@ -326,7 +353,37 @@ mod tests {
         );
         assert!(bool::try_from(get(&p, "NoNewPrivileges").unwrap().clone()).unwrap());
         // Root's units run as root: no User=.
-        let p = properties(&launch(Some(0)), Duration::from_secs(10)).unwrap();
+        let p = properties(
+            &launch(Some(0)),
+            Duration::from_secs(10),
+            Defaults::default(),
+        )
+        .unwrap();
         assert!(get(&p, "User").is_none());
+        // A request without limits gets the configured caps, or none.
+        let mut bare = launch(Some(1000));
+        bare.cpu_cores = Amount::ZERO;
+        bare.memory_bytes = 0;
+        let p = properties(&bare, Duration::from_secs(10), Defaults::default()).unwrap();
+        assert!(get(&p, "CPUQuotaPerSecUSec").is_none() && get(&p, "MemoryMax").is_none());
+        let caps = Defaults {
+            cpu_cores: Amount::whole(2),
+            memory_bytes: 4 << 30,
+        };
+        let p = properties(&bare, Duration::from_secs(10), caps).unwrap();
+        assert_eq!(
+            u64::try_from(get(&p, "CPUQuotaPerSecUSec").unwrap().clone()).unwrap(),
+            2_000_000
+        );
+        assert_eq!(
+            u64::try_from(get(&p, "MemoryMax").unwrap().clone()).unwrap(),
+            4 << 30
+        );
+        // The request's own limits win over the caps.
+        let p = properties(&launch(Some(1000)), Duration::from_secs(10), caps).unwrap();
+        assert_eq!(
+            u64::try_from(get(&p, "MemoryMax").unwrap().clone()).unwrap(),
+            1 << 30
+        );
     }
 }
