@@ -14,6 +14,17 @@ use zbus::{Connection, OwnedObjectPath};
 
 const MANAGER: &str = "org.astraeus.Node1.Manager";
 
+/// Everything astraeusctl prints goes through these: what the daemon sends
+/// (reasons, names, messages) never reaches the terminal with control
+/// characters in it (line breaks and tabs aside), whatever the daemon did.
+macro_rules! outln {
+    () => { println!() };
+    ($($t:tt)*) => { println!("{}", astraeusd::text::printable_lines(&format!($($t)*))) };
+}
+macro_rules! errln {
+    ($($t:tt)*) => { eprintln!("{}", astraeusd::text::printable_lines(&format!($($t)*))) };
+}
+
 /// GB as the daemon shows them: `7`, `6.5`, `2.25`.
 fn gb(x: f64) -> String {
     Amount::from_hundredths((x * 100.0).round().max(0.0) as u64).to_string()
@@ -142,11 +153,11 @@ async fn run(args: Args) -> Result<(), String> {
                         },
                     )
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
                 return Ok(());
             }
             if c.manager_property::<bool>("Wsl").await? {
-                println!("{} is a WSL2 host: every container sees every GPU, so shared work takes its memory on each", c.manager_property::<String>("Machine").await?);
+                outln!("{} is a WSL2 host: every container sees every GPU, so shared work takes its memory on each", c.manager_property::<String>("Machine").await?);
             }
             for GpuRow {
                 index: i,
@@ -174,9 +185,9 @@ async fn run(args: Args) -> Result<(), String> {
                     "shared" => format!("shared, {} GB taken", gb(taken)),
                     other => other.to_string(),
                 };
-                println!("GPU {i}  {model}  {offers}  {used}");
+                outln!("GPU {i}  {model}  {offers}  {used}");
                 if !warning.is_empty() {
-                    println!("  ! {warning}");
+                    outln!("  ! {warning}");
                 }
             }
         }
@@ -206,13 +217,16 @@ async fn run(args: Args) -> Result<(), String> {
                         "gpu_used_gb": (*u >= 0.0).then_some(*u), "pending_reasons": r})
                     })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
                 return Ok(());
             }
             let w = out.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
-            println!(
+            outln!(
                 "{:<w$}  {:<8}  {:>6}  {:<20}  USED",
-                "NAME", "STATE", "OWNER", "GPUS"
+                "NAME",
+                "STATE",
+                "OWNER",
+                "GPUS"
             );
             for (name, state, owner, gpus, used, reasons) in out {
                 let used = if *state != "running" {
@@ -222,9 +236,9 @@ async fn run(args: Args) -> Result<(), String> {
                 } else {
                     format!("{} GB", gb(used))
                 };
-                println!("{name:<w$}  {state:<8}  {owner:>6}  {gpus:<20}  {used}");
+                outln!("{name:<w$}  {state:<8}  {owner:>6}  {gpus:<20}  {used}");
                 for r in reasons {
-                    println!("{:<w$}    {r}", "");
+                    outln!("{:<w$}    {r}", "");
                 }
             }
         }
@@ -235,7 +249,7 @@ async fn run(args: Args) -> Result<(), String> {
                     .iter()
                     .map(|s| json!({"name": s.name, "gb": s.gb}))
                     .collect();
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(
                         &json!({"gpu": gpu, "sharers": s, "summary": summary})
@@ -243,7 +257,7 @@ async fn run(args: Args) -> Result<(), String> {
                     .expect("json")
                 );
             } else {
-                println!("GPU {gpu}: {summary}");
+                outln!("GPU {gpu}: {summary}");
             }
         }
         Cmd::Submit { file } => {
@@ -251,23 +265,23 @@ async fn run(args: Args) -> Result<(), String> {
             let (path, state, reasons): (OwnedObjectPath, String, Vec<String>) =
                 c.call("SubmitWorker", &(spec,)).await?;
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({"worker": path.as_str(), "state": state, "pending_reasons": reasons})
                 );
             } else {
-                println!("{state}: {}", path.as_str());
+                outln!("{state}: {}", path.as_str());
                 for r in reasons {
-                    println!("  {r}");
+                    outln!("  {r}");
                 }
             }
         }
         Cmd::Stop { name } => {
             c.call::<_, ()>("StopWorker", &(name.as_str(),)).await?;
             if args.json {
-                println!("{}", json!({"stopped": name}));
+                outln!("{}", json!({"stopped": name}));
             } else {
-                println!("stopped {name}");
+                outln!("stopped {name}");
             }
         }
         Cmd::Why { file } => {
@@ -278,21 +292,21 @@ async fn run(args: Args) -> Result<(), String> {
                 reasons,
             } = c.call("WhyNot", &(spec,)).await?;
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({"fits": fits, "gpus": gpus, "reasons": reasons})
                 );
             } else if fits {
                 let g: Vec<String> = gpus.iter().map(|i| format!("GPU {i}")).collect();
                 if g.is_empty() {
-                    println!("it would start now (no GPU asked for)");
+                    outln!("it would start now (no GPU asked for)");
                 } else {
-                    println!("it would start now on {}", g.join(", "));
+                    outln!("it would start now on {}", g.join(", "));
                 }
             } else {
-                println!("it would wait:");
+                outln!("it would wait:");
                 for r in reasons {
-                    println!("  {r}");
+                    outln!("  {r}");
                 }
             }
         }
@@ -301,16 +315,16 @@ async fn run(args: Args) -> Result<(), String> {
             c.call::<_, ()>("SetSchedule", &(template.as_str(), actions.as_str()))
                 .await?;
             if args.json {
-                println!("{}", json!({"set": template}));
+                outln!("{}", json!({"set": template}));
             } else {
-                println!("schedule of {template} set");
+                outln!("schedule of {template} set");
             }
         }
         Cmd::Template(t) => template(&c, t, args.json).await?,
         Cmd::Schedule(ScheduleCommand::Show { template }) => {
             let actions: String = c.call("GetSchedule", &(template.as_str(),)).await?;
             let v: serde_json::Value = serde_json::from_str(&actions).map_err(|e| e.to_string())?;
-            println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
         }
         Cmd::Slices {
             report: true,
@@ -351,7 +365,7 @@ async fn run(args: Args) -> Result<(), String> {
                     )
                     .collect();
                 let out = json!({"time_zone": zone, "slices": j, "notes": notes});
-                println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
                 return Ok(());
             }
             let local = |secs: i64| {
@@ -369,10 +383,12 @@ async fn run(args: Args) -> Result<(), String> {
                 .max()
                 .unwrap_or(8)
                 .max(8);
-            println!("times in {zone}");
-            println!(
+            outln!("times in {zone}");
+            outln!(
                 "{:<w$}  {:<20}  {:<20}  ENDS BY",
-                "TEMPLATE", "START", "END"
+                "TEMPLATE",
+                "START",
+                "END"
             );
             for SliceRow {
                 template: t,
@@ -382,10 +398,10 @@ async fn run(args: Args) -> Result<(), String> {
             } in rows
             {
                 let by = by.replace("handoff:", "handoff to ");
-                println!("{t:<w$}  {:<20}  {:<20}  {by}", local(s), local(e));
+                outln!("{t:<w$}  {:<20}  {:<20}  {by}", local(s), local(e));
             }
             for n in notes {
-                println!("note: {n}");
+                outln!("note: {n}");
             }
         }
         Cmd::Usage {
@@ -433,11 +449,11 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
                 },
             )
             .collect();
-        println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return;
     }
     if csv {
-        println!("{by},kind,gpu,gpu_ms,energy_mj,busy_gpu_ms");
+        outln!("{by},kind,gpu,gpu_ms,energy_mj,busy_gpu_ms");
         for UsageRow {
             key,
             kind,
@@ -453,7 +469,7 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
             } else {
                 key.clone()
             };
-            println!("{key},{kind},{gpu},{ms},{mj},{b}");
+            outln!("{key},{kind},{gpu},{ms},{mj},{b}");
         }
         return;
     }
@@ -464,9 +480,12 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
         .unwrap_or(8)
         .max(by.len());
     let header = by.to_uppercase();
-    println!(
+    outln!(
         "{header:<w$}  {:<8}  {:>10}  {:>10}  {:>6}",
-        "KIND", "GPU-HOURS", "ENERGY kWh", "BUSY"
+        "KIND",
+        "GPU-HOURS",
+        "ENERGY kWh",
+        "BUSY"
     );
     for UsageRow {
         key,
@@ -481,7 +500,7 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
             Some(b) if *ms > 0 => format!("{:.0}%", b as f64 * 100.0 / *ms as f64),
             _ => "—".into(),
         };
-        println!(
+        outln!(
             "{key:<w$}  {kind:<8}  {:>10.3}  {:>10.4}  {use_:>6}",
             *ms as f64 / 3.6e6,
             *mj as f64 / 3.6e9
@@ -518,7 +537,7 @@ fn main() -> ExitCode {
     match rt.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("astraeusctl: {e}");
+            errln!("astraeusctl: {e}");
             ExitCode::FAILURE
         }
     }
@@ -527,9 +546,9 @@ fn main() -> ExitCode {
 async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<(), String> {
     let done = |what: String| {
         if json_out {
-            println!("{}", json!({ "done": what }));
+            outln!("{}", json!({ "done": what }));
         } else {
-            println!("{what}");
+            outln!("{what}");
         }
     };
     match cmd {
@@ -545,16 +564,18 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
                     .iter()
                     .map(|(n, u, d, s)| json!({"name": n, "user": u, "domain": d, "state": s}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
                 return Ok(());
             }
             let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(8).max(8);
-            println!(
+            outln!(
                 "{:<w$}  {:<28}  {:<20}  STATE",
-                "TEMPLATE", "USER", "DOMAIN"
+                "TEMPLATE",
+                "USER",
+                "DOMAIN"
             );
             for (n, u, d, s) in rows {
-                println!("{n:<w$}  {u:<28}  {d:<20}  {s}");
+                outln!("{n:<w$}  {u:<28}  {d:<20}  {s}");
             }
         }
         TemplateCommand::Stage { name, source } => {
@@ -581,7 +602,7 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
                         if let Ok((t, phase, f)) = msg.body().deserialize::<(String, String, f64)>()
                         {
                             if t == name {
-                                eprintln!("{phase}: {:.0}%", f * 100.0);
+                                errln!("{phase}: {:.0}%", f * 100.0);
                             }
                         }
                     }
@@ -653,7 +674,7 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
                        "gpu_energy_wh": opt(r.gpu_energy_wh), "error": (!r.error.is_empty()).then_some(&r.error)})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return;
     }
     let local = |secs: i64| {
@@ -665,7 +686,7 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
             })
             .unwrap_or_default()
     };
-    println!(
+    outln!(
         "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}",
         "TEMPLATE",
         "USER",
@@ -702,7 +723,7 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
                 figure(r.gpu_peak_pct, "%")
             )
         };
-        println!(
+        outln!(
             "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}{}",
             r.template,
             r.user,
@@ -727,9 +748,9 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
             *by.entry(if key == 0 { &r.template } else { &r.user })
                 .or_default() += hours(r);
         }
-        println!("by {what}:");
+        outln!("by {what}:");
         for (k, h) in by {
-            println!("  {k:<24} {h:>8.2} h");
+            outln!("  {k:<24} {h:>8.2} h");
         }
     }
 }
