@@ -186,21 +186,27 @@ fn a_restart_loses_nothing_the_report_is_computed_from_the_ledger() {
 mod common;
 use common::*;
 
+/// The daemon on majin drawing 60 W, read every 0.2 s, its usage closed
+/// into the ledger every `interval` seconds.
+fn metered_majin(bus: &Bus, dir: &std::path::Path, interval: u32) -> Daemon {
+    std::fs::write(
+        dir.join("node.toml"),
+        format!("[inventory]\nrefresh_seconds = 0.2\n[usage]\ninterval_seconds = {interval}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("majin.toml"),
+        MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\npower_w = 60"),
+    )
+    .unwrap();
+    Daemon::start(bus, dir, &dir.join("majin.toml"), &[])
+}
+
 #[test]
 fn usage_report_over_the_bus_adds_up_and_astraeusctl_prints_it() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[inventory]\nrefresh_seconds = 0.2\n[usage]\ninterval_seconds = 1\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("majin.toml"),
-        MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\npower_w = 60"),
-    )
-    .unwrap();
-    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let _d = metered_majin(&bus, dir.path(), 1);
     let a = &bus.address;
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -264,17 +270,7 @@ fn usage_report_over_the_bus_adds_up_and_astraeusctl_prints_it() {
 fn a_live_report_bills_no_downtime_and_all_the_energy() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[inventory]\nrefresh_seconds = 0.2\n[usage]\ninterval_seconds = 3\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("majin.toml"),
-        MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\npower_w = 60"),
-    )
-    .unwrap();
-    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let _d = metered_majin(&bus, dir.path(), 3);
     let a = &bus.address;
     let secs = || {
         std::time::SystemTime::now()

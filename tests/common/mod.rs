@@ -469,3 +469,21 @@ pub fn define_template(a: &str, name: &str) {
     let o = manager(a, None, "CreateTemplate", &["s", &test_template(name)]);
     assert!(o.ok, "CreateTemplate {name}: {}", o.stderr);
 }
+
+/// Runs a test script in a private mount namespace (it mounts over /run and
+/// /var paths, so it needs root, as CI has); passes when it ends well and
+/// prints `ok_line`. The script's output is the failure message.
+pub fn run_in_private_mounts(script: &str, args: &[&str], ok_line: &str) {
+    assert!(
+        is_root(),
+        "this test mounts in a private namespace: run the suite as root (as CI does)"
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "bash", script])
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains(ok_line), "{text}");
+}
