@@ -1,0 +1,102 @@
+//! What the node reads of the GPUs for its workers: which processes and
+//! promises are the workers' own (for the inventory to tell outside use
+//! from theirs), and the warnings a GPU or a worker needs attention for.
+
+use super::{Node, Status, Worker};
+use crate::inventory::Own;
+use crate::placement::Gpu;
+
+impl Node {
+    /// What is the workers' own on the GPUs: running workers' holder pids and
+    /// the GB promised on each GPU.
+    pub fn own(&self) -> Own {
+        Own {
+            pids: self
+                .workers
+                .values()
+                .filter(|w| matches!(w.status, Status::Running { .. }))
+                .flat_map(|w| w.own_pids())
+                .collect(),
+            promised: self
+                .book
+                .gpus
+                .iter()
+                .map(|(uuid, u)| (uuid.clone(), u.taken()))
+                .collect(),
+        }
+    }
+
+    /// Why a GPU needs attention, if it does: promised beyond what it offers
+    /// now (outside use grew after placement), or unhealthy while in use.
+    pub fn gpu_warning(&self, g: &Gpu) -> Option<String> {
+        let taken = self.book.taken(&g.uuid);
+        if taken > g.offered() {
+            return Some(format!(
+                "over-promised: {taken} GB promised to sharers but it offers {} of its {} GB ({} GB held outside Astraeus)",
+                g.offered(),
+                g.total,
+                g.outside
+            ));
+        }
+        if !g.healthy && self.book.usage(&g.uuid).is_some() {
+            return Some(format!(
+                "unhealthy while in use{}",
+                g.problem
+                    .as_ref()
+                    .map(|p| format!(": {p}"))
+                    .unwrap_or_default()
+            ));
+        }
+        None
+    }
+
+    /// The GPU memory a worker's processes use now, per GPU it holds (index,
+    /// bytes); `None` where the driver gives no per-process readings.
+    pub fn worker_use(&self, w: &Worker) -> Vec<(u32, Option<u64>)> {
+        w.grants()
+            .iter()
+            .map(|grant| {
+                let gpu = self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid);
+                let used = gpu.and_then(|g| g.own_use.as_ref()).map(|uses| {
+                    uses.iter()
+                        .filter(|(pid, _)| w.own_pids().any(|p| p == *pid))
+                        .map(|(_, b)| b)
+                        .sum()
+                });
+                (grant.gpu_index, used)
+            })
+            .collect()
+    }
+
+    /// Warnings about a running worker: its GPUs (unhealthy, over-promised,
+    /// gone) and its promise (using more than its share).
+    pub fn worker_warnings(&self, w: &Worker) -> Vec<String> {
+        let m = &self.machine.name;
+        let mut out: Vec<String> = w
+            .grants()
+            .iter()
+            .filter_map(
+                |grant| match self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid) {
+                    None => Some(format!(
+                        "GPU {} of {m} ({}) is no longer seen by the inventory",
+                        grant.gpu_index, grant.gpu_uuid
+                    )),
+                    Some(g) => self
+                        .gpu_warning(g)
+                        .map(|w| format!("GPU {} of {m} is {w}", g.index)),
+                },
+            )
+            .collect();
+        if let Some(share) = w.spec.shared_gb() {
+            for (index, used) in self.worker_use(w) {
+                let used = used.map(crate::quantity::Amount::gb_from_bytes_ceil);
+                if let Some(used) = used.filter(|u| *u > share) {
+                    out.push(format!(
+                        "uses more than its {share} GB share on GPU {index} of {m} ({used} GB now)"
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
