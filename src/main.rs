@@ -74,33 +74,14 @@ fn state_dir(args: &Args) -> PathBuf {
     PathBuf::from("/var/lib/astraeus")
 }
 
-/// The state directory and the ledger are the daemon's alone (0700, 0600),
-/// whatever started it: the ledger holds run specs, and their env values
-/// (tokens) are hidden on the bus. SQLite gives the WAL and shared-memory
-/// files the database file's mode; older installs are corrected here.
+/// The state directory is the daemon's alone (0700), whatever started it;
+/// the store makes the ledger's own files 0600 ([`Store::open`]).
 fn private_state(dir: &std::path::Path) -> Result<(), Error> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let fail = |what: &std::path::Path, e: std::io::Error| {
-        Error::Backend(format!("state directory {}: {e}", what.display()))
-    };
-    std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| fail(dir, e))?;
-    let ledger = dir.join("ledger.db");
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&ledger)
-        .map_err(|e| fail(&ledger, e))?;
-    for name in ["ledger.db", "ledger.db-wal", "ledger.db-shm"] {
-        let p = dir.join(name);
-        if p.exists() {
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| fail(&p, e))?;
-        }
-    }
-    Ok(())
+    use std::os::unix::fs::PermissionsExt;
+    let fail =
+        |e: std::io::Error| Error::Backend(format!("state directory {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)
 }
 
 async fn run(args: Args) -> Result<(), Error> {

@@ -39,16 +39,7 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
         o.stdout.trim(),
         r#"osas "/org/astraeus/Node1/worker/listen" "running" 0"#
     );
-    let o = gdbus(
-        &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.SubmitWorker",
-            &shared_spec("voice", "4.2"),
-        ],
-    );
+    let o = gdbus_manager(&a, "SubmitWorker", &[&shared_spec("voice", "4.2")]);
     assert!(o.ok, "{}", o.stderr);
     assert!(o.stdout.contains("'running'"), "{}", o.stdout);
     let o = manager(
@@ -61,16 +52,7 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
         o.stdout.trim(),
         r#"osas "/org/astraeus/Node1/worker/small" "pending" 1 "GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5""#
     );
-    let o = gdbus(
-        &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.SubmitWorker",
-            &shared_spec("big", "7.5"),
-        ],
-    );
+    let o = gdbus_manager(&a, "SubmitWorker", &[&shared_spec("big", "7.5")]);
     assert!(
         o.stdout.contains(
             "GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5"
@@ -86,16 +68,7 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
         "{}",
         o.stdout
     );
-    let o = gdbus(
-        &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.ListSharers",
-            "0",
-        ],
-    );
+    let o = gdbus_manager(&a, "ListSharers", &["0"]);
     assert!(
         o.stdout
             .contains("shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken"),
@@ -117,15 +90,10 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
     assert_eq!(o.stdout, "d 7\nd 6.4\ns \"shared\"\n");
 
     // Typed errors with the foundation's messages.
-    let o = gdbus(
+    let o = gdbus_manager(
         &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.SubmitWorker",
-            r#"{"name":"x","requested_resources":{"gpu_requests":{"shared":true}}}"#,
-        ],
+        "SubmitWorker",
+        &[r#"{"name":"x","requested_resources":{"gpu_requests":{"shared":true}}}"#],
     );
     assert!(!o.ok);
     assert!(
@@ -139,46 +107,19 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
         "{}",
         o.stderr
     );
-    let o = gdbus(
-        &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.SubmitWorker",
-            &shared_spec("listen", "1"),
-        ],
-    );
+    let o = gdbus_manager(&a, "SubmitWorker", &[&shared_spec("listen", "1")]);
     assert!(
         o.stderr.contains("org.astraeus.Node1.Error.Exists"),
         "{}",
         o.stderr
     );
-    let o = gdbus(
-        &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.StopWorker",
-            "nope",
-        ],
-    );
+    let o = gdbus_manager(&a, "StopWorker", &["nope"]);
     assert!(
         o.stderr.contains("org.astraeus.Node1.Error.NotFound"),
         "{}",
         o.stderr
     );
-    let o = gdbus(
-        &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.GetWorker",
-            "small",
-        ],
-    );
+    let o = gdbus_manager(&a, "GetWorker", &["small"]);
     assert!(
         o.stdout
             .contains("objectpath '/org/astraeus/Node1/worker/small'"),
@@ -655,16 +596,7 @@ fn impossible_requests_are_refused_and_possible_ones_wait() {
         (big3, "it fits on 1 GPU of majin; it needs 3"),
     ] {
         for method in ["SubmitWorker", "WhyNot"] {
-            let o = gdbus(
-                a,
-                &[
-                    "-o",
-                    "/org/astraeus/Node1",
-                    "-m",
-                    &format!("org.astraeus.Node1.Manager.{method}"),
-                    spec,
-                ],
-            );
+            let o = gdbus_manager(a, method, &[spec]);
             assert!(
                 o.stderr.contains("org.astraeus.Node1.Error.Unsatisfiable")
                     && o.stderr.contains("can never be placed on majin")

@@ -21,17 +21,6 @@ fn silent_libvirtd(path: &std::path::Path) {
     });
 }
 
-fn template_spec(name: &str) -> String {
-    serde_json::json!({
-        "name": name,
-        "workload": {"model": "Llama-3.1-8B", "runtime": "vllm"},
-        "user": {"kind": "internal", "name": "staff"},
-        "vm": {"domain": format!("vm-{name}")},
-        "baseboard": [],
-    })
-    .to_string()
-}
-
 /// busctl with a bound on how long it waits for the reply.
 fn call(address: &str, timeout_s: u32, method: &str, args: &[&str]) -> Out {
     let timeout = format!("--timeout={timeout_s}");
@@ -58,7 +47,7 @@ fn a_hung_libvirtd_stalls_no_caller_and_no_watchdog_ping() {
     std::fs::create_dir_all(&state).unwrap();
     let mut store = astraeusd::store::Store::open(&state.join("ledger.db")).unwrap();
     store
-        .insert_template("a", &template_spec("a"), astraeusd::time::EpochMs::now())
+        .insert_template("a", &test_template("a"), astraeusd::time::EpochMs::now())
         .unwrap();
     drop(store);
 
@@ -86,7 +75,7 @@ fn a_hung_libvirtd_stalls_no_caller_and_no_watchdog_ping() {
     // A new template's VM is looked up in libvirt: that call waits (its
     // reply with it), in the background.
     let address = bus.address.clone();
-    let spec_b = template_spec("b");
+    let spec_b = test_template("b");
     let create = std::thread::spawn(move || call(&address, 8, "CreateTemplate", &["s", &spec_b]));
 
     // Meanwhile everything that does not need libvirt is answered.

@@ -90,13 +90,10 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     );
 
     // Refusals name the field or the conflict, and leave the old schedule in place.
-    let o = gdbus(
+    let o = gdbus_manager(
         a,
+        "SetSchedule",
         &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.SetSchedule",
             "beta",
             r#"[{"action":"resume","time":"+60","repeat":0,"days":"7"}]"#,
         ],
@@ -113,17 +110,7 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
         berlin(0, 12),
         berlin(0, 13)
     );
-    let o = gdbus(
-        a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.SetSchedule",
-            "beta",
-            &noon,
-        ],
-    );
+    let o = gdbus_manager(a, "SetSchedule", &["beta", &noon]);
     assert!(
         o.stderr.contains("org.astraeus.Node1.Error.InvalidRequest"),
         "{}",
@@ -145,16 +132,7 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     assert!(manager(a, None, "GetSchedule", &["s", "beta"])
         .stdout
         .contains(r#"\"days\":\"2,4\""#));
-    let o = gdbus(
-        a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.GetSchedule",
-            "nope",
-        ],
-    );
+    let o = gdbus_manager(a, "GetSchedule", &["nope"]);
     assert!(
         o.stderr.contains("org.astraeus.Node1.Error.NotFound"),
         "{}",

@@ -653,17 +653,7 @@ fn schedules_belong_to_templates_that_exist() {
         "{}",
         o.stderr
     );
-    let o = gdbus(
-        &a,
-        &[
-            "-o",
-            "/org/astraeus/Node1",
-            "-m",
-            "org.astraeus.Node1.Manager.SetSchedule",
-            "ghost",
-            soon,
-        ],
-    );
+    let o = gdbus_manager(&a, "SetSchedule", &["ghost", soon]);
     assert!(
         o.stderr.contains("org.astraeus.Node1.Error.NotFound"),
         "{}",

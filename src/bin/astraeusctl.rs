@@ -132,28 +132,8 @@ async fn run(args: Args) -> Result<(), String> {
         Cmd::Gpus => {
             let rows: Vec<GpuRow> = c.call("ListGpus", &()).await?;
             if args.json {
-                let out: Vec<_> = rows
-                    .iter()
-                    .map(
-                        |GpuRow {
-                             index: i,
-                             uuid,
-                             model,
-                             mode,
-                             total_gb: total,
-                             offered_gb: offered,
-                             held_outside_gb: outside,
-                             taken_gb: taken,
-                             warning,
-                         }| {
-                            json!({"index": i, "uuid": uuid, "model": model, "mode": mode,
-                               "total_gb": total, "offered_gb": offered,
-                               "held_outside_gb": outside, "taken_gb": taken,
-                               "warning": warning})
-                        },
-                    )
-                    .collect();
-                outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
+                // The wire rows' own field names are the JSON keys.
+                outln!("{}", serde_json::to_string_pretty(&rows).expect("json"));
                 return Ok(());
             }
             if c.manager_property::<bool>("Wsl").await? {

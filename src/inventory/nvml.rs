@@ -187,15 +187,7 @@ fn describe_pid(pid: u32) -> String {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| crate::text::printable(s.strip_suffix('\n').unwrap_or(&s)))
         .unwrap_or_else(|_| "unknown".into());
-    let uid = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|u| u.parse::<u32>().ok())
-        });
-    match uid {
+    match crate::auth::process(pid).map(|p| p.uid) {
         Some(uid) => {
             let user = crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string());
             format!("{comm}, user {}", crate::text::printable(&user))

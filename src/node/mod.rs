@@ -572,7 +572,7 @@ impl Node {
     /// refused schedule leaves the old one in place. An empty list removes it.
     pub fn set_schedule(&mut self, template: &str, json: &str, rules: &Rotation) -> Result<()> {
         crate::request::validate_name("template", template)?;
-        if !self.store.templates()?.iter().any(|(t, _)| t == template) {
+        if !self.store.has_template(template)? {
             return Err(Error::NotFound(format!(
                 "no template named {template}: define it first (CreateTemplate), then schedule it"
             )));

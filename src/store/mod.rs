@@ -154,6 +154,31 @@ CREATE TABLE handoff_steps (
 
 pub use crate::slicing::meter::SliceMeasures;
 
+/// The ledger and its WAL and shared-memory files are the daemon's alone
+/// (0600): they hold run specs, whose env values (tokens) the bus hides.
+/// SQLite gives the WAL and shm the database file's mode, so creating that
+/// 0600 is enough; files of an older install are corrected.
+fn private_files(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let fail = |p: &Path, e: std::io::Error| Error::Backend(format!("ledger {}: {e}", p.display()));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| fail(path, e))?;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        let p = std::path::PathBuf::from(p);
+        if p.exists() {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| fail(&p, e))?;
+        }
+    }
+    Ok(())
+}
+
 pub struct Store {
     conn: Connection,
     /// The write-ahead log, for the one fsync that ends a group of commits.
@@ -167,6 +192,7 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store> {
+        private_files(path)?;
         let conn = Connection::open(path)
             .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
         let mut store = Store::setup(conn)?;

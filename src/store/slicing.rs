@@ -108,6 +108,14 @@ impl Store {
         Ok(())
     }
 
+    /// Whether a template of this name is defined.
+    pub fn has_template(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM templates WHERE name = ?1")?
+            .exists(params![name])?)
+    }
+
     /// Every template's JSON, by name.
     pub fn templates(&self) -> Result<Vec<(String, String)>> {
         let mut stmt = self

@@ -273,6 +273,14 @@ pub fn gdbus(address: &str, args: &[&str]) -> Out {
     run_as(None, "gdbus", &all)
 }
 
+/// gdbus calling a Manager method (it parses the arguments' types itself).
+pub fn gdbus_manager(address: &str, method: &str, args: &[&str]) -> Out {
+    let method = format!("org.astraeus.Node1.Manager.{method}");
+    let mut all = vec!["-o", "/org/astraeus/Node1", "-m", method.as_str()];
+    all.extend_from_slice(args);
+    gdbus(address, &all)
+}
+
 pub fn ctl(address: &str, user: Option<&str>, args: &[&str]) -> Out {
     let mut all = vec!["--bus-address", address];
     all.extend_from_slice(args);
