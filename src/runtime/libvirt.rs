@@ -224,17 +224,29 @@ impl Libvirt {
         .await
     }
 
-    /// Resolves with the domain's STOPPED event, or at once when it is not running.
-    async fn stopped(&self, name: &str) -> Result<Lifecycle> {
-        // Subscribe before looking, so a stop in between is not missed.
-        let mut rx = events().subscribe();
+    /// Resolves with the domain's STOPPED event, or soon when it is not
+    /// running. Subscribes when called, not when first polled, so a stop
+    /// caused between the call and the first poll (stop's shutdown) is seen.
+    fn stopped<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl std::future::Future<Output = Result<Lifecycle>> + 'a {
+        let rx = events().subscribe();
+        self.stopped_after(rx, name)
+    }
+
+    async fn stopped_after(
+        &self,
+        mut rx: broadcast::Receiver<Lifecycle>,
+        name: &str,
+    ) -> Result<Lifecycle> {
         let gone = Lifecycle {
             domain: name.to_string(),
             event: sys::VIR_DOMAIN_EVENT_STOPPED,
             detail: u32::MAX,
         };
         if !self.active(name).await? {
-            return Ok(gone);
+            return Ok(last_word(&mut rx, name).await.unwrap_or(gone));
         }
         loop {
             match rx.recv().await {
@@ -243,13 +255,36 @@ impl Libvirt {
                 // Events may have been missed: look again (on a new connection).
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     if !self.active(name).await? {
-                        return Ok(gone);
+                        return Ok(last_word(&mut rx, name).await.unwrap_or(gone));
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => return Ok(gone),
             }
         }
     }
+}
+
+/// How long a domain found stopped may take for its STOPPED event to arrive:
+/// libvirtd can answer "not active" before the event reaches our event thread.
+const LAST_WORD_GRACE: Duration = Duration::from_secs(2);
+
+/// The STOPPED event of a domain already found not running, when the
+/// subscription holds it or it arrives within [`LAST_WORD_GRACE`]; None when
+/// it never comes (the domain stopped before we subscribed, or libvirt lost it).
+async fn last_word(rx: &mut broadcast::Receiver<Lifecycle>, name: &str) -> Option<Lifecycle> {
+    let wait = async {
+        loop {
+            match rx.recv().await {
+                Ok(ev) if ev.domain == name && ev.stopped() => return Some(ev),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    };
+    tokio::time::timeout(LAST_WORD_GRACE, wait)
+        .await
+        .ok()
+        .flatten()
 }
 
 impl Runtime for Libvirt {
