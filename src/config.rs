@@ -14,6 +14,7 @@ pub struct Config {
     pub machine: Option<String>,
     pub access: Access,
     pub inventory: Inventory,
+    pub placement: PlacementConfig,
     pub schedule: ScheduleConfig,
     pub usage: UsageConfig,
     pub runtime: RuntimeConfig,
@@ -87,6 +88,28 @@ impl Default for RuntimeConfig {
             unit_default_cpu_cores: 0,
             unit_default_memory_gb: 0,
         }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementConfig {
+    /// A whole request waiting this long gets a GPU drained for it; 0: never.
+    pub drain_after_seconds: u64,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> PlacementConfig {
+        PlacementConfig {
+            drain_after_seconds: 600,
+        }
+    }
+}
+
+impl PlacementConfig {
+    /// How long a whole request waits before a GPU drains for it; None: never.
+    pub fn drain_after(&self) -> Option<Duration> {
+        (self.drain_after_seconds > 0).then(|| Duration::from_secs(self.drain_after_seconds))
     }
 }
 

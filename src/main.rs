@@ -143,6 +143,7 @@ async fn run(args: Args) -> Result<(), Error> {
         .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
     let settings = Settings {
         refresh: config.refresh(),
+        drain_after: config.placement.drain_after(),
         machine_name: config.machine.clone(),
         group: config.access.group.clone(),
         slice_rules: SliceRules {

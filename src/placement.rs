@@ -5,6 +5,9 @@
 //! Shared work goes to the fullest GPU that fits (least offered memory left
 //! after placing it, ties to the lower index); only when no shared GPU fits is
 //! an empty one opened, the smallest that fits, so larger GPUs stay whole.
+//! A GPU kept for a whole request (draining: [`Book::kept`]) takes no new
+//! shared work and serves no other whole request; the node decides when to
+//! keep one ([`drain_pick`] chooses which), so whole work cannot starve.
 
 use crate::quantity::Amount;
 use crate::request::{GpuCount, GpuId, GpuRequest, Resources};
@@ -122,9 +125,17 @@ pub struct Book {
     pub gpus: HashMap<String, Arc<GpuUse>>,
     pub cpu_cores: Amount,
     pub memory_bytes: u64,
+    /// GPUs (by UUID) kept for a whole request that waited too long, by
+    /// worker: draining while sharers remain, then empty until it is placed.
+    pub kept: BTreeMap<String, String>,
 }
 
 impl Book {
+    /// The whole request a GPU is kept for, when it is.
+    pub fn kept_for(&self, uuid: &str) -> Option<&str> {
+        self.kept.get(uuid).map(String::as_str)
+    }
+
     pub fn usage(&self, uuid: &str) -> Option<&GpuUse> {
         self.gpus.get(uuid).map(|u| &**u)
     }
@@ -200,24 +211,36 @@ impl Notes {
     }
 }
 
-/// Where a request goes now, or every reason it waits.
+/// Where a request goes now, or every reason it waits. GPUs kept for a
+/// whole request serve no one here: see [`place_for`].
 pub fn place(
     machine: &Machine,
     book: &Book,
     res: &Resources,
     evals: &mut Evaluations,
 ) -> Result<Vec<Grant>, Vec<String>> {
+    place_for(machine, book, res, "", evals)
+}
+
+/// [`place`] for worker `who`: the GPUs kept for it serve it.
+pub fn place_for(
+    machine: &Machine,
+    book: &Book,
+    res: &Resources,
+    who: &str,
+    evals: &mut Evaluations,
+) -> Result<Vec<Grant>, Vec<String>> {
     let mut notes = Notes(Some(Vec::new()));
-    match decide(machine, book, res, evals, &mut notes) {
+    match decide(machine, book, res, who, evals, &mut notes) {
         Some(grants) => Ok(grants),
         None => Err(notes.0.unwrap_or_default()),
     }
 }
 
-/// Why a request waits now, one line per GPU that could have served (empty
-/// when it fits).
-pub fn reasons(machine: &Machine, book: &Book, res: &Resources) -> Vec<String> {
-    place(machine, book, res, &mut Evaluations::default())
+/// Why worker `who` waits now, one line per GPU that could have served
+/// (empty when it fits).
+pub fn reasons(machine: &Machine, book: &Book, res: &Resources, who: &str) -> Vec<String> {
+    place_for(machine, book, res, who, &mut Evaluations::default())
         .err()
         .unwrap_or_default()
 }
@@ -243,13 +266,63 @@ pub fn fits(
     res: &Resources,
     evals: &mut Evaluations,
 ) -> Option<Vec<Grant>> {
-    decide(machine, book, res, evals, &mut Notes(None))
+    fits_for(machine, book, res, "", evals)
+}
+
+/// [`fits`] for worker `who`: the GPUs kept for it serve it.
+pub fn fits_for(
+    machine: &Machine,
+    book: &Book,
+    res: &Resources,
+    who: &str,
+    evals: &mut Evaluations,
+) -> Option<Vec<Grant>> {
+    decide(machine, book, res, who, evals, &mut Notes(None))
+}
+
+/// Which GPU to keep next for a whole request `who` that waited too long,
+/// when keeping one can help: a matching, healthy GPU no one holds whole and
+/// no one keeps, the one with the least shared memory promised (an empty one
+/// first: it is kept without draining), ties to the lower index. None when
+/// every such GPU is held whole or kept already.
+pub fn drain_pick(machine: &Machine, book: &Book, req: &GpuRequest) -> Option<String> {
+    if req.shared_gb.is_some() {
+        return None;
+    }
+    machine
+        .gpus
+        .iter()
+        .filter(|g| !g.sliced && matches_filters(g, req) && (g.healthy || !req.healthy_only))
+        .filter(|g| book.kept_for(&g.uuid).is_none())
+        .filter(|g| book.usage(&g.uuid).is_none_or(|u| u.whole.is_none()))
+        .min_by_key(|g| (book.taken(&g.uuid), g.index))
+        .map(|g| g.uuid.clone())
+}
+
+/// Whether a GPU kept for a whole request still may be: it is there, not
+/// time-sliced, and would serve the request (filters, health).
+pub fn may_keep(g: &Gpu, req: &GpuRequest) -> bool {
+    req.shared_gb.is_none()
+        && !g.sliced
+        && matches_filters(g, req)
+        && (g.healthy || !req.healthy_only)
+}
+
+/// "GPU 0 of majin is draining for llama-70b, a whole-GPU request that
+/// waited too long: no new work goes on it until llama-70b is placed".
+fn kept_reason(m: &str, g: &Gpu, keeper: &str) -> String {
+    format!(
+        "GPU {} of {m} is draining for {keeper}, a whole-GPU request that waited too long: \
+         no new work goes on it until {keeper} is placed",
+        g.index
+    )
 }
 
 fn decide(
     machine: &Machine,
     book: &Book,
     res: &Resources,
+    who: &str,
     evals: &mut Evaluations,
     notes: &mut Notes,
 ) -> Option<Vec<Grant>> {
@@ -259,7 +332,7 @@ fn decide(
         Some(req) => {
             // GPU lines count only when the GPUs are what it waits for.
             let mut gpu_notes = notes.sibling();
-            let g = place_gpus(machine, book, req, evals, &mut gpu_notes);
+            let g = place_gpus(machine, book, req, who, evals, &mut gpu_notes);
             if g.is_none() {
                 notes.append(gpu_notes);
             }
@@ -430,6 +503,7 @@ fn place_gpus(
     machine: &Machine,
     book: &Book,
     req: &GpuRequest,
+    who: &str,
     evals: &mut Evaluations,
     notes: &mut Notes,
 ) -> Option<Vec<Grant>> {
@@ -444,6 +518,7 @@ fn place_gpus(
         return None;
     }
     let unhealthy = |g: &Gpu| req.healthy_only && !g.healthy;
+    let kept_for_other = |g: &Gpu| book.kept_for(&g.uuid).filter(|&k| k != who);
 
     match req.shared_gb {
         None => {
@@ -456,6 +531,8 @@ fn place_gpus(
                     notes.add(|| g.unhealthy_reason(m));
                 } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
                     notes.add(|| format!("GPU {} of {m} is held whole by {holder}", g.index));
+                } else if let Some(keeper) = kept_for_other(g) {
+                    notes.add(|| kept_reason(m, g, keeper));
                 } else if let Some(u) = usage.filter(|u| !u.sharers.is_empty()) {
                     let n = u.sharers.len();
                     let workers = if n == 1 { "worker" } else { "workers" };
@@ -498,8 +575,10 @@ fn place_gpus(
                 let usage = book.usage(&g.uuid);
                 let taken = usage.map(GpuUse::taken).unwrap_or_default();
                 let offered = g.offered();
+                let keeper = book.kept_for(&g.uuid);
                 let fits_here = (machine.wsl || !unhealthy(g))
                     && usage.is_none_or(|u| u.whole.is_none())
+                    && keeper.is_none()
                     && taken + need <= offered;
                 if fits_here {
                     if taken.is_zero() {
@@ -514,6 +593,8 @@ fn place_gpus(
                     notes.add(|| g.unhealthy_reason(m));
                 } else if let Some(holder) = usage.and_then(|u| u.whole.as_ref()) {
                     notes.add(|| format!("GPU {} of {m} is held whole by {holder}", g.index));
+                } else if let Some(keeper) = keeper.filter(|_| need <= offered) {
+                    notes.add(|| kept_reason(m, g, keeper));
                 } else if need > offered {
                     notes.add(|| offers_reason(m, g, need));
                 } else {

@@ -65,6 +65,8 @@ pub struct GpuView {
     pub sharers: Vec<(String, f64)>,
     /// The worker holding it whole; empty when none does.
     pub held_whole_by: String,
+    /// The whole request it is drained (kept) for; empty when none.
+    pub draining_for: String,
     pub summary: String,
     /// Non-empty when the GPU needs attention (over-promised, unhealthy in use).
     pub warning: String,
@@ -120,10 +122,10 @@ impl Waits {
             .insert(name.to_string());
     }
 
-    /// Why a request with these resources waits, by the latest snapshot.
-    pub fn explain(&self, res: &crate::request::Resources) -> Vec<String> {
+    /// Why worker `who` (with these resources) waits, by the latest snapshot.
+    pub fn explain(&self, who: &str, res: &crate::request::Resources) -> Vec<String> {
         match &*self.snapshot.read() {
-            Some(s) => s.reasons(res),
+            Some(s) => s.reasons(who, res),
             None => Vec::new(),
         }
     }
@@ -219,7 +221,15 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
             })
             .unwrap_or_default(),
         held_whole_by: usage.and_then(|u| u.whole.clone()).unwrap_or_default(),
-        summary: placement::sharers_line(usage),
+        draining_for: node
+            .book()
+            .kept_for(&g.uuid)
+            .unwrap_or_default()
+            .to_string(),
+        summary: match node.book().kept_for(&g.uuid) {
+            Some(keeper) => format!("{}; draining for {keeper}", placement::sharers_line(usage)),
+            None => placement::sharers_line(usage),
+        },
         warning: node.gpu_warning(g).unwrap_or_default(),
         pci_bus_id: g.pci_bus_id.clone(),
         power_w: g.power_mw.map_or(-1.0, |mw| mw as f64 / 1000.0),
@@ -238,6 +248,7 @@ pub fn gpu_row(v: GpuView) -> GpuRow {
         held_outside_gb: v.held_outside_gb,
         taken_gb: v.taken_gb,
         warning: v.warning,
+        draining_for: v.draining_for,
     }
 }
 

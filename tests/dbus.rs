@@ -621,3 +621,84 @@ fn impossible_requests_are_refused_and_possible_ones_wait() {
         o.stderr
     );
 }
+
+/// A whole request behind a steady stream of shared submits and stops (the
+/// GPU never empties) is placed once it has waited `drain_after_seconds`:
+/// the GPU drains for it, which the bus, the CLI and the new sharer's reason
+/// all say; then it takes the GPU when the last sharer ends.
+#[test]
+fn a_whole_request_is_not_starved_by_a_stream_of_sharers() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::session();
+    let _d = start_majin(
+        &bus,
+        dir.path(),
+        "[inventory]\nrefresh_seconds = 0.2\n[placement]\ndrain_after_seconds = 1\n",
+        &[],
+    );
+    let a = &bus.address;
+    let draining_for = || {
+        busctl(
+            a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/gpu/0",
+                "org.astraeus.Node1.Gpu",
+                "DrainingFor",
+            ],
+        )
+        .stdout
+    };
+    let submit = |name: &str| {
+        let o = manager(a, None, "SubmitWorker", &["s", &shared_spec(name, "1")]);
+        assert!(o.ok, "{}", o.stderr);
+    };
+    submit("s0");
+    let big = r#"{"name":"big","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", big]).ok);
+    assert_eq!(state(a, "big"), "s \"pending\"\n");
+    assert_eq!(draining_for(), "s \"\"\n");
+    // The stream: a new sharer, then the one before it stops; the GPU
+    // always has one. Until the GPU drains, each new one is placed.
+    let mut i = 0;
+    eventually("GPU 0 drains for big", || {
+        i += 1;
+        submit(&format!("s{i}"));
+        if draining_for() == "s \"big\"\n" {
+            return true;
+        }
+        assert_eq!(state(a, &format!("s{i}")), "s \"running\"\n");
+        assert!(manager(a, None, "StopWorker", &["s", &format!("s{}", i - 1)]).ok);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        false
+    });
+    // The newest sharer may have landed just before the drain: the next waits.
+    i += 1;
+    submit(&format!("s{i}"));
+    assert_eq!(state(a, &format!("s{i}")), "s \"pending\"\n");
+    let reasons = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/worker/s{i}"),
+            "org.astraeus.Node1.Worker",
+            "PendingReasons",
+        ],
+    )
+    .stdout;
+    assert!(
+        reasons.contains("GPU 0 of majin is draining for big, a whole-GPU request that waited too long: no new work goes on it until big is placed"),
+        "{reasons}"
+    );
+    let gpus = ctl(a, None, &["gpus"]);
+    assert!(gpus.stdout.contains("draining for big"), "{}", gpus.stdout);
+    // The sharers still there end: big takes the GPU; the GPU drains for no one.
+    for j in 0..i {
+        let _ = manager(a, None, "StopWorker", &["s", &format!("s{j}")]);
+    }
+    eventually("big runs", || state(a, "big") == "s \"running\"\n");
+    assert_eq!(draining_for(), "s \"\"\n");
+    assert_eq!(state(a, &format!("s{i}")), "s \"pending\"\n");
+}

@@ -179,10 +179,10 @@ fn reasons_are_computed_when_asked_and_current_after_each_change() {
     // A snapshot is the moment it was taken.
     let mid = n.worker("mid").unwrap().spec.resources.clone();
     assert_eq!(
-        snap.reasons(&mid),
+        snap.reasons("mid", &mid),
         ["GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 5.5"]
     );
-    assert_eq!(n.snapshot().reasons(&mid), n.reasons("mid"));
+    assert_eq!(n.snapshot().reasons("mid", &mid), n.reasons("mid"));
     let c = n.stop("listen", 1).unwrap();
     assert_eq!(
         c.updated,

@@ -148,6 +148,7 @@ async fn run(args: Args) -> Result<(), String> {
                 held_outside_gb: outside,
                 taken_gb: taken,
                 warning,
+                draining_for,
                 ..
             } in rows
             {
@@ -165,7 +166,12 @@ async fn run(args: Args) -> Result<(), String> {
                     "shared" => format!("shared, {} GB taken", gb(taken)),
                     other => other.to_string(),
                 };
-                outln!("GPU {i}  {model}  {offers}  {used}");
+                let draining = if draining_for.is_empty() {
+                    String::new()
+                } else {
+                    format!("  draining for {draining_for}")
+                };
+                outln!("GPU {i}  {model}  {offers}  {used}{draining}");
                 if !warning.is_empty() {
                     outln!("  ! {warning}");
                 }

@@ -62,6 +62,12 @@ impl GpuObject {
     async fn sharers(&self) -> Vec<(String, f64)> {
         self.view.read().sharers.clone()
     }
+    /// The whole request this GPU drains for (no new work goes on it until
+    /// that request is placed); empty when none.
+    #[zbus(property)]
+    async fn draining_for(&self) -> String {
+        self.view.read().draining_for.clone()
+    }
     #[zbus(property)]
     async fn summary(&self) -> String {
         self.view.read().summary.clone()
@@ -111,6 +117,11 @@ impl GpuObject {
         d.set(old.taken_gb != n.taken_gb, "TakenGb", n.taken_gb);
         d.set(old.sharers != n.sharers, "Sharers", n.sharers);
         d.set(old.summary != n.summary, "Summary", n.summary);
+        d.set(
+            old.draining_for != n.draining_for,
+            "DrainingFor",
+            n.draining_for,
+        );
         let warned = old.warning != n.warning;
         d.set(
             warned,

@@ -30,6 +30,8 @@ pub struct GpuRow {
     pub held_outside_gb: f64,
     pub taken_gb: f64,
     pub warning: String,
+    /// The whole request it is drained for; empty when none.
+    pub draining_for: String,
 }
 
 /// One sharer of a GPU: `(sd)`.
@@ -124,7 +126,7 @@ mod tests {
     #[test]
     fn rows_keep_the_documented_signatures() {
         assert_eq!(WorkerRow::SIGNATURE.to_string(), "(ssusd)");
-        assert_eq!(GpuRow::SIGNATURE.to_string(), "(usssdddds)");
+        assert_eq!(GpuRow::SIGNATURE.to_string(), "(usssddddss)");
         assert_eq!(SliceRow::SIGNATURE.to_string(), "(sxxs)");
         assert_eq!(TemplateRow::SIGNATURE.to_string(), "(ssss)");
         assert_eq!(SliceReportRow::SIGNATURE.to_string(), "(ssxxxxdddddds)");

@@ -78,7 +78,7 @@ impl WorkerObject {
         if state != State::Pending {
             return Vec::new();
         }
-        self.waits.explain(&self.resources)
+        self.waits.explain(&name, &self.resources)
     }
     #[zbus(property)]
     async fn warnings(&self) -> Vec<String> {

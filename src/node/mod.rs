@@ -12,6 +12,7 @@ use crate::store::{Store, WorkerState};
 use crate::time::EpochMs;
 pub use crate::worker::{Holder, Phase, State, Status, Worker};
 
+mod drain;
 mod readings;
 use std::collections::BTreeMap;
 
@@ -47,9 +48,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Why a request waits here, one line per GPU that could have served.
-    pub fn reasons(&self, res: &crate::request::Resources) -> Vec<String> {
-        placement::reasons(&self.machine, &self.book, res)
+    /// Why worker `who` waits here, one line per GPU that could have served.
+    pub fn reasons(&self, who: &str, res: &crate::request::Resources) -> Vec<String> {
+        placement::reasons(&self.machine, &self.book, res, who)
     }
 }
 
@@ -395,6 +396,7 @@ impl Node {
                 self.pending.remove(&w.id);
                 self.needs.remove(w.spec.resources.gpu.as_ref());
                 self.reasons_memo().remove(name);
+                self.let_go(&[name.to_string()], &mut changes)?;
             }
         }
         Ok(changes)
@@ -454,7 +456,7 @@ impl Node {
         if let Some(r) = memo.get(name) {
             return r.clone();
         }
-        let r = placement::reasons(&self.machine, &self.book, &w.spec.resources);
+        let r = placement::reasons(&self.machine, &self.book, &w.spec.resources, name);
         memo.insert(name.to_string(), r.clone());
         r
     }
@@ -530,7 +532,9 @@ impl Node {
             if !worth_a_look {
                 continue;
             }
-            if let Some(grants) = placement::fits(&self.machine, &self.book, res, &mut self.evals) {
+            if let Some(grants) =
+                placement::fits_for(&self.machine, &self.book, res, name, &mut self.evals)
+            {
                 self.store.start_worker(id, &grants, EpochMs::now())?;
                 self.book.add(name, res, &grants);
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
@@ -553,7 +557,9 @@ impl Node {
         changes.gpus.sort_unstable();
         changes.gpus.dedup();
         self.mark_starting(&changes.placed);
-        Ok(())
+        // GPUs kept for workers just placed serve others again.
+        let placed = changes.placed.clone();
+        self.let_go(&placed, changes)
     }
 
     /// Placed workers whose workload is to be launched are `starting` at once.
@@ -779,15 +785,27 @@ impl Node {
                 broken.push(format!("GPU {} is time-sliced but has workers", g.index));
             }
         }
+        for (uuid, keeper) in &self.book.kept {
+            if self
+                .workers
+                .get(keeper)
+                .is_none_or(|w| w.status != Status::Pending)
+            {
+                broken.push(format!(
+                    "GPU {uuid} is kept for {keeper}, which does not wait"
+                ));
+            }
+        }
         for w in self.workers.values() {
             if w.status == Status::Pending {
                 if self.reasons(w.name()).is_empty() {
                     broken.push(format!("pending worker {} has no reason", w.name()));
                 }
-                if placement::fits(
+                if placement::fits_for(
                     &self.machine,
                     &self.book,
                     &w.spec.resources,
+                    w.name(),
                     &mut Evaluations::default(),
                 )
                 .is_some()

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
 use crate::journal;
-use crate::node::{Holder, Node};
+use crate::node::{Changes, Holder, Node};
 use crate::runtime::Runtime;
 use crate::time::EpochMs;
 use crate::usage::Sampler;
@@ -48,6 +48,8 @@ pub struct SliceRules {
 /// What the loop takes from the configuration.
 pub struct Settings {
     pub refresh: Duration,
+    /// A whole request waiting this long gets a GPU drained for it (None: never).
+    pub drain_after: Option<Duration>,
     /// The machine name from config, overriding the source's.
     pub machine_name: Option<String>,
     /// Members (and root) may submit and stop workers.
@@ -92,6 +94,7 @@ pub struct Service {
     rx: mpsc::Receiver<Command>,
     lp: Loop,
     refresh: Duration,
+    drain_after: Option<Duration>,
     /// The machine name from config, overriding the source's.
     machine_name: Option<String>,
     access: access::Rules,
@@ -150,6 +153,7 @@ impl Service {
             rx,
             lp,
             refresh: settings.refresh,
+            drain_after: settings.drain_after,
             machine_name: settings.machine_name,
             access: access::Rules {
                 group: settings.group,
@@ -233,6 +237,7 @@ impl Service {
                     }
                     self.sample();
                     self.meter_slice();
+                    self.drain().await;
                 }
                 _ = hup.recv() => self.reread("SIGHUP").await,
                 _ = ping.tick(), if watchdog.is_some() => {
@@ -251,6 +256,19 @@ impl Service {
             "stopping; the ledger is closed cleanly"
         );
         Ok(())
+    }
+
+    /// Keeps GPUs for whole requests that waited too long (and lets go of
+    /// those no longer needed): see node/drain.rs.
+    async fn drain(&mut self) {
+        match self.node.drain(EpochMs::now(), self.drain_after) {
+            Ok(changes) if changes == Changes::default() => {}
+            Ok(changes) => {
+                self.publish(&changes).await;
+                self.launch_placed(&changes.placed).await;
+            }
+            Err(e) => tracing::error!("draining GPUs for whole work: {e}"),
+        }
     }
 
     /// Keeps this refresh's energy and utilisation readings; closed intervals go to the ledger.
