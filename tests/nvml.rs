@@ -253,6 +253,7 @@ fn two_gpus_a_desktop_and_outside_use_that_grows_and_shrinks() {
     );
     let _ = desktop.kill();
     let _ = desktop.wait();
+    let _ = desktop.wait();
 }
 
 #[test]
@@ -421,6 +422,31 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
         "{}",
         o.stdout
     );
+    assert!(!o.stdout.contains('\x1b'), "no colour into a pipe");
+    // In a real terminal (a pty, through script(1)) it is red; NO_COLOR turns that off.
+    let in_terminal = |no_color: &str| {
+        let cmd = format!(
+            "NO_COLOR={no_color} {} --bus-address '{a}' gpus",
+            env!("CARGO_BIN_EXE_astraeusctl")
+        );
+        let out = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tty = in_terminal("");
+    assert!(
+        tty.lines()
+            .any(|l| l.starts_with("GPU 1") && l.contains("\x1b[1;31munhealthy\x1b[0m")),
+        "{tty:?}"
+    );
+    assert!(tty.contains("\x1b[32mfree\x1b[0m"), "{tty:?}");
+    let plain = in_terminal("1");
+    assert!(
+        plain.contains("unhealthy") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
 }
 
 #[test]
@@ -556,4 +582,149 @@ fn a_process_name_with_escapes_is_shown_printable() {
             "{what} got a raw escape: {text:?}"
         );
     }
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Real boards report a little less than they are sold as: an "8 GB" RTX
+/// 4060 8188 MiB plus a few hundred MiB reserved, an 80 GB H100 81,559 MiB.
+/// They read as sold, the figures shown add up (offered + outside = total),
+/// and placement never promises more than NVML says is there.
+#[test]
+fn real_board_sizes_read_as_sold_and_their_figures_add_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::session();
+    let mut desktop = sleeper();
+    let fx = dir.path().join("fixture");
+    let rtx = Gpu {
+        uuid: "GPU-4060",
+        name: "NVIDIA GeForce RTX 4060",
+        total: 8188 * MIB,
+        used: 700 * MIB,
+        reserved: 300 * MIB,
+        fail: false,
+    };
+    let h100 = Gpu {
+        uuid: "GPU-H100",
+        name: "NVIDIA H100 80GB HBM3",
+        total: 81_559 * MIB,
+        used: 0,
+        reserved: 0,
+        fail: false,
+    };
+    fixture(
+        &fx,
+        &[rtx, h100],
+        &[(0, desktop.id(), 700 * MIB, "graphics")],
+    );
+    let _d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let out = ctl(a, None, &["gpus"]).stdout;
+    // 700 (desktop) + 300 (reserved) + 4 (unreported) MiB = 0.98 GB, shown rounded up.
+    assert!(
+        out.contains("GPU 0  NVIDIA GeForce RTX 4060  offers 7.01 of its 8 GB (0.99 GB held outside Astraeus)"),
+        "{out}"
+    );
+    // 361 MiB unreported = 0.35 GB, rounded up.
+    assert!(
+        out.contains("GPU 1  NVIDIA H100 80GB HBM3  offers 79.64 of its 80 GB (0.36 GB held outside Astraeus)"),
+        "{out}"
+    );
+    for (i, total, offered, outside) in [(0, "8", "7.01", "0.99"), (1, "80", "79.64", "0.36")] {
+        let path = format!("/org/astraeus/Node1/gpu/{i}");
+        let get = |p: &str| prop(a, &path, "org.astraeus.Node1.Gpu", p);
+        assert_eq!(get("TotalGb"), format!("d {total}\n"));
+        assert_eq!(get("OfferedGb"), format!("d {offered}\n"));
+        assert_eq!(get("HeldOutsideGb"), format!("d {outside}\n"));
+    }
+    // The oracle for "never more than there": NVML's own figures, in bytes.
+    let free_0 = 8188 * MIB - 700 * MIB - 300 * MIB;
+    assert!(701 * GB / 100 <= free_0 && 702 * GB / 100 > free_0 - MIB);
+    let on_gpu0 = |name: &str, gb: &str| {
+        format!(
+            r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":{gb},"ids":[0]}}}}}}"#
+        )
+    };
+    let o = manager(a, None, "SubmitWorker", &["s", &on_gpu0("fits", "7.01")]);
+    assert!(
+        o.ok && o.stdout.contains("running"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(manager(a, None, "StopWorker", &["s", "fits"]).ok);
+    let o = manager(a, None, "SubmitWorker", &["s", &on_gpu0("over", "7.02")]);
+    assert!(
+        o.ok && o.stdout.contains("pending"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    let _ = desktop.kill();
+    let _ = desktop.wait();
+}
+
+/// A WSL2 card: NVML lists no processes there (NOT_SUPPORTED), so what is
+/// used less what workers were promised is outside; every container sees
+/// every GPU. An "8 GB" card with about 1 GB used by the desktop reads as
+/// the seed's; a worker's own use does not count as outside.
+#[test]
+fn a_wsl2_card_reads_as_sold_and_counts_promises_as_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::session();
+    let fx = dir.path().join("fixture");
+    // The power figure marks each rewrite, so a test knows when it was read.
+    let card = |used: u64, watts: u64| {
+        format!(
+            "gpu uuid=GPU-wsl name=NVIDIA_GeForce_RTX_4060_Laptop_GPU total={} used={used} reserved=0 \
+             bus=00000000:01:00.0 power={} energy=1000 util=3 fail=0 pending=0 procs=notsup\n",
+            8188 * MIB,
+            watts * 1000
+        )
+    };
+    std::fs::write(&fx, card(1020 * MIB, 40)).unwrap();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "machine = \"majin\"\n[inventory]\nrefresh_seconds = 0.2\nwsl = true\nnvml_library = \"{}\"\n",
+            fake_lib(false).display()
+        ),
+    )
+    .unwrap();
+    let _d = Daemon::start_with(
+        &bus,
+        dir.path(),
+        None,
+        &[("FAKE_NVML_FIXTURE", fx.to_str().unwrap())],
+    );
+    let a = &bus.address;
+    let out = ctl(a, None, &["gpus"]).stdout;
+    assert!(out.contains("majin is a WSL2 host"), "{out}");
+    // 1020 MiB used + 4 MiB unreported = exactly 1 GB outside.
+    assert!(
+        out.contains("offers 7 of its 8 GB (1 GB held outside Astraeus)"),
+        "{out}"
+    );
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &shared_spec("listen", "2.2")],
+    );
+    assert!(o.ok && o.stdout.contains("running"), "{}", o.stderr);
+    // Its process now uses its 2.2 GB: promised to it, so not outside.
+    std::fs::write(&fx, card(1020 * MIB + 22 * GB / 10, 41)).unwrap();
+    let path = "/org/astraeus/Node1/gpu/0";
+    eventually("the new reading is taken", || {
+        prop(a, path, "org.astraeus.Node1.Gpu", "PowerW") == "d 41\n"
+    });
+    assert_eq!(
+        prop(a, path, "org.astraeus.Node1.Gpu", "HeldOutsideGb"),
+        "d 1\n"
+    );
+    // Beyond its promise, the excess is outside (0.5 GB over 2.2).
+    std::fs::write(&fx, card(1020 * MIB + 27 * GB / 10, 42)).unwrap();
+    eventually("outside grows by the use beyond the promise", || {
+        prop(a, path, "org.astraeus.Node1.Gpu", "HeldOutsideGb") == "d 1.5\n"
+    });
 }

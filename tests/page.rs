@@ -324,3 +324,55 @@ fn an_unhealthy_gpu_is_shown_as_unhealthy() {
         Some("unhealthy: marked unhealthy in the sim file")
     );
 }
+
+/// A GPU draining for a whole request: the page's JSON names the worker,
+/// the metrics count it, and the page itself draws the note.
+#[test]
+fn a_draining_gpu_is_shown_on_the_page_and_in_metrics() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "[inventory]\nrefresh_seconds = 0.2\n[placement]\ndrain_after_seconds = 1\n\
+             [http]\nlisten = \"{port}\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    assert!(
+        manager(
+            a,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec("listen", "2.2")]
+        )
+        .ok
+    );
+    let big = r#"{"name":"big","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", big]).ok);
+    eventually("the JSON says GPU 0 drains for big", || {
+        let (_, _, body) = get(port, "/machines/majin");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["gpus"][0]["draining_for"] == "big"
+    });
+    let (_, _, metrics) = get(port, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("astraeus_gpu_draining{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    let (_, _, page) = get(port, "/");
+    assert!(page.contains("draining for"), "the page draws the note");
+    // The sharer ends: big takes the GPU, nothing drains any more.
+    assert!(manager(a, None, "StopWorker", &["s", "listen"]).ok);
+    eventually("nothing drains", || {
+        let (_, _, body) = get(port, "/machines/majin");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["gpus"][0]["draining_for"].is_null() && v["gpus"][0]["held_whole_by"] == "big"
+    });
+}

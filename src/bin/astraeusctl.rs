@@ -25,6 +25,30 @@ macro_rules! errln {
     ($($t:tt)*) => { eprintln!("{}", astraeusd::text::printable_lines(&format!($($t)*))) };
 }
 
+/// A word coloured for a person at a terminal (never when stdout is not a
+/// terminal, nor when NO_COLOR is set: https://no-color.org). The word is
+/// made printable first; the only escapes printed are these.
+fn paint(word: &str, sgr: &str) -> String {
+    use std::io::IsTerminal;
+    let word = astraeusd::text::printable(word);
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    if no_color || !std::io::stdout().is_terminal() {
+        return word;
+    }
+    format!("\x1b[{sgr}m{word}\x1b[0m")
+}
+
+/// The colour of a GPU's mode: red when it needs attention.
+fn mode_colour(mode: &str) -> &'static str {
+    match mode {
+        "free" => "32",        // green
+        "shared" => "36",      // cyan
+        "whole" => "34",       // blue
+        "unhealthy" => "1;31", // bold red
+        _ => "35",             // time-sliced: magenta
+    }
+}
+
 /// GB as the daemon shows them: `7`, `6.5`, `2.25`.
 fn gb(x: f64) -> String {
     Amount::from_hundredths((x * 100.0).round().max(0.0) as u64).to_string()
@@ -163,17 +187,19 @@ async fn run(args: Args) -> Result<(), String> {
                     format!("offers all its {} GB", gb(total))
                 };
                 let used = match mode.as_str() {
-                    "shared" => format!("shared, {} GB taken", gb(taken)),
-                    other => other.to_string(),
+                    "shared" => format!("{}, {} GB taken", paint("shared", "36"), gb(taken)),
+                    other => paint(other, mode_colour(other)),
                 };
                 let draining = if draining_for.is_empty() {
                     String::new()
                 } else {
-                    format!("  draining for {draining_for}")
+                    format!("  {}", paint(&format!("draining for {draining_for}"), "33"))
                 };
-                outln!("GPU {i}  {model}  {offers}  {used}{draining}");
+                // The painted parts are printable already; the rest is made so here.
+                let head = astraeusd::text::printable(&format!("GPU {i}  {model}  {offers}  "));
+                println!("{head}{used}{draining}");
                 if !warning.is_empty() {
-                    outln!("  ! {warning}");
+                    println!("  {}", paint(&format!("! {warning}"), "1;33"));
                 }
             }
         }

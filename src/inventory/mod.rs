@@ -116,6 +116,25 @@ pub fn held_outside(
     )
 }
 
+/// A board's total as people know it, and the bytes under it that NVML does
+/// not report. NVML gives a little less than the nominal size (8188 MiB on
+/// an "8 GB" card, 81,559 MiB on an 80 GB one): memory the driver keeps. When
+/// the report is within 2 % under a whole GB, that GB is the total shown and
+/// the missing bytes count as reserved by the driver (held outside), so the
+/// figures shown add up (offered + outside = total) and offered, rounded
+/// down, never exceeds the bytes really there. Otherwise the total is the
+/// report rounded down to hundredths, and nothing is added.
+pub fn board_total(reported_bytes: u64) -> (Amount, u64) {
+    let gb = crate::quantity::GB_BYTES;
+    let nominal = reported_bytes.div_ceil(gb);
+    let missing = nominal * gb - reported_bytes;
+    if nominal > 0 && missing.saturating_mul(50) <= nominal * gb {
+        (Amount::whole(nominal), missing)
+    } else {
+        (Amount::gb_from_bytes_floor(reported_bytes), 0)
+    }
+}
+
 /// WSL2: every container sees every GPU. Detected from the kernel, /dev/dxg
 /// or WSL's environment; config can force it either way.
 pub fn detect_wsl() -> bool {
@@ -163,6 +182,26 @@ mod tests {
             pid,
             bytes: Some(gb * GB_BYTES),
             who: who.into(),
+        }
+    }
+
+    #[test]
+    fn board_totals_read_as_sold_and_the_missing_bytes_are_the_drivers() {
+        const MIB: u64 = 1 << 20;
+        // An "8 GB" RTX 4060, an 80 GB H100, a 24 GB RTX 4090, exact 8 GiB.
+        assert_eq!(board_total(8188 * MIB), (Amount::whole(8), 4 * MIB));
+        assert_eq!(board_total(81_559 * MIB), (Amount::whole(80), 361 * MIB));
+        assert_eq!(board_total(24_564 * MIB), (Amount::whole(24), 12 * MIB));
+        assert_eq!(board_total(8 * GB_BYTES), (Amount::whole(8), 0));
+        // Far from a whole GB (a MIG slice of 9.75 GB): rounded down, nothing added.
+        assert_eq!(board_total(9984 * MIB), (Amount::from_hundredths(975), 0));
+        assert_eq!(board_total(0), (Amount::ZERO, 0));
+        // Never more offered than there: shown total less the missing bytes
+        // (rounded up, as outside is) fits in what NVML reported.
+        for mib in [8188, 81_559, 24_564, 8192, 9984, 40_536, 1023, 15_360] {
+            let (total, missing) = board_total(mib * MIB);
+            let offered = total.saturating_sub(Amount::gb_from_bytes_ceil(missing));
+            assert!(offered.bytes() <= mib * MIB, "{mib} MiB");
         }
     }
 

@@ -2,10 +2,9 @@
 //! (a handful of NVML calls per GPU, no sleeping), so it is cheap enough to run
 //! every few seconds on an 8-GPU host.
 
-use super::{held_outside, host_resources, GpuSource, Own, ProcessUse};
+use super::{board_total, held_outside, host_resources, GpuSource, Own, ProcessUse};
 use crate::error::{Error, Result};
 use crate::placement::{Gpu, Machine};
-use crate::quantity::Amount;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
 use std::collections::HashMap;
@@ -103,8 +102,11 @@ impl NvmlSource {
             }
         }
         let promised = own.promised.get(&uuid).copied().unwrap_or_default();
+        // The bytes under the board's nominal size are the driver's too.
+        let (total, unreported) = board_total(mem.total);
+        let reserved = mem.reserved.saturating_add(unreported);
         let (outside, outside_detail) =
-            held_outside(mem.used, mem.reserved, processes.as_deref(), own, promised);
+            held_outside(mem.used, reserved, processes.as_deref(), own, promised);
         let own_use = processes.as_ref().map(|procs| {
             procs
                 .iter()
@@ -119,7 +121,6 @@ impl NvmlSource {
             .baseboard
             .iter()
             .any(|id| id.eq_ignore_ascii_case(&uuid) || id.eq_ignore_ascii_case(&pci_bus_id));
-        let total = Amount::gb_from_bytes_floor(mem.total);
         Ok(Gpu {
             index,
             uuid,

@@ -417,6 +417,17 @@ pub fn metrics(snap: &Snapshot) -> String {
             .collect(),
     );
     family(
+        "astraeus_gpu_draining",
+        "1 while the GPU is kept (drained) for a whole-GPU request that waited too long.",
+        snap.gpus
+            .iter()
+            .map(|g| {
+                let draining = !g.view.draining_for.is_empty();
+                (gpu_labels(&g.view), u8::from(draining).to_string())
+            })
+            .collect(),
+    );
+    family(
         "astraeus_gpu_memory_total_bytes",
         "GPU memory.",
         per_gpu(&|v| v.total_gb),

@@ -4,6 +4,7 @@
  * changes the "hardware" by rewriting the file. Lines:
  *   gpu uuid=GPU-a name=NVIDIA_GeForce_RTX_4060 total=BYTES used=BYTES reserved=BYTES
  *       bus=00000000:01:00.0 power=MILLIWATTS energy=MILLIJOULES util=PERCENT fail=0|1 pending=0|1
+ *       [procs=notsup]   (process listings answer NOT_SUPPORTED, as under WSL2)
  *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
  * (one gpu line per device, in index order; '_' in name stands for a space).
  * Built with -DOMIT_OPTIONAL it leaves out power, energy, utilisation and
@@ -24,7 +25,7 @@ typedef struct { unsigned int pid; unsigned long long used; unsigned int gi, ci;
 typedef struct { unsigned int gpu, memory; } util_t;
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
 
-struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy; unsigned int power, util; int fail, pending; };
+struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy; unsigned int power, util; int fail, pending, procs_notsup; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
 static struct gpu G[MAXG];
 static struct proc P[MAXP];
@@ -67,6 +68,7 @@ static void load(void) {
       g->total = num(l, "total"); g->used = num(l, "used"); g->reserved = num(l, "reserved");
       g->power = num(l, "power"); g->energy = num(l, "energy"); g->util = num(l, "util");
       g->fail = num(l, "fail"); g->pending = num(l, "pending");
+      g->procs_notsup = (v = val(l, "procs")) && !strcmp(v, "notsup");
     } else if (!strncmp(line, "proc ", 5) && np < MAXP) {
       struct proc *p = &P[np++];
       p->gpu = num(l, "gpu"); p->pid = num(l, "pid"); p->mem = num(l, "mem");
@@ -119,6 +121,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, pci_t *p) {
 }
 static nvmlReturn_t procs(nvmlDevice_t d, unsigned int *count, proc_t *out, int graphics) {
   DEV(d);
+  if (g->procs_notsup) return NOTSUP;
   unsigned int n = 0;
   for (int i = 0; i < np; i++) if (P[i].gpu == g - G && P[i].graphics == graphics) n++;
   if (!out || *count < n) { *count = n; return n ? INSUFFICIENT : OK; }
