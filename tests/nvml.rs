@@ -491,7 +491,7 @@ fn without_nvml_the_daemon_says_what_it_tried_and_exits() {
     let d = Daemon::start_with(&bus, dir.path(), None, &[]);
     assert_eq!(
         manager(&bus.address, None, "ListGpus", &[]).stdout.trim(),
-        "a(usssdddds) 0"
+        "a(usssddddss) 0"
     );
     drop(d);
 }
