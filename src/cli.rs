@@ -134,8 +134,51 @@ pub enum TemplateCommand {
 
 #[derive(Subcommand)]
 pub enum ScheduleCommand {
-    /// Set a template's actions from a JSON file, or - for standard input (`[]` removes them).
-    Set { template: String, file: String },
-    /// Show a template's actions.
-    Show { template: String },
+    /// Set a template's schedule: in words (`--weekly mon,wed,fri --from
+    /// 09:00 --to 17:00`, in the daemon's time zone), or as SCHED_ACTION JSON
+    /// from FILE (- for standard input; `[]` removes the schedule).
+    Set {
+        /// The template whose slices these are.
+        template: String,
+        /// SCHED_ACTION JSON instead of the words below.
+        #[arg(conflicts_with_all = ["weekly", "monthly", "hourly"])]
+        file: Option<String>,
+        /// Slices on these weekdays: mon,wed,fri or mon-fri.
+        #[arg(long, value_name = "DAYS", group = "every")]
+        weekly: Option<String>,
+        /// Slices on these days of the month: 1,15.
+        #[arg(long, value_name = "DAYS", group = "every")]
+        monthly: Option<String>,
+        /// A slice every N hours (1 to 168) from the first.
+        #[arg(long, value_name = "N", group = "every")]
+        hourly: Option<u16>,
+        /// Each slice starts at this local time (HH:MM).
+        #[arg(long, value_name = "HH:MM", requires = "every")]
+        from: Option<String>,
+        /// Each slice ends at this local time (HH:MM); not after --from: the next day.
+        #[arg(long, value_name = "HH:MM", requires = "every")]
+        to: Option<String>,
+        /// The first day a slice may start (YYYY-MM-DD) [default: today].
+        #[arg(long, value_name = "DATE", requires = "every")]
+        starting: Option<String>,
+        /// The last day a slice starts (YYYY-MM-DD) [default: no end].
+        #[arg(
+            long,
+            value_name = "DATE",
+            requires = "every",
+            conflicts_with = "times"
+        )]
+        until: Option<String>,
+        /// This many slices in all (each action fires N times).
+        #[arg(long, value_name = "N", requires = "every")]
+        times: Option<u32>,
+        /// Print the next ten slices (or the refusal) without saving.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show a template's schedule in words (--json: as SCHED_ACTION JSON).
+    Show {
+        /// The template whose schedule to show.
+        template: String,
+    },
 }

@@ -80,6 +80,13 @@ pub enum Command {
         caller: Caller,
         reply: Reply<Result<()>>,
     },
+    /// A dry run of SetSchedule: the next slices and notes, nothing saved.
+    PreviewSchedule {
+        template: String,
+        actions: String,
+        caller: Caller,
+        reply: Reply<Result<(Vec<SliceRow>, Vec<String>)>>,
+    },
     GetSchedule {
         template: String,
         reply: Reply<Result<String>>,

@@ -34,6 +34,7 @@ pub mod request;
 pub mod rotation;
 pub mod runtime;
 pub mod schedule;
+pub mod schedule_form;
 pub mod service;
 
 pub mod slicing;

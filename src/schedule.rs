@@ -30,7 +30,7 @@ const SEARCH_YEARS: i32 = 400;
 
 const FIELDS: [&str; 6] = ["action", "time", "repeat", "days", "end_type", "end_value"];
 const ACTIONS_ACCEPTED: &str = r#"one of "resume", "poweroff", "poweroff-hard""#;
-const TIME_ACCEPTED: &str = r#"integer epoch seconds (> 0) or "+N" (N whole seconds from now)"#;
+const TIME_ACCEPTED: &str = r#"integer epoch seconds (> 0), "+N" (N whole seconds from now) or an RFC 3339 date-time with the zone's offset ("2027-01-04T09:00:00+01:00")"#;
 const REPEAT_ACCEPTED: &str = "one of -1 (none), 0 (weekly), 1 (monthly), 2 (yearly), 3 (hourly)";
 const END_TYPE_ACCEPTED: &str =
     "one of -1 (none), 0 (never), 1 (after end_value occurrences), 2 (until the end_value epoch)";
@@ -369,6 +369,10 @@ fn parse_time(path: &str, value: Option<&Value>, now: Timestamp) -> Result<Times
     let wrong = || Error::field(path, format!("{TIME_ACCEPTED}; got {}", shown(value)));
     let seconds = match value {
         Value::Number(n) => n.as_i64().filter(|&s| s > 0).ok_or_else(wrong)?,
+        Value::String(s) if !s.starts_with('+') => {
+            let at: Timestamp = s.parse().map_err(|_| wrong())?;
+            at.as_second()
+        }
         Value::String(s) => {
             let digits = s.strip_prefix('+').ok_or_else(wrong)?;
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -393,6 +397,60 @@ fn parse_time(path: &str, value: Option<&Value>, now: Timestamp) -> Result<Times
             ),
         )
     })
+}
+
+/// RFC 3339 times must carry the zone's own offset at that instant: a
+/// calendar repeat fires at the time of day in the zone, so a time written
+/// with another offset would fire at another hour than the one written.
+pub fn check_offsets(json: &str, tz: &TimeZone) -> Result<()> {
+    let Ok(Value::Array(list)) = serde_json::from_str::<Value>(json) else {
+        return Ok(()); // parse_actions reports what is wrong with it
+    };
+    for (i, a) in list.iter().enumerate() {
+        let Some(text) = a.get("time").and_then(Value::as_str) else {
+            continue;
+        };
+        let (Ok(at), Some(theirs)) = (text.parse::<Timestamp>(), offset_seconds(text)) else {
+            continue;
+        };
+        let ours = tz.to_offset(at).seconds();
+        if theirs != ours {
+            let name = tz.iana_name().unwrap_or("the configured zone");
+            return Err(Error::field(
+                &format!("actions[{i}].time"),
+                format!(
+                    "{text} has offset {}, but {name} is at {} then; repeats fire at the \
+                     local time of day in {name}, so write the time with that offset",
+                    hh_mm(theirs),
+                    hh_mm(ours)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The offset of an RFC 3339 date-time in seconds ("Z", "+01:00", "-05:30").
+fn offset_seconds(text: &str) -> Option<i32> {
+    if text.ends_with(['Z', 'z']) {
+        return Some(0);
+    }
+    let tail = text.get(text.len().checked_sub(6)?..)?;
+    let sign = match tail.as_bytes()[0] {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let h: i32 = tail.get(1..3)?.parse().ok()?;
+    let m: i32 = tail.get(4..6)?.parse().ok()?;
+    Some(sign * (h * 3600 + m * 60))
+}
+
+/// An offset as "+01:00".
+fn hh_mm(seconds: i32) -> String {
+    let sign = if seconds < 0 { '-' } else { '+' };
+    let s = seconds.abs();
+    format!("{sign}{:02}:{:02}", s / 3600, s % 3600 / 60)
 }
 
 fn parse_end_epoch(
@@ -884,6 +942,27 @@ mod tests {
     use super::*;
     use jiff::civil::date;
 
+    #[test]
+    fn rfc3339_times_and_the_zones_offset() {
+        let one = |t: &str| format!(r#"[{{"action":"resume","time":"{t}"}}]"#);
+        let a = parse_actions(&one("2027-01-04T09:00:00+01:00"), Timestamp::UNIX_EPOCH).unwrap();
+        assert_eq!(a[0].time.as_second(), 1_799_049_600);
+        let berlin = TimeZone::get("Europe/Berlin").unwrap();
+        assert!(check_offsets(&one("2027-01-04T09:00:00+01:00"), &berlin).is_ok());
+        assert!(check_offsets(&one("2027-07-05T09:00:00+02:00"), &berlin).is_ok());
+        let e = check_offsets(&one("2027-01-04T09:00:00+02:00"), &berlin).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "actions[0].time: 2027-01-04T09:00:00+02:00 has offset +02:00, but Europe/Berlin is \
+             at +01:00 then; repeats fire at the local time of day in Europe/Berlin, so write \
+             the time with that offset"
+        );
+        assert!(check_offsets(&one("2027-01-04T08:00:00Z"), &berlin).is_err());
+        assert!(check_offsets(&one("2027-01-04T08:00:00Z"), &TimeZone::UTC).is_ok());
+        // Without an offset it is no instant at all.
+        assert!(parse_actions(&one("2027-01-04T09:00:00"), Timestamp::UNIX_EPOCH).is_err());
+    }
+
     const NOW: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
 
     fn now() -> Timestamp {
@@ -1017,7 +1096,7 @@ mod tests {
         );
         err(
             r#"[{"action":"resume"}]"#,
-            r#"actions[0].time: required; integer epoch seconds (> 0) or "+N" (N whole seconds from now)"#,
+            r#"actions[0].time: required; integer epoch seconds (> 0), "+N" (N whole seconds from now) or an RFC 3339 date-time with the zone's offset ("2027-01-04T09:00:00+01:00")"#,
         );
         for bad in [
             "0", "-5", "1.5", "\"3600\"", "\"+\"", "\"+-1\"", "\"+1h\"", "null",
@@ -1025,17 +1104,17 @@ mod tests {
             err(
                 &format!(r#"[{{"action":"resume","time":{bad}}}]"#),
                 &format!(
-                    r#"actions[0].time: integer epoch seconds (> 0) or "+N" (N whole seconds from now); got {bad}"#
+                    r#"actions[0].time: integer epoch seconds (> 0), "+N" (N whole seconds from now) or an RFC 3339 date-time with the zone's offset ("2027-01-04T09:00:00+01:00"); got {bad}"#
                 ),
             );
         }
         err(
             r#"[{"action":"resume","time":"+99999999999999999999"}]"#,
-            r#"actions[0].time: integer epoch seconds (> 0) or "+N" (N whole seconds from now), at the latest epoch 253402207200; got "+99999999999999999999""#,
+            r#"actions[0].time: integer epoch seconds (> 0), "+N" (N whole seconds from now) or an RFC 3339 date-time with the zone's offset ("2027-01-04T09:00:00+01:00"), at the latest epoch 253402207200; got "+99999999999999999999""#,
         );
         err(
             r#"[{"action":"resume","time":253402207201}]"#,
-            r#"actions[0].time: integer epoch seconds (> 0) or "+N" (N whole seconds from now), at the latest epoch 253402207200; got 253402207201"#,
+            r#"actions[0].time: integer epoch seconds (> 0), "+N" (N whole seconds from now) or an RFC 3339 date-time with the zone's offset ("2027-01-04T09:00:00+01:00"), at the latest epoch 253402207200; got 253402207201"#,
         );
         err(
             r#"[{"action":"resume","time":1,"repeat":4}]"#,

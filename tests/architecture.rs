@@ -24,6 +24,7 @@ const PURE: &[&str] = &[
     "request.rs",
     "rotation.rs",
     "schedule.rs",
+    "schedule_form.rs",
     "slicing/handoff.rs",
     "slicing/meter.rs",
     "slicing/mod.rs",
@@ -52,6 +53,7 @@ const LARGE_PURE: &[&str] = &[
     "report.rs",
     "rotation.rs",
     "schedule.rs",
+    "schedule_form.rs",
     "slicing/handoff.rs",
     "slicing/template.rs",
 ];

@@ -31,8 +31,9 @@ fn local(days: i64, h: i8) -> String {
         .to_string()
 }
 
-#[test]
-fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
+/// The daemon on the sim majin and libvirt's test driver, schedules in
+/// Berlin with a 300 s buffer.
+fn berlin_daemon() -> (tempfile::TempDir, Bus, Daemon) {
     let dir = open_tempdir();
     std::fs::write(
         dir.path().join("node.toml"),
@@ -45,6 +46,12 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     std::fs::write(&sim, MAJIN_TOML).unwrap();
     let bus = Bus::session();
     let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    (dir, bus, d)
+}
+
+#[test]
+fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
+    let (dir, bus, d) = berlin_daemon();
     let a = &bus.address;
     define_template(a, "alpha");
     define_template(a, "beta");
@@ -176,7 +183,7 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
 
     // Kept in the ledger across a restart.
     assert!(d.stop().success());
-    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
     assert!(manager(a, None, "GetSchedule", &["s", "alpha"])
         .stdout
         .contains(r#"\"days\":\"1,3,5\""#));
@@ -221,16 +228,7 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
 
 #[test]
 fn the_preview_says_when_a_monthly_day_does_not_occur() {
-    let dir = open_tempdir();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        format!("[schedule]\ntime_zone = \"Europe/Berlin\"\n{TEST_DRIVER}"),
-    )
-    .unwrap();
-    let sim = dir.path().join("majin.toml");
-    std::fs::write(&sim, MAJIN_TOML).unwrap();
-    let bus = Bus::session();
-    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let (_dir, bus, _d) = berlin_daemon();
     let a = &bus.address;
     define_template(a, "maint");
     // Maintenance on the 31st of each month, 02:00–06:00, from next January on.
@@ -280,4 +278,156 @@ fn the_preview_says_when_a_monthly_day_does_not_occur() {
         "{}",
         o.stdout
     );
+}
+
+/// The Monday before the next change of Berlin's UTC offset (a DST
+/// Sunday) at least a week from now, and that Sunday.
+fn monday_before_a_dst_change() -> (jiff::civil::Date, jiff::civil::Date) {
+    let tz = TimeZone::get("Europe/Berlin").unwrap();
+    let offset = |d: jiff::civil::Date| {
+        d.at(12, 0, 0, 0)
+            .to_zoned(tz.clone())
+            .unwrap()
+            .offset()
+            .seconds()
+    };
+    let mut d = jiff::Zoned::now().date() + jiff::Span::new().days(8);
+    while offset(d) == offset(d.yesterday().unwrap()) {
+        d = d.tomorrow().unwrap();
+    }
+    let mut monday = d;
+    while monday.weekday() != jiff::civil::Weekday::Monday {
+        monday = monday.yesterday().unwrap();
+    }
+    (monday, d)
+}
+
+/// A schedule written in words with astraeusctl, across a DST change: the
+/// dry run saves nothing, the schedule set reads back through ListSlices
+/// at 09:00–17:00 local on each listed day on both sides of the change,
+/// `schedule show` says it in words, and a time written with the wrong
+/// offset for the zone is refused.
+#[test]
+fn a_readable_weekly_schedule_across_a_dst_change() {
+    let (_dir, bus, _d) = berlin_daemon();
+    let a = &bus.address;
+    define_template(a, "research");
+    let (monday, change) = monday_before_a_dst_change();
+    let starting = monday.to_string();
+    let words = [
+        "schedule",
+        "set",
+        "research",
+        "--weekly",
+        "mon,wed,fri",
+        "--from",
+        "09:00",
+        "--to",
+        "17:00",
+        "--starting",
+        &starting,
+        "--times",
+        "6",
+    ];
+    // Dry run: the slices, nothing saved.
+    let mut dry = words.to_vec();
+    dry.push("--dry-run");
+    let o = ctl(a, None, &dry);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout.starts_with("dry run: nothing saved"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        o.stdout
+            .lines()
+            .filter(|l| l.starts_with("research "))
+            .count(),
+        6,
+        "{}",
+        o.stdout
+    );
+    assert!(
+        !manager(a, None, "GetSchedule", &["s", "research"]).ok,
+        "nothing saved"
+    );
+    // Set it, and read it back through ListSlices (the CLI's --json).
+    let o = ctl(a, None, &words);
+    assert!(
+        o.ok && o.stdout.contains("schedule of research set"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    let to = (monday + jiff::Span::new().days(14)).to_string();
+    let o = ctl(
+        a,
+        None,
+        &["--json", "slices", "--from", &starting, "--to", &to],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let got: Vec<(i64, i64)> = v["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["start"].as_i64().unwrap(), s["end"].as_i64().unwrap()))
+        .collect();
+    // The oracle: each listed day's 09:00 and 17:00 in Berlin, by the calendar.
+    let tz = TimeZone::get("Europe/Berlin").unwrap();
+    let at = |d: jiff::civil::Date, h: i8| {
+        d.at(h, 0, 0, 0)
+            .to_zoned(tz.clone())
+            .unwrap()
+            .timestamp()
+            .as_second()
+    };
+    let want: Vec<(i64, i64)> = [0, 2, 4, 7, 9, 11]
+        .iter()
+        .map(|&n| monday + jiff::Span::new().days(n))
+        .map(|d| (at(d, 9), at(d, 17)))
+        .collect();
+    assert_eq!(got, want);
+    // The change falls between the first three slices and the last three:
+    // the same local hours, another UTC offset.
+    assert!(want[2].0 < at(change, 12) && at(change, 12) < want[3].0);
+    assert_ne!(
+        (want[3].0 - want[0].0) % 86_400,
+        0,
+        "an offset changed in between"
+    );
+    // In words.
+    let o = ctl(a, None, &["schedule", "show", "research"]);
+    assert!(o.ok, "{}", o.stderr);
+    let first = monday.strftime("%a %Y-%m-%d").to_string();
+    assert!(
+        o.stdout.contains(&format!(
+            "resume        every Mon, Wed, Fri at 09:00, from {first}, 6 times in all"
+        )),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("poweroff      every Mon, Wed, Fri at 17:00"),
+        "{}",
+        o.stdout
+    );
+    // An RFC 3339 time with another offset than Berlin's then is refused, naming both.
+    let wrong = format!(
+        r#"[{{"action":"resume","time":"{}T09:00:00+05:00"}}]"#,
+        monday + jiff::Span::new().days(1)
+    );
+    let o = manager(a, None, "SetSchedule", &["ss", "research", &wrong]);
+    assert!(!o.ok);
+    assert!(
+        o.stderr
+            .contains("has offset +05:00, but Europe/Berlin is at"),
+        "{}",
+        o.stderr
+    );
+    // Nothing changed by the refusal.
+    let o = ctl(a, None, &["schedule", "show", "research"]);
+    assert!(o.stdout.contains("6 times in all"), "{}", o.stdout);
 }

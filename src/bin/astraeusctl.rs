@@ -6,6 +6,7 @@ use astraeusd::bus::wire::{
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
 use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand, TemplateCommand};
 use astraeusd::quantity::Amount;
+use astraeusd::schedule_form::{self, Every, Form, Until};
 use clap::Parser;
 use serde_json::json;
 use std::io::Read;
@@ -322,8 +323,71 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
         }
-        Cmd::Schedule(ScheduleCommand::Set { template, file }) => {
-            let actions = read_spec(&file)?;
+        Cmd::Schedule(ScheduleCommand::Set {
+            template,
+            file,
+            weekly,
+            monthly,
+            hourly,
+            from,
+            to,
+            starting,
+            until,
+            times,
+            dry_run,
+        }) => {
+            let zone: String = c.manager_property("TimeZone").await?;
+            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let actions = match file {
+                Some(file) => read_spec(&file)?,
+                None => {
+                    let every = match (weekly, monthly, hourly) {
+                        (Some(w), _, _) => Every::Weekly(schedule_form::parse_weekdays(&w).map_err(|e| e.message().to_string())?),
+                        (_, Some(m), _) => Every::Monthly(schedule_form::parse_month_days(&m).map_err(|e| e.message().to_string())?),
+                        (_, _, Some(h)) => Every::Hourly(h),
+                        _ => return Err("give the schedule in words (--weekly, --monthly or --hourly with --from and --to) or as a JSON FILE".into()),
+                    };
+                    let clock = |flag: &str,
+                                 v: Option<String>|
+                     -> Result<jiff::civil::Time, String> {
+                        let v = v.ok_or_else(|| {
+                            format!("{flag} HH:MM is required with --weekly, --monthly or --hourly")
+                        })?;
+                        schedule_form::parse_clock(flag, &v).map_err(|e| e.message().to_string())
+                    };
+                    let day = |flag: &str, v: &str| -> Result<jiff::civil::Date, String> {
+                        v.parse()
+                            .map_err(|_| format!("{flag}: a date YYYY-MM-DD; got {v:?}"))
+                    };
+                    let form = Form {
+                        every,
+                        from: clock("--from", from)?,
+                        to: clock("--to", to)?,
+                        starting: match &starting {
+                            Some(s) => day("--starting", s)?,
+                            None => schedule_form::today(jiff::Timestamp::now(), &tz),
+                        },
+                        until: match (&until, times) {
+                            (Some(u), _) => Until::Date(day("--until", u)?),
+                            (_, Some(n)) => Until::Times(n),
+                            _ => Until::Never,
+                        },
+                    };
+                    form.actions(&tz)
+                        .map_err(|e| e.message().to_string())?
+                        .to_string()
+                }
+            };
+            if dry_run {
+                let (rows, notes): (Vec<SliceRow>, Vec<String>) = c
+                    .call("PreviewSchedule", &(template.as_str(), actions.as_str()))
+                    .await?;
+                if !args.json {
+                    outln!("dry run: nothing saved; the next slices would be");
+                }
+                print_slices(&rows, &notes, &zone, &tz, args.json);
+                return Ok(());
+            }
             c.call::<_, ()>("SetSchedule", &(template.as_str(), actions.as_str()))
                 .await?;
             if args.json {
@@ -335,8 +399,21 @@ async fn run(args: Args) -> Result<(), String> {
         Cmd::Template(t) => template(&c, t, args.json).await?,
         Cmd::Schedule(ScheduleCommand::Show { template }) => {
             let actions: String = c.call("GetSchedule", &(template.as_str(),)).await?;
-            let v: serde_json::Value = serde_json::from_str(&actions).map_err(|e| e.to_string())?;
-            outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            if args.json {
+                let v: serde_json::Value =
+                    serde_json::from_str(&actions).map_err(|e| e.to_string())?;
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                return Ok(());
+            }
+            let zone: String = c.manager_property("TimeZone").await?;
+            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            // Stored actions are normalized; an end that has passed is no error here.
+            let parsed = astraeusd::schedule::parse_actions(&actions, jiff::Timestamp::UNIX_EPOCH)
+                .map_err(|e| e.message().to_string())?;
+            outln!("schedule of {template}, times in {zone}");
+            for a in &parsed {
+                outln!("  {}", schedule_form::describe(a, &tz));
+            }
         }
         Cmd::Slices {
             report: true,
@@ -369,52 +446,7 @@ async fn run(args: Args) -> Result<(), String> {
             let rows: Vec<SliceRow> = c.call("ListSlices", &(from, to)).await?;
             let rows: Vec<SliceRow> = rows.into_iter().take(limit).collect();
             let notes: Vec<String> = c.call("ListSliceNotes", &(from, to)).await?;
-            if args.json {
-                let j: Vec<_> = rows
-                    .iter()
-                    .map(
-                        |r| json!({"template": r.template, "start": r.start, "end": r.end, "ends_by": r.ends_by}),
-                    )
-                    .collect();
-                let out = json!({"time_zone": zone, "slices": j, "notes": notes});
-                outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
-                return Ok(());
-            }
-            let local = |secs: i64| {
-                jiff::Timestamp::from_second(secs)
-                    .map(|t| {
-                        t.to_zoned(tz.clone())
-                            .strftime("%a %Y-%m-%d %H:%M")
-                            .to_string()
-                    })
-                    .unwrap_or_else(|_| secs.to_string())
-            };
-            let w = rows
-                .iter()
-                .map(|r| r.template.len())
-                .max()
-                .unwrap_or(8)
-                .max(8);
-            outln!("times in {zone}");
-            outln!(
-                "{:<w$}  {:<20}  {:<20}  ENDS BY",
-                "TEMPLATE",
-                "START",
-                "END"
-            );
-            for SliceRow {
-                template: t,
-                start: s,
-                end: e,
-                ends_by: by,
-            } in rows
-            {
-                let by = by.replace("handoff:", "handoff to ");
-                outln!("{t:<w$}  {:<20}  {:<20}  {by}", local(s), local(e));
-            }
-            for n in notes {
-                outln!("note: {n}");
-            }
+            print_slices(&rows, &notes, &zone, &tz, args.json);
         }
         Cmd::Usage {
             since,
@@ -538,6 +570,62 @@ fn when(text: &str, tz: &jiff::tz::TimeZone, flag: &str) -> Result<i64, String> 
         .to_zoned(tz.clone())
         .map(|z| z.timestamp().as_second())
         .map_err(|e| format!("{flag}: {e}"))
+}
+
+/// Slices as a table in the daemon's zone (or JSON), then their notes.
+fn print_slices(
+    rows: &[SliceRow],
+    notes: &[String],
+    zone: &str,
+    tz: &jiff::tz::TimeZone,
+    json_out: bool,
+) {
+    if json_out {
+        let j: Vec<_> = rows
+                    .iter()
+                    .map(
+                        |r| json!({"template": r.template, "start": r.start, "end": r.end, "ends_by": r.ends_by}),
+                    )
+                    .collect();
+        let out = json!({"time_zone": zone, "slices": j, "notes": notes});
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        return;
+    }
+    let local = |secs: i64| {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| {
+                t.to_zoned(tz.clone())
+                    .strftime("%a %Y-%m-%d %H:%M")
+                    .to_string()
+            })
+            .unwrap_or_else(|_| secs.to_string())
+    };
+    let w = rows
+        .iter()
+        .map(|r| r.template.len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    outln!("times in {zone}");
+    outln!(
+        "{:<w$}  {:<20}  {:<20}  ENDS BY",
+        "TEMPLATE",
+        "START",
+        "END"
+    );
+    for SliceRow {
+        template: t,
+        start: s,
+        end: e,
+        ends_by: by,
+    } in rows
+    {
+        let by = by.replace("handoff:", "handoff to ");
+        outln!("{t:<w$}  {:<20}  {:<20}  {by}", local(*s), local(*e));
+    }
+    for n in notes {
+        outln!("note: {n}");
+    }
 }
 
 fn main() -> ExitCode {

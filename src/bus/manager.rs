@@ -135,6 +135,28 @@ impl Manager {
             .await??)
     }
 
+    /// SetSchedule's dry run (root only): the next ten slices with the
+    /// template's actions replaced, and notes on listed days that do not
+    /// occur; refused exactly as SetSchedule would be; nothing is saved.
+    #[zbus(out_args("slices", "notes"))]
+    async fn preview_schedule(
+        &self,
+        template: String,
+        actions: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(Vec<SliceRow>, Vec<String>), BusError> {
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::PreviewSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
     /// A template's scheduled actions as JSON (+N resolved to epoch seconds).
     #[zbus(out_args("actions"))]
     async fn get_schedule(

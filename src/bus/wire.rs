@@ -18,7 +18,7 @@ pub struct WorkerRow {
     pub gpu_used_gb: f64,
 }
 
-/// One row of ListGpus: `(usssdddds)`.
+/// One row of ListGpus: `(usssddddss)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
 pub struct GpuRow {
     pub index: u32,

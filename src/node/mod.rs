@@ -577,24 +577,7 @@ impl Node {
     /// template's actions with every other template's) is validated first, and a
     /// refused schedule leaves the old one in place. An empty list removes it.
     pub fn set_schedule(&mut self, template: &str, json: &str, rules: &Rotation) -> Result<()> {
-        crate::request::validate_name("template", template)?;
-        if !self.store.has_template(template)? {
-            return Err(Error::NotFound(format!(
-                "no template named {template}: define it first (CreateTemplate), then schedule it"
-            )));
-        }
-        let actions = schedule::parse_actions(json, rules.now)?;
-        let mut all: Vec<(String, Vec<ScheduledAction>)> = self
-            .schedules
-            .iter()
-            .filter(|(t, _)| t.as_str() != template)
-            .map(|(t, a)| (t.clone(), a.clone()))
-            .collect();
-        if !actions.is_empty() {
-            all.push((template.to_string(), actions.clone()));
-            all.sort_by(|a, b| a.0.cmp(&b.0));
-        }
-        rotation::validate(&all, rules.now, rules.horizon, &rules.tz, rules.buffer)?;
+        let (actions, _) = self.rotation_with(template, json, rules)?;
         let normalized = (!actions.is_empty())
             .then(|| serde_json::to_string(&actions).expect("actions serialize"));
         self.store.set_schedule(
@@ -608,6 +591,64 @@ impl Node {
             self.schedules.insert(template.to_string(), actions);
         }
         Ok(())
+    }
+
+    /// The rotation as it would be with `template`'s actions replaced by
+    /// `json`: checked (template defined, actions, offsets, conflicts), not
+    /// saved. The template's new actions and every template's.
+    #[allow(clippy::type_complexity)]
+    fn rotation_with(
+        &self,
+        template: &str,
+        json: &str,
+        rules: &Rotation,
+    ) -> Result<(Vec<ScheduledAction>, Vec<(String, Vec<ScheduledAction>)>)> {
+        crate::request::validate_name("template", template)?;
+        if !self.store.has_template(template)? {
+            return Err(Error::NotFound(format!(
+                "no template named {template}: define it first (CreateTemplate), then schedule it"
+            )));
+        }
+        let actions = schedule::parse_actions(json, rules.now)?;
+        schedule::check_offsets(json, &rules.tz)?;
+        let mut all: Vec<(String, Vec<ScheduledAction>)> = self
+            .schedules
+            .iter()
+            .filter(|(t, _)| t.as_str() != template)
+            .map(|(t, a)| (t.clone(), a.clone()))
+            .collect();
+        if !actions.is_empty() {
+            all.push((template.to_string(), actions.clone()));
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        rotation::validate(&all, rules.now, rules.horizon, &rules.tz, rules.buffer)?;
+        Ok((actions, all))
+    }
+
+    /// A dry run of [`Node::set_schedule`]: the first `count` slices from
+    /// now (within the horizon) with `template`'s actions replaced, and the
+    /// notes on its listed days that do not occur; nothing is saved.
+    pub fn preview_schedule(
+        &self,
+        template: &str,
+        json: &str,
+        rules: &Rotation,
+        count: usize,
+    ) -> Result<(Vec<rotation::Slice>, Vec<String>)> {
+        let (actions, all) = self.rotation_with(template, json, rules)?;
+        let until = rules
+            .now
+            .checked_add(rules.horizon)
+            .unwrap_or(jiff::Timestamp::MAX);
+        let mut slices = rotation::timeline(&all, rules.now, until, &rules.tz);
+        slices.truncate(count);
+        let mut notes = Vec::new();
+        for (i, a) in actions.iter().enumerate() {
+            for line in a.missing_days(rules.now, until, &rules.tz, 10) {
+                notes.push(format!("actions[{i}] ({}): {line}", a.action.as_str()));
+            }
+        }
+        Ok((slices, notes))
     }
 
     /// A launched worker's runtime id, recorded before it counts as running.

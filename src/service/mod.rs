@@ -444,6 +444,14 @@ impl Service {
                 let r = self.set_schedule(&template, &actions, &caller).await;
                 let _ = reply.send(r);
             }
+            Command::PreviewSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            } => {
+                let _ = reply.send(self.preview_schedule(&template, &actions, &caller));
+            }
             Command::GetSchedule { template, reply } => {
                 let _ = reply.send(self.get_schedule(&template));
             }

@@ -10,6 +10,16 @@ use crate::error::{Error, Result};
 use crate::time::EpochMs;
 use crate::views::{self, RotationView, SlicingView};
 
+/// One slice as ListSlices and PreviewSchedule send it.
+pub(super) fn slice_row(s: crate::rotation::Slice) -> SliceRow {
+    SliceRow {
+        ends_by: s.ends_by.describe(),
+        template: s.template,
+        start: s.start.as_second(),
+        end: s.end.as_second(),
+    }
+}
+
 /// The longest window ListSlices answers for.
 const MAX_SLICE_WINDOW_DAYS: i64 = 400;
 
@@ -119,12 +129,7 @@ impl Service {
             .node
             .slices(from, to, &self.slice_rules.tz)
             .into_iter()
-            .map(|s| SliceRow {
-                ends_by: s.ends_by.describe(),
-                template: s.template,
-                start: s.start.as_second(),
-                end: s.end.as_second(),
-            })
+            .map(slice_row)
             .collect())
     }
 

@@ -401,18 +401,38 @@ impl Service {
         caller: &Caller,
     ) -> Result<()> {
         self.access.may(caller, Act::SetSchedule)?;
-        let rules = Rotation {
-            now: jiff::Timestamp::now(),
-            tz: self.slice_rules.tz.clone(),
-            buffer: self.slice_rules.buffer,
-            horizon: jiff::SignedDuration::from_hours(24 * SCHEDULE_HORIZON_DAYS),
-        };
-        self.node.set_schedule(template, actions, &rules)?;
+        self.node
+            .set_schedule(template, actions, &self.rotation_rules())?;
         tracing::info!(template = %template, "schedule of {template} set");
         if let Err(e) = self.publish_rotation().await {
             tracing::error!("updating template objects failed: {e}");
         }
         Ok(())
+    }
+
+    /// The rules a schedule is checked against, as of now.
+    fn rotation_rules(&self) -> Rotation {
+        Rotation {
+            now: jiff::Timestamp::now(),
+            tz: self.slice_rules.tz.clone(),
+            buffer: self.slice_rules.buffer,
+            horizon: jiff::SignedDuration::from_hours(24 * SCHEDULE_HORIZON_DAYS),
+        }
+    }
+
+    /// SetSchedule's dry run: root only, like SetSchedule (it costs a
+    /// validation); the next ten slices and the notes, nothing saved.
+    pub(super) fn preview_schedule(
+        &self,
+        template: &str,
+        actions: &str,
+        caller: &Caller,
+    ) -> Result<(Vec<crate::bus::wire::SliceRow>, Vec<String>)> {
+        self.access.may(caller, Act::SetSchedule)?;
+        let rules = self.rotation_rules();
+        let (slices, notes) = self.node.preview_schedule(template, actions, &rules, 10)?;
+        let rows = slices.into_iter().map(super::queries::slice_row).collect();
+        Ok((rows, notes))
     }
 
     /// Root only, time-slicing configured, and the template defined.
