@@ -552,6 +552,11 @@ fn event() -> impl Strategy<Value = Event> {
             error: "boom".into(),
             at_ms: EpochMs(0)
         }),
+        t.clone().prop_map(|template| Event::Gone {
+            template,
+            error: "removed".into(),
+            at_ms: EpochMs(0)
+        }),
         t.clone().prop_map(|template| Event::Ready {
             template,
             at_ms: EpochMs(0)
@@ -592,6 +597,13 @@ fn retime(e: Event, at: u64) -> Event {
         Event::StartFailed {
             template, error, ..
         } => Event::StartFailed {
+            template,
+            error,
+            at_ms: EpochMs(at),
+        },
+        Event::Gone {
+            template, error, ..
+        } => Event::Gone {
             template,
             error,
             at_ms: EpochMs(at),

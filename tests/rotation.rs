@@ -61,6 +61,12 @@ enum Op {
     /// events from now (all of them, and no kill, if fewer), and restarts
     /// at once.
     Kill(u8, usize),
+    /// RemoveTemplate (refused, as the daemon does, unless its VM is off
+    /// or failed); a removed template gets no requests.
+    Remove(usize),
+    /// Its domain is undefined in libvirt behind the daemon's back (a
+    /// running one becomes transient and vanishes once it stops).
+    Undefine(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -71,9 +77,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(a, t)| Op::Due(a, t)),
         3 => (t.clone(), any::<bool>()).prop_map(|(t, h)| Op::Resume(t, h)),
         1 => (t.clone(), any::<bool>()).prop_map(|(t, h)| Op::PowerOff(t, h)),
-        2 => (t, any::<bool>()).prop_map(|(t, h)| Op::Hang(t, h)),
+        2 => (t.clone(), any::<bool>()).prop_map(|(t, h)| Op::Hang(t, h)),
         1 => (0u8..3).prop_map(Op::FailStarts),
         2 => (0u8..4, 0usize..6).prop_map(|(f, k)| Op::Kill(f, k)),
+        1 => t.clone().prop_map(Op::Remove),
+        1 => t.prop_map(Op::Undefine),
     ]
 }
 
@@ -88,6 +96,8 @@ struct World {
     hang: BTreeSet<String>,
     fail_starts: u8,
     kill_after: Option<(u8, usize)>,
+    /// Templates removed from the daemon.
+    removed: BTreeSet<String>,
     /// Events libvirt (or the probe) answered, handed over in order.
     queue: std::collections::VecDeque<Event>,
     restarts: u32,
@@ -117,6 +127,7 @@ impl World {
             hang: BTreeSet::new(),
             fail_starts: 0,
             kill_after: None,
+            removed: BTreeSet::new(),
             queue: Default::default(),
             restarts: 0,
         }
@@ -126,21 +137,16 @@ impl World {
     fn active(&self) -> Result<Vec<String>, TestCaseError> {
         let on: Vec<String> = TEMPLATES
             .iter()
-            .filter(|t| {
-                self.conn
-                    .lookup_domain_by_name(&domain(t))
-                    .unwrap()
-                    .is_active()
-                    .unwrap()
-            })
+            .filter(|t| self.lookup(t).is_some_and(|d| d.is_active().unwrap()))
             .map(|t| t.to_string())
             .collect();
         prop_assert!(on.len() <= 1, "two template VMs on at once: {on:?}");
         Ok(on)
     }
 
-    fn lookup(&self, t: &str) -> Domain {
-        self.conn.lookup_domain_by_name(&domain(t)).unwrap()
+    /// The template's domain; None once undefined (and off).
+    fn lookup(&self, t: &str) -> Option<Domain> {
+        self.conn.lookup_domain_by_name(&domain(t)).ok()
     }
 
     fn feed(&mut self, e: Event) -> Result<(), TestCaseError> {
@@ -183,16 +189,18 @@ impl World {
                     self.ledger.push(r.clone());
                 }
                 Action::Shutdown { template } => {
-                    let d = self.lookup(template);
-                    if !self.hang.contains(template) && d.is_active().unwrap() {
-                        d.shutdown().unwrap();
+                    if let Some(d) = self.lookup(template) {
+                        if !self.hang.contains(template) && d.is_active().unwrap() {
+                            d.shutdown().unwrap();
+                        }
                     }
                     self.after_stop(template)?;
                 }
                 Action::Destroy { template } => {
-                    let d = self.lookup(template);
-                    if d.is_active().unwrap() {
-                        d.destroy().unwrap();
+                    if let Some(d) = self.lookup(template) {
+                        if d.is_active().unwrap() {
+                            d.destroy().unwrap();
+                        }
                     }
                     self.after_stop(template)?;
                 }
@@ -210,7 +218,25 @@ impl World {
                         self.active()?.is_empty(),
                         "create {template} while a VM is on"
                     );
-                    if self.fail_starts > 0 {
+                    // As the daemon does: a removed template or an
+                    // undefined domain is gone, not a failed start.
+                    let gone = if self.removed.contains(template) {
+                        Some(format!("template {template} no longer exists"))
+                    } else if self.lookup(template).is_none() {
+                        Some(format!(
+                            "its domain {} is not defined in libvirt",
+                            domain(template)
+                        ))
+                    } else {
+                        None
+                    };
+                    if let Some(error) = gone {
+                        self.queue.push_back(Event::Gone {
+                            template: template.clone(),
+                            error,
+                            at_ms: EpochMs(self.now),
+                        });
+                    } else if self.fail_starts > 0 {
                         self.fail_starts -= 1;
                         self.queue.push_back(Event::StartFailed {
                             template: template.clone(),
@@ -218,7 +244,7 @@ impl World {
                             at_ms: EpochMs(self.now),
                         });
                     } else {
-                        match self.lookup(template).create() {
+                        match self.lookup(template).unwrap().create() {
                             Ok(_) => self.queue.push_back(Event::Started {
                                 template: template.clone(),
                                 at_ms: EpochMs(self.now),
@@ -244,7 +270,10 @@ impl World {
 
     /// libvirt's STOPPED, sent only while the domain is inactive.
     fn after_stop(&mut self, template: &str) -> Result<(), TestCaseError> {
-        if !self.lookup(template).is_active().unwrap() {
+        if !self
+            .lookup(template)
+            .is_some_and(|d| d.is_active().unwrap())
+        {
             self.queue.push_back(Event::Stopped {
                 template: template.to_string(),
                 at_ms: EpochMs(self.now),
@@ -294,6 +323,21 @@ impl World {
             }
             Op::FailStarts(n) => self.fail_starts = *n,
             Op::Kill(f, k) => self.kill_after = Some((*f, *k)),
+            // The daemon refuses requests for a removed template (NotFound),
+            // and its schedule went with it.
+            Op::Due(_, t) | Op::Resume(t, _) | Op::PowerOff(t, _)
+                if self.removed.contains(TEMPLATES[*t]) => {}
+            Op::Remove(t) => {
+                let name = TEMPLATES[*t];
+                if matches!(self.state.state_of(name), VmState::Off | VmState::Failed) {
+                    self.removed.insert(name.to_string());
+                }
+            }
+            Op::Undefine(t) => {
+                if let Some(d) = self.lookup(TEMPLATES[*t]) {
+                    d.undefine().unwrap();
+                }
+            }
             Op::Due(action, t) => self.feed(Event::Due {
                 action: *action,
                 template: TEMPLATES[*t].into(),
@@ -343,14 +387,58 @@ impl World {
             State::Failed { template, .. } => {
                 prop_assert!(on.is_empty(), "failed but {on:?} on");
                 prop_assert!(
-                    self.ledger
-                        .iter()
-                        .any(|r| r.step == Step::Failed && r.to.as_deref() == Some(template)),
+                    self.ledger.iter().any(|r| {
+                        matches!(r.step, Step::Failed | Step::TargetGone)
+                            && r.to.as_deref() == Some(template)
+                    }),
                     "a failed slice is recorded"
                 );
             }
             other => prop_assert!(false, "did not settle: {other:?}"),
         }
+        Ok(())
+    }
+}
+
+impl World {
+    /// Liveness: whatever happened before, a resume (as a handoff) of a
+    /// template that still exists brings it up, and a hard power-off of it
+    /// leaves the baseboard free — the machine is never wedged.
+    fn still_live(&mut self) -> Result<(), TestCaseError> {
+        let Some(t) = TEMPLATES
+            .iter()
+            .find(|t| !self.removed.contains(**t) && self.lookup(t).is_some())
+            .map(|t| t.to_string())
+        else {
+            return Ok(());
+        };
+        let at_ms = EpochMs(self.now);
+        self.feed(Event::ManualResume {
+            template: t.clone(),
+            as_handoff: true,
+            at_ms,
+        })?;
+        self.drain()?;
+        self.settle()?;
+        prop_assert!(
+            matches!(&self.state, State::Running { template, .. } if *template == t),
+            "resume {t} left {:?}",
+            self.state
+        );
+        prop_assert_eq!(self.active()?, vec![t.clone()]);
+        self.feed(Event::ManualPowerOff {
+            template: t.clone(),
+            hard: true,
+            at_ms: EpochMs(self.now),
+        })?;
+        self.drain()?;
+        self.settle()?;
+        prop_assert!(
+            matches!(self.state, State::Idle { .. }),
+            "power-off {t} left {:?}",
+            self.state
+        );
+        prop_assert!(self.active()?.is_empty());
         Ok(())
     }
 }
@@ -386,6 +474,7 @@ proptest! {
             world.op(o)?;
         }
         world.settle()?;
+        world.still_live()?;
     }
 }
 

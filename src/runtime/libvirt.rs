@@ -158,9 +158,18 @@ fn backend(uri: &str, e: virt::error::Error) -> Error {
 }
 
 /// The domain named `name`; libvirt's error names the domain.
+/// A domain by name; NotFound when libvirt has no such domain (so callers
+/// can tell "gone" from "libvirt failed").
 fn lookup(c: &Connect, uri: &str, name: &str) -> Result<Domain> {
-    c.lookup_domain_by_name(name)
-        .map_err(|e| Error::Backend(format!("libvirt at {uri}: domain {name}: {}", e.message())))
+    c.lookup_domain_by_name(name).map_err(|e| {
+        let text = format!("libvirt at {uri}: domain {name}: {}", e.message());
+        match e.code() {
+            virt::enumutil::Enum::Known(virt::error::ErrorNumber::NoDomain) => {
+                Error::NotFound(text)
+            }
+            _ => Error::Backend(text),
+        }
+    })
 }
 
 /// The VM runtime.

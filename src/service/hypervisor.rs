@@ -256,6 +256,13 @@ impl Hypervisor {
             }
             Action::Create { template } => {
                 let Some(domain) = domain(template) else {
+                    // Removed meanwhile: the handoff must not wait for it.
+                    let e = Event::Gone {
+                        template: template.clone(),
+                        error: format!("template {template} no longer exists"),
+                        at_ms: EpochMs::now(),
+                    };
+                    tokio::spawn(send(tx, e));
                     return;
                 };
                 // A new start: its first "not ready" is worth a line again.
@@ -267,15 +274,21 @@ impl Hypervisor {
                 tokio::spawn(async move {
                     if let Err(e) = vms.power_on(&domain).await {
                         let error = e.message().to_string();
-                        send(
-                            tx,
+                        let at_ms = EpochMs::now();
+                        let event = if e.kind() == "NotFound" {
+                            Event::Gone {
+                                template,
+                                error: format!("its domain {domain} is not defined in libvirt"),
+                                at_ms,
+                            }
+                        } else {
                             Event::StartFailed {
                                 template,
                                 error,
-                                at_ms: EpochMs::now(),
-                            },
-                        )
-                        .await;
+                                at_ms,
+                            }
+                        };
+                        send(tx, event).await;
                     }
                 });
             }

@@ -548,7 +548,8 @@ impl Service {
 
     pub(super) async fn remove_template(&mut self, name: &str, caller: &Caller) -> Result<()> {
         let state = self.manual(caller, name)?.state.state_of(name);
-        if state != VmState::Off {
+        // Off, or failed to start (nothing of it runs): either may go.
+        if !matches!(state, VmState::Off | VmState::Failed) {
             return Err(Error::Conflict(format!(
                 "template {name}'s VM is {state}; power it off first"
             )));

@@ -256,6 +256,13 @@ pub enum Event {
         error: String,
         at_ms: EpochMs,
     },
+    /// The template to start is gone (removed, or its domain undefined in
+    /// libvirt): no retry can help; the handoff ends with the baseboard free.
+    Gone {
+        template: String,
+        error: String,
+        at_ms: EpochMs,
+    },
     /// The readiness probe passed.
     Ready { template: String, at_ms: EpochMs },
     /// Resume from a person; `as_handoff` lets it take over from a holder.
@@ -281,6 +288,7 @@ impl Event {
             | Event::Timer { at_ms }
             | Event::Started { at_ms, .. }
             | Event::StartFailed { at_ms, .. }
+            | Event::Gone { at_ms, .. }
             | Event::Ready { at_ms, .. }
             | Event::ManualResume { at_ms, .. }
             | Event::ManualPowerOff { at_ms, .. } => *at_ms,
@@ -302,13 +310,16 @@ pub enum Step {
     StartFailed,
     /// The slice gave up starting.
     Failed,
+    /// The slice's template is gone (removed, or its domain undefined):
+    /// nothing was started; the baseboard is free.
+    TargetGone,
     /// A request changed who holds the baseboard next (`to`; None: no one)
     /// in a step that records nothing else — a resume waiting out the
     /// buffer, a retarget mid-handoff — so a restart still knows it.
     Requested,
 }
 
-const STEPS: [(Step, &str); 10] = [
+const STEPS: [(Step, &str); 11] = [
     (Step::PowerOffAsked, "power-off-asked"),
     (Step::Forced, "forced"),
     (Step::Stopped, "stopped"),
@@ -318,6 +329,7 @@ const STEPS: [(Step, &str); 10] = [
     (Step::Ready, "ready"),
     (Step::StartFailed, "start-failed"),
     (Step::Failed, "failed"),
+    (Step::TargetGone, "target-gone"),
     (Step::Requested, "requested"),
 ];
 
@@ -581,6 +593,34 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
             }
             _ => state.clone(),
         },
+        Event::Gone {
+            template, error, ..
+        } => match state {
+            // Only a slice about to start waits for its template: nothing of
+            // it runs, so the baseboard is free at once (no retry can help).
+            State::Buffer { to, .. } | State::Starting { to, .. } if to == template => {
+                let error = format!("target gone: {error}");
+                record(
+                    &mut out,
+                    Step::TargetGone,
+                    None,
+                    Some(to),
+                    at,
+                    Some(error.clone()),
+                );
+                out.push(Action::Signal(Signal::SliceFailed {
+                    template: to.clone(),
+                    at_ms: at,
+                    error: error.clone(),
+                }));
+                State::Failed {
+                    template: to.clone(),
+                    error,
+                    at_ms: at,
+                }
+            }
+            _ => state.clone(),
+        },
         Event::Ready { template, .. } => match state {
             State::AwaitingReady { to, issued_ms, .. } if to == template => {
                 record(&mut out, Step::Ready, None, Some(to), at, None);
@@ -708,7 +748,7 @@ pub fn resume_from(
                 let why = Some("found off at start-up".to_string());
                 stopped(to, None, now, why, s, &mut out)
             }
-            (Step::Failed, _, Some(to)) => State::Failed {
+            (Step::Failed | Step::TargetGone, _, Some(to)) => State::Failed {
                 template: to.to_string(),
                 error: r.detail.clone().unwrap_or_default(),
                 at_ms: r.at_ms,
@@ -725,7 +765,7 @@ pub fn resume_from(
 /// on a fresh ledger, the VM that is on.
 pub fn wanted_without_schedule(last: Option<&Record>, vm_on: &[String]) -> Option<String> {
     match last {
-        Some(r) if r.step != Step::Failed => r.to.clone(),
+        Some(r) if !matches!(r.step, Step::Failed | Step::TargetGone) => r.to.clone(),
         _ => vm_on.first().cloned(),
     }
 }
@@ -1586,6 +1626,57 @@ mod tests {
                 template: "a".into()
             }
         ));
+    }
+
+    #[test]
+    fn a_target_that_is_gone_ends_the_handoff_at_once_with_the_baseboard_free() {
+        let s = settings(0);
+        let starting = State::Starting {
+            to: "b".into(),
+            attempt: 1,
+            issued_ms: EpochMs(0),
+            released_ms: None,
+        };
+        let gone = Event::Gone {
+            template: "b".into(),
+            error: "its domain tmpl-b is not defined in libvirt".into(),
+            at_ms: EpochMs(5),
+        };
+        let (state, actions) = step(&starting, &gone, &s);
+        let error = "target gone: its domain tmpl-b is not defined in libvirt";
+        assert_eq!(
+            state,
+            State::Failed {
+                template: "b".into(),
+                error: error.into(),
+                at_ms: EpochMs(5)
+            }
+        );
+        // No retry: one record, and nothing started.
+        assert_eq!(steps(&actions), ["target-gone"]);
+        assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+        assert_eq!(state.on(), None);
+        // A restart reads it as a failed slice: no one is wanted, nothing redone.
+        let Action::Record(r) = &actions[0] else {
+            panic!("{actions:?}")
+        };
+        assert_eq!(Step::parse("target-gone"), Some(Step::TargetGone));
+        assert_eq!(wanted_without_schedule(Some(r), &[]), None);
+        // For anyone else, or once running, it changes nothing.
+        let other = Event::Gone {
+            template: "c".into(),
+            error: "x".into(),
+            at_ms: EpochMs(6),
+        };
+        assert_eq!(step(&starting, &other, &s).0, starting);
+        let running = State::Running {
+            template: "b".into(),
+            since_ms: EpochMs(1),
+        };
+        assert_eq!(step(&running, &gone, &s).0, running);
+        // The next resume of an existing template starts normally.
+        let (state, _) = step(&state, &due(Scheduled::Resume, "c", 7), &s);
+        assert!(matches!(state, State::Buffer { .. }));
     }
 
     #[test]
