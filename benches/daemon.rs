@@ -623,6 +623,71 @@ fn handoff_dead_time(handoffs: usize, out: &mut Vec<String>) {
     ));
 }
 
+/// Figure 7: checking a rotation for conflicts over the whole calendar
+/// cycle (400 years, or until every schedule ends), as SetSchedule does,
+/// for a weekly rotation and for the densest one accepted (two templates,
+/// hourly every 2 h, open-ended). `years` shortens the cycle for the smoke run.
+fn schedule_check(years: i64, out: &mut Vec<String>) {
+    use astraeusd::rotation::{validate, FULL_CYCLE_DAYS};
+    use astraeusd::schedule::parse_actions;
+    let tz = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+    let now = jiff::Timestamp::now();
+    let nine = jiff::Zoned::now()
+        .date()
+        .tomorrow()
+        .unwrap()
+        .at(9, 0, 0, 0)
+        .to_zoned(tz.clone())
+        .unwrap()
+        .timestamp()
+        .as_second();
+    let pair = |repeat: i64, days: &str, on: i64, off: i64| {
+        let json = format!(
+            r#"[{{"action":"resume","time":{on},"repeat":{repeat},"days":"{days}","end_type":0}},
+                {{"action":"poweroff","time":{off},"repeat":{repeat},"days":"{days}","end_type":0}}]"#
+        );
+        parse_actions(&json, now).unwrap()
+    };
+    let weekly = vec![
+        ("a".to_string(), pair(0, "1,3,5", nine, nine + 8 * 3600)),
+        ("b".to_string(), pair(0, "2,4", nine, nine + 8 * 3600)),
+    ];
+    let hourly = vec![
+        ("a".to_string(), pair(3, "2", nine, nine + 1800)),
+        ("b".to_string(), pair(3, "2", nine + 3600, nine + 5400)),
+    ];
+    let days = (FULL_CYCLE_DAYS * years / 400).max(1);
+    let horizon = jiff::SignedDuration::from_hours(24 * days);
+    let mut lines = Vec::new();
+    for (name, rotation, events) in [
+        (
+            "weekly: Mon/Wed/Fri and Tue/Thu, 09:00–17:00",
+            &weekly,
+            10 * 52 * years,
+        ),
+        (
+            "hourly: two templates every 2 h, 30 min each",
+            &hourly,
+            4 * 4383 * years,
+        ),
+    ] {
+        let t = Instant::now();
+        validate(rotation, now, horizon, &tz, Duration::from_secs(300)).unwrap();
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        lines.push(format!(
+            "- {name}: **{ms:.1} ms** for about {events} occurrences ({:.0} ns each)",
+            ms * 1e6 / events as f64
+        ));
+    }
+    out.push(format!(
+        "## Schedule conflict check over the whole cycle ({years} years, Europe/Berlin)\n\
+         SetSchedule walks every occurrence until all schedules end, or one Gregorian \
+         cycle when any is open-ended (at most {} events, else refused):\n{}\n",
+        astraeusd::rotation::MAX_VALIDATED_EVENTS,
+        lines.join("\n")
+    ));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes --bench; `cargo test --all-targets` does not, and
@@ -636,6 +701,7 @@ fn main() {
         idle(Duration::from_secs(2), &mut out);
         handoff_dead_time(4, &mut out);
         throughput(5, 40, &mut out);
+        schedule_check(2, &mut out);
         println!("{}", out.join("\n"));
         println!("bench smoke: OK");
         return;
@@ -654,7 +720,8 @@ fn main() {
             "idle" => idle(Duration::from_secs(60), &mut out),
             "handoff" => handoff_dead_time(50, &mut out),
             "throughput" => throughput(50, 20_000, &mut out),
-            other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput"),
+            "schedules" => schedule_check(400, &mut out),
+            other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules"),
         }
         println!("{}", out.join("\n"));
         return;
@@ -665,6 +732,7 @@ fn main() {
     idle(Duration::from_secs(60), &mut out);
     handoff_dead_time(50, &mut out);
     throughput(50, 20_000, &mut out);
+    schedule_check(400, &mut out);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {

@@ -72,6 +72,10 @@ pub enum SliceEnd {
     /// Still running at the end of the window: at `to`, or where the
     /// timeline stopped after `MAX_EVENTS` events.
     Open,
+    /// Never started: another template resumed at the same instant and the
+    /// timeline gave it the baseboard (schedules that conflict, accepted
+    /// under older rules; [`dropped_slices`] lists these).
+    Dropped { by: String },
 }
 
 impl SliceEnd {
@@ -82,6 +86,7 @@ impl SliceEnd {
             SliceEnd::PoweroffHard => "poweroff-hard".to_string(),
             SliceEnd::Handoff { to } => format!("handoff:{to}"),
             SliceEnd::Open => "open".to_string(),
+            SliceEnd::Dropped { by } => format!("dropped:{by}"),
         }
     }
 }
@@ -222,10 +227,35 @@ pub fn timeline(
     slices
 }
 
-/// Validation of a rotation, looking ahead `horizon` from `now`: the events
-/// in (now, now + horizon], at most [`MAX_EVENTS`] of them (a problem past
-/// those is not found). Events at or before `now` only make the starting
-/// state (who holds the baseboard, which power-off ended the last slice).
+/// The Gregorian calendar repeats every 400 years (146,097 days, a whole
+/// number of weeks): weekly, monthly and yearly repeats, and the zone's
+/// rules for the future, all come round again. Validation looks this far
+/// ahead when any schedule is open-ended.
+pub const FULL_CYCLE_DAYS: i64 = 146_097;
+
+/// Most events [`validate`] examines: the full cycle of two templates'
+/// hourly repeats (about 7 million) fits; more is refused rather than
+/// checked in part.
+pub const MAX_VALIDATED_EVENTS: usize = 12_000_000;
+
+/// One problem of a rotation: the action (`template b, actions[1]
+/// (resume)`) and what is wrong with it, when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub at: Timestamp,
+    pub action: String,
+    pub message: String,
+    /// For simultaneous resumes: (the template whose slice is left out, the
+    /// one that takes the baseboard), by index.
+    pub dropped: Option<(usize, usize)>,
+}
+
+/// Validation of a rotation, looking ahead `horizon` from `now` (the
+/// daemon passes [`FULL_CYCLE_DAYS`]; the walk ends sooner when every
+/// schedule has ended): the events in (now, now + horizon]. More than
+/// [`MAX_VALIDATED_EVENTS`] of them are refused, never checked in part.
+/// Events at or before `now` only make the starting state (who holds the
+/// baseboard, which power-off ended the last slice).
 ///
 /// Refuses with `Error::InvalidRequest`, the first problem in time order,
 /// naming the template and the action (e.g. `template b, actions[1]
@@ -258,6 +288,126 @@ pub fn validate(
         } else {
             Timestamp::MAX
         });
+    let mut first = None;
+    let complete = walk(
+        templates,
+        now,
+        until,
+        tz,
+        buffer,
+        MAX_VALIDATED_EVENTS,
+        &mut |p| {
+            first = Some(p);
+            false
+        },
+    );
+    if let Some(p) = first {
+        return Err(Error::field(&p.action, p.message));
+    }
+    if !complete {
+        return Err(Error::field(
+            "actions",
+            format!(
+                "the schedules together fire more than {MAX_VALIDATED_EVENTS} times before they \
+                 end or within the {FULL_CYCLE_DAYS}-day calendar cycle, too many to check for \
+                 conflicts; use fewer or less frequent hourly actions"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Every problem [`validate`] would name, for a window already in the
+/// rotation (schedules accepted under older rules, or before a change of
+/// zone): at most `limit` lines, each with its local date-time. A
+/// simultaneous resume says which slice the timeline drops.
+pub fn conflicts(
+    templates: &[(String, Vec<ScheduledAction>)],
+    from: Timestamp,
+    to: Timestamp,
+    tz: &TimeZone,
+    limit: usize,
+) -> Vec<String> {
+    problems(templates, from, to, tz, limit)
+        .into_iter()
+        .map(|p| format!("{}: {}", p.action, p.message))
+        .collect()
+}
+
+/// The slices [`timeline`] leaves out in [from, to): a template resuming at
+/// the same instant as another that takes the baseboard. Each runs, as
+/// scheduled, until the template's own next power-off (or `to`), and ends
+/// as [`SliceEnd::Dropped`]; ListSlices shows them with the others, so
+/// nothing is dropped silently.
+pub fn dropped_slices(
+    templates: &[(String, Vec<ScheduledAction>)],
+    from: Timestamp,
+    to: Timestamp,
+    tz: &TimeZone,
+) -> Vec<Slice> {
+    problems(templates, from, to, tz, 100)
+        .into_iter()
+        .filter_map(|p| {
+            let (left_out, taker) = p.dropped?;
+            let (name, actions) = &templates[left_out];
+            let end = actions
+                .iter()
+                .filter(|a| rank(a.action) == 0)
+                .filter_map(|a| a.next_after(p.at, tz))
+                .min()
+                .map_or(to, |e| e.min(to));
+            Some(Slice {
+                template: name.clone(),
+                start: p.at,
+                end,
+                ends_by: SliceEnd::Dropped {
+                    by: templates[taker].0.clone(),
+                },
+            })
+        })
+        .collect()
+}
+
+/// The problems in [from, to), at most `limit`.
+fn problems(
+    templates: &[(String, Vec<ScheduledAction>)],
+    from: Timestamp,
+    to: Timestamp,
+    tz: &TimeZone,
+    limit: usize,
+) -> Vec<Problem> {
+    let mut found = Vec::new();
+    let start = from
+        .checked_sub(SignedDuration::from_nanos(1))
+        .unwrap_or(from);
+    let end = to.checked_sub(SignedDuration::from_nanos(1)).unwrap_or(to);
+    walk(
+        templates,
+        start,
+        end,
+        tz,
+        std::time::Duration::ZERO,
+        MAX_EVENTS,
+        &mut |p| {
+            found.push(p);
+            found.len() < limit
+        },
+    );
+    found
+}
+
+/// Walks the events in (now, until] through the owner model, telling
+/// `problem` each rule broken (it returns whether to go on). Returns
+/// whether the walk was complete (not cut at `max_events`).
+fn walk(
+    templates: &[(String, Vec<ScheduledAction>)],
+    now: Timestamp,
+    until: Timestamp,
+    tz: &TimeZone,
+    buffer: std::time::Duration,
+    max_events: usize,
+    problem: &mut dyn FnMut(Problem) -> bool,
+) -> bool {
     let buffer = SignedDuration::try_from(buffer).unwrap_or(SignedDuration::MAX);
     let mut machine = Machine::at(templates, now, tz);
     let mut streams = Streams::new(templates, now, tz);
@@ -269,31 +419,37 @@ pub fn validate(
             kind.as_str()
         )
     };
-    let refuse = |event: Event, kind: Action, rule: String| {
-        Err(Error::field(
-            &who(event, kind),
-            format!("at {}, {rule}", local(event.at, tz)),
-        ))
+    let at = |event: Event, kind: Action, rule: String| Problem {
+        at: event.at,
+        action: who(event, kind),
+        message: format!("at {}, {rule}", local(event.at, tz)),
+        dropped: None,
     };
 
-    for _ in 0..MAX_EVENTS {
+    for _ in 0..max_events {
         let Some(event) = streams.peek().filter(|e| e.at <= until) else {
-            break;
+            return true;
         };
         streams.pop();
         let kind = streams.kind(event);
         if kind == Action::Resume {
             if let Some(first) = machine.last_resume {
                 if first.at == event.at && first.template != event.template {
-                    return refuse(
+                    let mut p = at(
                         event,
                         kind,
                         format!(
                             "simultaneous resumes: {} resumes at the same instant; \
-                             only one template can take the GPU baseboard at a time",
-                            who(first, streams.kind(first))
+                             only one template can take the GPU baseboard at a time \
+                             (the slice of template {} is not started)",
+                            who(first, streams.kind(first)),
+                            templates[event.template].0
                         ),
                     );
+                    p.dropped = Some((event.template, first.template));
+                    if !problem(p) {
+                        return true;
+                    }
                 }
             }
             match (machine.holder, machine.last_off) {
@@ -301,7 +457,7 @@ pub fn validate(
                     if let Some(next) = streams.next_of(holding.template) {
                         let next_kind = streams.kind(next);
                         if next_kind != Action::Resume {
-                            return refuse(
+                            let p = at(
                                 event,
                                 kind,
                                 format!(
@@ -315,13 +471,16 @@ pub fn validate(
                                     who(next, next_kind)
                                 ),
                             );
+                            if !problem(p) {
+                                return true;
+                            }
                         }
                     }
                 }
                 (None, Some(off)) => {
                     let gap = event.at.duration_since(off.at);
                     if gap < buffer {
-                        return refuse(
+                        let p = at(
                             event,
                             kind,
                             format!(
@@ -332,6 +491,9 @@ pub fn validate(
                                 local(off.at, tz)
                             ),
                         );
+                        if !problem(p) {
+                            return true;
+                        }
                     }
                 }
                 _ => {}
@@ -344,7 +506,7 @@ pub fn validate(
                 Some(holding) => format!("template {} holds it", templates[holding.template].0),
                 None => "no template holds it".to_string(),
             };
-            return refuse(
+            let p = at(
                 event,
                 kind,
                 format!(
@@ -353,9 +515,12 @@ pub fn validate(
                      {name} started"
                 ),
             );
+            if !problem(p) {
+                return true;
+            }
         }
     }
-    Ok(())
+    streams.peek().is_none_or(|e| e.at > until)
 }
 
 /// An instant as local date-time with the zone's name and offset, e.g.
@@ -1152,7 +1317,8 @@ mod tests {
             FIVE_MIN,
             "template b, actions[0] (resume): at Tue 2026-03-24 09:00 Europe/Berlin (UTC+01:00), \
              simultaneous resumes: template a, actions[0] (resume) resumes at the same instant; \
-             only one template can take the GPU baseboard at a time",
+             only one template can take the GPU baseboard at a time (the slice of template b \
+             is not started)",
         );
         // The timeline gives it to the first template listed.
         assert_eq!(

@@ -431,3 +431,103 @@ fn a_readable_weekly_schedule_across_a_dst_change() {
     let o = ctl(a, None, &["schedule", "show", "research"]);
     assert!(o.stdout.contains("6 times in all"), "{}", o.stdout);
 }
+
+/// Conflicts are checked over the whole calendar cycle: a monthly day 31
+/// and a yearly day 365 at the same hour first collide on the 31st of
+/// December of the next leap year — past any fixed horizon — and are
+/// refused with that date. A ledger holding both from before (checked under
+/// older rules) still lists its slices, and the notes say which was dropped.
+#[test]
+fn a_collision_years_ahead_is_refused_with_its_date_and_noted_in_old_ledgers() {
+    let (dir, bus, d) = berlin_daemon();
+    let a = &bus.address;
+    define_template(a, "a");
+    define_template(a, "b");
+    let tz = TimeZone::get("Europe/Berlin").unwrap();
+    let tomorrow = jiff::Zoned::now().date().tomorrow().unwrap();
+    let eight = |d: jiff::civil::Date| d.at(8, 0, 0, 0).to_zoned(tz.clone()).unwrap();
+    let t = eight(tomorrow).timestamp().as_second();
+    let monthly =
+        format!(r#"[{{"action":"resume","time":{t},"repeat":1,"days":"31","end_type":0}}]"#);
+    let yearly =
+        format!(r#"[{{"action":"resume","time":{t},"repeat":2,"days":"365","end_type":0}}]"#);
+    assert!(manager(a, None, "SetSchedule", &["ss", "a", &monthly]).ok);
+    // The oracle: the first 31 December of a leap year from tomorrow on.
+    let mut year = tomorrow.year();
+    while !(year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)) {
+        year += 1;
+    }
+    let collision = eight(jiff::civil::date(year, 12, 31));
+    let when = collision.strftime("%a %Y-%m-%d 08:00").to_string();
+    let o = manager(a, None, "SetSchedule", &["ss", "b", &yearly]);
+    assert!(!o.ok);
+    assert!(
+        o.stderr.contains(&format!(
+            "template b, actions[0] (resume): at {when} Europe/Berlin"
+        )) && o.stderr.contains("simultaneous resumes"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        !manager(a, None, "GetSchedule", &["s", "b"]).ok,
+        "nothing half-applied"
+    );
+
+    // A ledger from before holds both: the slices still list, and the notes say.
+    let state = d.state.clone();
+    drop(d);
+    let c = rusqlite::Connection::open(state.join("ledger.db")).unwrap();
+    c.execute(
+        "INSERT INTO schedules (template, actions, set_ms) VALUES ('b', ?1, 0)",
+        [&yearly],
+    )
+    .unwrap();
+    drop(c);
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let from = collision.timestamp().as_second() - 3600;
+    let to = from + 7200;
+    let notes = manager(
+        a,
+        None,
+        "ListSliceNotes",
+        &["xx", &from.to_string(), &to.to_string()],
+    );
+    assert!(
+        notes.stdout.contains("simultaneous resumes")
+            && notes
+                .stdout
+                .contains("the slice of template b is not started")
+            && notes.stdout.contains(&when),
+        "{}",
+        notes.stdout
+    );
+    let slices = manager(
+        a,
+        None,
+        "ListSlices",
+        &["xx", &from.to_string(), &to.to_string()],
+    );
+    // Both slices are listed: a's (it holds the baseboard since its last
+    // 31st, so from the window's start), and b's, marked as dropped for a.
+    let at = collision.timestamp().as_second();
+    assert_eq!(
+        slices.stdout.trim(),
+        format!("a(sxxs) 2 \"a\" {from} {to} \"open\" \"b\" {at} {to} \"dropped:a\"")
+    );
+    let o = ctl(
+        a,
+        None,
+        &[
+            "slices",
+            "--from",
+            &from.to_string(),
+            "--to",
+            &to.to_string(),
+        ],
+    );
+    assert!(
+        o.stdout.contains("NOT STARTED: simultaneous with a"),
+        "{}",
+        o.stdout
+    );
+}

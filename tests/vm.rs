@@ -794,3 +794,67 @@ fn real_qemu_a_template_that_cannot_start_is_retried_then_failed_and_the_gpu_sta
     drop(d);
     forget_template_domains(&["broken", "fine"]);
 }
+
+/// A handoff whose target's domain is undefined in libvirt while it waits
+/// out the buffer ends with a target-gone step and the baseboard free (no
+/// retries); the next resume of an existing template runs.
+#[test]
+fn real_qemu_a_target_undefined_mid_handoff_frees_the_baseboard() {
+    let Some(_lock) = libvirtd() else { return };
+    forget_template_domains(&["ua", "ub"]);
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let config =
+        HANDOFF_ON_QEMU.replace("handoff_buffer_seconds = 0", "handoff_buffer_seconds = 3");
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    let a = &bus.address;
+    for n in ["ua", "ub"] {
+        let o = manager(a, None, "CreateTemplate", &["s", &qemu_template(n)]);
+        assert!(o.ok, "{}", o.stderr);
+    }
+    assert!(manager(a, None, "Resume", &["sb", "ua", "false"]).ok);
+    eventually("ua running", || template_state(a, "ua") == "running");
+    assert!(manager(a, None, "Resume", &["sb", "ub", "true"]).ok);
+    // ua goes off (forced after 2 s: no OS answers ACPI); ub waits out the buffer.
+    eventually("ua off, ub waiting", || {
+        template_state(a, "ua") == "off" && template_state(a, "ub") == "waiting"
+    });
+    assert!(virsh(&["undefine", "astraeus-test-tmpl-ub"]).is_some());
+    eventually("ub failed", || template_state(a, "ub") == "failed");
+    let db = rusqlite::Connection::open(d.state.join("ledger.db")).unwrap();
+    let gone: Vec<String> = db
+        .prepare("SELECT ifnull(detail, '') FROM handoff_steps WHERE step = 'target-gone' AND to_template = 'ub'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        gone,
+        ["target gone: its domain astraeus-test-tmpl-ub is not defined in libvirt"]
+    );
+    let retries: i64 = db
+        .query_row(
+            "SELECT count(*) FROM handoff_steps WHERE step = 'start-failed'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(retries, 0, "no retries for a target that is gone");
+    assert!(
+        !running_domains()
+            .iter()
+            .any(|n| n.starts_with("astraeus-test-tmpl-")),
+        "the baseboard is free"
+    );
+    // The next resume of a template that exists runs.
+    assert!(manager(a, None, "Resume", &["sb", "ua", "false"]).ok);
+    eventually("ua running again", || template_state(a, "ua") == "running");
+    assert!(manager(a, None, "PowerOff", &["sb", "ua", "true"]).ok);
+    eventually("ua off", || template_state(a, "ua") == "off");
+    // A failed template may be removed.
+    let o = manager(a, None, "RemoveTemplate", &["s", "ub"]);
+    assert!(o.ok, "{}", o.stderr);
+    drop(d);
+    forget_template_domains(&["ua", "ub"]);
+}

@@ -620,7 +620,9 @@ fn print_slices(
         ends_by: by,
     } in rows
     {
-        let by = by.replace("handoff:", "handoff to ");
+        let by = by
+            .replace("handoff:", "handoff to ")
+            .replace("dropped:", "NOT STARTED: simultaneous with ");
         outln!("{t:<w$}  {:<20}  {:<20}  {by}", local(*s), local(*e));
     }
     for n in notes {

@@ -40,6 +40,9 @@ pub struct Rotation {
     pub horizon: jiff::SignedDuration,
 }
 
+/// How far ahead a schedule's preview looks for its first slices.
+const PREVIEW_DAYS: i64 = 400;
+
 /// The machine and what is promised on it, at one moment (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct Snapshot {
@@ -636,9 +639,10 @@ impl Node {
         count: usize,
     ) -> Result<(Vec<rotation::Slice>, Vec<String>)> {
         let (actions, all) = self.rotation_with(template, json, rules)?;
+        let window = jiff::SignedDuration::from_hours(24 * PREVIEW_DAYS);
         let until = rules
             .now
-            .checked_add(rules.horizon)
+            .checked_add(window)
             .unwrap_or(jiff::Timestamp::MAX);
         let mut slices = rotation::timeline(&all, rules.now, until, &rules.tz);
         slices.truncate(count);
@@ -775,14 +779,20 @@ impl Node {
         self.schedules.get(template).map(Vec::as_slice)
     }
 
-    /// Who owns the GPU baseboard when, in [from, to).
+    /// Who owns the GPU baseboard when, in [from, to), by start; with the
+    /// slices conflicting schedules leave out (ends_by `dropped:…`), so a
+    /// listing never hides one (the notes say why).
     pub fn slices(
         &self,
         from: jiff::Timestamp,
         to: jiff::Timestamp,
         tz: &jiff::tz::TimeZone,
     ) -> Vec<rotation::Slice> {
-        rotation::timeline(&self.rotation(), from, to, tz)
+        let rotation = self.rotation();
+        let mut all = rotation::timeline(&rotation, from, to, tz);
+        all.extend(rotation::dropped_slices(&rotation, from, to, tz));
+        all.sort_by(|a, b| (a.start, &a.template).cmp(&(b.start, &b.template)));
+        all
     }
 
     /// What the slice preview must say besides the slices: listed days that do
@@ -793,7 +803,8 @@ impl Node {
         to: jiff::Timestamp,
         tz: &jiff::tz::TimeZone,
     ) -> Vec<String> {
-        let mut notes = Vec::new();
+        // Conflicts the schedules' check did not see (set under older rules).
+        let mut notes = rotation::conflicts(&self.rotation(), from, to, tz, 20);
         for (template, actions) in &self.schedules {
             for (i, a) in actions.iter().enumerate() {
                 for line in a.missing_days(from, to, tz, 50) {

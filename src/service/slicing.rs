@@ -23,9 +23,6 @@ use crate::views::SlicingView;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// How far ahead a new schedule is checked for conflicts.
-const SCHEDULE_HORIZON_DAYS: i64 = 400;
-
 /// The loop's time-slicing state.
 pub(super) struct Slicing {
     hv: Hypervisor,
@@ -416,7 +413,7 @@ impl Service {
             now: jiff::Timestamp::now(),
             tz: self.slice_rules.tz.clone(),
             buffer: self.slice_rules.buffer,
-            horizon: jiff::SignedDuration::from_hours(24 * SCHEDULE_HORIZON_DAYS),
+            horizon: jiff::SignedDuration::from_hours(24 * crate::rotation::FULL_CYCLE_DAYS),
         }
     }
 
