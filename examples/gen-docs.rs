@@ -1,4 +1,4 @@
-//! Writes the man pages (astraeusd.8, astraeusctl.1) and the bash, zsh and
+//! Writes the man pages (astraeusd.8, astraeusctl.1, node.toml.5) and the bash, zsh and
 //! fish completions into DIR, from the same clap definitions the binaries
 //! use. The packaging script runs it: `cargo run --example gen-docs -- DIR`.
 
@@ -8,6 +8,13 @@ use clap_complete::Shell;
 use std::path::PathBuf;
 
 fn main() -> std::io::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("--config-markdown") {
+        print!(
+            "{}",
+            astraeusd::config_doc::markdown(astraeusd::config_doc::EXAMPLE)
+        );
+        return Ok(());
+    }
     let dir = PathBuf::from(
         std::env::args()
             .nth(1)
@@ -27,6 +34,12 @@ fn main() -> std::io::Result<()> {
             clap_complete::generate_to(shell, &mut cmd, &name, dir.join("completions"))?;
         }
     }
+    // node.toml(5), from the example config that ships (docs/operations.md
+    // holds the same reference as a table: `gen-docs --config-markdown`).
+    std::fs::write(
+        dir.join("man").join("node.toml.5"),
+        astraeusd::config_doc::man(astraeusd::config_doc::EXAMPLE, env!("CARGO_PKG_VERSION")),
+    )?;
     println!("wrote man pages and completions to {}", dir.display());
     Ok(())
 }

@@ -20,6 +20,7 @@ pub mod bus;
 pub mod cli;
 pub mod command;
 pub mod config;
+pub mod config_doc;
 pub mod domain_xml;
 pub mod error;
 pub mod failpoint;
