@@ -248,3 +248,39 @@ fn the_config_reference_matches_the_shipped_example() {
          paste `cargo run --example gen-docs -- --config-markdown` between its markers"
     );
 }
+
+/// The backup docs/operations.md gives: `sqlite3 … ".backup …"` of a live
+/// daemon's ledger, restored while it is stopped, brings back its workers.
+#[test]
+fn the_documented_backup_restores_the_ledger() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(&bus, dir.path(), DOC_CONFIG, &[]);
+    let a = &bus.address;
+    for (name, gb) in [("listen", "2.2"), ("voice", "4.2")] {
+        assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec(name, gb)]).ok);
+    }
+    let ledger = d.state.join("ledger.db");
+    let copy = dir.path().join("astraeus-ledger.db");
+    // The command as the docs give it, with these paths.
+    let o = std::process::Command::new("sqlite3")
+        .arg(&ledger)
+        .arg(format!(".backup {}", copy.display()))
+        .output()
+        .expect("sqlite3 runs (.ci/run installs it)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Changes after the backup are not in it.
+    assert!(manager(a, None, "StopWorker", &["s", "voice"]).ok);
+    assert!(d.stop().success());
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", ledger.display()));
+    }
+    std::fs::copy(&copy, &ledger).unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    assert_eq!(state(a, "listen"), "s \"running\"\n");
+    assert_eq!(
+        state(a, "voice"),
+        "s \"running\"\n",
+        "the backup's state is back"
+    );
+}
