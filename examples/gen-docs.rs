@@ -7,6 +7,54 @@ use clap::CommandFactory;
 use clap_complete::Shell;
 use std::path::PathBuf;
 
+/// The sections clap does not write: exit status, files, examples, see also.
+const CTL_TAIL: &str = r#".SH "EXIT STATUS"
+0 on success; 1 when the daemon refused the request or could not be reached
+(the message names the error, e.g. \fBNotFound\fR, \fBInvalidRequest\fR,
+\fBAccessDenied\fR, \fBUnsatisfiable\fR, or the bus's ServiceUnknown when the
+daemon is not running); 2 on a usage error.
+.SH FILES
+.TP
+/usr/share/dbus-1/interfaces/org.astraeus.Node1.xml
+the D-Bus interface astraeusctl speaks.
+.SH EXAMPLES
+.nf
+echo '{"name":"listen","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.2}}}' \e
+    | astraeusctl submit -
+astraeusctl workers
+astraeusctl why spec.json
+astraeusctl schedule set research \-\-weekly mon,wed,fri \-\-from 09:00 \-\-to 17:00
+astraeusctl \-\-json gpus
+.fi
+.SH "SEE ALSO"
+\fBastraeusd\fR(8), \fBnode.toml\fR(5), \fBbusctl\fR(1), \fBsystemctl\fR(1),
+\fBpodman\fR(1), \fBvirsh\fR(1)
+"#;
+
+const DAEMON_TAIL: &str = r#".SH "EXIT STATUS"
+0 after SIGTERM or SIGINT (the ledger closed cleanly); 1 when it cannot start
+(the message says why: the bus, NVML, the configuration, the ledger).
+.SH FILES
+.TP
+/etc/astraeus/node.toml
+the configuration (\fBnode.toml\fR(5)).
+.TP
+/var/lib/astraeus/ledger.db
+the ledger (SQLite; placements, history, usage, schedules).
+.TP
+/usr/share/dbus-1/system.d/org.astraeus.Node1.conf
+the bus policy: who may call what.
+.SH EXAMPLES
+.nf
+astraeusd \-\-session \-\-sim          # try it without a GPU
+systemctl reload astraeusd             # re\-read node.toml and the GPUs
+journalctl \-x \-u astraeusd
+.fi
+.SH "SEE ALSO"
+\fBastraeusctl\fR(1), \fBnode.toml\fR(5), \fBsystemctl\fR(1), \fBjournalctl\fR(1),
+\fBbusctl\fR(1), \fBpodman\fR(1), \fBvirsh\fR(1)
+"#;
+
 fn main() -> std::io::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("--config-markdown") {
         print!(
@@ -24,11 +72,21 @@ fn main() -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("completions"))?;
     for (cmd, section) in [(DaemonArgs::command(), "8"), (CtlArgs::command(), "1")] {
         let name = cmd.get_name().to_string();
-        let mut out = Vec::new();
-        clap_mangen::Man::new(cmd.clone())
-            .section(section)
-            .render(&mut out)?;
-        std::fs::write(dir.join("man").join(format!("{name}.{section}")), out)?;
+        if section == "1" {
+            // astraeusctl(1) and one page per subcommand (astraeusctl-gpus(1),
+            // astraeusctl-schedule-set(1)…), which the main page refers to.
+            clap_mangen::generate_to(cmd.clone(), dir.join("man"))?;
+        } else {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd.clone())
+                .section(section)
+                .render(&mut out)?;
+            std::fs::write(dir.join("man").join(format!("{name}.{section}")), out)?;
+        }
+        let page = dir.join("man").join(format!("{name}.{section}"));
+        let mut text = std::fs::read_to_string(&page)?;
+        text.push_str(if section == "1" { CTL_TAIL } else { DAEMON_TAIL });
+        std::fs::write(&page, text)?;
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let mut cmd = cmd.clone();
             clap_complete::generate_to(shell, &mut cmd, &name, dir.join("completions"))?;

@@ -225,6 +225,36 @@ impl Config {
         Ok(c)
     }
 
+    /// Where a daemon on the session bus (a desktop, WSL) reads its
+    /// configuration: `$XDG_CONFIG_HOME/astraeus/node.toml` (or
+    /// `~/.config/…`) when it exists, else the system's file.
+    pub fn session_path() -> std::path::PathBuf {
+        let own = std::env::var_os("XDG_CONFIG_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
+            .map(|d| d.join("astraeus/node.toml"));
+        match own {
+            Some(p) if p.exists() => p,
+            _ => std::path::PathBuf::from(DEFAULT_PATH),
+        }
+    }
+
+    /// A session daemon's defaults, where the file left the system's: the
+    /// user's rootless podman (`$XDG_RUNTIME_DIR/podman/podman.sock`) and
+    /// libvirt's session (`qemu:///session`).
+    pub fn for_session(mut self, runtime_dir: Option<&Path>) -> Config {
+        let system = RuntimeConfig::default();
+        if self.runtime.podman_socket == system.podman_socket {
+            if let Some(run) = runtime_dir {
+                self.runtime.podman_socket = run.join("podman/podman.sock");
+            }
+        }
+        if self.runtime.libvirt_uri == system.libvirt_uri {
+            self.runtime.libvirt_uri = "qemu:///session".into();
+        }
+        self
+    }
+
     /// The zone named in config, or the host's (UTC when the host has none).
     pub fn time_zone(&self) -> Result<jiff::tz::TimeZone> {
         match &self.schedule.time_zone {
@@ -246,6 +276,21 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_daemon_uses_the_users_podman_and_libvirt_unless_told_otherwise() {
+        let run = Path::new("/run/user/1000");
+        let c = Config::default().for_session(Some(run));
+        assert_eq!(c.runtime.podman_socket, run.join("podman/podman.sock"));
+        assert_eq!(c.runtime.libvirt_uri, "qemu:///session");
+        // What the file names stays.
+        let mut named = Config::default();
+        named.runtime.podman_socket = "/srv/podman.sock".into();
+        named.runtime.libvirt_uri = String::new();
+        let c = named.for_session(Some(run));
+        assert_eq!(c.runtime.podman_socket, Path::new("/srv/podman.sock"));
+        assert_eq!(c.runtime.libvirt_uri, "");
+    }
 
     #[test]
     fn the_shipped_example_parses_and_says_what_the_defaults_are() {

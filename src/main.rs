@@ -85,10 +85,16 @@ fn private_state(dir: &std::path::Path) -> Result<(), Error> {
 }
 
 async fn run(args: Args) -> Result<(), Error> {
-    let config = match &args.config {
-        Some(p) => Config::load(p, true)?,
-        None => Config::load(std::path::Path::new(config::DEFAULT_PATH), false)?,
+    let (config_path, explicit) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None if args.session => (Config::session_path(), false),
+        None => (std::path::PathBuf::from(config::DEFAULT_PATH), false),
     };
+    let mut config = Config::load(&config_path, explicit)?;
+    let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from);
+    if args.session {
+        config = config.for_session(runtime_dir.as_deref());
+    }
     let wsl = config.inventory.wsl.unwrap_or_else(inventory::detect_wsl);
     let machine_name = config.machine.clone().unwrap_or_else(inventory::host_name);
     let mut source: Box<dyn GpuSource> = match &args.sim {
@@ -142,6 +148,12 @@ async fn run(args: Args) -> Result<(), Error> {
     let libvirt = (!config.runtime.libvirt_uri.is_empty())
         .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
     let settings = Settings {
+        config: Some(astraeusd::service::reload::Loaded {
+            path: config_path,
+            explicit,
+            session: args.session.then_some(runtime_dir),
+            config: config.clone(),
+        }),
         refresh: config.refresh(),
         drain_after: config.placement.drain_after(),
         machine_name: config.machine.clone(),

@@ -702,3 +702,60 @@ fn a_whole_request_is_not_starved_by_a_stream_of_sharers() {
     assert_eq!(draining_for(), "s \"\"\n");
     assert_eq!(state(a, &format!("s{i}")), "s \"pending\"\n");
 }
+
+/// `systemctl reload` (SIGHUP) re-reads node.toml: what can change live is
+/// applied (here: draining turned on), what needs a restart is named in the
+/// journal, and a file that no longer parses changes nothing.
+#[test]
+fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::session();
+    let config = |extra: &str| {
+        format!("[inventory]\nrefresh_seconds = 0.2\n[placement]\ndrain_after_seconds = 0\n{extra}")
+    };
+    let d = start_majin(&bus, dir.path(), &config(""), &[]);
+    let a = &bus.address;
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("listen", "1")]).ok);
+    let big = r#"{"name":"big","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", big]).ok);
+    let draining_for = || {
+        busctl(
+            a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/gpu/0",
+                "org.astraeus.Node1.Gpu",
+                "DrainingFor",
+            ],
+        )
+        .stdout
+    };
+    // A broken file: logged, nothing changes, the daemon goes on.
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[placement]\ndrain_after_seconds = \"soon\"\n",
+    )
+    .unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("the refusal logged", || {
+        d.log_text()
+            .contains("not reloaded, the running configuration stays")
+    });
+    assert_eq!(draining_for(), "s \"\"\n");
+    // Draining on (live), and the page's address changed (needs a restart).
+    let text = "[inventory]\nrefresh_seconds = 0.2\n[placement]\ndrain_after_seconds = 1\n\
+                [http]\nlisten = \"127.0.0.1:9\"\n";
+    std::fs::write(dir.path().join("node.toml"), text).unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("GPU 0 drains for big", || draining_for() == "s \"big\"\n");
+    assert!(
+        d.log_text().contains(
+            "node.toml reloaded: applied [placement] drain_after_seconds; changed but applied \
+             only by a restart (systemctl restart astraeusd): [http]"
+        ),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(state(a, "listen"), "s \"running\"\n", "nothing else moved");
+}

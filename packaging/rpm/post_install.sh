@@ -1,14 +1,9 @@
-# $1 = 1 on install, 2 on upgrade.
-getent group astraeus >/dev/null || groupadd --system astraeus
-install -d -m 0750 /var/lib/astraeus
-if [ -S /run/dbus/system_bus_socket ] && command -v dbus-send >/dev/null; then
-    dbus-send --system --type=method_call --dest=org.freedesktop.DBus / org.freedesktop.DBus.ReloadConfig >/dev/null 2>&1 || true
+# %post with %systemd_post semantics: $1 = 1 on a first install, 2 on an
+# upgrade. Never enables by itself: `systemctl preset` applies the
+# distribution's and the admin's presets (Fedora policy), on first install only.
+if [ "$1" -eq 1 ] && [ -x /usr/bin/systemctl ]; then
+    systemctl --no-reload preset astraeusd.service >/dev/null 2>&1 || :
 fi
-if [ -d /run/systemd/system ]; then
-    systemctl daemon-reload >/dev/null 2>&1 || true
-    if [ "$1" = 1 ]; then
-        systemctl enable --now astraeusd.service >/dev/null 2>&1 || echo "astraeusd: enabled; it did not start (see journalctl -u astraeusd)" >&2
-    else
-        systemctl try-restart astraeusd.service >/dev/null 2>&1 || true
-    fi
+if [ -S /run/dbus/system_bus_socket ] && command -v dbus-send >/dev/null; then
+    dbus-send --system --type=method_call --dest=org.freedesktop.DBus / org.freedesktop.DBus.ReloadConfig >/dev/null 2>&1 || :
 fi

@@ -17,6 +17,7 @@
 mod hypervisor;
 mod publish;
 mod queries;
+pub mod reload;
 mod slicing;
 mod workloads;
 
@@ -47,6 +48,8 @@ pub struct SliceRules {
 
 /// What the loop takes from the configuration.
 pub struct Settings {
+    /// node.toml as loaded, re-read on SIGHUP (None: no reloads).
+    pub config: Option<reload::Loaded>,
     pub refresh: Duration,
     /// A whole request waiting this long gets a GPU drained for it (None: never).
     pub drain_after: Option<Duration>,
@@ -93,6 +96,7 @@ pub struct Service {
     conn: Connection,
     rx: mpsc::Receiver<Command>,
     lp: Loop,
+    config: Option<reload::Loaded>,
     refresh: Duration,
     drain_after: Option<Duration>,
     /// The machine name from config, overriding the source's.
@@ -152,6 +156,7 @@ impl Service {
             conn,
             rx,
             lp,
+            config: settings.config,
             refresh: settings.refresh,
             drain_after: settings.drain_after,
             machine_name: settings.machine_name,
@@ -239,7 +244,11 @@ impl Service {
                     self.meter_slice();
                     self.drain().await;
                 }
-                _ = hup.recv() => self.reread("SIGHUP").await,
+                _ = hup.recv() => {
+                    self.reload_config();
+                    self.reread("SIGHUP").await;
+                    self.drain().await;
+                }
                 _ = ping.tick(), if watchdog.is_some() => {
                     let _ = sd_notify::notify(&[NotifyState::Watchdog]);
                 }
