@@ -85,7 +85,11 @@ fn main() -> std::io::Result<()> {
         }
         let page = dir.join("man").join(format!("{name}.{section}"));
         let mut text = std::fs::read_to_string(&page)?;
-        text.push_str(if section == "1" { CTL_TAIL } else { DAEMON_TAIL });
+        text.push_str(if section == "1" {
+            CTL_TAIL
+        } else {
+            DAEMON_TAIL
+        });
         std::fs::write(&page, text)?;
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let mut cmd = cmd.clone();
