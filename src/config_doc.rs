@@ -86,7 +86,7 @@ pub fn markdown(example: &str) -> String {
         };
         out.push_str(&format!(
             "| `{name}` | {value} | {} |\n",
-            k.about.replace('|', "\\|")
+            k.about.replace('|', "\\|").replace('<', "&lt;")
         ));
     }
     out

@@ -84,6 +84,45 @@ fn private_state(dir: &std::path::Path) -> Result<(), Error> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)
 }
 
+/// The GPUs (UUIDs) the system bus's astraeusd manages, for a daemon that is
+/// not it (a desktop's session daemon): those it must not hand out too. The
+/// name is only looked up, never activated; no system bus, no daemon there,
+/// or no answer within 2 s: none.
+async fn system_daemon_gpus() -> Vec<String> {
+    let ask = async {
+        let conn = zbus::Connection::system().await.ok()?;
+        let dbus = zbus::fdo::DBusProxy::new(&conn).await.ok()?;
+        let name = zbus::names::BusName::try_from(astraeusd::bus::BUS_NAME).ok()?;
+        if !dbus.name_has_owner(name).await.ok()? {
+            return None;
+        }
+        let reply = conn
+            .call_method(
+                Some(astraeusd::bus::BUS_NAME),
+                astraeusd::bus::BASE_PATH,
+                Some("org.astraeus.Node1.Manager"),
+                "ListGpus",
+                &(),
+            )
+            .await
+            .ok()?;
+        let rows: Vec<astraeusd::bus::wire::GpuRow> = reply.body().deserialize().ok()?;
+        Some(rows.into_iter().map(|r| r.uuid).collect::<Vec<_>>())
+    };
+    let uuids = tokio::time::timeout(std::time::Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    for uuid in &uuids {
+        tracing::warn!(
+            "GPU {uuid} is managed by the system's astraeusd: this daemon leaves it alone \
+             (one authority per GPU)"
+        );
+    }
+    uuids
+}
+
 async fn run(args: Args) -> Result<(), Error> {
     let (config_path, explicit) = match &args.config {
         Some(p) => (p.clone(), true),
@@ -109,6 +148,12 @@ async fn run(args: Args) -> Result<(), Error> {
             machine: machine_name.clone(),
             wsl,
             baseboard: config.inventory.baseboard.clone(),
+            // One authority per GPU: off the system bus, defer to its daemon.
+            managed_elsewhere: if args.session || args.bus_address.is_some() {
+                system_daemon_gpus().await
+            } else {
+                Vec::new()
+            },
         })?),
     };
     let mut machine = source.read(&Own::default())?;

@@ -491,7 +491,7 @@ fn no_match_reason(machine: &Machine, req: &GpuRequest) -> String {
     }
     if parts.is_empty() {
         format!(
-            "no GPU of {} is offered to workers (it has none, or all are time-sliced)",
+            "no GPU of {} is offered to workers (it has none, all are time-sliced, or the system's astraeusd manages them)",
             machine.name
         )
     } else {

@@ -728,3 +728,78 @@ fn a_wsl2_card_reads_as_sold_and_counts_promises_as_its_own() {
         prop(a, path, "org.astraeus.Node1.Gpu", "HeldOutsideGb") == "d 1.5\n"
     });
 }
+
+/// One authority per GPU: a daemon off the system bus (a desktop's session
+/// daemon) leaves alone the GPUs the system bus's daemon manages, and says
+/// so; with no system daemon it manages them itself.
+#[test]
+fn a_session_daemon_leaves_the_system_daemons_gpus_alone() {
+    let fx_dir = tempfile::tempdir().unwrap();
+    let fx = fx_dir.path().join("gpus.txt");
+    fixture(&fx, &[rtx(0, 0), l4(0)], &[]);
+    let lib = fake_lib(false);
+    // The "system" daemon, on its own bus.
+    let sys_dir = tempfile::tempdir().unwrap();
+    let system_bus = Bus::session();
+    let _system = start(&system_bus, sys_dir.path(), &lib, &fx, "");
+    let listed = |a: &str| manager(a, None, "ListGpus", &[]).stdout;
+    assert!(listed(&system_bus.address).starts_with("a(usssddddss) 2"));
+    // A second daemon whose system bus is that one: it takes neither GPU.
+    let user_dir = tempfile::tempdir().unwrap();
+    let user_bus = Bus::session();
+    std::fs::write(
+        user_dir.path().join("node.toml"),
+        format!(
+            "machine = \"majin\"\n[inventory]\nrefresh_seconds = 0.2\nwsl = false\nnvml_library = \"{}\"\n",
+            lib.display()
+        ),
+    )
+    .unwrap();
+    let user = Daemon::start_with(
+        &user_bus,
+        user_dir.path(),
+        None,
+        &[
+            ("FAKE_NVML_FIXTURE", fx.to_str().unwrap()),
+            ("DBUS_SYSTEM_BUS_ADDRESS", &system_bus.address),
+        ],
+    );
+    assert_eq!(listed(&user_bus.address).trim(), "a(usssddddss) 0");
+    assert!(
+        user.log_text().contains(
+            "GPU GPU-4060 is managed by the system's astraeusd: this daemon leaves it alone"
+        ),
+        "{}",
+        user.log_text()
+    );
+    let o = manager(
+        &user_bus.address,
+        None,
+        "SubmitWorker",
+        &["s", &shared_spec("x", "1")],
+    );
+    assert!(
+        o.stderr.contains("can never be placed on majin"),
+        "nothing to place on: {}",
+        o.stderr
+    );
+    // Without a system daemon it manages them itself.
+    drop(user);
+    let alone_dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        user_dir.path().join("node.toml"),
+        alone_dir.path().join("node.toml"),
+    )
+    .unwrap();
+    let nobody = Bus::session();
+    let _alone = Daemon::start_with(
+        &user_bus,
+        alone_dir.path(),
+        None,
+        &[
+            ("FAKE_NVML_FIXTURE", fx.to_str().unwrap()),
+            ("DBUS_SYSTEM_BUS_ADDRESS", &nobody.address),
+        ],
+    );
+    assert!(listed(&user_bus.address).starts_with("a(usssddddss) 2"));
+}

@@ -21,6 +21,9 @@ pub struct NvmlOptions {
     pub wsl: bool,
     /// UUIDs or PCI bus ids of GPUs owned by a time-slicing baseboard.
     pub baseboard: Vec<String>,
+    /// UUIDs of GPUs another astraeusd manages (the system's, when this one
+    /// runs on a session bus): not listed here, never offered twice.
+    pub managed_elsewhere: Vec<String>,
 }
 
 pub struct NvmlSource {
@@ -150,6 +153,7 @@ impl GpuSource for NvmlSource {
         let mut gpus = Vec::new();
         for index in 0..count {
             match self.read_one(index, own) {
+                Ok(gpu) if self.opts.managed_elsewhere.contains(&gpu.uuid) => {}
                 Ok(gpu) => {
                     self.failures.remove(&index);
                     self.last.insert(index, gpu.clone());
