@@ -9,10 +9,36 @@ use std::path::PathBuf;
 
 /// The sections clap does not write: exit status, files, examples, see also.
 const CTL_TAIL: &str = r#".SH "EXIT STATUS"
-0 on success; 1 when the daemon refused the request or could not be reached
-(the message names the error, e.g. \fBNotFound\fR, \fBInvalidRequest\fR,
-\fBAccessDenied\fR, \fBUnsatisfiable\fR, or the bus's ServiceUnknown when the
-daemon is not running); 2 on a usage error.
+.TP
+0
+success
+.TP
+1
+another failure (the message says which)
+.TP
+2
+a usage error (an option or argument that does not parse)
+.TP
+3
+\fBInvalidRequest\fR: the request names a field that is wrong, and what is accepted
+.TP
+4
+\fBNotFound\fR: no such worker, GPU, template or schedule
+.TP
+5
+\fBAccessDenied\fR: not the caller's to do
+.TP
+6
+\fBExists\fR, \fBConflict\fR, \fBBusy\fR or \fBQuotaExceeded\fR: refused as things stand now
+.TP
+7
+\fBUnsatisfiable\fR: it could never be placed on this machine
+.TP
+69
+the daemon is not running, or the bus cannot be reached (a hint says what to check)
+.PP
+With \fB\-\-json\fR an error is printed as JSON on standard error:
+{"error": KIND, "message": TEXT, "exit_code": N}.
 .SH FILES
 .TP
 /usr/share/dbus-1/interfaces/org.astraeus.Node1.xml

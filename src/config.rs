@@ -7,6 +7,10 @@ use std::time::Duration;
 
 pub const DEFAULT_PATH: &str = "/etc/astraeus/node.toml";
 
+/// Where a session daemon serves the machine page unless told otherwise
+/// (the address the desktop entry opens).
+pub const SESSION_LISTEN: &str = "127.0.0.1:8089";
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -41,6 +45,10 @@ pub struct HttpConfig {
     /// this host's name (a browser's Host header; any other name gets 421,
     /// which defeats DNS rebinding).
     pub names: Vec<String>,
+    /// `listen` was not in the file but is a session daemon's default: a
+    /// port in use then costs the page, not the daemon.
+    #[serde(skip)]
+    pub listen_by_default: bool,
 }
 
 impl HttpConfig {
@@ -252,6 +260,11 @@ impl Config {
         if self.runtime.libvirt_uri == system.libvirt_uri {
             self.runtime.libvirt_uri = "qemu:///session".into();
         }
+        // The desktop entry opens the page here.
+        if self.http.listen.is_none() {
+            self.http.listen = Some(SESSION_LISTEN.into());
+            self.http.listen_by_default = true;
+        }
         self
     }
 
@@ -283,6 +296,8 @@ mod tests {
         let c = Config::default().for_session(Some(run));
         assert_eq!(c.runtime.podman_socket, run.join("podman/podman.sock"));
         assert_eq!(c.runtime.libvirt_uri, "qemu:///session");
+        assert_eq!(c.http.listen.as_deref(), Some("127.0.0.1:8089"));
+        assert!(c.http.listen_by_default);
         // What the file names stays.
         let mut named = Config::default();
         named.runtime.podman_socket = "/srv/podman.sock".into();
@@ -332,7 +347,7 @@ mod tests {
     fn the_page_listens_on_loopback_for_a_bare_port_and_names_a_bad_address() {
         let http = |s: &str| HttpConfig {
             listen: Some(s.into()),
-            names: Vec::new(),
+            ..HttpConfig::default()
         };
         assert_eq!(
             http("8089").address().unwrap(),

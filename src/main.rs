@@ -237,10 +237,24 @@ async fn run(args: Args) -> Result<(), Error> {
         allow_networked_weights: config.slicing.allow_networked_weights,
     };
     let service = Service::register(node, source, conn.clone(), settings).await?;
-    if let Some(addr) = config.http.address()? {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::field("http.listen", format!("cannot listen on {addr}: {e}")))?;
+    let listener = match config.http.address()? {
+        None => None,
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => Some((addr, l)),
+            // The session default: a port in use costs the page only.
+            Err(e) if config.http.listen_by_default => {
+                tracing::warn!("no machine page: cannot listen on {addr}: {e} (set [http] listen)");
+                None
+            }
+            Err(e) => {
+                return Err(Error::field(
+                    "http.listen",
+                    format!("cannot listen on {addr}: {e}"),
+                ))
+            }
+        },
+    };
+    if let Some((addr, listener)) = listener {
         tracing::info!("machine page on http://{addr}/");
         let mut names = config.http.names.clone();
         names.push(inventory::host_name());

@@ -759,3 +759,79 @@ fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
     );
     assert_eq!(state(a, "listen"), "s \"running\"\n", "nothing else moved");
 }
+
+/// astraeusctl's exit codes name what went wrong (astraeusctl(1)), `--json`
+/// errors are JSON too, and with no daemon it says what to check.
+#[test]
+fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::session();
+    let _d = start_majin(
+        &bus,
+        dir.path(),
+        "[inventory]\nrefresh_seconds = 0.2\n",
+        &[],
+    );
+    let a = &bus.address;
+    let spec = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let cases = [
+        (
+            vec!["stop".to_string(), "nope".to_string()],
+            4,
+            "NotFound: no live worker named nope",
+        ),
+        (
+            vec![
+                "submit".into(),
+                spec(
+                    "bad.json",
+                    r#"{"name":"x","requested_resources":{"gpu_requests":{"shared":true}}}"#,
+                ),
+            ],
+            3,
+            "InvalidRequest: ",
+        ),
+        (
+            vec![
+                "submit".into(),
+                spec("huge.json", &shared_spec("huge", "9")),
+            ],
+            7,
+            "Unsatisfiable: ",
+        ),
+        (
+            vec!["usage".into(), "--since".into(), "someday".into()],
+            2,
+            "--since",
+        ),
+    ];
+    for (args, code, words) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = ctl(a, None, &args);
+        assert_eq!(o.code, Some(*code), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(words), "{args:?}: {}", o.stderr);
+    }
+    // The same as JSON on stderr.
+    let o = ctl(a, None, &["--json", "stop", "nope"]);
+    let v: serde_json::Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(v["error"], "NotFound");
+    assert_eq!(v["exit_code"], 4);
+    assert!(v["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("no live worker named nope"));
+    // No daemon on this bus: 69 (EX_UNAVAILABLE), and what to check.
+    let empty = Bus::session();
+    let o = ctl(&empty.address, None, &["gpus"]);
+    assert_eq!(o.code, Some(69), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("is astraeusd running (the system bus's daemon)? systemctl status astraeusd"),
+        "{}",
+        o.stderr
+    );
+}

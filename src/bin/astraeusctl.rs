@@ -630,8 +630,43 @@ fn print_slices(
     }
 }
 
+/// Exit codes by what went wrong (astraeusctl(1), EXIT STATUS); 2 is clap's
+/// usage error.
+fn exit_code(kind: &str) -> u8 {
+    match kind {
+        "InvalidRequest" => 3,
+        "NotFound" => 4,
+        "AccessDenied" => 5,
+        "Exists" | "Conflict" | "Busy" | "QuotaExceeded" => 6,
+        "Unsatisfiable" => 7,
+        "Usage" => 2,
+        // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
+        "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" => 69,
+        _ => 1,
+    }
+}
+
+/// The error's kind ("NotFound") and message, from "Kind: message" (what
+/// every failure here reads like) or a bus error's full name.
+fn kind_of(e: &str) -> (&str, &str) {
+    let (head, rest) = e.split_once(": ").unwrap_or(("", e));
+    let kind = head.rsplit('.').next().unwrap_or(head);
+    if head.starts_with("--") {
+        // A flag of ours that did not parse: a usage error, as clap's are.
+        ("Usage", e)
+    } else if !kind.is_empty() && kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+        (kind, rest)
+    } else if e.contains("No such file or directory") || e.contains("Connection refused") {
+        ("Unreachable", e)
+    } else {
+        ("Failed", e)
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    let json_out = args.json;
+    let session = args.session;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -639,8 +674,26 @@ fn main() -> ExitCode {
     match rt.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            errln!("astraeusctl: {e}");
-            ExitCode::FAILURE
+            let (kind, message) = kind_of(&e);
+            let code = exit_code(kind);
+            if json_out {
+                let err = json!({"error": kind, "message": message, "exit_code": code});
+                errln!("{err}");
+            } else {
+                errln!("astraeusctl: {e}");
+                if code == 69 {
+                    let (how, unit) = if session {
+                        (
+                            "systemctl --user status astraeusd",
+                            "--session: the user's daemon",
+                        )
+                    } else {
+                        ("systemctl status astraeusd", "the system bus's daemon")
+                    };
+                    errln!("  is astraeusd running ({unit})? {how}");
+                }
+            }
+            ExitCode::from(code)
         }
     }
 }

@@ -199,6 +199,8 @@ impl Drop for Daemon {
 
 pub struct Out {
     pub ok: bool,
+    /// The exit code (None: killed by a signal).
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -206,6 +208,7 @@ pub struct Out {
 fn out(o: Output) -> Out {
     Out {
         ok: o.status.success(),
+        code: o.status.code(),
         stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
     }
