@@ -52,11 +52,7 @@ fn inside(pid: u32, script: &str) -> Out {
         .args(["-t", &pid.to_string(), "-m", "sh", "-c", script])
         .output()
         .unwrap();
-    Out {
-        ok: o.status.success(),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    out(o)
 }
 
 fn submit(a: &str, name: &str) -> Out {
@@ -69,11 +65,7 @@ fn listed(a: &str) -> String {
 
 fn sh(script: &str) -> Out {
     let o = Command::new("sh").args(["-c", script]).output().unwrap();
-    Out {
-        ok: o.status.success(),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    out(o)
 }
 
 #[test]

@@ -205,7 +205,8 @@ pub struct Out {
     pub stderr: String,
 }
 
-fn out(o: Output) -> Out {
+/// A finished command's exit, stdout and stderr.
+pub fn out(o: Output) -> Out {
     Out {
         ok: o.status.success(),
         code: o.status.code(),
