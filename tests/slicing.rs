@@ -671,6 +671,21 @@ fn schedules_belong_to_templates_that_exist() {
         steps(&db)
     );
 
+    // A name with control characters is echoed printable, never raw.
+    for method in ["Resume", "GetSchedule"] {
+        let args: &[&str] = if method == "Resume" {
+            &["sb", "gh\u{1b}[2Jost", "false"]
+        } else {
+            &["s", "gh\u{1b}[2Jost"]
+        };
+        let o = manager(&a, None, method, args);
+        assert!(
+            o.stderr.contains("gh?[2Jost") && !o.stderr.contains('\u{1b}'),
+            "{method}: {:?}",
+            o.stderr
+        );
+    }
+
     // Removing a template (its VM off) removes its schedule in the same step.
     let later = r#"[{"action":"resume","time":"+86400"}]"#;
     assert!(manager(&a, None, "SetSchedule", &["ss", "a", later]).ok);

@@ -118,7 +118,8 @@ impl Service {
         match self.node.schedule(template) {
             Some(actions) => Ok(serde_json::to_string(actions).expect("actions serialize")),
             None => Err(Error::NotFound(format!(
-                "template {template} has no schedule"
+                "template {} has no schedule",
+                crate::text::printable(template)
             ))),
         }
     }

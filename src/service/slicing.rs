@@ -438,7 +438,11 @@ impl Service {
         match &self.slicing {
             None => Err(Error::Conflict(NO_LIBVIRT.into())),
             Some(s) if !s.templates.contains_key(template) => {
-                Err(Error::NotFound(format!("no template named {template}")))
+                // The caller's text, made printable before it is echoed.
+                Err(Error::NotFound(format!(
+                    "no template named {}",
+                    crate::text::printable(template)
+                )))
             }
             Some(s) if !s.converged => Err(Error::Conflict(
                 "time-slicing is still learning which VMs run (libvirt has not answered yet); \
