@@ -52,6 +52,10 @@ pub enum Command {
     ListWorkers {
         reply: Reply<Vec<WorkerRow>>,
     },
+    /// Every pending worker with why it waits, in one reply.
+    ListPending {
+        reply: Reply<Vec<(String, Vec<String>)>>,
+    },
     ListGpus {
         reply: Reply<Vec<GpuRow>>,
     },

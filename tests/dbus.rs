@@ -475,11 +475,11 @@ fn astraeusctl_shows_the_seeds_words() {
     let o = ctl(a, None, &["workers"]);
     assert_eq!(
         o.stdout,
-        "NAME    STATE      OWNER  GPUS                  USED\n\
-         listen  running        0  1 · shared 2.2 GB     unknown\n\
-         small   pending        0  —                     —\n\
+        "NAME    STATE     OWNER  GPUS                  USED\n\
+         listen  running   root   1 · shared 2.2 GB     unknown\n\
+         small   pending   root   —                     —\n\
          \x20         GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5\n\
-         voice   running        0  1 · shared 4.2 GB     unknown\n"
+         voice   running   root   1 · shared 4.2 GB     unknown\n"
     );
     // The simulated machine has no per-process readings: use is unknown.
     let o = ctl(a, None, &["sharers", "0"]);

@@ -10,6 +10,7 @@ use std::process::Command;
 const READ_ONLY: &[&str] = &[
     "GetWorker",
     "ListWorkers",
+    "ListPending",
     "ListGpus",
     "ListSharers",
     "WhyNot",

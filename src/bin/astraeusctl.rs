@@ -122,23 +122,6 @@ impl Client {
         let v: zbus::OwnedVariant = msg.body().deserialize().map_err(|e| e.to_string())?;
         T::try_from(v).map_err(|e| format!("{name}: {e}"))
     }
-
-    async fn reasons(&self, name: &str) -> Result<Vec<String>, String> {
-        let path: OwnedObjectPath = self.call("GetWorker", &(name,)).await?;
-        let msg = self
-            .conn
-            .call_method(
-                Some(BUS_NAME),
-                path.as_str(),
-                Some("org.freedesktop.DBus.Properties"),
-                "Get",
-                &("org.astraeus.Node1.Worker", "PendingReasons"),
-            )
-            .await
-            .map_err(describe)?;
-        let v: zbus::OwnedVariant = msg.body().deserialize().map_err(|e| e.to_string())?;
-        Vec::<String>::try_from(v).map_err(|e| e.to_string())
-    }
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -205,7 +188,15 @@ async fn run(args: Args) -> Result<(), String> {
             }
         }
         Cmd::Workers => {
+            // Two calls however many workers wait.
             let rows: Vec<WorkerRow> = c.call("ListWorkers", &()).await?;
+            let mut pending: std::collections::HashMap<String, Vec<String>> =
+                if rows.iter().any(|r| r.state == "pending") {
+                    let list: Vec<(String, Vec<String>)> = c.call("ListPending", &()).await?;
+                    list.into_iter().collect()
+                } else {
+                    Default::default()
+                };
             let mut out = Vec::new();
             for WorkerRow {
                 name,
@@ -215,18 +206,15 @@ async fn run(args: Args) -> Result<(), String> {
                 gpu_used_gb: used,
             } in &rows
             {
-                let reasons = if state == "pending" {
-                    c.reasons(name).await?
-                } else {
-                    Vec::new()
-                };
+                let reasons = pending.remove(name.as_str()).unwrap_or_default();
                 out.push((name, state, owner, gpus, *used, reasons));
             }
             if args.json {
                 let j: Vec<_> = out
                     .iter()
                     .map(|(n, s, o, g, u, r)| {
-                        json!({"name": n, "state": s, "owner": o, "gpus": g,
+                        json!({"name": n, "state": s, "owner": o,
+                        "owner_name": astraeusd::auth::user_name(**o), "gpus": g,
                         "gpu_used_gb": (*u >= 0.0).then_some(*u), "pending_reasons": r})
                     })
                     .collect();
@@ -234,14 +222,23 @@ async fn run(args: Args) -> Result<(), String> {
                 return Ok(());
             }
             let w = out.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+            // Owners by name, as this host knows them (the uid when it does not).
+            let owner_of = |uid: u32| astraeusd::auth::user_name(uid).unwrap_or(uid.to_string());
+            let ow = out
+                .iter()
+                .map(|r| owner_of(*r.2).len())
+                .max()
+                .unwrap_or(5)
+                .max(5);
             outln!(
-                "{:<w$}  {:<8}  {:>6}  {:<20}  USED",
+                "{:<w$}  {:<8}  {:<ow$}  {:<20}  USED",
                 "NAME",
                 "STATE",
                 "OWNER",
                 "GPUS"
             );
             for (name, state, owner, gpus, used, reasons) in out {
+                let owner = owner_of(*owner);
                 let used = if *state != "running" {
                     "—".to_string()
                 } else if used < 0.0 {
@@ -249,7 +246,7 @@ async fn run(args: Args) -> Result<(), String> {
                 } else {
                     format!("{} GB", gb(used))
                 };
-                outln!("{name:<w$}  {state:<8}  {owner:>6}  {gpus:<20}  {used}");
+                outln!("{name:<w$}  {state:<8}  {owner:<ow$}  {gpus:<20}  {used}");
                 for r in reasons {
                     outln!("{:<w$}    {r}", "");
                 }

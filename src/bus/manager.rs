@@ -79,6 +79,18 @@ impl Manager {
             .await
     }
 
+    /// Every pending worker, oldest first, with why it waits: one call
+    /// however many wait (what `astraeusctl workers` shows).
+    #[zbus(out_args("pending"))]
+    async fn list_pending(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> Result<Vec<(String, Vec<String>)>, BusError> {
+        self.lp
+            .ask_from(&hdr, |reply| Command::ListPending { reply })
+            .await
+    }
+
     /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB)
     #[zbus(out_args("gpus"))]
     async fn list_gpus(&self, #[zbus(header)] hdr: Header<'_>) -> Result<Vec<GpuRow>, BusError> {

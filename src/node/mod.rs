@@ -243,6 +243,10 @@ impl Node {
     pub fn running_count(&self) -> usize {
         self.workers.len() - self.pending.len()
     }
+    /// The pending workers' names, oldest first.
+    pub fn pending_names(&self) -> impl Iterator<Item = &str> {
+        self.pending.values().map(String::as_str)
+    }
     pub fn pending_count(&self) -> usize {
         self.pending.len()
     }

@@ -422,6 +422,9 @@ impl Service {
             Command::GetWorker { name, reply } => {
                 let _ = reply.send(self.get_worker(&name));
             }
+            Command::ListPending { reply } => {
+                let _ = reply.send(self.list_pending());
+            }
             Command::ListWorkers { reply } => {
                 let _ = reply.send(self.list_workers());
             }

@@ -38,6 +38,15 @@ impl Service {
             .collect()
     }
 
+    /// Pending workers, oldest first, each with its reasons (computed now,
+    /// or kept from the last time someone asked).
+    pub(super) fn list_pending(&self) -> Vec<(String, Vec<String>)> {
+        self.node
+            .pending_names()
+            .map(|name| (name.to_string(), self.node.reasons(name)))
+            .collect()
+    }
+
     pub(super) fn list_gpus(&self) -> Vec<GpuRow> {
         self.node
             .machine()
