@@ -182,3 +182,61 @@ pub enum ScheduleCommand {
         template: String,
     },
 }
+
+/// Exit codes by what went wrong (astraeusctl(1), EXIT STATUS); 2 is clap's
+/// usage error.
+pub fn exit_code(kind: &str) -> u8 {
+    match kind {
+        "InvalidRequest" => 3,
+        "NotFound" => 4,
+        "AccessDenied" => 5,
+        "Exists" | "Conflict" | "Busy" | "QuotaExceeded" => 6,
+        "Unsatisfiable" => 7,
+        "Usage" => 2,
+        // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
+        "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" => 69,
+        _ => 1,
+    }
+}
+
+/// The error's kind ("NotFound") and message, from "Kind: message" (what
+/// every failure here reads like) or a bus error's full name.
+pub fn kind_of(e: &str) -> (&str, &str) {
+    let (head, rest) = e.split_once(": ").unwrap_or(("", e));
+    let kind = head.rsplit('.').next().unwrap_or(head);
+    if head.starts_with("--") {
+        // A flag of ours that did not parse: a usage error, as clap's are.
+        ("Usage", e)
+    } else if !kind.is_empty() && kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+        (kind, rest)
+    } else if e.contains("No such file or directory") || e.contains("Connection refused") {
+        ("Unreachable", e)
+    } else {
+        ("Failed", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_their_documented_exit_codes() {
+        let code = |e: &str| exit_code(kind_of(e).0);
+        assert_eq!(code("NotFound: no live worker named x"), 4);
+        assert_eq!(code("InvalidRequest: name: …"), 3);
+        assert_eq!(code("AccessDenied: …"), 5);
+        assert_eq!(code("QuotaExceeded: …"), 6);
+        assert_eq!(code("Unsatisfiable: …"), 7);
+        assert_eq!(
+            code("org.freedesktop.DBus.Error.ServiceUnknown: no owner"),
+            69
+        );
+        assert_eq!(code("--since: expected YYYY-MM-DD"), 2);
+        assert_eq!(code("something odd happened"), 1);
+        assert_eq!(
+            kind_of("NotFound: no live worker named x").1,
+            "no live worker named x"
+        );
+    }
+}

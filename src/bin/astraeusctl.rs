@@ -627,39 +627,6 @@ fn print_slices(
     }
 }
 
-/// Exit codes by what went wrong (astraeusctl(1), EXIT STATUS); 2 is clap's
-/// usage error.
-fn exit_code(kind: &str) -> u8 {
-    match kind {
-        "InvalidRequest" => 3,
-        "NotFound" => 4,
-        "AccessDenied" => 5,
-        "Exists" | "Conflict" | "Busy" | "QuotaExceeded" => 6,
-        "Unsatisfiable" => 7,
-        "Usage" => 2,
-        // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
-        "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" => 69,
-        _ => 1,
-    }
-}
-
-/// The error's kind ("NotFound") and message, from "Kind: message" (what
-/// every failure here reads like) or a bus error's full name.
-fn kind_of(e: &str) -> (&str, &str) {
-    let (head, rest) = e.split_once(": ").unwrap_or(("", e));
-    let kind = head.rsplit('.').next().unwrap_or(head);
-    if head.starts_with("--") {
-        // A flag of ours that did not parse: a usage error, as clap's are.
-        ("Usage", e)
-    } else if !kind.is_empty() && kind.chars().all(|c| c.is_ascii_alphanumeric()) {
-        (kind, rest)
-    } else if e.contains("No such file or directory") || e.contains("Connection refused") {
-        ("Unreachable", e)
-    } else {
-        ("Failed", e)
-    }
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let json_out = args.json;
@@ -671,8 +638,8 @@ fn main() -> ExitCode {
     match rt.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let (kind, message) = kind_of(&e);
-            let code = exit_code(kind);
+            let (kind, message) = astraeusd::cli::kind_of(&e);
+            let code = astraeusd::cli::exit_code(kind);
             if json_out {
                 let err = json!({"error": kind, "message": message, "exit_code": code});
                 errln!("{err}");
