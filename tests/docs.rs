@@ -9,8 +9,8 @@
 //!   the built-in simulated machine `majin`, libvirt's test driver and the
 //!   zone UTC, in a directory holding the files of `tests/docs/`.
 //! - A ```` ```sh ```` block shows commands a private bus cannot run
-//!   (packages, systemd, a GPU): it names the test that runs them in a
-//!   `# covered by PATH` line, and PATH must exist.
+//!   (packages, systemd, a GPU): a comment in it names what runs them
+//!   (`covered by PATH`), and PATH must exist.
 //! - No other block may hold `$ ` commands.
 
 mod common;
@@ -173,12 +173,13 @@ fn every_example_in_the_docs_runs_as_shown() {
             match b.lang.as_str() {
                 "console" => ran += examples(&b.text).len(),
                 "sh" | "bash" | "shell" => {
-                    // The first word after "covered by" is the path.
+                    // The first word after "covered by" (in any comment) is the path.
                     let covered: Vec<&str> = b
                         .text
                         .lines()
-                        .filter_map(|l| l.trim().strip_prefix("# covered by "))
+                        .filter_map(|l| l.split_once("covered by ").map(|(_, rest)| rest))
                         .filter_map(|rest| rest.split_whitespace().next())
+                        .map(|p| p.trim_end_matches([')', ',', ';', '.']))
                         .collect();
                     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
                     if covered.is_empty() || !covered.iter().all(|c| root.join(c.trim()).exists()) {
@@ -283,4 +284,53 @@ fn the_documented_backup_restores_the_ledger() {
         "s \"running\"\n",
         "the backup's state is back"
     );
+}
+
+/// The README's first command: `scripts/try` runs the daemon and prints how
+/// to reach it; following what it prints works; Ctrl-C stops the daemon and
+/// its bus.
+#[test]
+fn scripts_try_runs_the_daemon_the_tour_talks_to() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let root = env!("CARGO_MANIFEST_DIR");
+    let bin = Path::new(env!("CARGO_BIN_EXE_astraeusd")).parent().unwrap();
+    let mut child = Command::new(format!("{root}/scripts/try"))
+        .env("ASTRAEUS_TRY_BIN", bin)
+        .env("ASTRAEUS_TRY_PORT", free_port().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut address = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.trim().strip_prefix("export DBUS_SYSTEM_BUS_ADDRESS='") {
+            address = rest.split('\'').next().map(str::to_string);
+        }
+        if line.starts_with("Ctrl-C stops it.") {
+            break;
+        }
+    }
+    let address = address.expect("scripts/try prints the bus address");
+    // As its instructions say: the system bus address, and astraeusctl on PATH.
+    let gpus = || {
+        Command::new(bin.join("astraeusctl"))
+            .arg("gpus")
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &address)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    eventually("the daemon answers", || {
+        gpus().contains("GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB")
+    });
+    // Ctrl-C: the daemon stops, and so does the bus it made.
+    unsafe {
+        libc::kill(-(child.id() as i32), libc::SIGINT);
+    }
+    child.wait().unwrap();
+    eventually("the bus is gone", || !busctl(&address, &["status"]).ok);
 }
