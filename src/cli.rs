@@ -59,6 +59,12 @@ pub enum CtlCommand {
     Gpus,
     /// Workers with their state and GPUs (`1 · shared 2.2 GB`).
     Workers,
+    /// One worker whole: state, owner, GPUs, share, use, warnings, holders,
+    /// why it waits, and its request (env values only for its owner and root).
+    Show {
+        /// The worker's name.
+        name: String,
+    },
     /// Who shares one GPU, and how much each takes.
     Sharers { gpu: u32 },
     /// Submit a worker spec (JSON) from a file, or - for standard input.

@@ -50,6 +50,8 @@ fn mode_colour(mode: &str) -> &'static str {
     }
 }
 
+mod show;
+
 /// GB as the daemon shows them: `7`, `6.5`, `2.25`.
 fn gb(x: f64) -> String {
     Amount::from_hundredths((x * 100.0).round().max(0.0) as u64).to_string()
@@ -252,6 +254,7 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
         }
+        Cmd::Show { name } => show::show(&c, &name, args.json).await?,
         Cmd::Sharers { gpu } => {
             let Sharers { sharers, summary } = c.call("ListSharers", &(gpu,)).await?;
             if args.json {
