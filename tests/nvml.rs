@@ -271,8 +271,17 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
     );
     assert!(manager(a, None, "SubmitWorker", &["s", &spec]).ok);
     // The holder starts using 2 GB: it is the worker's own, not outside.
+    // (Wait until that reading is taken — the worker's use shows it — so
+    // the check below is of the new reading, not of the old one.)
     fixture(&fx, &[rtx(2 * GB, 0)], &[(0, pid, 2 * GB, "compute")]);
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    eventually("the holder's use is read", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/listen",
+            "org.astraeus.Node1.Worker",
+            "GpuUsedGb",
+        ) == "d 2\n"
+    });
     assert_eq!(
         prop(
             a,
