@@ -726,3 +726,45 @@ fn schedules_belong_to_templates_that_exist() {
         steps(&db)
     );
 }
+
+/// The release interlock, over libvirt (a test-driver node file): a domain
+/// that is no template but holds a baseboard device keeps the incoming
+/// template waiting — no start is issued, and the log names the holder.
+/// (Breaking `Libvirt::holders` to answer "nobody" makes this fail.)
+#[test]
+fn a_foreign_domain_on_the_baseboard_keeps_the_template_waiting() {
+    let dir = open_tempdir();
+    let intruder = "<domain type='test'><name>intruder</name><memory>65536</memory>\
+        <os><type>hvm</type></os><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
+        <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
+        </hostdev></devices></domain>";
+    let node = dir.path().join("node.xml");
+    std::fs::write(
+        &node,
+        format!(
+            "<node><cpu><mhz>2000</mhz><model>i686</model><active>2</active><total>2</total>\
+             <nodes>1</nodes><sockets>1</sockets><cores>2</cores><threads>1</threads></cpu>\
+             <memory>2097152</memory>{intruder}</node>"
+        ),
+    )
+    .unwrap();
+    let bus = Bus::session();
+    let config = format!(
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test://{}\"\n",
+        node.display()
+    );
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    let a = bus.address.clone();
+    define_template(&a, "a");
+    assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("the holder is named", || {
+        d.log_text().contains("baseboard still held by intruder")
+    });
+    assert_eq!(template_state(&a, "a"), "waiting");
+    let db = d.state.join("ledger.db");
+    assert!(
+        !steps(&db).iter().any(|s| s.starts_with("start-issued")),
+        "{:?}",
+        steps(&db)
+    );
+}
