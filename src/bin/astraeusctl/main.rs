@@ -105,6 +105,13 @@ impl Client {
             .map_err(|e| format!("reply of {method}: {e}"))
     }
 
+    /// The daemon's time zone: its name, and the zone (UTC if unknown here).
+    async fn zone(&self) -> Result<(String, jiff::tz::TimeZone), String> {
+        let zone: String = self.manager_property("TimeZone").await?;
+        let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+        Ok((zone, tz))
+    }
+
     async fn manager_property<T>(&self, name: &str) -> Result<T, String>
     where
         T: TryFrom<zbus::OwnedVariant>,
@@ -336,8 +343,7 @@ async fn run(args: Args) -> Result<(), String> {
             times,
             dry_run,
         }) => {
-            let zone: String = c.manager_property("TimeZone").await?;
-            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let (zone, tz) = c.zone().await?;
             let actions = match file {
                 Some(file) => read_spec(&file)?,
                 None => {
@@ -405,8 +411,7 @@ async fn run(args: Args) -> Result<(), String> {
                 outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
                 return Ok(());
             }
-            let zone: String = c.manager_property("TimeZone").await?;
-            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let (zone, tz) = c.zone().await?;
             // Stored actions are normalized; an end that has passed is no error here.
             let parsed = astraeusd::schedule::parse_actions(&actions, jiff::Timestamp::UNIX_EPOCH)
                 .map_err(|e| e.message().to_string())?;
@@ -421,8 +426,7 @@ async fn run(args: Args) -> Result<(), String> {
             to,
             ..
         } => {
-            let zone: String = c.manager_property("TimeZone").await?;
-            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let (_, tz) = c.zone().await?;
             let now = jiff::Timestamp::now().as_second();
             let (from, to) = match (from, to) {
                 (Some(f), Some(t)) => (when(&f, &tz, "--from")?, when(&t, &tz, "--to")?),
@@ -432,8 +436,7 @@ async fn run(args: Args) -> Result<(), String> {
             print_slice_report(&rows, &tz, args.json);
         }
         Cmd::Slices { next, from, to, .. } => {
-            let zone: String = c.manager_property("TimeZone").await?;
-            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let (zone, tz) = c.zone().await?;
             let (from, to, limit) = match (from, to, next) {
                 (Some(f), Some(t), _) => {
                     (when(&f, &tz, "--from")?, when(&t, &tz, "--to")?, usize::MAX)
@@ -454,8 +457,7 @@ async fn run(args: Args) -> Result<(), String> {
             by,
             csv,
         } => {
-            let zone: String = c.manager_property("TimeZone").await?;
-            let tz = jiff::tz::TimeZone::get(&zone).unwrap_or(jiff::tz::TimeZone::UTC);
+            let (_, tz) = c.zone().await?;
             let now = jiff::Timestamp::now().as_second();
             let until = match until {
                 Some(u) => when(&u, &tz, "--until")?,
