@@ -4,9 +4,7 @@
 //! staging) come back as commands too, so the loop never waits on them.
 
 use crate::access::Caller;
-use crate::bus::wire::{
-    GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot, WorkerRow,
-};
+use crate::bus::wire::{GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot};
 use crate::error::Result;
 use crate::runtime::{Exit, Found, Kind};
 use crate::slicing::handoff::Event;
@@ -17,6 +15,12 @@ use crate::views::Snapshot;
 use tokio::sync::oneshot;
 
 pub type Reply<T> = oneshot::Sender<T>;
+
+/// How long a submit may wait for the loop and still be carried out. D-Bus
+/// clients give up after 25 s by default (libdbus, sd-bus, GDBus): a submit
+/// older than this is refused with Busy, so nobody is told "timed out" about
+/// a worker that was placed after all.
+pub const SUBMIT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// A submitted worker: placed now or waiting, with why.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +42,9 @@ pub enum Command {
     Submit {
         spec: String,
         caller: Caller,
+        /// When the call came: one that waited past [`SUBMIT_PATIENCE`] is
+        /// refused unprocessed (its caller has most likely given up).
+        asked: std::time::Instant,
         reply: Reply<Result<Submitted>>,
     },
     Stop {
@@ -48,13 +55,6 @@ pub enum Command {
     GetWorker {
         name: String,
         reply: Reply<Result<String>>,
-    },
-    ListWorkers {
-        reply: Reply<Vec<WorkerRow>>,
-    },
-    /// Every pending worker with why it waits, in one reply.
-    ListPending {
-        reply: Reply<Vec<(String, Vec<String>)>>,
     },
     ListGpus {
         reply: Reply<Vec<GpuRow>>,

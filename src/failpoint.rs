@@ -1,7 +1,8 @@
 //! Named failpoints for crash and watchdog tests.
 //!
-//! `ASTRAEUS_FAILPOINTS="name=kill@3,other=block"` makes the process SIGKILL
-//! itself on the third time it reaches `name`, and block forever at `other`.
+//! `ASTRAEUS_FAILPOINTS="name=kill@3,other=block,third=pause1500"` makes the
+//! process SIGKILL itself on the third time it reaches `name`, block forever
+//! at `other`, and hold the thread at `third` for 1.5 s (the first time).
 //! Without the variable every `hit` is one relaxed load of an empty table.
 
 use std::collections::HashMap;
@@ -11,6 +12,8 @@ use std::sync::OnceLock;
 enum Action {
     Kill,
     Block,
+    /// Milliseconds.
+    Pause(u64),
 }
 
 struct Point {
@@ -34,7 +37,7 @@ fn table() -> &'static HashMap<String, Point> {
                 let action = match action {
                     "kill" => Action::Kill,
                     "block" => Action::Block,
-                    _ => return None,
+                    other => Action::Pause(other.strip_prefix("pause")?.parse().ok()?),
                 };
                 Some((
                     name.to_string(),
@@ -66,5 +69,6 @@ pub fn hit(name: &str) {
         Action::Block => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
+        Action::Pause(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
     }
 }

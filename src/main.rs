@@ -281,6 +281,7 @@ async fn run(args: Args) -> Result<(), Error> {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     init_logging();
+    astraeusd::bus::tree::big_buffers_from_the_system();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -354,6 +354,11 @@ pub struct Needs {
 }
 
 impl Needs {
+    /// How many whole-GPU requests wait.
+    pub fn whole(&self) -> usize {
+        self.whole
+    }
+
     pub fn add(&mut self, req: Option<&GpuRequest>) {
         match req.map(|r| r.shared_gb) {
             None => {}

@@ -92,6 +92,11 @@ pub struct WorkerView {
     /// The request as submitted, and with `run.*.env` values hidden.
     pub request: String,
     pub request_redacted: String,
+    /// Its place in the queue (the ledger's id: older is smaller).
+    pub id: i64,
+    /// Its ListWorkers row, built with the view (lists are answered from
+    /// views, off the service loop).
+    pub row: WorkerRow,
 }
 
 /// What worker objects explain waits from, without asking the loop (a getter
@@ -275,8 +280,9 @@ pub fn used_gb(node: &Node, w: &Worker) -> f64 {
 }
 
 pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
+    let used = used_gb(node, w);
     WorkerView {
-        gpu_used_gb: used_gb(node, w),
+        gpu_used_gb: used,
         warnings: node.worker_warnings(w),
         name: w.name().to_string(),
         state: w.state(),
@@ -290,16 +296,14 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
         holders: w.holders.iter().map(|h| h.pid).collect(),
         request: w.spec_text.clone(),
         request_redacted: redact_env(&w.spec_text),
-    }
-}
-
-pub fn worker_row(node: &Node, w: &Worker) -> WorkerRow {
-    WorkerRow {
-        name: w.name().to_string(),
-        state: w.status.stored().as_str().to_string(),
-        owner_uid: w.owner_uid,
-        gpus: placement::gpus_column(w.grants()),
-        gpu_used_gb: used_gb(node, w),
+        id: w.id,
+        row: WorkerRow {
+            name: w.name().to_string(),
+            state: w.status.stored().as_str().to_string(),
+            owner_uid: w.owner_uid,
+            gpus: placement::gpus_column(w.grants()),
+            gpu_used_gb: used,
+        },
     }
 }
 

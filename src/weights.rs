@@ -12,9 +12,17 @@
 //! bytes, in path order) is what makes staging idempotent: the same content
 //! again is a no-op. The image is built beside the target and renamed over
 //! it only when complete, so a failure never leaves a half-written disk.
+//!
+//! New content is first copied into a snapshot (a directory beside the image
+//! that only the daemon can enter); the checksum recorded is the snapshot's,
+//! and the image is built from the snapshot. Whoever can write the source
+//! cannot make the image differ from its checksum by changing files between
+//! the two reads. The cost: the content is read twice and, for a while,
+//! stored twice.
 
 use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Every regular file below `root`, relative and sorted; symlinks and
@@ -74,6 +82,46 @@ pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Strin
         }
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Where the snapshot of new content for `image` is kept while it is staged.
+pub fn snapshot_path(image: &Path) -> PathBuf {
+    image.with_extension("snapshot")
+}
+
+/// Copies the tree at `source` into `snapshot`, a fresh directory (mode
+/// 0700) replacing whatever a staging cut short left there.
+pub fn snapshot(source: &Path, snapshot: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let backend = |what: String, e: std::io::Error| {
+        Error::Backend(format!("staging weights: snapshot: {what}: {e}"))
+    };
+    if snapshot.exists() {
+        std::fs::remove_dir_all(snapshot)
+            .map_err(|e| backend(snapshot.display().to_string(), e))?;
+    }
+    let mut dirs = std::fs::DirBuilder::new();
+    dirs.mode(0o700).recursive(true);
+    dirs.create(snapshot)
+        .map_err(|e| backend(snapshot.display().to_string(), e))?;
+    for (rel, _) in files(source)? {
+        let to = snapshot.join(&rel);
+        if let Some(parent) = to.parent() {
+            dirs.create(parent)
+                .map_err(|e| backend(parent.display().to_string(), e))?;
+        }
+        // A file swapped for a link meanwhile is refused, not followed.
+        let from = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(source.join(&rel))
+            .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
+        let mut out =
+            std::fs::File::create(&to).map_err(|e| backend(to.display().to_string(), e))?;
+        std::io::copy(&mut std::io::BufReader::new(from), &mut out)
+            .map_err(|e| backend(rel.display().to_string(), e))?;
+    }
+    Ok(())
 }
 
 /// Builds the read-only ext4 image of `source` at `image` (atomically).

@@ -317,14 +317,33 @@ fn introspection_of_the_live_daemon_matches_the_committed_xml() {
         &["ss", "t", r#"[{"action":"resume","time":"+3600"}]"#],
     );
     assert!(o.ok, "{}", o.stderr);
+    // busctl reads every path without a warning (zbus's own Introspect
+    // nested each descendant's interfaces: 66 lines of warnings).
+    let shown = busctl(a, &["tree", "org.astraeus.Node1"]);
+    assert!(
+        shown.ok && shown.stderr.is_empty(),
+        "busctl tree: {}",
+        shown.stderr
+    );
     let tree = busctl(a, &["tree", "--list", "org.astraeus.Node1"]).stdout;
     let mut live = Vec::new();
     for path in tree.lines() {
-        let xml = busctl(
+        let o = busctl(
             a,
             &["introspect", "--xml-interface", "org.astraeus.Node1", path],
-        )
-        .stdout;
+        );
+        assert!(
+            o.stderr.is_empty(),
+            "busctl introspect {path}: {}",
+            o.stderr
+        );
+        let plain = busctl(a, &["introspect", "org.astraeus.Node1", path]);
+        assert!(
+            plain.ok && plain.stderr.is_empty(),
+            "busctl introspect {path}: {}",
+            plain.stderr
+        );
+        let xml = o.stdout;
         for b in interface_blocks(&xml) {
             if !live.contains(&b) {
                 live.push(b);
@@ -346,7 +365,11 @@ fn introspection_of_the_live_daemon_matches_the_committed_xml() {
         interface_blocks(&committed),
         "dbus/org.astraeus.Node1.xml differs from the live daemon: run scripts/introspect-xml"
     );
-    assert_eq!(live.len(), 4, "Manager, Gpu, Worker and Template");
+    assert_eq!(
+        live.len(),
+        5,
+        "Manager, Gpu, Worker, Template and Directory"
+    );
 }
 
 #[test]

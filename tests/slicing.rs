@@ -197,6 +197,26 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     assert!(!o.stdout.contains("\"b\""), "{}", o.stdout);
 }
 
+/// Defines template `name` (domain `tmpl-NAME`) with a read-only weights
+/// disk at `dir/weights.img`: the image's path and the template's spec.
+fn weights_template(a: &str, dir: &Path, name: &str) -> (std::path::PathBuf, serde_json::Value) {
+    let image = dir.join("weights.img");
+    let xml = format!(
+        "<domain type='test'><name>tmpl-{name}</name><memory>65536</memory><os><type>hvm</type></os>\
+         <devices><disk type='file' device='disk'><source file='{}'/><target dev='vdb'/><readonly/></disk>\
+         </devices></domain>",
+        image.display()
+    );
+    let spec = serde_json::json!({
+        "name": name, "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "staff"}, "vm": {"domain_xml": xml},
+        "baseboard": [], "weights_disk": image.to_str().unwrap(),
+    });
+    let o = manager(a, None, "CreateTemplate", &["s", &spec.to_string()]);
+    assert!(o.ok, "{}", o.stderr);
+    (image, spec)
+}
+
 #[test]
 fn weights_are_staged_once_onto_a_read_only_image() {
     let dir = open_tempdir();
@@ -208,20 +228,7 @@ fn weights_are_staged_once_onto_a_read_only_image() {
         &[],
     );
     let a = &bus.address;
-    let image = dir.path().join("weights.img");
-    let xml = format!(
-        "<domain type='test'><name>tmpl-w</name><memory>65536</memory><os><type>hvm</type></os>\
-         <devices><disk type='file' device='disk'><source file='{}'/><target dev='vdb'/><readonly/></disk>\
-         </devices></domain>",
-        image.display()
-    );
-    let spec = serde_json::json!({
-        "name": "w", "workload": {"model": "m", "runtime": "r"},
-        "user": {"kind": "internal", "name": "staff"}, "vm": {"domain_xml": xml},
-        "baseboard": [], "weights_disk": image.to_str().unwrap(),
-    });
-    let o = manager(a, None, "CreateTemplate", &["s", &spec.to_string()]);
-    assert!(o.ok, "{}", o.stderr);
+    let (image, spec) = weights_template(a, dir.path(), "w");
     // Not read-only in the domain: refused by field.
     let rw = spec
         .to_string()
@@ -766,5 +773,91 @@ fn a_foreign_domain_on_the_baseboard_keeps_the_template_waiting() {
         !steps(&db).iter().any(|s| s.starts_with("start-issued")),
         "{:?}",
         steps(&db)
+    );
+}
+
+/// SHA-256 in the documented form (each file's relative path, a zero byte,
+/// its size as 8 little-endian bytes, its bytes; in path order), computed
+/// here from the image's own files, read back with debugfs.
+fn image_checksum(image: &std::path::Path, files: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut sorted = files.to_vec();
+    sorted.sort();
+    for rel in sorted {
+        let out = std::process::Command::new("debugfs")
+            .args(["-R", &format!("cat /{rel}")])
+            .arg(image)
+            .output()
+            .unwrap();
+        h.update(rel.as_bytes());
+        h.update([0]);
+        h.update((out.stdout.len() as u64).to_le_bytes());
+        h.update(&out.stdout);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whoever can write the source may change it while it is staged: the
+/// image must still hold exactly what its recorded checksum names (the red
+/// team's race: checksum, then `mkfs.ext4 -d` reading the files again). A
+/// writer rewrites a file all through the staging; a failpoint holds the
+/// staging between its two reads of the content for a second.
+#[test]
+fn the_image_holds_exactly_what_its_checksum_names() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        &[("ASTRAEUS_FAILPOINTS", "weights.snapshot-taken=pause1000")],
+    );
+    let a = &bus.address;
+    let (image, _) = weights_template(a, dir.path(), "r");
+    let source = dir.path().join("model");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::write(source.join("weights.bin"), vec![1u8; 1 << 20]).unwrap();
+    std::fs::write(source.join("config.json"), "0").unwrap();
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = {
+        let (writing, config) = (writing.clone(), source.join("config.json"));
+        let tmp = dir.path().join("config.tmp");
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                // Renamed into place (from outside the tree, so the staging
+                // never meets a half-written file or a stray one).
+                std::fs::write(&tmp, n.to_string()).unwrap();
+                std::fs::rename(&tmp, &config).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })
+    };
+    let o = ctl(
+        a,
+        None,
+        &["template", "stage", "r", source.to_str().unwrap()],
+    );
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(o.ok, "{} {}", o.stdout, o.stderr);
+    let recorded = rusqlite::Connection::open(d.state.join("ledger.db"))
+        .unwrap()
+        .query_row(
+            "SELECT checksum FROM weights WHERE template = 'r'",
+            [],
+            |r| r.get::<_, String>(0),
+        )
+        .unwrap();
+    assert_eq!(
+        image_checksum(&image, &["config.json", "weights.bin"]),
+        recorded,
+        "the image differs from what its checksum names"
+    );
+    assert!(
+        !dir.path().join("weights.snapshot").exists(),
+        "the snapshot is removed once the image is built"
     );
 }

@@ -3,8 +3,8 @@
 use super::Delta;
 use crate::views::{GpuView, Shared};
 use zbus::interface;
-use zbus::object_server::SignalEmitter;
 
+#[derive(Clone)]
 pub struct GpuObject {
     pub view: Shared<GpuView>,
 }
@@ -97,9 +97,10 @@ impl GpuObject {
 }
 
 impl GpuObject {
-    pub async fn emit_changes(&self, old: &GpuView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+    /// What changed since `old`, as one PropertiesChanged to send.
+    pub fn delta(&self, old: &GpuView) -> Delta {
         let n = self.view.read().clone();
-        let mut d = Delta::default();
+        let mut d = Delta::new("org.astraeus.Node1.Gpu");
         d.set(old.index != n.index, "Index", n.index);
         d.set(old.uuid != n.uuid, "Uuid", n.uuid);
         d.set(old.model != n.model, "Model", n.model);
@@ -130,6 +131,6 @@ impl GpuObject {
         );
         d.set(warned, "Warning", n.warning);
         d.set(old.pci_bus_id != n.pci_bus_id, "PciBusId", n.pci_bus_id);
-        d.emit(e, "org.astraeus.Node1.Gpu").await
+        d
     }
 }

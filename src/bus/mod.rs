@@ -8,7 +8,9 @@
 
 pub mod gpu;
 pub mod manager;
+pub mod outbox;
 pub mod template;
+pub mod tree;
 pub mod wire;
 pub mod worker;
 
@@ -81,13 +83,26 @@ pub fn object_path(p: String) -> Result<OwnedObjectPath, BusError> {
 
 /// A view's changed properties, sent as one PropertiesChanged per object
 /// (not one per property: each signal is a message every watcher wakes for).
-#[derive(Default)]
-pub(crate) struct Delta {
+pub struct Delta {
+    interface: &'static str,
     changed: HashMap<&'static str, zbus::Variant<'static>>,
     invalidated: Vec<&'static str>,
 }
 
 impl Delta {
+    pub(crate) fn new(interface: &'static str) -> Delta {
+        Delta {
+            interface,
+            changed: HashMap::new(),
+            invalidated: Vec::new(),
+        }
+    }
+
+    /// Whether there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.invalidated.is_empty()
+    }
+
     pub(crate) fn set<T>(&mut self, differs: bool, name: &'static str, value: T)
     where
         T: Into<zbus::Variant<'static>> + zbus::zvariant::DynamicType,
@@ -103,17 +118,13 @@ impl Delta {
         }
     }
 
-    pub(crate) async fn emit(
-        self,
-        e: &SignalEmitter<'_>,
-        interface: &'static str,
-    ) -> zbus::Result<()> {
-        if self.changed.is_empty() && self.invalidated.is_empty() {
+    pub async fn emit(self, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+        if self.is_empty() {
             return Ok(());
         }
         zbus::fdo::Properties::properties_changed(
             e,
-            zbus::names::InterfaceName::from_static_str_unchecked(interface),
+            zbus::names::InterfaceName::from_static_str_unchecked(self.interface),
             self.changed,
             std::borrow::Cow::Owned(self.invalidated),
         )

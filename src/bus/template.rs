@@ -5,6 +5,7 @@ use super::wire::SliceTriple;
 use crate::views::{slice_triple, RotationView, Shared, SlicingView};
 use zbus::interface;
 
+#[derive(Clone)]
 pub struct TemplateObject {
     pub name: String,
     pub rotation: Shared<RotationView>,

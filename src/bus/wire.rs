@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use zbus::Type;
 
 /// One row of ListWorkers: `(ssusd)`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Type)]
 pub struct WorkerRow {
     pub name: String,
     pub state: String,

@@ -6,15 +6,24 @@ use crate::command::Command;
 use crate::views::{Shared, Waits, WorkerView};
 use crate::worker::State;
 use zbus::message::Header;
-use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection};
 
+#[derive(Clone)]
 pub struct WorkerObject {
     pub lp: Loop,
     pub view: Shared<WorkerView>,
     /// What it asked for (fixed for its life): its reasons are computed from it.
     pub resources: crate::request::Resources,
     pub waits: Waits,
+}
+
+impl WorkerObject {
+    /// Its name and why it waits, as ListPending sends them.
+    pub fn name_and_reasons(&self) -> (String, Vec<String>) {
+        let name = self.view.read().name.clone();
+        let reasons = self.waits.explain(&name, &self.resources);
+        (name, reasons)
+    }
 }
 
 #[interface(name = "org.astraeus.Node1.Worker", introspection_docs = false)]
@@ -110,9 +119,10 @@ impl WorkerObject {
 }
 
 impl WorkerObject {
-    pub async fn emit_changes(&self, old: &WorkerView, e: &SignalEmitter<'_>) -> zbus::Result<()> {
+    /// What changed since `old`, as one PropertiesChanged to send.
+    pub fn delta(&self, old: &WorkerView) -> Delta {
         let n = self.view.read().clone();
-        let mut d = Delta::default();
+        let mut d = Delta::new("org.astraeus.Node1.Worker");
         let left_or_joined_queue =
             old.state != n.state && (old.state == State::Pending || n.state == State::Pending);
         d.invalidate(left_or_joined_queue, "PendingReasons");
@@ -121,6 +131,6 @@ impl WorkerObject {
         d.set(old.holders != n.holders, "Holders", n.holders);
         d.set(old.warnings != n.warnings, "Warnings", n.warnings);
         d.set(old.gpu_used_gb != n.gpu_used_gb, "GpuUsedGb", n.gpu_used_gb);
-        d.emit(e, "org.astraeus.Node1.Worker").await
+        d
     }
 }

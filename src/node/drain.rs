@@ -31,6 +31,9 @@ impl Node {
             let gpu = self.machine.gpus.iter().find(|g| &g.uuid == uuid);
             matches!((req, gpu), (Some(r), Some(g)) if placement::may_keep(g, r))
         });
+        // Only whole requests drain GPUs: with none waiting, the queue (of
+        // thousands of shared ones, say) is not walked at every refresh.
+        let after = after.filter(|_| self.needs.whole() > 0);
         if let Some(after) = after {
             let waited_enough = |submitted: EpochMs| {
                 now.as_i64().saturating_sub(submitted.as_i64()) >= after.as_millis() as i64

@@ -103,6 +103,8 @@ pub struct Node {
     workers: BTreeMap<String, Worker>,
     /// Pending workers by ledger id: oldest first.
     pending: BTreeMap<i64, String>,
+    /// Workers with holders (the refresh checks only these).
+    with_holders: std::collections::BTreeSet<String>,
     /// The least the pending workers ask of a GPU (ends passes early).
     needs: placement::Needs,
     store: Store,
@@ -126,6 +128,7 @@ impl Node {
             book: Book::default(),
             workers: BTreeMap::new(),
             pending: BTreeMap::new(),
+            with_holders: Default::default(),
             needs: Default::default(),
             run: None,
             store,
@@ -168,6 +171,9 @@ impl Node {
                     Status::Pending
                 }
             };
+            if !row.holders.is_empty() {
+                node.with_holders.insert(row.name.clone());
+            }
             node.workers.insert(
                 row.name.clone(),
                 Worker {
@@ -210,12 +216,7 @@ impl Node {
         alive: impl Fn(&Holder) -> bool,
     ) -> Result<Vec<(String, Vec<Holder>)>> {
         let mut dropped = Vec::new();
-        let names: Vec<String> = self
-            .workers
-            .values()
-            .filter(|w| !w.holders.is_empty())
-            .map(|w| w.name().to_string())
-            .collect();
+        let names: Vec<String> = self.with_holders.iter().cloned().collect();
         for name in names {
             let w = &self.workers[&name];
             let (keep, gone): (Vec<Holder>, Vec<Holder>) = w.holders.iter().partition(|h| alive(h));
@@ -223,6 +224,9 @@ impl Node {
                 continue;
             }
             self.store.set_holders(w.id, &keep)?;
+            if keep.is_empty() {
+                self.with_holders.remove(&name);
+            }
             self.workers.get_mut(&name).expect("listed").holders = keep;
             dropped.push((name, gone));
         }
@@ -325,6 +329,9 @@ impl Node {
                 Status::Pending
             }
         };
+        if !holders.is_empty() {
+            self.with_holders.insert(name.clone());
+        }
         self.workers.insert(
             name.clone(),
             Worker {
@@ -383,6 +390,7 @@ impl Node {
             .ok_or_else(|| Error::NotFound(format!("no live worker named {name}")))?;
         self.store.end_worker(w.id, at, exit_status, reason)?;
         let w = self.workers.remove(name).expect("checked above");
+        self.with_holders.remove(name);
         let mut changes = Changes {
             removed: vec![name.to_string()],
             ..Changes::default()

@@ -22,7 +22,7 @@ mod slicing;
 mod workloads;
 
 use crate::access::{self, Act, Caller};
-use crate::bus::{Loop, BASE_PATH};
+use crate::bus::Loop;
 use crate::command::{Command, Reply, Submitted};
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -111,6 +111,8 @@ pub struct Service {
     published: Published,
     /// What a group commit holds until its fsync.
     held: Held,
+    /// Everything the loop sends on the bus, in order, without waiting.
+    outbox: crate::bus::outbox::Outbox,
 }
 
 /// A reply to send once its group is synced: told the sync's error, if any.
@@ -178,11 +180,9 @@ impl Service {
             slicing,
             published,
             held: Held::default(),
+            outbox: crate::bus::outbox::Outbox::start(),
         };
-        service
-            .publish_templates()
-            .await
-            .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
+        service.publish_templates();
         Ok(service)
     }
 
@@ -257,6 +257,9 @@ impl Service {
             }
         }
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
+        if !self.outbox.flush(Duration::from_secs(2)).await {
+            tracing::warn!("the last signals and replies were not all sent within 2 s");
+        }
         if let Err(e) = self.node.alive(EpochMs::now()) {
             tracing::error!("recording the end of this run failed: {e}");
         }
@@ -273,7 +276,7 @@ impl Service {
         match self.node.drain(EpochMs::now(), self.drain_after) {
             Ok(changes) if changes == Changes::default() => {}
             Ok(changes) => {
-                self.publish(&changes).await;
+                self.publish(&changes);
                 self.launch_placed(&changes.placed).await;
             }
             Err(e) => tracing::error!("draining GPUs for whole work: {e}"),
@@ -300,7 +303,7 @@ impl Service {
         match self.node.keep_holders(alive) {
             Ok(dropped) => {
                 for (name, gone) in dropped {
-                    let _ = self.publish_worker(&name).await;
+                    self.publish_worker(&name);
                     for h in gone {
                         tracing::warn!(
                             worker = %name,
@@ -329,7 +332,7 @@ impl Service {
                 match self.node.set_machine(machine) {
                     Ok(changes) => {
                         tracing::debug!("re-read the machine ({why})");
-                        self.publish(&changes).await;
+                        self.publish(&changes);
                         self.launch_placed(&changes.placed).await;
                     }
                     Err(e) => tracing::error!("applying the new inventory failed: {e}"),
@@ -377,13 +380,24 @@ impl Service {
             tracing::error!("{e}");
         }
         let held = std::mem::take(&mut self.held);
+        // Through the outbox: behind the objects the changes added.
+        let failed = synced.err();
         for reply in held.replies {
-            reply(synced.as_ref().err());
+            let failed = failed.clone();
+            self.outbox.send(async move { reply(failed.as_ref()) });
         }
         for shown in held.shown {
-            self.announce(shown).await;
+            self.announce(shown);
         }
         self.launch_placed(&held.placed).await;
+    }
+
+    /// A reply sent behind what the change queued on the outbox (objects it
+    /// added, signals), so the caller finds them when it reads.
+    fn reply_in_order<T: Send + 'static>(&self, reply: Reply<T>, value: T) {
+        self.outbox.send(async move {
+            let _ = reply.send(value);
+        });
     }
 
     /// A change's reply, signals and launches, held until its group is durable.
@@ -412,8 +426,25 @@ impl Service {
             Command::Submit {
                 spec,
                 caller,
+                asked,
                 reply,
-            } => self.submit(spec, caller, reply).await,
+            } => {
+                if asked.elapsed() > crate::command::SUBMIT_PATIENCE {
+                    tracing::warn!(
+                        "a submit (uid {}) waited {} s for its turn; refused unprocessed, as its \
+                         caller has most likely given up",
+                        caller.uid,
+                        asked.elapsed().as_secs()
+                    );
+                    let _ = reply.send(Err(Error::Busy(format!(
+                        "the daemon took over {} s to come to this request; nothing was \
+                         submitted: try again",
+                        crate::command::SUBMIT_PATIENCE.as_secs()
+                    ))));
+                    return;
+                }
+                self.submit(spec, caller, reply).await
+            }
             Command::Stop {
                 name,
                 caller,
@@ -421,12 +452,6 @@ impl Service {
             } => self.stop(name, caller, reply).await,
             Command::GetWorker { name, reply } => {
                 let _ = reply.send(self.get_worker(&name));
-            }
-            Command::ListPending { reply } => {
-                let _ = reply.send(self.list_pending());
-            }
-            Command::ListWorkers { reply } => {
-                let _ = reply.send(self.list_workers());
             }
             Command::ListGpus { reply } => {
                 let _ = reply.send(self.list_gpus());
@@ -454,7 +479,7 @@ impl Service {
                 reply,
             } => {
                 let r = self.set_schedule(&template, &actions, &caller).await;
-                let _ = reply.send(r);
+                self.reply_in_order(reply, r);
             }
             Command::PreviewSchedule {
                 template,
@@ -491,7 +516,7 @@ impl Service {
                 reply,
             } => {
                 let r = self.template_prepared(&spec, result).await;
-                let _ = reply.send(r);
+                self.reply_in_order(reply, r);
             }
             Command::RemoveTemplate {
                 name,
@@ -499,7 +524,7 @@ impl Service {
                 reply,
             } => {
                 let r = self.remove_template(&name, &caller).await;
-                let _ = reply.send(r);
+                self.reply_in_order(reply, r);
             }
             Command::ListTemplates { reply } => {
                 let _ = reply.send(self.list_templates());
@@ -511,7 +536,7 @@ impl Service {
                 reply,
             } => {
                 let r = self.resume(template, as_handoff, &caller).await;
-                let _ = reply.send(r);
+                self.reply_in_order(reply, r);
             }
             Command::PowerOff {
                 template,
@@ -520,7 +545,7 @@ impl Service {
                 reply,
             } => {
                 let r = self.power_off(template, hard, &caller).await;
-                let _ = reply.send(r);
+                self.reply_in_order(reply, r);
             }
             Command::StageWeights {
                 template,
@@ -585,7 +610,7 @@ impl Service {
                 };
                 // Objects and views now (a caller reads them after the
                 // reply); the reply, signals and launches once durable.
-                let shown = self.show(&changes).await;
+                let shown = self.show(&changes);
                 self.hold(reply, out, shown, changes.placed);
             }
             Err(e) => {
@@ -614,17 +639,13 @@ impl Service {
         }
         match self.node.stop(&name, caller.uid) {
             Ok(changes) => {
-                let shown = self.show(&changes).await;
+                let shown = self.show(&changes);
                 self.hold(reply, (), shown, changes.placed);
             }
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
         }
-    }
-
-    fn manager_emitter(&self) -> Option<zbus::object_server::SignalEmitter<'static>> {
-        zbus::object_server::SignalEmitter::new(&self.conn, BASE_PATH).ok()
     }
 }
 

@@ -5,8 +5,9 @@
 
 use super::Service;
 use crate::bus::gpu::GpuObject;
-use crate::bus::manager::{Manager, ManagerSignals};
+use crate::bus::manager::Manager;
 use crate::bus::template::TemplateObject;
+use crate::bus::tree::{self, Above, Dir, Directory, FlatIntrospection, ObjectManager, Objects};
 use crate::bus::worker::WorkerObject;
 use crate::bus::{gpu_path, object_path, template_path, worker_path, Loop, BASE_PATH};
 use crate::journal;
@@ -19,6 +20,9 @@ use crate::views::{
 use crate::worker::State;
 use sd_notify::NotifyState;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use zbus::object_server::SignalEmitter;
 use zbus::Connection;
 
 /// What is on the bus, and the views the objects read.
@@ -29,6 +33,12 @@ pub(super) struct Published {
     templates: BTreeSet<String>,
     /// What worker objects explain waits from.
     waits: Waits,
+    /// Every object below the base path, as the listings read them.
+    objects: Objects,
+    /// What the Manager's properties read.
+    manager: Shared<ManagerView>,
+    /// PendingReasons invalidations not sent yet.
+    stale_reasons: StaleReasons,
     /// What template objects compute their slices from (a copy of the
     /// node's schedules: the loop reads the node's own).
     pub rotation: Shared<RotationView>,
@@ -37,7 +47,8 @@ pub(super) struct Published {
 }
 
 impl Published {
-    /// The Manager, the ObjectManager, and one object per GPU and worker.
+    /// The Manager, the ObjectManager, the paths down to the objects, and one
+    /// object per GPU and worker.
     pub async fn register(
         conn: &Connection,
         node: &Node,
@@ -45,29 +56,58 @@ impl Published {
         tz: &jiff::tz::TimeZone,
     ) -> zbus::Result<Published> {
         let server = conn.object_server();
+        let objects = Objects::default();
+        let manager_shown = Shared::new(manager_view(node, tz));
         let manager = Manager {
             lp: lp.clone(),
-            view: Shared::new(manager_view(node, tz)),
+            view: manager_shown.clone(),
+            objects: objects.clone(),
         };
+        let object_manager = ObjectManager {
+            objects: objects.clone(),
+        };
+        let interfaces_xml = tree::base_interfaces_xml(&[&manager, &object_manager]);
         server.at(BASE_PATH, manager).await?;
-        server.at(BASE_PATH, zbus::fdo::ObjectManager).await?;
+        // The paths above the objects introspect flat, and stay (before the
+        // ObjectManager: nothing is announced for them).
+        let flat = |above| FlatIntrospection {
+            above,
+            objects: objects.clone(),
+        };
+        let parts: Vec<&'static str> = BASE_PATH.split('/').skip(1).collect();
+        for (depth, child) in parts.iter().enumerate() {
+            let path = format!("/{}", parts[..depth].join("/"));
+            tree::flatten(server, &path, flat(Above::Path { child })).await?;
+        }
+        tree::flatten(server, BASE_PATH, flat(Above::Base { interfaces_xml })).await?;
+        for dir in Dir::ALL {
+            server.at(dir.path(), Directory).await?;
+            tree::flatten(server, &dir.path(), flat(Above::Dir(dir))).await?;
+        }
+        server.at(BASE_PATH, object_manager).await?;
         let mut gpus = BTreeSet::new();
         for g in &node.machine().gpus {
-            let view = Shared::new(gpu_view(node, g));
-            server.at(gpu_path(g.index), GpuObject { view }).await?;
+            let obj = GpuObject {
+                view: Shared::new(gpu_view(node, g)),
+            };
+            server.at(gpu_path(g.index), obj.clone()).await?;
+            objects.add_gpu(g.index, obj);
             gpus.insert(g.index);
         }
         let waits = Waits::default();
         waits.replace(node.snapshot());
         for w in node.workers() {
-            server
-                .at(worker_path(w.name()), worker_object(node, w, lp, &waits))
-                .await?;
+            let obj = worker_object(node, w, lp, &waits);
+            server.at(worker_path(w.name()), obj.clone()).await?;
+            objects.add_worker(w.name(), obj);
         }
         Ok(Published {
             gpus,
             templates: BTreeSet::new(),
             waits,
+            objects,
+            manager: manager_shown,
+            stale_reasons: StaleReasons::default(),
             rotation: Shared::new(RotationView {
                 templates: node.rotation(),
                 tz: tz.clone(),
@@ -75,6 +115,18 @@ impl Published {
             slicing: Shared::new(SlicingView::default()),
         })
     }
+}
+
+/// Workers whose PendingReasons are to be invalidated, and whether a job to
+/// send them is already queued.
+#[derive(Clone, Default)]
+struct StaleReasons {
+    names: Arc<Mutex<BTreeSet<String>>>,
+    queued: Arc<AtomicBool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn worker_object(node: &Node, w: &Worker, lp: &Loop, waits: &Waits) -> WorkerObject {
@@ -132,40 +184,26 @@ fn log_state(node: &Node, w: &Worker) {
 impl Service {
     /// Brings bus objects in line with the node after `changes`, signalling
     /// only what differs: [`Service::show`], then [`Service::announce`].
-    pub(super) async fn publish(&mut self, changes: &Changes) {
-        let shown = self.show(changes).await;
-        self.announce(shown).await;
+    pub(super) fn publish(&mut self, changes: &Changes) {
+        let shown = self.show(changes);
+        self.announce(shown);
     }
 
-    /// The part of publishing a reply must wait for: objects added and
-    /// removed, and every view replaced, so that whatever a caller reads after
-    /// the reply is current. No signal but the ObjectManager's own.
-    pub(super) async fn show(&mut self, changes: &Changes) -> Shown {
+    /// The part of publishing a reply must follow: objects added and removed
+    /// (queued on the outbox, ahead of the reply) and every view replaced now,
+    /// so that whatever a caller reads after the reply is current.
+    pub(super) fn show(&mut self, changes: &Changes) -> Shown {
         let mut shown = Shown::default();
-        if let Err(e) = self.try_show(changes, &mut shown).await {
-            tracing::error!("updating D-Bus objects failed: {e}");
-        }
-        shown
-    }
-
-    /// The signals of what [`Service::show`] changed, sent after the reply.
-    pub(super) async fn announce(&mut self, shown: Shown) {
-        if let Err(e) = self.try_announce(shown).await {
-            tracing::error!("signalling D-Bus changes failed: {e}");
-        }
-        let status = crate::views::status_line(&self.node);
-        let _ = sd_notify::notify(&[NotifyState::Status(&status)]);
-    }
-
-    async fn try_show(&mut self, changes: &Changes, shown: &mut Shown) -> zbus::Result<()> {
-        let server = self.conn.object_server();
         // Waits are explained from this moment on; reasons read before may differ.
         let read_before = self.published.waits.replace(self.node.snapshot());
         for name in &changes.removed {
             tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} ended; its share is free");
             let p = worker_path(name);
-            server.remove::<WorkerObject, _>(p.as_str()).await?;
-            shown.removed.push((name.clone(), p));
+            self.published.objects.remove_worker(name);
+            self.on_bus("removing a worker object", move |server| async move {
+                server.remove::<WorkerObject, _>(p.as_str()).await.map(drop)
+            });
+            shown.removed.push((name.clone(), worker_path(name)));
         }
         for name in &changes.added {
             let Some(w) = self.node.worker(name) else {
@@ -173,9 +211,12 @@ impl Service {
             };
             let p = worker_path(name);
             let obj = worker_object(&self.node, w, &self.lp, &self.published.waits);
-            server.at(p.as_str(), obj).await?;
+            self.published.objects.add_worker(name, obj.clone());
+            self.on_bus("adding a worker object", move |server| async move {
+                server.at(p, obj).await.map(drop)
+            });
             log_state(&self.node, w);
-            shown.added.push((name.clone(), p));
+            shown.added.push((name.clone(), worker_path(name)));
         }
         // A new reading can change any worker's warnings.
         let names: Vec<String> = if changes.machine_changed {
@@ -187,7 +228,7 @@ impl Service {
             if changes.added.contains(&name) {
                 continue;
             }
-            if let Some(old) = self.show_worker(&name).await? {
+            if let Some(old) = self.show_worker(&name) {
                 shown.workers.push((name, old));
             }
         }
@@ -203,60 +244,68 @@ impl Service {
         }
         // GPUs: add or remove objects when the inventory's shape changed.
         let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
-        for gone in self.published.gpus.difference(&now) {
-            server
-                .remove::<GpuObject, _>(gpu_path(*gone).as_str())
-                .await?;
+        for &gone in self.published.gpus.difference(&now) {
+            self.published.objects.remove_gpu(gone);
+            self.on_bus("removing a GPU object", move |server| async move {
+                server
+                    .remove::<GpuObject, _>(gpu_path(gone).as_str())
+                    .await
+                    .map(drop)
+            });
         }
         for g in &self.node.machine().gpus {
             let view = gpu_view(&self.node, g);
-            if !self.published.gpus.contains(&g.index) {
-                let view = Shared::new(view);
-                server.at(gpu_path(g.index), GpuObject { view }).await?;
-            } else if changes.machine_changed || changes.gpus.contains(&g.index) {
-                let iface = server
-                    .interface::<_, GpuObject>(gpu_path(g.index).as_str())
-                    .await?;
-                let old = iface.get().await.view.replace(view);
-                shown.gpus.push((g.index, old));
+            if let Some(obj) = self.published.objects.gpu(g.index) {
+                if changes.machine_changed || changes.gpus.contains(&g.index) {
+                    shown.gpus.push((g.index, obj.view.replace(view)));
+                }
+            } else {
+                let obj = GpuObject {
+                    view: Shared::new(view),
+                };
+                self.published.objects.add_gpu(g.index, obj.clone());
+                let p = gpu_path(g.index);
+                self.on_bus("adding a GPU object", move |server| async move {
+                    server.at(p, obj).await.map(drop)
+                });
             }
         }
         self.published.gpus = now;
-        let manager = server.interface::<_, Manager>(BASE_PATH).await?;
         let view = manager_view(&self.node, &self.slice_rules.tz);
-        shown.manager = Some(manager.get().await.view.replace(view));
-        Ok(())
+        shown.manager = Some(self.published.manager.replace(view));
+        shown
     }
 
-    async fn try_announce(&mut self, shown: Shown) -> zbus::Result<()> {
-        let server = self.conn.object_server();
-        let manager = server.interface::<_, Manager>(BASE_PATH).await?;
-        let path = |p: String| object_path(p).map_err(|e| zbus::Error::Failure(e.to_string()));
+    /// The signals of what [`Service::show`] changed, queued after the reply.
+    pub(super) fn announce(&mut self, shown: Shown) {
         for (name, p) in shown.removed {
-            manager.worker_removed(&name, path(p)?).await?;
+            self.signal("WorkerRemoved", BASE_PATH.into(), move |e| async move {
+                Manager::worker_removed(&e, &name, owned_path(p)?).await
+            });
         }
         for (name, p) in shown.added {
-            manager.worker_new(&name, path(p)?).await?;
+            self.signal("WorkerNew", BASE_PATH.into(), move |e| async move {
+                Manager::worker_new(&e, &name, owned_path(p)?).await
+            });
         }
         // A worker that ended meanwhile has no object left to signal from.
         for (name, old) in shown.workers {
-            if let Ok(iface) = self.worker_object(&name).await {
-                let obj = iface.get().await;
-                obj.emit_changes(&old, iface.signal_emitter()).await?;
+            if let Some(obj) = self.published.objects.worker(&name) {
+                let delta = obj.delta(&old);
+                if !delta.is_empty() {
+                    self.signal(
+                        "PropertiesChanged",
+                        worker_path(&name),
+                        move |e| async move { delta.emit(&e).await },
+                    );
+                }
             }
         }
-        for name in shown.stale_reasons {
-            if let Ok(iface) = self.worker_object(&name).await {
-                let obj = iface.get().await;
-                obj.pending_reasons_invalidate(iface.signal_emitter())
-                    .await?;
-            }
-        }
+        self.invalidate_reasons(shown.stale_reasons);
         for (index, old) in shown.gpus {
-            let iface = server
-                .interface::<_, GpuObject>(gpu_path(index).as_str())
-                .await?;
-            let obj = iface.get().await;
+            let Some(obj) = self.published.objects.gpu(index) else {
+                continue;
+            };
             let warning = obj.view.read().warning.clone();
             if warning_key(&old.warning) != warning_key(&warning) && !warning.is_empty() {
                 tracing::warn!(
@@ -270,45 +319,112 @@ impl Service {
                     self.node.machine().name
                 );
             }
-            obj.emit_changes(&old, iface.signal_emitter()).await?;
+            let delta = obj.delta(&old);
+            if !delta.is_empty() {
+                self.signal("PropertiesChanged", gpu_path(index), move |e| async move {
+                    delta.emit(&e).await
+                });
+            }
         }
         if let Some(old) = shown.manager {
-            let obj = manager.get().await;
-            obj.emit_changes(&old, manager.signal_emitter()).await?;
+            let delta = Manager::delta(&old, &self.published.manager.read());
+            if !delta.is_empty() {
+                self.signal("PropertiesChanged", BASE_PATH.into(), move |e| async move {
+                    delta.emit(&e).await
+                });
+            }
         }
-        Ok(())
+        let status = crate::views::status_line(&self.node);
+        let _ = sd_notify::notify(&[NotifyState::Status(&status)]);
+    }
+
+    /// PendingReasons invalidated for `names`, coalesced: one job sends
+    /// every name gathered until it runs, so a burst of changes while
+    /// thousands of workers' reasons were read (one GetManagedObjects reads
+    /// them all) costs one signal per worker, not one per worker per change.
+    fn invalidate_reasons(&mut self, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        let stale = &self.published.stale_reasons;
+        lock(&stale.names).extend(names);
+        if stale.queued.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (stale, objects, conn) = (
+            stale.clone(),
+            self.published.objects.clone(),
+            self.conn.clone(),
+        );
+        self.outbox.send(async move {
+            stale.queued.store(false, Ordering::SeqCst);
+            let names = std::mem::take(&mut *lock(&stale.names));
+            for name in names {
+                let Some(obj) = objects.worker(&name) else {
+                    continue;
+                };
+                let sent = match SignalEmitter::new(&conn, worker_path(&name)) {
+                    Ok(e) => obj.pending_reasons_invalidate(&e).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = sent {
+                    tracing::error!("sending PropertiesChanged failed: {e}");
+                }
+            }
+        });
+    }
+
+    /// Queues a change of zbus's object tree on the outbox; a failure is
+    /// logged (`what` names it).
+    pub(super) fn on_bus<F, Fut>(&self, what: &'static str, f: F)
+    where
+        F: FnOnce(zbus::ObjectServer) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = zbus::Result<()>> + Send,
+    {
+        let server = self.conn.object_server().clone();
+        self.outbox.send(async move {
+            if let Err(e) = f(server).await {
+                tracing::error!("{what} failed: {e}");
+            }
+        });
+    }
+
+    /// Queues a signal from `path` on the outbox; a failure is logged.
+    pub(super) fn signal<F, Fut>(&self, what: &'static str, path: String, f: F)
+    where
+        F: FnOnce(SignalEmitter<'static>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = zbus::Result<()>> + Send,
+    {
+        let conn = self.conn.clone();
+        self.outbox.send(async move {
+            let sent = match SignalEmitter::new(&conn, path) {
+                Ok(e) => f(e.into_owned()).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
+                tracing::error!("sending {what} failed: {e}");
+            }
+        });
     }
 
     /// One worker's view replaced and its changes signalled.
-    pub(super) async fn publish_worker(&mut self, name: &str) -> zbus::Result<()> {
-        if let Some(old) = self.show_worker(name).await? {
+    pub(super) fn publish_worker(&mut self, name: &str) {
+        if let Some(old) = self.show_worker(name) {
             let workers = vec![(name.to_string(), old)];
-            self.try_announce(Shown {
+            self.announce(Shown {
                 workers,
                 ..Shown::default()
-            })
-            .await?;
+            });
         }
-        Ok(())
-    }
-
-    async fn worker_object(
-        &self,
-        name: &str,
-    ) -> zbus::Result<zbus::object_server::InterfaceRef<WorkerObject>> {
-        self.conn
-            .object_server()
-            .interface::<_, WorkerObject>(worker_path(name).as_str())
-            .await
     }
 
     /// Replaces a worker's view; the one before, to signal the difference.
-    async fn show_worker(&self, name: &str) -> zbus::Result<Option<WorkerView>> {
-        let Some(w) = self.node.worker(name) else {
-            return Ok(None);
+    fn show_worker(&self, name: &str) -> Option<WorkerView> {
+        let w = self.node.worker(name)?;
+        let Some(obj) = self.published.objects.worker(name) else {
+            tracing::error!(worker = %name, "worker {name} has no object to show");
+            return None;
         };
-        let iface = self.worker_object(name).await?;
-        let obj = iface.get().await;
         let view = worker_view(&self.node, w);
         for warning in view
             .warnings
@@ -322,31 +438,35 @@ impl Service {
         if old.state != new_state {
             log_state(&self.node, w);
         }
-        Ok(Some(old))
+        Some(old)
     }
 
     /// Template objects follow the schedules: one per template that has one.
-    pub(super) async fn publish_rotation(&mut self) -> zbus::Result<()> {
+    pub(super) fn publish_rotation(&mut self) {
         self.published.rotation.replace(RotationView {
             templates: self.node.rotation(),
             tz: self.slice_rules.tz.clone(),
         });
-        self.publish_templates().await
+        self.publish_templates()
     }
 
     /// Template objects for every template defined or scheduled, and the
     /// slicing view behind them.
-    pub(super) async fn publish_templates(&mut self) -> zbus::Result<()> {
+    pub(super) fn publish_templates(&mut self) {
         let mut names: BTreeSet<String> =
             self.node.rotation().into_iter().map(|(t, _)| t).collect();
         let view = self.slicing.as_ref().map(|s| s.view()).unwrap_or_default();
         names.extend(view.info.keys().cloned());
         self.published.slicing.replace(view);
-        let server = self.conn.object_server();
         for name in self.published.templates.difference(&names) {
-            server
-                .remove::<TemplateObject, _>(template_path(name).as_str())
-                .await?;
+            self.published.objects.remove_template(name);
+            let p = template_path(name);
+            self.on_bus("removing a template object", move |server| async move {
+                server
+                    .remove::<TemplateObject, _>(p.as_str())
+                    .await
+                    .map(drop)
+            });
         }
         for name in names.difference(&self.published.templates) {
             let obj = TemplateObject {
@@ -354,9 +474,16 @@ impl Service {
                 rotation: self.published.rotation.clone(),
                 slicing: self.published.slicing.clone(),
             };
-            server.at(template_path(name), obj).await?;
+            self.published.objects.add_template(name, obj.clone());
+            let p = template_path(name);
+            self.on_bus("adding a template object", move |server| async move {
+                server.at(p, obj).await.map(drop)
+            });
         }
         self.published.templates = names;
-        Ok(())
     }
+}
+
+fn owned_path(p: String) -> zbus::Result<zbus::OwnedObjectPath> {
+    object_path(p).map_err(|e| zbus::Error::Failure(e.to_string()))
 }

@@ -2,9 +2,7 @@
 //! Nothing here changes the node or waits on anything but the ledger.
 
 use super::Service;
-use crate::bus::wire::{
-    GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot, WorkerRow,
-};
+use crate::bus::wire::{GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot};
 use crate::command::Window;
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
@@ -29,22 +27,6 @@ impl Service {
             Some(w) => Ok(w.name().to_string()),
             None => Err(Error::NotFound(format!("no live worker named {name}"))),
         }
-    }
-
-    pub(super) fn list_workers(&self) -> Vec<WorkerRow> {
-        self.node
-            .workers()
-            .map(|w| views::worker_row(&self.node, w))
-            .collect()
-    }
-
-    /// Pending workers, oldest first, each with its reasons (computed now,
-    /// or kept from the last time someone asked).
-    pub(super) fn list_pending(&self) -> Vec<(String, Vec<String>)> {
-        self.node
-            .pending_names()
-            .map(|name| (name.to_string(), self.node.reasons(name)))
-            .collect()
     }
 
     pub(super) fn list_gpus(&self) -> Vec<GpuRow> {

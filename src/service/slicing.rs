@@ -263,7 +263,7 @@ impl Service {
                 }
             }
         }
-        let _ = self.publish_templates().await;
+        self.publish_templates();
     }
 
     /// Scheduled actions that fell while the daemon was down are not fired
@@ -401,9 +401,7 @@ impl Service {
         self.node
             .set_schedule(template, actions, &self.rotation_rules())?;
         tracing::info!(template = %template, "schedule of {template} set");
-        if let Err(e) = self.publish_rotation().await {
-            tracing::error!("updating template objects failed: {e}");
-        }
+        self.publish_rotation();
         Ok(())
     }
 
@@ -541,9 +539,7 @@ impl Service {
         s.templates.insert(name.clone(), defined);
         s.refresh_limits();
         tracing::info!(template = %name, "template {name} defined");
-        if let Err(e) = self.publish_templates().await {
-            tracing::error!("publishing template {name}: {e}");
-        }
+        self.publish_templates();
         Ok(name)
     }
 
@@ -560,7 +556,7 @@ impl Service {
         s.templates.remove(name);
         s.refresh_limits();
         tracing::info!(template = %name, "template {name} removed (its libvirt domain is kept)");
-        let _ = self.publish_rotation().await;
+        self.publish_rotation();
         Ok(())
     }
 
@@ -620,10 +616,20 @@ impl Service {
                 if before.as_deref() == Some(sum.as_str()) && image_path.exists() {
                     return Ok((sum, false)); // the same content: nothing to do
                 }
-                progress("image", 0.0);
-                crate::weights::build_image(&source, image_path)?;
+                // New content: the image and its checksum come from one
+                // snapshot, which nobody else can change (see weights.rs).
+                progress("snapshot", 0.0);
+                let snapshot = crate::weights::snapshot_path(image_path);
+                let staged = crate::weights::snapshot(&source, &snapshot).and_then(|()| {
+                    crate::failpoint::hit("weights.snapshot-taken");
+                    let sum = crate::weights::checksum(&snapshot, |_, _| {})?;
+                    progress("image", 0.0);
+                    crate::weights::build_image(&snapshot, image_path)?;
+                    Ok(sum)
+                });
+                let _ = std::fs::remove_dir_all(&snapshot);
                 progress("image", 1.0);
-                Ok((sum, true))
+                Ok((staged?, true))
             });
             let _ = tx.blocking_send(Command::WeightsStaged { template, result });
         });
@@ -664,9 +670,9 @@ impl Service {
                 (String::new(), false, e.message().to_string())
             }
         };
-        if let Some(e) = self.manager_emitter() {
-            let _ = Manager::weights_staged(&e, &template, &checksum, changed, &error).await;
-        }
+        self.signal("WeightsStaged", BASE_PATH.into(), move |e| async move {
+            Manager::weights_staged(&e, &template, &checksum, changed, &error).await
+        });
     }
 
     /// Feeds one event to the handoff machine and carries out its actions:
@@ -679,7 +685,6 @@ impl Service {
         let (state, actions) = handoff::step(&s.state, &event, &s.settings);
         s.state = state;
         let mut refused = None;
-        let emitter = self.manager_emitter();
         for a in &actions {
             match a {
                 Action::Record(r) => {
@@ -706,11 +711,11 @@ impl Service {
                         who(from),
                         who(to)
                     );
-                    if let Some(e) = &emitter {
-                        let at = r.at_ms.as_i64();
-                        let step = r.step.as_str();
-                        let _ = Manager::handoff_step(e, step, from, to, at, detail).await;
-                    }
+                    let (at, step) = (r.at_ms.as_i64(), r.step.as_str());
+                    let (from, to, detail) = (from.to_string(), to.to_string(), detail.to_string());
+                    self.signal("HandoffStep", BASE_PATH.into(), move |e| async move {
+                        Manager::handoff_step(&e, step, &from, &to, at, &detail).await
+                    });
                 }
                 Action::Signal(Signal::SliceStarted {
                     template,
@@ -718,16 +723,18 @@ impl Service {
                     dead_time_ms,
                 }) => {
                     self.slice_began(template, *at_ms, *dead_time_ms);
-                    if let Some(e) = &emitter {
-                        let dead = dead_time_ms.map_or(-1, |d| d as i64);
-                        let _ = Manager::slice_started(e, template, at_ms.as_i64(), dead).await;
-                    }
+                    let dead = dead_time_ms.map_or(-1, |d| d as i64);
+                    let (template, at) = (template.clone(), at_ms.as_i64());
+                    self.signal("SliceStarted", BASE_PATH.into(), move |e| async move {
+                        Manager::slice_started(&e, &template, at, dead).await
+                    });
                 }
                 Action::Signal(Signal::SliceEnded { template, at_ms }) => {
                     self.slice_done(template, *at_ms, None);
-                    if let Some(e) = &emitter {
-                        let _ = Manager::slice_ended(e, template, at_ms.as_i64(), "").await;
-                    }
+                    let (template, at) = (template.clone(), at_ms.as_i64());
+                    self.signal("SliceEnded", BASE_PATH.into(), move |e| async move {
+                        Manager::slice_ended(&e, &template, at, "").await
+                    });
                 }
                 Action::Signal(Signal::SliceFailed {
                     template,
@@ -736,9 +743,10 @@ impl Service {
                 }) => {
                     tracing::warn!(template = %template, "slice of {template} failed: {error}");
                     self.slice_done(template, *at_ms, Some(error));
-                    if let Some(e) = &emitter {
-                        let _ = Manager::slice_ended(e, template, at_ms.as_i64(), error).await;
-                    }
+                    let (template, at, error) = (template.clone(), at_ms.as_i64(), error.clone());
+                    self.signal("SliceEnded", BASE_PATH.into(), move |e| async move {
+                        Manager::slice_ended(&e, &template, at, &error).await
+                    });
                 }
                 Action::Signal(Signal::SliceReady {
                     template,
@@ -762,9 +770,7 @@ impl Service {
                 }
             }
         }
-        if let Err(e) = self.publish_templates().await {
-            tracing::error!("publishing templates: {e}");
-        }
+        self.publish_templates();
         match refused {
             Some(reason) => Err(Error::Conflict(reason)),
             None => Ok(()),

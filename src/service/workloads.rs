@@ -91,7 +91,7 @@ impl Service {
             return;
         };
         self.node.set_phase(name, Phase::Starting);
-        let _ = self.publish_worker(name).await;
+        self.publish_worker(name);
         let tx = self.lp.tx.clone();
         let name = name.to_string();
         tokio::spawn(async move {
@@ -119,7 +119,7 @@ impl Service {
                 if phase == Phase::Stopping {
                     self.stop_workload(&name).await;
                 }
-                let _ = self.publish_worker(&name).await;
+                self.publish_worker(&name);
             }
             (Ok(id), None) => {
                 // Stopped while it was starting: nothing may keep running.
@@ -149,7 +149,7 @@ impl Service {
         let at = at.unwrap_or_else(EpochMs::now);
         match self.node.end_at(name, status, reason, at) {
             Ok(changes) => {
-                self.publish(&changes).await;
+                self.publish(&changes);
                 self.launch_placed(&changes.placed).await;
             }
             Err(e) => tracing::error!(worker = %name, "ending the worker failed: {e}"),
@@ -222,7 +222,7 @@ impl Service {
     /// Graceful stop, then forced; the watcher reports the end.
     pub(super) async fn stop_workload(&mut self, name: &str) {
         self.node.set_phase(name, Phase::Stopping);
-        let _ = self.publish_worker(name).await;
+        self.publish_worker(name);
         let w = self.node.worker(name);
         let rt = w.and_then(|w| w.kind()).and_then(|k| self.runtimes.get(k));
         let id = w.and_then(|w| w.runtime_id.clone());
@@ -314,7 +314,7 @@ impl Service {
                     }
                     tracing::info!(worker = %name, "adopted the running workload of worker {name}");
                     self.watch(name.clone(), kind, f.id.clone());
-                    let _ = self.publish_worker(&name).await;
+                    self.publish_worker(&name);
                 }
                 Some(f) if f.exit_code.is_none() => {
                     // Created but never started (a crash between the two): start afresh.

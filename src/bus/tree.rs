@@ -1,0 +1,430 @@
+//! The object tree's listings, answered from the daemon's own index of its
+//! objects instead of zbus's tree: `GetManagedObjects`, `Introspect` on the
+//! paths above the objects, and the Manager's two lists of workers.
+//!
+//! zbus answers the first two by walking its tree under the lock that adding
+//! or removing an object takes (and its Introspect nests every descendant's
+//! interfaces, which busctl cannot parse). With thousands of workers, anyone
+//! allowed to read could then hold the service loop up for seconds, watchdog
+//! included. Here a listing copies the index (cheap handles), lets go of it,
+//! and builds its answer while yielding; one listing is built at a time
+//! (later ones wait their turn, never the loop).
+//!
+//! The paths above the objects (`/` … `/org/astraeus/Node1/worker`) are kept
+//! for the daemon's life: each directory carries an empty
+//! `org.astraeus.Node1.Directory` interface, because zbus prunes a node that
+//! has only the standard interfaces and would bring its own Introspectable
+//! back when the node returns.
+
+use super::gpu::GpuObject;
+use super::template::TemplateObject;
+use super::wire::WorkerRow;
+use super::worker::WorkerObject;
+use super::{escape_label, gpu_path, template_path, worker_path, BASE_PATH};
+use crate::worker::State;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use zbus::fdo::ManagedObjects;
+use zbus::message::Header;
+use zbus::names::InterfaceName;
+use zbus::object_server::{Interface, SignalEmitter};
+use zbus::{interface, Connection, ObjectServer, OwnedObjectPath};
+
+/// Listings built at once; more wait for a turn.
+const LISTINGS_AT_ONCE: usize = 1;
+/// Objects handled between two yields to the runtime.
+const YIELD_EVERY: usize = 64;
+
+/// Every object the daemon serves below the base path, by kind: the same
+/// handles (and so the same views) as the objects in zbus's tree.
+#[derive(Clone)]
+pub struct Objects {
+    index: Arc<RwLock<Index>>,
+    turns: Arc<Semaphore>,
+}
+
+#[derive(Default)]
+struct Index {
+    /// By worker name.
+    workers: BTreeMap<String, WorkerObject>,
+    gpus: BTreeMap<u32, GpuObject>,
+    /// By template name.
+    templates: BTreeMap<String, TemplateObject>,
+}
+
+/// One object of the index, copied out of it.
+enum Listed {
+    Worker(WorkerObject),
+    Gpu(GpuObject),
+    Template(TemplateObject),
+}
+
+impl Default for Objects {
+    fn default() -> Objects {
+        Objects {
+            index: Arc::default(),
+            turns: Arc::new(Semaphore::new(LISTINGS_AT_ONCE)),
+        }
+    }
+}
+
+impl Objects {
+    pub fn add_worker(&self, name: &str, o: WorkerObject) {
+        self.write().workers.insert(name.to_string(), o);
+    }
+    pub fn remove_worker(&self, name: &str) {
+        self.write().workers.remove(name);
+    }
+    pub fn add_gpu(&self, index: u32, o: GpuObject) {
+        self.write().gpus.insert(index, o);
+    }
+    pub fn remove_gpu(&self, index: u32) {
+        self.write().gpus.remove(&index);
+    }
+    pub fn add_template(&self, name: &str, o: TemplateObject) {
+        self.write().templates.insert(name.to_string(), o);
+    }
+    pub fn remove_template(&self, name: &str) {
+        self.write().templates.remove(name);
+    }
+    /// A worker's object (the loop replaces its view through it).
+    pub fn worker(&self, name: &str) -> Option<WorkerObject> {
+        self.read().workers.get(name).cloned()
+    }
+    pub fn gpu(&self, index: u32) -> Option<GpuObject> {
+        self.read().gpus.get(&index).cloned()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for a turn to build a listing.
+    async fn turn(&self) -> OwnedSemaphorePermit {
+        self.turns
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    fn workers(&self) -> Vec<WorkerObject> {
+        self.read().workers.values().cloned().collect()
+    }
+
+    /// ListWorkers: every live worker's row, by name.
+    pub async fn worker_rows(&self) -> Vec<WorkerRow> {
+        let _turn = self.turn().await;
+        let mut rows = Vec::new();
+        for (i, w) in self.workers().iter().enumerate() {
+            pause(i).await;
+            rows.push(w.view.read().row.clone());
+        }
+        give_back_memory();
+        rows
+    }
+
+    /// ListPending: every pending worker with its reasons, oldest first.
+    pub async fn pending(&self) -> Vec<(String, Vec<String>)> {
+        let _turn = self.turn().await;
+        let mut waiting: Vec<(i64, WorkerObject)> = self
+            .workers()
+            .into_iter()
+            .filter_map(|w| {
+                let (state, id) = {
+                    let v = w.view.read();
+                    (v.state, v.id)
+                };
+                (state == State::Pending).then_some((id, w))
+            })
+            .collect();
+        waiting.sort_by_key(|(id, _)| *id);
+        let mut out = Vec::with_capacity(waiting.len());
+        for (i, (_, w)) in waiting.iter().enumerate() {
+            pause(i).await;
+            out.push(w.name_and_reasons());
+        }
+        give_back_memory();
+        out
+    }
+
+    fn listed(&self) -> Vec<(String, Listed)> {
+        let index = self.read();
+        let workers = index
+            .workers
+            .iter()
+            .map(|(n, o)| (worker_path(n), Listed::Worker(o.clone())));
+        let gpus = index
+            .gpus
+            .iter()
+            .map(|(i, o)| (gpu_path(*i), Listed::Gpu(o.clone())));
+        let templates = index
+            .templates
+            .iter()
+            .map(|(n, o)| (template_path(n), Listed::Template(o.clone())));
+        workers.chain(gpus).chain(templates).collect()
+    }
+
+    /// The labels below one directory, for its introspection.
+    fn children(&self, dir: Dir) -> Vec<String> {
+        let index = self.read();
+        match dir {
+            Dir::Workers => index.workers.keys().map(|n| escape_label(n)).collect(),
+            Dir::Gpus => index.gpus.keys().map(u32::to_string).collect(),
+            Dir::Templates => index.templates.keys().map(|n| escape_label(n)).collect(),
+        }
+    }
+}
+
+/// Yields to the runtime now and then, so that a long listing shares its
+/// thread with the service loop.
+async fn pause(i: usize) {
+    if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A listing and its turn: the turn is given back once zbus has serialised
+/// the reply (it drops the value after building the message), so replies
+/// are built one at a time too.
+pub struct Listing {
+    objects: ManagedObjects,
+    _turn: OwnedSemaphorePermit,
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        // Freed before the turn is given back, then handed to the system.
+        std::mem::take(&mut self.objects);
+        give_back_memory();
+    }
+}
+
+/// Buffers of 1 MiB and more (a listing's reply) come straight from the
+/// system and go back to it when freed. glibc would otherwise raise that
+/// bound to the largest buffer freed so far and serve the next big reply
+/// from the heap, which it then keeps.
+pub fn big_buffers_from_the_system() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets a tunable, before any thread is started.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+/// Returns the allocator's free memory to the system. A big listing frees
+/// tens of MB in small pieces that glibc would otherwise keep for the
+/// process: after a flood of them, the daemon's memory comes back to where
+/// it was.
+pub fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+impl zbus::Type for Listing {
+    const SIGNATURE: &'static zbus::Signature = <ManagedObjects as zbus::Type>::SIGNATURE;
+}
+
+impl serde::Serialize for Listing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.objects.serialize(s)
+    }
+}
+
+/// `org.freedesktop.DBus.ObjectManager` at the base path, from the index.
+/// (zbus still sends InterfacesAdded/Removed when objects come and go: it
+/// recognises the interface by its name.)
+pub struct ObjectManager {
+    pub objects: Objects,
+}
+
+#[interface(
+    name = "org.freedesktop.DBus.ObjectManager",
+    introspection_docs = false
+)]
+impl ObjectManager {
+    /// Every object with its properties, as Properties.GetAll gives them to
+    /// this caller (a worker's request shows its env to its owner and root only).
+    async fn get_managed_objects(
+        &self,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] hdr: Header<'_>,
+    ) -> zbus::fdo::Result<Listing> {
+        let turn = self.objects.turn().await;
+        let mut objects = ManagedObjects::new();
+        for (i, (path, o)) in self.objects.listed().into_iter().enumerate() {
+            pause(i).await;
+            let path = OwnedObjectPath::try_from(path)
+                .map_err(|e| zbus::fdo::Error::Failed(format!("object path: {e}")))?;
+            let emitter = SignalEmitter::new(conn, path.clone())?;
+            let (name, props) = match &o {
+                Listed::Worker(w) => (
+                    WorkerObject::name(),
+                    w.get_all(server, conn, Some(&hdr), &emitter).await?,
+                ),
+                Listed::Gpu(g) => (
+                    GpuObject::name(),
+                    g.get_all(server, conn, Some(&hdr), &emitter).await?,
+                ),
+                Listed::Template(t) => (
+                    TemplateObject::name(),
+                    t.get_all(server, conn, Some(&hdr), &emitter).await?,
+                ),
+            };
+            objects.insert(path, HashMap::from([(name.into(), props)]));
+        }
+        Ok(Listing {
+            objects,
+            _turn: turn,
+        })
+    }
+
+    #[zbus(signal)]
+    async fn interfaces_added(
+        emitter: &SignalEmitter<'_>,
+        object_path: zbus::ObjectPath<'_>,
+        interfaces_and_properties: HashMap<InterfaceName<'_>, HashMap<&str, zbus::Variant<'_>>>,
+    ) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    async fn interfaces_removed(
+        emitter: &SignalEmitter<'_>,
+        object_path: zbus::ObjectPath<'_>,
+        interfaces: Vec<InterfaceName<'_>>,
+    ) -> zbus::Result<()>;
+}
+
+/// The three directories of objects below the base path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Workers,
+    Gpus,
+    Templates,
+}
+
+impl Dir {
+    pub const ALL: [Dir; 3] = [Dir::Workers, Dir::Gpus, Dir::Templates];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Dir::Workers => "worker",
+            Dir::Gpus => "gpu",
+            Dir::Templates => "template",
+        }
+    }
+
+    pub fn path(self) -> String {
+        format!("{BASE_PATH}/{}", self.label())
+    }
+}
+
+/// `org.astraeus.Node1.Directory`: nothing to call; it keeps a directory's
+/// node in zbus's tree while it is empty (see the module's note).
+pub struct Directory;
+
+#[interface(name = "org.astraeus.Node1.Directory", introspection_docs = false)]
+impl Directory {}
+
+/// What one path above the objects holds, for its introspection.
+pub enum Above {
+    /// `/`, `/org`, `/org/astraeus`: only the way down.
+    Path { child: &'static str },
+    /// The base path: the Manager, the ObjectManager and the directories.
+    Base { interfaces_xml: String },
+    /// A directory: its objects.
+    Dir(Dir),
+}
+
+/// `org.freedesktop.DBus.Introspectable` for the paths above the objects:
+/// their own interfaces and their children's names only, as the D-Bus
+/// specification describes (zbus's nests every descendant's interfaces).
+pub struct FlatIntrospection {
+    pub above: Above,
+    pub objects: Objects,
+}
+
+/// org.freedesktop.DBus.Peer as zbus serves it on every path.
+const PEER_XML: &str = r#"  <interface name="org.freedesktop.DBus.Peer">
+    <method name="Ping">
+    </method>
+    <method name="GetMachineId">
+      <arg type="s" direction="out"/>
+    </method>
+  </interface>
+"#;
+
+impl FlatIntrospection {
+    fn xml(&self, children: &[String]) -> String {
+        let mut xml = String::from(
+            "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
+             \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<node>\n",
+        );
+        xml.push_str(PEER_XML);
+        self.introspect_to_writer(&mut xml, 2);
+        zbus::fdo::Properties.introspect_to_writer(&mut xml, 2);
+        match &self.above {
+            Above::Base { interfaces_xml } => xml.push_str(interfaces_xml),
+            Above::Dir(_) => Directory.introspect_to_writer(&mut xml, 2),
+            Above::Path { .. } => {}
+        }
+        for c in children {
+            xml.push_str("  <node name=\"");
+            xml.push_str(c);
+            xml.push_str("\"/>\n");
+        }
+        xml.push_str("</node>\n");
+        xml
+    }
+}
+
+#[interface(
+    name = "org.freedesktop.DBus.Introspectable",
+    introspection_docs = false
+)]
+impl FlatIntrospection {
+    async fn introspect(&self) -> String {
+        match &self.above {
+            Above::Path { child } => self.xml(&[child.to_string()]),
+            Above::Base { .. } => {
+                let dirs: Vec<String> = Dir::ALL.iter().map(|d| d.label().into()).collect();
+                self.xml(&dirs)
+            }
+            Above::Dir(d) => {
+                let _turn = self.objects.turn().await;
+                let xml = self.xml(&self.objects.children(*d));
+                give_back_memory();
+                xml
+            }
+        }
+    }
+}
+
+/// The XML of the interfaces served at the base path, for its introspection.
+pub fn base_interfaces_xml(ifaces: &[&dyn Interface]) -> String {
+    let mut xml = String::new();
+    for i in ifaces {
+        i.introspect_to_writer(&mut xml, 2);
+    }
+    xml
+}
+
+/// Replaces zbus's Introspectable at `path` with a flat one.
+pub async fn flatten(server: &ObjectServer, path: &str, f: FlatIntrospection) -> zbus::Result<()> {
+    server
+        .remove_named(
+            path,
+            InterfaceName::from_static_str_unchecked("org.freedesktop.DBus.Introspectable"),
+        )
+        .await
+        .ok();
+    server.at(path, f).await?;
+    Ok(())
+}
