@@ -4,7 +4,6 @@
 mod common;
 use common::*;
 use std::path::Path;
-use std::process::Command;
 
 /// Manager methods anyone may call; every other method must be denied to nobody.
 const READ_ONLY: &[&str] = &[
@@ -21,13 +20,6 @@ const READ_ONLY: &[&str] = &[
     "ListTemplates",
     "SliceReport",
 ];
-
-fn policy_file() -> &'static Path {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/dbus/org.astraeus.Node1.conf"
-    ))
-}
 
 /// (interface, method, in-arg signatures) for every method in the committed XML.
 fn object_for(iface: &str) -> &'static str {
@@ -163,33 +155,6 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
             .count(),
         1
     );
-}
-
-fn ensure_user(name: &str) -> u32 {
-    let _ = Command::new("groupadd").args(["-f", "astraeus"]).status();
-    if !Command::new("id")
-        .arg(name)
-        .output()
-        .unwrap()
-        .status
-        .success()
-    {
-        let st = Command::new("useradd")
-            .args([
-                "-M",
-                "-N",
-                "-g",
-                "astraeus",
-                "-s",
-                "/usr/sbin/nologin",
-                name,
-            ])
-            .status()
-            .unwrap();
-        assert!(st.success(), "useradd {name}");
-    }
-    let o = Command::new("id").args(["-u", name]).output().unwrap();
-    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
 }
 
 #[test]

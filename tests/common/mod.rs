@@ -504,3 +504,39 @@ pub fn run_in_private_mounts(script: &str, args: &[&str], ok_line: &str) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && text.contains(ok_line), "{text}");
 }
+
+/// The bus policy the packages install.
+pub fn policy_file() -> &'static Path {
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dbus/org.astraeus.Node1.conf"
+    ))
+}
+
+/// A local user in group `astraeus` (created when missing); its uid.
+pub fn ensure_user(name: &str) -> u32 {
+    let _ = Command::new("groupadd").args(["-f", "astraeus"]).status();
+    if !Command::new("id")
+        .arg(name)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        let st = Command::new("useradd")
+            .args([
+                "-M",
+                "-N",
+                "-g",
+                "astraeus",
+                "-s",
+                "/usr/sbin/nologin",
+                name,
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success(), "useradd {name}");
+    }
+    let o = Command::new("id").args(["-u", name]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
