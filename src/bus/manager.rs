@@ -2,7 +2,7 @@
 //! list what the machine holds, and drive the time-slicing rotation.
 
 use super::wire::{GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow};
-use super::{object_path as path, template_path, worker_path, BusError, Delta, Loop};
+use super::{bounded, object_path as path, template_path, worker_path, BusError, Delta, Loop};
 use crate::command::{Command, Window};
 use crate::views::{ManagerView, Shared};
 use zbus::message::Header;
@@ -26,6 +26,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(OwnedObjectPath, String, Vec<String>), BusError> {
+        bounded(&[("request", &spec)])?;
         let asked = std::time::Instant::now();
         // A test holds a submit here until it is older than the loop accepts.
         crate::failpoint::hit("bus.submit");
@@ -51,6 +52,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
+        bounded(&[("name", &name)])?;
         Ok(self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::Stop {
@@ -67,6 +69,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         name: String,
     ) -> Result<OwnedObjectPath, BusError> {
+        bounded(&[("name", &name)])?;
         let name = self
             .lp
             .ask_from(&hdr, |reply| Command::GetWorker { name, reply })
@@ -116,6 +119,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         spec: String,
     ) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
+        bounded(&[("request", &spec)])?;
         let w = self
             .lp
             .ask_from(&hdr, |reply| Command::WhyNot { spec, reply })
@@ -132,6 +136,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
+        bounded(&[("template", &template), ("actions", &actions)])?;
         Ok(self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::SetSchedule {
@@ -154,6 +159,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(Vec<SliceRow>, Vec<String>), BusError> {
+        bounded(&[("template", &template), ("actions", &actions)])?;
         Ok(self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::PreviewSchedule {
@@ -172,6 +178,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         template: String,
     ) -> Result<String, BusError> {
+        bounded(&[("template", &template)])?;
         Ok(self
             .lp
             .ask_from(&hdr, |reply| Command::GetSchedule { template, reply })
@@ -228,6 +235,7 @@ impl Manager {
         to: i64,
         group_by: String,
     ) -> Result<Vec<UsageRow>, BusError> {
+        bounded(&[("group_by", &group_by)])?;
         Ok(self
             .lp
             .ask_from(&hdr, |reply| Command::UsageReport {
@@ -246,6 +254,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, BusError> {
+        bounded(&[("request", &spec)])?;
         let caller = self.lp.caller(&hdr, conn).await?;
         let name = self
             .lp
@@ -265,6 +274,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
+        bounded(&[("name", &name)])?;
         Ok(self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::RemoveTemplate {
@@ -295,6 +305,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
+        bounded(&[("template", &template)])?;
         Ok(self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::Resume {
@@ -315,6 +326,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
+        bounded(&[("template", &template)])?;
         Ok(self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::PowerOff {
@@ -340,6 +352,7 @@ impl Manager {
         to: i64,
         #[zbus(header)] hdr: Header<'_>,
     ) -> Result<Vec<SliceReportRow>, BusError> {
+        bounded(&[("template", &template)])?;
         Ok(self
             .lp
             .ask_from(&hdr, |reply| Command::SliceReport {
@@ -360,6 +373,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
+        bounded(&[("template", &template), ("source", &source)])?;
         Ok(self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::StageWeights {

@@ -72,6 +72,24 @@ impl std::fmt::Display for BusError {
 
 impl std::error::Error for BusError {}
 
+/// Refuses text arguments over [`crate::request::MAX_SPEC_BYTES`] (256 KiB;
+/// a worker spec is a few hundred bytes) in the adaptor, before they are
+/// parsed or wait in the loop's queue: a caller sending 30 MiB strings costs
+/// the daemon one read of each and nothing more.
+pub(crate) fn bounded(args: &[(&str, &str)]) -> Result<(), BusError> {
+    let max = crate::request::MAX_SPEC_BYTES;
+    match args.iter().find(|(_, text)| text.len() > max) {
+        Some((field, text)) => Err(BusError(Error::field(
+            field,
+            format!(
+                "{} bytes is too large; at most {max} are accepted",
+                text.len()
+            ),
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn busy(message: impl Into<String>) -> BusError {
     BusError(Error::Busy(message.into()))
 }
