@@ -29,6 +29,35 @@ fn call(
     })
 }
 
+/// A member of `astraeus` (created when missing; the suite runs as root to
+/// run clients as other users), a temp dir, and majin's sim file in it.
+fn member_and_majin() -> (&'static str, tempfile::TempDir, std::path::PathBuf) {
+    assert!(
+        is_root(),
+        "run the suite as root (as CI does): it runs clients as other users"
+    );
+    let member = "astraeus-test-a";
+    ensure_user(member);
+    let dir = open_tempdir();
+    let sim = dir.path().join("majin.toml");
+    std::fs::write(&sim, MAJIN_TOML).unwrap();
+    (member, dir, sim)
+}
+
+/// CPU time a process used so far, in clock ticks (user + system).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(end) = stat.rfind(')') else {
+        return 0;
+    };
+    stat[end + 2..]
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse::<u64>().unwrap_or(0))
+        .sum()
+}
+
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -287,15 +316,7 @@ fn a_flood_of_big_reads_stalls_neither_the_loop_nor_a_submit() {
     use std::time::{Duration, Instant};
     const PENDING: usize = 20_000;
     const WATCHDOG: Duration = Duration::from_secs(4);
-    assert!(
-        is_root(),
-        "run the suite as root (as CI does): it runs clients as other users"
-    );
-    let member = "astraeus-test-a";
-    ensure_user(member);
-    let dir = open_tempdir();
-    let sim = dir.path().join("majin.toml");
-    std::fs::write(&sim, MAJIN_TOML).unwrap();
+    let (member, dir, sim) = member_and_majin();
     seed_pending(&dir.path().join("state"), PENDING);
     let sock_path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
@@ -446,17 +467,7 @@ fn a_flood_of_big_reads_stalls_neither_the_loop_nor_a_submit() {
     let answered = submits.iter().filter(|s| s.1).count();
     // Calls queued before the clients left are still answered: wait until the
     // daemon is idle (under 5 % of a CPU for a second), then read its memory.
-    let cpu_ticks = || {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<u64> = after
-            .split(' ')
-            .skip(11)
-            .take(2)
-            .map(|v| v.parse().unwrap())
-            .collect();
-        f[0] + f[1]
-    };
+    let cpu_ticks = || cpu_ticks(pid);
     let mut last = cpu_ticks();
     for _ in 0..60 {
         std::thread::sleep(Duration::from_secs(1));
@@ -625,15 +636,7 @@ fn flooder_of_big_messages() {
 #[test]
 fn a_flood_of_big_messages_is_refused_by_size() {
     use std::time::{Duration, Instant};
-    assert!(
-        is_root(),
-        "run the suite as root (as CI does): it runs clients as other users"
-    );
-    let member = "astraeus-test-a";
-    ensure_user(member);
-    let dir = open_tempdir();
-    let sim = dir.path().join("majin.toml");
-    std::fs::write(&sim, MAJIN_TOML).unwrap();
+    let (member, dir, sim) = member_and_majin();
     let bus = Bus::system_like(dir.path(), Some(policy_file()));
     let d = Daemon::start(&bus, dir.path(), &sim, &[]);
     let a = bus.address.clone();
@@ -671,16 +674,7 @@ fn a_flood_of_big_messages_is_refused_by_size() {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     // Who is busy while the member calls: the daemon or the bus daemon.
-    let ticks = |pid: u32| -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let Some(end) = stat.rfind(')') else { return 0 };
-        stat[end + 2..]
-            .split(' ')
-            .skip(11)
-            .take(2)
-            .map(|v| v.parse::<u64>().unwrap_or(0))
-            .sum()
-    };
+    let ticks = cpu_ticks;
     let bus_pid: u32 = String::from_utf8_lossy(
         &std::process::Command::new("pgrep")
             .args(["-f", &format!("config-file={}", dir.path().display())])
