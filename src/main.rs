@@ -154,6 +154,9 @@ async fn run(args: Args) -> Result<(), Error> {
             } else {
                 Vec::new()
             },
+            claims: astraeusd::inventory::claims::Claims::new(
+                args.session || args.bus_address.is_some(),
+            ),
         })?),
     };
     let mut machine = source.read(&Own::default())?;

@@ -812,3 +812,52 @@ fn a_session_daemon_leaves_the_system_daemons_gpus_alone() {
     );
     assert!(listed(&user_bus.address).starts_with("a(usssddddss) 2"));
 }
+
+/// Two user daemons on one host (no system daemon to defer to): the second
+/// finds the per-GPU locks the first holds and leaves both GPUs alone,
+/// saying so; once the first is gone, it takes them.
+#[test]
+fn a_second_daemon_leaves_the_gpus_another_holds_alone() {
+    let fx_dir = tempfile::tempdir().unwrap();
+    let fx = fx_dir.path().join("gpus.txt");
+    fixture(&fx, &[rtx(0, 0), l4(0)], &[]);
+    let lib = fake_lib(false);
+    let locks = tempfile::tempdir().unwrap();
+    let config = format!(
+        "machine = \"majin\"\n[inventory]\nrefresh_seconds = 0.2\nwsl = false\nnvml_library = \"{}\"\n",
+        lib.display()
+    );
+    let daemon = |dir: &Path, bus: &Bus| {
+        std::fs::write(dir.join("node.toml"), &config).unwrap();
+        Daemon::start_with(
+            bus,
+            dir,
+            None,
+            &[
+                ("FAKE_NVML_FIXTURE", fx.to_str().unwrap()),
+                ("ASTRAEUS_GPU_LOCK_DIR", locks.path().to_str().unwrap()),
+                // No system bus: nothing to defer to but the locks.
+                ("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent"),
+            ],
+        )
+    };
+    let listed = |a: &str| manager(a, None, "ListGpus", &[]).stdout;
+    let (first_dir, first_bus) = (tempfile::tempdir().unwrap(), Bus::session());
+    let first = daemon(first_dir.path(), &first_bus);
+    assert!(listed(&first_bus.address).starts_with("a(usssddddss) 2"));
+    let (second_dir, second_bus) = (tempfile::tempdir().unwrap(), Bus::session());
+    let second = daemon(second_dir.path(), &second_bus);
+    assert_eq!(listed(&second_bus.address).trim(), "a(usssddddss) 0");
+    assert!(
+        second
+            .log_text()
+            .contains("GPU GPU-4060 is managed by another astraeusd"),
+        "{}",
+        second.log_text()
+    );
+    // The first ends: its locks go with it, and the second takes the GPUs.
+    first.stop();
+    eventually("the second daemon takes both GPUs", || {
+        listed(&second_bus.address).starts_with("a(usssddddss) 2")
+    });
+}

@@ -3,6 +3,7 @@
 //! `held_outside` is the pure rule that tells workers' memory from memory
 //! held outside Astraeus.
 
+pub mod claims;
 pub mod nvml;
 pub mod sim;
 

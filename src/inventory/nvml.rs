@@ -24,6 +24,8 @@ pub struct NvmlOptions {
     /// UUIDs of GPUs another astraeusd manages (the system's, when this one
     /// runs on a session bus): not listed here, never offered twice.
     pub managed_elsewhere: Vec<String>,
+    /// The per-GPU locks this daemon holds (and whether it yields to others').
+    pub claims: super::claims::Claims,
 }
 
 pub struct NvmlSource {
@@ -153,7 +155,9 @@ impl GpuSource for NvmlSource {
         let mut gpus = Vec::new();
         for index in 0..count {
             match self.read_one(index, own) {
-                Ok(gpu) if self.opts.managed_elsewhere.contains(&gpu.uuid) => {}
+                Ok(gpu)
+                    if self.opts.managed_elsewhere.contains(&gpu.uuid)
+                        || !self.opts.claims.may_manage(&gpu.uuid) => {}
                 Ok(gpu) => {
                     self.failures.remove(&index);
                     self.last.insert(index, gpu.clone());

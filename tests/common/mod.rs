@@ -132,6 +132,11 @@ impl Daemon {
             )
             .unwrap();
         }
+        // Its own per-GPU locks (see inventory/claims.rs): daemons of tests
+        // running side by side read the same fake GPUs.
+        let locks = dir.join("gpu-locks");
+        std::fs::create_dir_all(&locks).unwrap();
+        cmd.env("ASTRAEUS_GPU_LOCK_DIR", &locks);
         for (k, v) in env {
             cmd.env(k, v);
         }
