@@ -122,8 +122,15 @@ pub enum TemplateCommand {
     /// Remove a template whose VM is off (the libvirt domain is kept). Root only.
     Remove { name: String },
     /// Build the template's read-only weights disk from a directory, once
-    /// (the same content again changes nothing); waits until it is done.
-    Stage { name: String, source: String },
+    /// (the same content again changes nothing); waits until it is done,
+    /// with a progress bar at a terminal (a line per step otherwise), and
+    /// fails if the daemon goes away first. Root only.
+    Stage {
+        /// The template whose weights these are.
+        name: String,
+        /// The directory holding the weights, read by the daemon.
+        source: String,
+    },
     /// Boot a template's VM now; --handoff takes the baseboard over from its holder.
     Resume {
         name: String,

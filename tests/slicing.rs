@@ -861,3 +861,61 @@ fn the_image_holds_exactly_what_its_checksum_names() {
         "the snapshot is removed once the image is built"
     );
 }
+
+/// `astraeusctl template stage` at a terminal draws one bar in place
+/// (plain lines into a pipe, as the weights tests see), and when the daemon
+/// goes away before WeightsStaged it says so and exits non-zero instead of
+/// ending quietly as if staged.
+#[test]
+fn staging_shows_a_bar_at_a_terminal_and_fails_when_the_daemon_goes() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        // The second staging is held after its snapshot for the kill.
+        &[("ASTRAEUS_FAILPOINTS", "weights.snapshot-taken=pause5000@2")],
+    );
+    let a = bus.address.clone();
+    weights_template(&a, dir.path(), "p");
+    let source = dir.path().join("model");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::write(source.join("weights.bin"), vec![3u8; 4 << 20]).unwrap();
+    let stage = format!(
+        "{} --bus-address '{a}' template stage p '{}'",
+        env!("CARGO_BIN_EXE_astraeusctl"),
+        source.display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &stage, "/dev/null"])
+        .output()
+        .unwrap();
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tty}");
+    assert!(
+        tty.contains("\r") && tty.contains("[##############################] 100%"),
+        "a bar redrawn in place: {tty:?}"
+    );
+    assert!(tty.contains("weights of p staged: sha256 "), "{tty:?}");
+    // New content, staged again; the daemon is killed while it is held.
+    std::fs::write(source.join("weights.bin"), vec![4u8; 4 << 20]).unwrap();
+    let src = source.to_str().unwrap().to_string();
+    let staging = {
+        let a = a.clone();
+        std::thread::spawn(move || ctl(&a, None, &["template", "stage", "p", &src]))
+    };
+    eventually("the second staging held after its snapshot", || {
+        dir.path().join("weights.snapshot").exists()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    d.signal(libc::SIGKILL);
+    let o = staging.join().unwrap();
+    assert!(!o.ok, "exited 0 without WeightsStaged: {}", o.stdout);
+    assert!(
+        o.stderr
+            .contains("the daemon went away before the weights of p were staged"),
+        "{}",
+        o.stderr
+    );
+}

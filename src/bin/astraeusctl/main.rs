@@ -26,6 +26,49 @@ macro_rules! errln {
     ($($t:tt)*) => { eprintln!("{}", astraeusd::text::printable_lines(&format!($($t)*))) };
 }
 
+/// Staging progress: a bar redrawn in place on a terminal, a line per
+/// report otherwise (a log, a pipe).
+struct Progress {
+    tty: bool,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        use std::io::IsTerminal;
+        Progress {
+            tty: std::io::stderr().is_terminal(),
+            drawn: false,
+        }
+    }
+
+    fn show(&mut self, phase: &str, fraction: f64) {
+        let f = fraction.clamp(0.0, 1.0);
+        let phase = astraeusd::text::printable(phase);
+        if !self.tty {
+            errln!("{phase}: {:.0}%", f * 100.0);
+            return;
+        }
+        const WIDTH: usize = 30;
+        let filled = (f * WIDTH as f64).round() as usize;
+        eprint!(
+            "\r{phase:<9} [{}{}] {:>3.0}%",
+            "#".repeat(filled),
+            " ".repeat(WIDTH - filled),
+            f * 100.0
+        );
+        self.drawn = true;
+    }
+
+    /// Ends the bar's line, so what follows starts on its own.
+    fn end(&mut self) {
+        if self.drawn {
+            eprintln!();
+            self.drawn = false;
+        }
+    }
+}
+
 /// A word coloured for a person at a terminal (never when stdout is not a
 /// terminal, nor when NO_COLOR is set: https://no-color.org). The word is
 /// made printable first; the only escapes printed are these.
@@ -708,25 +751,61 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
                 .map_err(|e| format!("{source}: {e}"))?
                 .to_string_lossy()
                 .into_owned();
-            // Listen before asking, so the end cannot be missed.
+            // Listen before asking, so the end cannot be missed; only to the
+            // daemon (its unique name: anyone may send a signal that looks
+            // like its own).
+            let owner = zbus::fdo::DBusProxy::new(&c.conn)
+                .await
+                .map_err(describe)?
+                .get_name_owner(astraeusd::bus::BUS_NAME.try_into().expect("bus name"))
+                .await
+                .map_err(|e| describe(e.into()))?;
             let rule = zbus::MatchRule::builder()
                 .msg_type(zbus::message::Type::Signal)
+                .sender(owner.as_str())
                 .interface(MANAGER)
                 .build()
                 .map_err(|e| e.to_string())?;
-            let mut signals = zbus::MessageStream::for_match_rule(rule, &c.conn, None)
+            let from_daemon = zbus::MessageStream::for_match_rule(rule, &c.conn, None)
                 .await
                 .map_err(describe)?;
+            // The bus outlives the daemon: its end is seen as its name's owner changing.
+            let owner_rule = zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .sender("org.freedesktop.DBus")
+                .member("NameOwnerChanged")
+                .arg(0, astraeusd::bus::BUS_NAME)
+                .build()
+                .map_err(|e| e.to_string())?;
+            let owner_changes = zbus::MessageStream::for_match_rule(owner_rule, &c.conn, None)
+                .await
+                .map_err(describe)?;
+            let mut signals = futures_util::stream::select(from_daemon, owner_changes);
             c.call::<_, ()>("StageWeights", &(name.as_str(), source.as_str()))
                 .await?;
-            while let Some(Ok(msg)) = signals.next().await {
+            let mut bar = Progress::new();
+            loop {
+                let Some(Ok(msg)) = signals.next().await else {
+                    bar.end();
+                    return Err(format!(
+                        "the daemon went away before the weights of {name} were staged; \
+                         see: journalctl -u astraeusd"
+                    ));
+                };
                 let member = msg.header().member().map(|m| m.to_string());
                 match member.as_deref() {
+                    Some("NameOwnerChanged") => {
+                        bar.end();
+                        return Err(format!(
+                            "the daemon went away before the weights of {name} were staged; \
+                             see: journalctl -u astraeusd"
+                        ));
+                    }
                     Some("WeightsProgress") if !json_out => {
                         if let Ok((t, phase, f)) = msg.body().deserialize::<(String, String, f64)>()
                         {
                             if t == name {
-                                errln!("{phase}: {:.0}%", f * 100.0);
+                                bar.show(&phase, f);
                             }
                         }
                     }
@@ -736,6 +815,7 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
                         if t != name {
                             continue;
                         }
+                        bar.end();
                         if !error.is_empty() {
                             return Err(format!("staging the weights of {name} failed: {error}"));
                         }
