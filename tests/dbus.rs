@@ -2,7 +2,6 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Stdio};
 
 fn sim_file(dir: &std::path::Path) -> std::path::PathBuf {
     let p = dir.join("majin.toml");
@@ -20,13 +19,11 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
 
     // Watch the bus for signals while we work.
     let monitor_log = dir.path().join("monitor.log");
-    let mut monitor = Command::new("dbus-monitor")
-        .args(["--address", &a, "type='signal',sender='org.astraeus.Node1'"])
-        .stdout(std::fs::File::create(&monitor_log).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut monitor = monitor(
+        &a,
+        "type='signal',sender='org.astraeus.Node1'",
+        &monitor_log,
+    );
 
     let o = manager(
         &a,

@@ -248,16 +248,11 @@ fn weights_are_staged_once_onto_a_read_only_image() {
     std::fs::write(source.join("config.json"), "{\"layers\": 32}").unwrap();
     std::fs::write(source.join("shards/0.bin"), vec![7u8; 3 << 20]).unwrap();
     let monitor_out = dir.path().join("signals.txt");
-    let mut monitor = std::process::Command::new("dbus-monitor")
-        .args([
-            "--address",
-            a,
-            "type='signal',interface='org.astraeus.Node1.Manager'",
-        ])
-        .stdout(std::fs::File::create(&monitor_out).unwrap())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut monitor = monitor(
+        a,
+        "type='signal',interface='org.astraeus.Node1.Manager'",
+        &monitor_out,
+    );
     let src = source.to_str().unwrap();
     let o = manager(a, None, "StageWeights", &["ss", "w", src]);
     assert!(o.ok, "{}", o.stderr);

@@ -545,3 +545,19 @@ pub fn ensure_user(name: &str) -> u32 {
     let o = Command::new("id").args(["-u", name]).output().unwrap();
     String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
 }
+
+/// dbus-monitor on `address` writing what matches `rule` to `log`, returned
+/// once it is subscribed: the bus takes its name away (NameLost) when it
+/// becomes a monitor, and signals from then on are all in the log.
+pub fn monitor(address: &str, rule: &str, log: &Path) -> Child {
+    let child = Command::new("dbus-monitor")
+        .args(["--address", address, rule])
+        .stdout(std::fs::File::create(log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("dbus-monitor subscribed", || {
+        std::fs::read_to_string(log).is_ok_and(|s| s.contains("member=NameLost"))
+    });
+    child
+}
