@@ -4,131 +4,64 @@
 //! (acknowledged ⇒ durable; nothing placed twice; shares within what each GPU
 //! offers; no orphan allocation; pending workers still waiting for a reason).
 //!
+//! The same storm runs again under a power cut: SIGKILL keeps the page
+//! cache, so it never tests an fsync. There the daemon runs with
+//! tests/power_loss/shim.c preloaded, which records every write to the
+//! ledger's files and every sync; after each kill the files are rolled back
+//! to what the disk had confirmed, and a random part of the later writes is
+//! kept, as a power cut would leave them. Some rounds die at a failpoint
+//! (between commit and sync, right after the sync, …) instead of at a random
+//! time.
+//!
 //! Seeded: STORM_SEED=<printed seed> replays a run; STORM_KILLS sets how many
 //! kills (CI: 12; the long run in docs/reliability.md: 1,000).
 
 mod common;
 #[path = "common/ledger_check.rs"]
 mod ledger_check;
+#[path = "common/power_loss.rs"]
+mod power_loss;
 
 use common::*;
-use ledger_check::{check, count_from_env, seed_from_env, spec, Rng, MACHINE};
+use ledger_check::{check, client, count_from_env, seed_from_env, Rng, CLIENTS, MACHINE};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const CLIENTS: u64 = 4;
-
-/// One client: sequential calls, each logged as `begin` before and `ack` after
-/// the daemon answered; stops only workers it knows are live.
-fn client(
-    address: String,
-    id: u64,
-    round: u64,
-    seed: u64,
-    log: Arc<Mutex<String>>,
-    live: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-) -> u64 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let Ok(conn) = zbus::connection::Builder::address(address.as_str())
-            .build()
-            .await
-        else {
-            return 0;
-        };
-        let mut rng = Rng(seed | 1);
-        let mut acked = 0;
-        for n in 0.. {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let victim = {
-                let live = live.lock().unwrap();
-                // Stop more often once a client holds many: the ledger stays
-                // about the same size however many kills a run has.
-                let stop_one = if live.len() > 12 {
-                    rng.below(2) == 0
-                } else {
-                    rng.below(3) == 0
-                };
-                (!live.is_empty() && stop_one)
-                    .then(|| live[rng.below(live.len() as u64) as usize].clone())
-            };
-            let (op, name, result) = match victim {
-                Some(name) => {
-                    log.lock()
-                        .unwrap()
-                        .push_str(&format!("begin stop {name}\n"));
-                    let r = conn
-                        .call_method(
-                            Some("org.astraeus.Node1"),
-                            "/org/astraeus/Node1",
-                            Some("org.astraeus.Node1.Manager"),
-                            "StopWorker",
-                            &(name.as_str(),),
-                        )
-                        .await;
-                    ("stop", name, r)
-                }
-                None => {
-                    let name = format!("c{id}-{round}-{n}");
-                    let text = spec(&mut rng, &name);
-                    log.lock()
-                        .unwrap()
-                        .push_str(&format!("begin submit {name}\n"));
-                    let r = conn
-                        .call_method(
-                            Some("org.astraeus.Node1"),
-                            "/org/astraeus/Node1",
-                            Some("org.astraeus.Node1.Manager"),
-                            "SubmitWorker",
-                            &(text.as_str(),),
-                        )
-                        .await;
-                    ("submit", name, r)
-                }
-            };
-            match result {
-                Ok(_) => {
-                    log.lock().unwrap().push_str(&format!("ack {op} {name}\n"));
-                    let mut live = live.lock().unwrap();
-                    if op == "submit" {
-                        live.push(name);
-                    } else {
-                        live.retain(|l| *l != name);
-                    }
-                    acked += 1;
-                }
-                // A typed refusal is an answer too: nothing changed.
-                Err(zbus::Error::MethodError(err, _, _))
-                    if err.as_str().starts_with("org.astraeus.Node1.Error.") =>
-                {
-                    let mut l = log.lock().unwrap();
-                    // Undo the begin: the daemon answered that nothing happened.
-                    let cut = l.len() - format!("begin {op} {name}\n").len();
-                    l.truncate(cut);
-                }
-                // The daemon died mid-call: this operation stays uncertain.
-                Err(_) => break,
-            }
-        }
-        acked
-    })
+#[test]
+fn sigkill_storm_over_dbus_keeps_every_acknowledged_call() {
+    storm(false);
 }
 
 #[test]
-fn sigkill_storm_over_dbus_keeps_every_acknowledged_call() {
+fn power_cut_storm_over_dbus_keeps_every_acknowledged_call() {
+    storm(true);
+}
+
+/// Where a power-cut round may die instead of at a random time: in a
+/// transaction, between a group's commits and its one fsync, and after it.
+const POWER_CUT_FAILPOINTS: &[&str] = &[
+    "store.insert.before-commit",
+    "store.insert.after-commit",
+    "store.stop.after-commit",
+    "store.sync.before-fsync",
+    "store.sync.after-fsync",
+];
+
+fn storm(power_cut: bool) {
     let (seed, kills) = (
         seed_from_env("STORM_SEED"),
         count_from_env("STORM_KILLS", 12),
     );
-    eprintln!("storm seed {seed} ({kills} kills); replay with STORM_SEED={seed}");
+    let what = if power_cut {
+        "power-cut storm"
+    } else {
+        "storm"
+    };
+    eprintln!("{what} seed {seed} ({kills} kills); replay with STORM_SEED={seed}");
     let mut rng = Rng(seed | 1);
+    let shim = power_cut.then(power_loss::shim);
+    let (mut lost_writes, mut kept_writes) = (0, 0);
     let dir = open_tempdir();
     std::fs::write(dir.path().join("storm.toml"), MACHINE).unwrap();
     let bus = Bus::session();
@@ -136,7 +69,27 @@ fn sigkill_storm_over_dbus_keeps_every_acknowledged_call() {
     let lives: Vec<Arc<Mutex<Vec<String>>>> = (0..CLIENTS).map(|_| Arc::default()).collect();
     let (mut acked, started) = (0, Instant::now());
     for round in 0..kills {
-        let d = Daemon::start(&bus, dir.path(), &dir.path().join("storm.toml"), &[]);
+        let writes = dir.path().join("writes.log");
+        let failpoint = power_cut && rng.below(2) == 0;
+        let fp = format!(
+            "{}=kill@{}",
+            POWER_CUT_FAILPOINTS[rng.below(POWER_CUT_FAILPOINTS.len() as u64) as usize],
+            1 + rng.below(20)
+        );
+        let env: Vec<(&str, &str)> = match &shim {
+            None => vec![],
+            Some(lib) => {
+                let mut env = vec![
+                    ("LD_PRELOAD", lib.to_str().unwrap()),
+                    ("ASTRAEUS_POWER_LOSS_LOG", writes.to_str().unwrap()),
+                ];
+                if failpoint {
+                    env.push(("ASTRAEUS_FAILPOINTS", &fp));
+                }
+                env
+            }
+        };
+        let d = Daemon::start(&bus, dir.path(), &dir.path().join("storm.toml"), &env);
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..CLIENTS)
             .map(|id| {
@@ -151,11 +104,16 @@ fn sigkill_storm_over_dbus_keeps_every_acknowledged_call() {
             .collect();
         std::thread::sleep(Duration::from_millis(30 + rng.below(300)));
         let mut d = d;
-        d.child.kill().unwrap(); // SIGKILL, mid-call for some client
+        d.child.kill().unwrap(); // SIGKILL, mid-call for some client (if still alive)
         d.child.wait().unwrap();
         stop.store(true, Ordering::Relaxed);
         for c in clients {
             acked += c.join().unwrap();
+        }
+        if power_cut {
+            let (lost, kept) = power_loss::cut(&writes, &mut rng);
+            (lost_writes, kept_writes) = (lost_writes + lost, kept_writes + kept);
+            std::fs::remove_file(&writes).unwrap();
         }
         let texts: Vec<String> = logs.iter().map(|l| l.lock().unwrap().clone()).collect();
         check(&d.state.join("ledger.db"), &texts, seed);
@@ -185,8 +143,15 @@ fn sigkill_storm_over_dbus_keeps_every_acknowledged_call() {
         }
     }
     eprintln!(
-        "storm: {kills} kills, {acked} acknowledged calls in {:.1} s",
+        "{what}: {kills} kills, {acked} acknowledged calls in {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+    if power_cut {
+        eprintln!("unsynced writes lost {lost_writes}, kept {kept_writes}");
+    }
+    assert!(
+        !power_cut || lost_writes > 0,
+        "no power cut lost a write: the storm tested no fsync"
     );
     assert!(
         acked > 0,

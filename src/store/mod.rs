@@ -221,10 +221,12 @@ impl Store {
             return Ok(());
         }
         self.deferred = false;
+        crate::failpoint::hit("store.sync.before-fsync");
         let synced = match &self.wal {
             Some(wal) => std::fs::File::open(wal).and_then(|f| f.sync_data()),
             None => Ok(()),
         };
+        crate::failpoint::hit("store.sync.after-fsync");
         if let Err(e) = synced {
             // Whether those commits reached the disk is unknown (the kernel may
             // have dropped the pages): take nothing more until a restart.

@@ -10,6 +10,8 @@ use astraeusd::quantity::Amount;
 use astraeusd::store::Store;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub const MACHINE: &str = r#"
 machine = "crash"
@@ -191,4 +193,108 @@ pub fn count_from_env(var: &str, default: u64) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
+}
+
+pub const CLIENTS: u64 = 4;
+
+/// One client: sequential calls, each logged as `begin` before and `ack` after
+/// the daemon answered; stops only workers it knows are live.
+pub fn client(
+    address: String,
+    id: u64,
+    round: u64,
+    seed: u64,
+    log: Arc<Mutex<String>>,
+    live: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let Ok(conn) = zbus::connection::Builder::address(address.as_str())
+            .build()
+            .await
+        else {
+            return 0;
+        };
+        let mut rng = Rng(seed | 1);
+        let mut acked = 0;
+        for n in 0.. {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let victim = {
+                let live = live.lock().unwrap();
+                // Stop more often once a client holds many: the ledger stays
+                // about the same size however many kills a run has.
+                let stop_one = if live.len() > 12 {
+                    rng.below(2) == 0
+                } else {
+                    rng.below(3) == 0
+                };
+                (!live.is_empty() && stop_one)
+                    .then(|| live[rng.below(live.len() as u64) as usize].clone())
+            };
+            let (op, name, result) = match victim {
+                Some(name) => {
+                    log.lock()
+                        .unwrap()
+                        .push_str(&format!("begin stop {name}\n"));
+                    let r = conn
+                        .call_method(
+                            Some("org.astraeus.Node1"),
+                            "/org/astraeus/Node1",
+                            Some("org.astraeus.Node1.Manager"),
+                            "StopWorker",
+                            &(name.as_str(),),
+                        )
+                        .await;
+                    ("stop", name, r)
+                }
+                None => {
+                    let name = format!("c{id}-{round}-{n}");
+                    let text = spec(&mut rng, &name);
+                    log.lock()
+                        .unwrap()
+                        .push_str(&format!("begin submit {name}\n"));
+                    let r = conn
+                        .call_method(
+                            Some("org.astraeus.Node1"),
+                            "/org/astraeus/Node1",
+                            Some("org.astraeus.Node1.Manager"),
+                            "SubmitWorker",
+                            &(text.as_str(),),
+                        )
+                        .await;
+                    ("submit", name, r)
+                }
+            };
+            match result {
+                Ok(_) => {
+                    log.lock().unwrap().push_str(&format!("ack {op} {name}\n"));
+                    let mut live = live.lock().unwrap();
+                    if op == "submit" {
+                        live.push(name);
+                    } else {
+                        live.retain(|l| *l != name);
+                    }
+                    acked += 1;
+                }
+                // A typed refusal is an answer too: nothing changed.
+                Err(zbus::Error::MethodError(err, _, _))
+                    if err.as_str().starts_with("org.astraeus.Node1.Error.") =>
+                {
+                    let mut l = log.lock().unwrap();
+                    // Undo the begin: the daemon answered that nothing happened.
+                    let cut = l.len() - format!("begin {op} {name}\n").len();
+                    l.truncate(cut);
+                }
+                // The daemon died mid-call: this operation stays uncertain.
+                Err(_) => break,
+            }
+        }
+        acked
+    })
 }
