@@ -45,20 +45,22 @@ struct Gpu<'a> {
     total: u64,
     used: u64,
     reserved: u64,
-    fail: bool,
+    /// More fixture fields, as tests/fake_nvml/fake_nvml.c reads them
+    /// (`fail=1`, `retired=notsup remap=pending`, …).
+    extra: &'a str,
 }
 
 fn fixture(path: &Path, gpus: &[Gpu], procs: &[(u32, u32, u64, &str)]) {
     let mut text = String::new();
     for (i, g) in gpus.iter().enumerate() {
         text.push_str(&format!(
-            "gpu uuid={} name={} total={} used={} reserved={} bus=00000000:0{i}:00.0 power=60000 energy=1000 util=3 fail={} pending=0\n",
+            "gpu uuid={} name={} total={} used={} reserved={} bus=00000000:0{i}:00.0 power=60000 energy=1000 util=3 {}\n",
             g.uuid,
             g.name.replace(' ', "_"),
             g.total,
             g.used,
             g.reserved,
-            u8::from(g.fail)
+            g.extra
         ));
     }
     for (gpu, pid, mem, kind) in procs {
@@ -77,7 +79,7 @@ fn rtx(used: u64, reserved: u64) -> Gpu<'static> {
         total: 8 * GB,
         used,
         reserved,
-        fail: false,
+        extra: "",
     }
 }
 fn l4(used: u64) -> Gpu<'static> {
@@ -87,7 +89,7 @@ fn l4(used: u64) -> Gpu<'static> {
         total: 24 * GB,
         used,
         reserved: 0,
-        fail: false,
+        extra: "",
     }
 }
 
@@ -127,7 +129,13 @@ fn two_gpus_a_desktop_and_outside_use_that_grows_and_shrinks() {
     let fx = dir.path().join("gpus.txt");
     let mut desktop = sleeper();
     let pid = desktop.id();
-    fixture(&fx, &[rtx(GB, 0), l4(0)], &[(0, pid, GB, "graphics")]);
+    // A process with a compute and a graphics context is listed twice by
+    // NVML, with the same memory: counted (and named) once.
+    fixture(
+        &fx,
+        &[rtx(GB, 0), l4(0)],
+        &[(0, pid, GB, "graphics"), (0, pid, GB, "compute")],
+    );
     let bus = Bus::session();
     let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
     let a = &bus.address;
@@ -173,7 +181,7 @@ fn two_gpus_a_desktop_and_outside_use_that_grows_and_shrinks() {
     let o = manager(a, None, "SubmitWorker", &["s", spec]);
     assert!(
         o.stdout.contains(&format!(
-            "GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5 \\342\\200\\224 1 GB held by pid {pid} (sleep, user root)"
+            "GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5 \\342\\200\\224 1 GB held by pid {pid} (sleep, user root)\""
         )),
         "{}",
         o.stdout
@@ -363,7 +371,7 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
     let on_l4 = r#"{"name":"on-l4","requested_resources":{"gpu_requests":{"models":["L4"]}}}"#;
     assert!(manager(a, None, "SubmitWorker", &["s", on_l4]).ok);
     let mut failing = l4(0);
-    failing.fail = true;
+    failing.extra = "fail=1";
     fixture(&fx, &[rtx(0, 0), failing], &[]);
     eventually("worker flagged", || {
         prop(
@@ -455,6 +463,14 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
     assert!(
         plain.contains("unhealthy") && !plain.contains('\x1b'),
         "{plain:?}"
+    );
+    // The failure passes (a transient fault, a driver reload): healthy again.
+    fixture(&fx, &[rtx(0, 0), l4(0)], &[]);
+    eventually("GPU 1 healthy again", || gpu1("Healthy") == "b true\n");
+    assert!(
+        d.log_text().contains("GPU 1 answers NVML again"),
+        "{}",
+        d.log_text()
     );
 }
 
@@ -611,7 +627,7 @@ fn real_board_sizes_read_as_sold_and_their_figures_add_up() {
         total: 8188 * MIB,
         used: 700 * MIB,
         reserved: 300 * MIB,
-        fail: false,
+        extra: "",
     };
     let h100 = Gpu {
         uuid: "GPU-H100",
@@ -619,7 +635,7 @@ fn real_board_sizes_read_as_sold_and_their_figures_add_up() {
         total: 81_559 * MIB,
         used: 0,
         reserved: 0,
-        fail: false,
+        extra: "",
     };
     fixture(
         &fx,
@@ -860,4 +876,105 @@ fn a_second_daemon_leaves_the_gpus_another_holds_alone() {
     eventually("the second daemon takes both GPUs", || {
         listed(&second_bus.address).starts_with("a(usssddddss) 2")
     });
+}
+
+/// Memory health from each source a board has: retired pages on older
+/// boards, row remapping on A100/H100 (whose retired-pages query answers
+/// NOT_SUPPORTED: it must not read as "healthy, checked"), uncorrected ECC
+/// errors; a query refused for want of permission is said once and judged
+/// without; a board with none of them is said to be judged by its queries
+/// answering; a GPU that recovers (reset) is healthy again; a GPU NVML stops
+/// listing stays in view, unhealthy.
+#[test]
+fn memory_health_is_read_from_each_source_the_board_has() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let board = |uuid, name, extra| Gpu {
+        uuid,
+        name,
+        total: 16 * GB,
+        used: 0,
+        reserved: 0,
+        extra,
+    };
+    let boards = |a100: &'static str, with_l4: bool| {
+        let mut v = vec![
+            board("GPU-V100", "Tesla V100", "retired=1"),
+            board("GPU-A100", "NVIDIA A100", a100),
+            board(
+                "GPU-H100",
+                "NVIDIA H100",
+                "retired=notsup remap=failed ecc=3",
+            ),
+            board("GPU-4060", "NVIDIA GeForce RTX 4060", "retired=notsup"),
+        ];
+        if with_l4 {
+            v.push(board(
+                "GPU-L4",
+                "NVIDIA L4",
+                "retired=noperm remap=none ecc=0",
+            ));
+        }
+        v
+    };
+    fixture(&fx, &boards("retired=notsup remap=pending", true), &[]);
+    let bus = Bus::session();
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let health = |i: u32| {
+        let p = format!("/org/astraeus/Node1/gpu/{i}");
+        (
+            prop(a, &p, "org.astraeus.Node1.Gpu", "Healthy"),
+            prop(a, &p, "org.astraeus.Node1.Gpu", "Health"),
+        )
+    };
+    eventually("the GPUs read", || health(4).0 == "b true\n");
+    let unhealthy = |i: u32, why: &str| {
+        let (healthy, text) = health(i);
+        assert_eq!(healthy, "b false\n", "GPU {i}: {text}");
+        assert!(text.contains(why), "GPU {i}: {text}");
+    };
+    unhealthy(0, "retired pages are pending (a GPU reset retires them)");
+    unhealthy(
+        1,
+        "rows are waiting to be remapped (a GPU reset remaps them)",
+    );
+    unhealthy(
+        2,
+        "row remapping failed (the GPU needs service); 3 uncorrected ECC errors since the driver loaded",
+    );
+    assert_eq!(health(3).0, "b true\n");
+    let log = d.log_text();
+    assert!(
+        log.contains(
+            "GPU 3 reports neither retired pages, row remapping nor ECC errors: \
+             its health is judged by its NVML queries answering"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "GPU 4: NVML does not tell its retired pages (the current user does not have \
+             permission to perform this operation); its health is judged without it"
+        ),
+        "{log}"
+    );
+    // Said once, not at every refresh.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!(d.log_text().matches("does not tell its").count(), 1);
+
+    // The A100 was reset (rows remapped); the L4 fell off the bus.
+    fixture(&fx, &boards("retired=notsup remap=none ecc=0", false), &[]);
+    eventually("the A100 healthy again", || health(1).0 == "b true\n");
+    eventually("the L4 flagged", || health(4).0 == "b false\n");
+    unhealthy(4, "NVML no longer lists it");
+    assert!(
+        d.log_text()
+            .contains("GPU 4 (GPU-L4) is no longer listed by NVML"),
+        "{}",
+        d.log_text()
+    );
+    // It comes back.
+    fixture(&fx, &boards("retired=notsup remap=none ecc=0", true), &[]);
+    eventually("the L4 back", || health(4).0 == "b true\n");
 }

@@ -5,9 +5,11 @@
 use super::{board_total, held_outside, host_resources, GpuSource, Own, ProcessUse};
 use crate::error::{Error, Result};
 use crate::placement::{Gpu, Machine};
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::Nvml;
-use std::collections::HashMap;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::PathBuf;
 
@@ -31,9 +33,85 @@ pub struct NvmlOptions {
 pub struct NvmlSource {
     nvml: Nvml,
     opts: NvmlOptions,
-    /// Consecutive failed refreshes per GPU index, and its last good reading.
+    /// Consecutive failed refreshes per GPU index, the UUID last read at
+    /// each index, and each GPU's last good reading by UUID.
     failures: HashMap<u32, u32>,
-    last: HashMap<u32, Gpu>,
+    uuid_at: HashMap<u32, String>,
+    last: HashMap<String, Gpu>,
+    /// What was said once already: (GPU index, which note).
+    noted: HashSet<(u32, &'static str)>,
+}
+
+/// What NVML tells of a GPU's memory health, each source where the board
+/// has it: boards before Ampere retire pages; A100, H100 and later remap
+/// rows instead (and answer NOT_SUPPORTED for retired pages); boards with
+/// ECC count uncorrected errors.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemoryHealth {
+    pub retired_pages_pending: Option<bool>,
+    pub rows: Option<RowRemapping>,
+    /// Uncorrected ECC errors since the driver loaded.
+    pub uncorrected_errors: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RowRemapping {
+    pub pending: bool,
+    pub failed: bool,
+}
+
+impl MemoryHealth {
+    /// What is wrong, in words (empty when nothing is).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.retired_pages_pending == Some(true) {
+            out.push("retired pages are pending (a GPU reset retires them)".to_string());
+        }
+        if let Some(rows) = self.rows {
+            if rows.failed {
+                out.push("row remapping failed (the GPU needs service)".to_string());
+            } else if rows.pending {
+                out.push("rows are waiting to be remapped (a GPU reset remaps them)".to_string());
+            }
+        }
+        match self.uncorrected_errors {
+            Some(1) => out.push("1 uncorrected ECC error since the driver loaded".to_string()),
+            Some(n) if n > 1 => out.push(format!(
+                "{n} uncorrected ECC errors since the driver loaded"
+            )),
+            _ => {}
+        }
+        out
+    }
+
+    /// Whether the board reports any of them.
+    pub fn known(&self) -> bool {
+        self.retired_pages_pending.is_some()
+            || self.rows.is_some()
+            || self.uncorrected_errors.is_some()
+    }
+}
+
+/// nvmlDeviceGetRemappedRows, which nvml-wrapper 0.13 does not wrap: called
+/// through the library nvml-wrapper loaded, with its error mapping.
+fn remapped_rows(nvml: &Nvml, d: &Device) -> std::result::Result<RowRemapping, NvmlError> {
+    let sym = nvml_wrapper::error::nvml_sym(nvml.lib().nvmlDeviceGetRemappedRows.as_ref())?;
+    let (mut corrected, mut uncorrected, mut pending, mut failed) = (0, 0, 0, 0);
+    // SAFETY: the handle is valid while `d` lives; the out-pointers are ours.
+    let rc = unsafe {
+        sym(
+            d.handle(),
+            &mut corrected,
+            &mut uncorrected,
+            &mut pending,
+            &mut failed,
+        )
+    };
+    nvml_wrapper::error::nvml_try(rc)?;
+    Ok(RowRemapping {
+        pending: pending != 0,
+        failed: failed != 0,
+    })
 }
 
 impl NvmlSource {
@@ -56,7 +134,9 @@ impl NvmlSource {
                         nvml,
                         opts,
                         failures: HashMap::new(),
+                        uuid_at: HashMap::new(),
                         last: HashMap::new(),
+                        noted: HashSet::new(),
                     });
                 }
                 Err(e) => tried.push(format!("{} ({e})", path.display())),
@@ -67,6 +147,54 @@ impl NvmlSource {
              set inventory.nvml = false on a host that only time-slices, or start with --sim to try the daemon without a GPU",
             tried.join(", ")
         )))
+    }
+
+    /// A health query's answer: None where the board does not have it; a
+    /// lost GPU fails the whole reading; any other error (no permission, an
+    /// unknown failure) is said once and counts as not known.
+    fn health_query<T>(
+        &mut self,
+        index: u32,
+        what: &'static str,
+        answer: std::result::Result<T, NvmlError>,
+    ) -> std::result::Result<Option<T>, String> {
+        match answer {
+            Ok(v) => Ok(Some(v)),
+            Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => Ok(None),
+            Err(e @ (NvmlError::GpuLost | NvmlError::Uninitialized)) => Err(format!("{what}: {e}")),
+            Err(e) => {
+                if self.noted.insert((index, what)) {
+                    tracing::warn!(
+                        gpu = index,
+                        "GPU {index}: NVML does not tell its {what} ({e}); its health is judged without it"
+                    );
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn memory_health(&mut self, index: u32) -> std::result::Result<MemoryHealth, String> {
+        let d = self
+            .nvml
+            .device_by_index(index)
+            .map_err(|e| format!("handle: {e}"))?;
+        let retired = d.are_pages_pending_retired();
+        let rows = remapped_rows(&self.nvml, &d);
+        let ecc = d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile);
+        let health = MemoryHealth {
+            retired_pages_pending: self.health_query(index, "retired pages", retired)?,
+            rows: self.health_query(index, "row remapping", rows)?,
+            uncorrected_errors: self.health_query(index, "ECC error counts", ecc)?,
+        };
+        if !health.known() && self.noted.insert((index, "no memory health")) {
+            tracing::info!(
+                gpu = index,
+                "GPU {index} reports neither retired pages, row remapping nor ECC errors: \
+                 its health is judged by its NVML queries answering"
+            );
+        }
+        Ok(health)
     }
 
     fn read_one(&self, index: u32, own: &Own) -> std::result::Result<Gpu, String> {
@@ -119,8 +247,6 @@ impl NvmlSource {
                 .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
                 .collect()
         });
-        // Optional queries: not every board or driver has them.
-        let pending_retired = d.are_pages_pending_retired().unwrap_or(false);
         let sliced = self
             .opts
             .baseboard
@@ -133,10 +259,10 @@ impl NvmlSource {
             vendor: "nvidia".into(),
             total,
             outside: outside.min(total),
-            healthy: !pending_retired,
+            healthy: true,
             sliced,
             outside_detail,
-            problem: pending_retired.then(|| "retired pages are pending".to_string()),
+            problem: None,
             pci_bus_id,
             own_use,
             power_mw: d.power_usage().ok(),
@@ -153,14 +279,32 @@ impl GpuSource for NvmlSource {
             .device_count()
             .map_err(|e| Error::Backend(format!("NVML device count: {e}")))?;
         let mut gpus = Vec::new();
+        // Every GPU NVML listed this time, whether it answered or not.
+        let mut listed = HashSet::new();
         for index in 0..count {
-            match self.read_one(index, own) {
+            let reading = self.read_one(index, own).and_then(|mut gpu| {
+                let problems = self.memory_health(index)?.problems();
+                if !problems.is_empty() {
+                    gpu.healthy = false;
+                    gpu.problem = Some(problems.join("; "));
+                }
+                Ok(gpu)
+            });
+            match reading {
                 Ok(gpu)
                     if self.opts.managed_elsewhere.contains(&gpu.uuid)
-                        || !self.opts.claims.may_manage(&gpu.uuid) => {}
+                        || !self.opts.claims.may_manage(&gpu.uuid) =>
+                {
+                    self.last.remove(&gpu.uuid);
+                }
                 Ok(gpu) => {
-                    self.failures.remove(&index);
-                    self.last.insert(index, gpu.clone());
+                    listed.insert(gpu.uuid.clone());
+                    self.noted.remove(&(index, "gone"));
+                    if self.failures.remove(&index).is_some() {
+                        tracing::info!(gpu = index, "GPU {index} answers NVML again");
+                    }
+                    self.uuid_at.insert(index, gpu.uuid.clone());
+                    self.last.insert(gpu.uuid.clone(), gpu.clone());
                     gpus.push(gpu);
                 }
                 Err(why) => {
@@ -169,7 +313,9 @@ impl GpuSource for NvmlSource {
                     tracing::warn!(gpu = index, "NVML query failed ({n} in a row): {why}");
                     // Keep the GPU listed with its last reading, so its workers
                     // stay in view; after a few failures it is unhealthy.
-                    if let Some(mut gpu) = self.last.get(&index).cloned() {
+                    listed.extend(self.uuid_at.get(&index).cloned());
+                    let last = self.uuid_at.get(&index).and_then(|u| self.last.get(u));
+                    if let Some(mut gpu) = last.cloned() {
                         if *n >= FAILURES_BEFORE_UNHEALTHY {
                             gpu.healthy = false;
                             gpu.problem = Some(format!("its NVML queries keep failing ({why})"));
@@ -178,6 +324,29 @@ impl GpuSource for NvmlSource {
                     }
                 }
             }
+        }
+        // A GPU NVML no longer lists (fallen off the bus, or the driver lost
+        // it) stays in view, unhealthy, so its workers are not orphaned
+        // silently; it comes back when it is listed again.
+        let mut gone: Vec<Gpu> = self
+            .last
+            .values()
+            .filter(|g| !listed.contains(&g.uuid))
+            .cloned()
+            .collect();
+        gone.sort_by_key(|g| g.index);
+        for mut gpu in gone {
+            if self.noted.insert((gpu.index, "gone")) {
+                tracing::error!(
+                    gpu = gpu.index,
+                    "GPU {} ({}) is no longer listed by NVML",
+                    gpu.index,
+                    gpu.uuid
+                );
+            }
+            gpu.healthy = false;
+            gpu.problem = Some("NVML no longer lists it (fallen off the bus?)".into());
+            gpus.push(gpu);
         }
         let (cpu_cores, memory_bytes) = host_resources();
         Ok(Machine {

@@ -3,10 +3,16 @@
  * fixture file named by $FAKE_NVML_FIXTURE, re-read on every call, so a test
  * changes the "hardware" by rewriting the file. Lines:
  *   gpu uuid=GPU-a name=NVIDIA_GeForce_RTX_4060 total=BYTES used=BYTES reserved=BYTES
- *       bus=00000000:01:00.0 power=MILLIWATTS energy=MILLIJOULES util=PERCENT fail=0|1 pending=0|1
- *       [procs=notsup]   (process listings answer NOT_SUPPORTED, as under WSL2)
+ *       bus=00000000:01:00.0 power=MILLIWATTS energy=MILLIJOULES util=PERCENT fail=0|1
+ *       [retired=0|1|notsup|noperm]  retired pages pending (or pending=0|1); notsup as on
+ *                                    A100/H100, which remap rows instead
+ *       [remap=none|pending|failed]  row remapping (absent: NOT_SUPPORTED, as before Ampere)
+ *       [ecc=N]                      volatile uncorrected ECC errors (absent: NOT_SUPPORTED)
+ *       [procs=notsup|noperm|unknown] process listings fail so (notsup: as under WSL2)
  *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
  * (one gpu line per device, in index order; '_' in name stands for a space).
+ * fail=1 makes every call about the device answer GPU_IS_LOST. The memory
+ * query checks the v2 struct's version as the driver does.
  * Built with -DOMIT_OPTIONAL it leaves out power, energy, utilisation and
  * retired-pages symbols, as an old driver or a consumer board might. */
 #include <stdio.h>
@@ -18,14 +24,16 @@
 #define MAXP 64
 typedef int nvmlReturn_t;
 typedef void *nvmlDevice_t;
-enum { OK = 0, UNINIT = 1, INVALID = 2, NOTSUP = 3, INSUFFICIENT = 7, LOST = 15, UNKNOWN = 999 };
+enum { OK = 0, UNINIT = 1, INVALID = 2, NOTSUP = 3, NOPERM = 4, INSUFFICIENT = 7, LOST = 15,
+       VERSION_MISMATCH = 25, UNKNOWN = 999 };
 
 typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } mem_v2_t;
 typedef struct { unsigned int pid; unsigned long long used; unsigned int gi, ci; } proc_t;
 typedef struct { unsigned int gpu, memory; } util_t;
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
 
-struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy; unsigned int power, util; int fail, pending, procs_notsup; };
+/* *_rc: what the query answers (OK or an error); remap: 0 none, 1 pending, 2 failed. */
+struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, retired_rc, remap, remap_rc, ecc_rc, procs_rc; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
 static struct gpu G[MAXG];
 static struct proc P[MAXP];
@@ -68,7 +76,22 @@ static void load(void) {
       g->total = num(l, "total"); g->used = num(l, "used"); g->reserved = num(l, "reserved");
       g->power = num(l, "power"); g->energy = num(l, "energy"); g->util = num(l, "util");
       g->fail = num(l, "fail"); g->pending = num(l, "pending");
-      g->procs_notsup = (v = val(l, "procs")) && !strcmp(v, "notsup");
+      g->retired_rc = OK;
+      if ((v = val(l, "retired"))) {
+        if (!strcmp(v, "notsup")) g->retired_rc = NOTSUP;
+        else if (!strcmp(v, "noperm")) g->retired_rc = NOPERM;
+        else g->pending = atoi(v);
+      }
+      g->remap_rc = NOTSUP;
+      if ((v = val(l, "remap"))) {
+        g->remap_rc = OK;
+        g->remap = !strcmp(v, "pending") ? 1 : !strcmp(v, "failed") ? 2 : 0;
+      }
+      g->ecc_rc = NOTSUP;
+      if ((v = val(l, "ecc"))) { g->ecc_rc = OK; g->ecc = strtoull(v, NULL, 10); }
+      g->procs_rc = OK;
+      if ((v = val(l, "procs")))
+        g->procs_rc = !strcmp(v, "notsup") ? NOTSUP : !strcmp(v, "noperm") ? NOPERM : UNKNOWN;
     } else if (!strncmp(line, "proc ", 5) && np < MAXP) {
       struct proc *p = &P[np++];
       p->gpu = num(l, "gpu"); p->pid = num(l, "pid"); p->mem = num(l, "mem");
@@ -93,7 +116,15 @@ static struct gpu *dev(nvmlDevice_t d, nvmlReturn_t *rc) {
 nvmlReturn_t nvmlInit_v2(void) { inited = 1; return OK; }
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; inited = 1; return OK; }
 nvmlReturn_t nvmlShutdown(void) { inited = 0; return OK; }
-const char *nvmlErrorString(nvmlReturn_t r) { return r == LOST ? "GPU is lost" : "fake NVML error"; }
+const char *nvmlErrorString(nvmlReturn_t r) {
+  switch (r) {
+  case LOST: return "GPU is lost";
+  case NOTSUP: return "Not Supported";
+  case NOPERM: return "Insufficient Permissions";
+  case VERSION_MISMATCH: return "Argument version mismatch";
+  default: return "fake NVML error";
+  }
+}
 nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int n) { snprintf(v, n, "999.99-fake"); return OK; }
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *c) { load(); if (!inited) return UNINIT; *c = ng; return OK; }
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) {
@@ -108,6 +139,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *s, unsigned int n) { DEV(d)
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *s, unsigned int n) { DEV(d); snprintf(s, n, "%s", g->uuid); return OK; }
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, mem_v2_t *m) {
   DEV(d);
+  if (m->version != (unsigned)(sizeof *m | 2 << 24)) return VERSION_MISMATCH;
   m->total = g->total; m->reserved = g->reserved; m->used = g->used;
   m->free = g->total > g->used + g->reserved ? g->total - g->used - g->reserved : 0;
   return OK;
@@ -121,7 +153,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, pci_t *p) {
 }
 static nvmlReturn_t procs(nvmlDevice_t d, unsigned int *count, proc_t *out, int graphics) {
   DEV(d);
-  if (g->procs_notsup) return NOTSUP;
+  if (g->procs_rc != OK) return g->procs_rc;
   unsigned int n = 0;
   for (int i = 0; i < np; i++) if (P[i].gpu == g - G && P[i].graphics == graphics) n++;
   if (!out || *count < n) { *count = n; return n ? INSUFFICIENT : OK; }
@@ -142,5 +174,25 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned i
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) { DEV(d); *mw = g->power; return OK; }
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj) { DEV(d); *mj = g->energy; return OK; }
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, util_t *u) { DEV(d); u->gpu = g->util; u->memory = 0; return OK; }
-nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *state) { DEV(d); *state = g->pending; return OK; }
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *state) {
+  DEV(d);
+  if (g->retired_rc != OK) return g->retired_rc;
+  *state = g->pending;
+  return OK;
+}
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failed) {
+  DEV(d);
+  if (g->remap_rc != OK) return g->remap_rc;
+  *corr = g->remap ? 1 : 0; *unc = g->remap ? 1 : 0;
+  *pending = g->remap == 1; *failed = g->remap == 2;
+  return OK;
+}
+/* type 1: uncorrected; counter 0: volatile (since the driver loaded). */
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int type, int counter, unsigned long long *n) {
+  DEV(d);
+  if (g->ecc_rc != OK) return g->ecc_rc;
+  *n = (type == 1 && counter == 0) ? g->ecc : 0;
+  return OK;
+}
 #endif
