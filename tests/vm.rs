@@ -277,12 +277,69 @@ const QEMU_DOMAIN: &str = "<domain type='qemu'><name>q</name><memory unit='MiB'>
 /// VMs of ours that its own ledger does not hold.
 static LIBVIRTD: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 
-const START_LIBVIRTD: &str = "set -e; n=/run/astraeus-test-kvm; [ -e $n ] || mknod $n c 10 232; \
-    chown root:kvm $n; chmod 0660 $n; mount --bind $n /dev/kvm; \
-    pgrep -x virtlogd >/dev/null || virtlogd -d; pgrep -x libvirtd >/dev/null || libvirtd -d";
+/// The suite's own libvirtd and virtlogd, never the host's: started in a
+/// private mount namespace where libvirt's run, state, log and cache
+/// directories and its persistent domain configs are this run's directories
+/// under [`libvirt_root`] (with a usable /dev/kvm node, as
+/// test-environment.md describes), and reached through their own socket
+/// ([`qemu_uri`]). A watcher stops them, and any QEMU they started, when
+/// this test binary exits.
+const START_LIBVIRTD: &str = r#"set -e
+n=/run/astraeus-test-kvm; [ -e $n ] || mknod $n c 10 232
+chown root:kvm $n; chmod 0660 $n; mount --bind $n /dev/kvm
+for d in run lib log cache domains; do mkdir -p "$R/$d"; done
+mount --bind "$R/run" /run/libvirt
+mount --bind "$R/lib" /var/lib/libvirt
+mount --bind "$R/log" /var/log/libvirt
+mount --bind "$R/cache" /var/cache/libvirt
+mount --bind "$R/domains" /etc/libvirt/qemu
+alive() { [ -e "$R/run/$1.pid" ] && kill -0 "$(cat "$R/run/$1.pid")" 2>/dev/null; }
+alive virtlogd || virtlogd -d --pid-file "$R/run/virtlogd.pid"
+libvirtd -d --pid-file "$R/run/libvirtd.pid"
+"#;
 
-/// Starts libvirtd (once) in a private mount namespace with a usable /dev/kvm
-/// node, as test-environment.md describes; None when it cannot run here.
+/// Runs detached until the test binary ($T) exits, then stops what the
+/// suite started here: QEMU first (it outlives libvirtd), then the daemons.
+const WATCH_LIBVIRTD: &str = r#"while kill -0 "$T" 2>/dev/null; do sleep 0.5; done
+for f in "$R"/run/qemu/*.pid; do [ -e "$f" ] && kill -9 "$(cat "$f")"; done
+for p in libvirtd virtlogd; do [ -e "$R/run/$p.pid" ] && kill "$(cat "$R/run/$p.pid")"; done
+sleep 1; rm -rf "$R""#;
+
+/// This run's libvirt directories (the marker scripts/test looks for).
+fn libvirt_root() -> PathBuf {
+    std::env::temp_dir().join(format!("astraeus-test-libvirt-{}", std::process::id()))
+}
+
+/// The URI of the suite's own libvirtd (its socket, not the host's).
+fn qemu_uri() -> String {
+    format!(
+        "qemu:///system?socket={}/run/libvirt-sock",
+        libvirt_root().display()
+    )
+}
+
+fn start_libvirtd() {
+    let st = Command::new("unshare")
+        .args(["-m", "sh", "-c", START_LIBVIRTD])
+        .env("R", libvirt_root())
+        .status()
+        .unwrap();
+    assert!(st.success(), "starting libvirtd");
+    eventually("libvirtd answers", || virsh(&["version"]).is_some());
+}
+
+/// The suite's libvirtd's pid, while it runs.
+fn libvirtd_pid() -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(libvirt_root().join("run/libvirtd.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: signal 0 only checks that the process exists.
+    (unsafe { libc::kill(pid, 0) } == 0).then_some(pid)
+}
+
+/// Starts the suite's libvirtd (once); None when it cannot run here.
 fn libvirtd() -> Option<std::sync::MutexGuard<'static, bool>> {
     let present = Path::new("/usr/sbin/libvirtd").exists()
         && Path::new("/usr/bin/qemu-system-x86_64").exists();
@@ -294,12 +351,13 @@ fn libvirtd() -> Option<std::sync::MutexGuard<'static, bool>> {
     }
     let mut started = LIBVIRTD.lock().unwrap_or_else(|e| e.into_inner());
     if !*started {
-        let st = Command::new("unshare")
-            .args(["-m", "sh", "-c", START_LIBVIRTD])
+        start_libvirtd();
+        Command::new("setsid")
+            .args(["-f", "sh", "-c", WATCH_LIBVIRTD])
+            .env("R", libvirt_root())
+            .env("T", std::process::id().to_string())
             .status()
             .unwrap();
-        assert!(st.success(), "starting libvirtd");
-        eventually("libvirtd answers", || virsh(&["version"]).is_some());
         *started = true;
     }
     Some(started)
@@ -307,7 +365,7 @@ fn libvirtd() -> Option<std::sync::MutexGuard<'static, bool>> {
 
 fn virsh(args: &[&str]) -> Option<String> {
     let o = Command::new("virsh")
-        .args(["-c", "qemu:///system"])
+        .args(["-c", &qemu_uri()])
         .args(args)
         .output()
         .ok()?;
@@ -318,7 +376,7 @@ fn virsh(args: &[&str]) -> Option<String> {
 
 /// The QEMU process of a domain: its pid and command line.
 fn qemu_of(domain: &str) -> Option<(u32, String)> {
-    let pidfile = PathBuf::from(format!("/run/libvirt/qemu/{domain}.pid"));
+    let pidfile = libvirt_root().join(format!("run/qemu/{domain}.pid"));
     let pid: u32 = std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
@@ -338,7 +396,7 @@ fn real_qemu_vm_is_told_its_memory_adopted_after_a_crash_and_stopped() {
     let Some(_lock) = libvirtd() else { return };
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = daemon(dir.path(), &bus, "qemu:///system", &[]);
+    let d = daemon(dir.path(), &bus, &qemu_uri(), &[]);
     let a = &bus.address;
     for name in ["qa", "qb"] {
         let o = manager(
@@ -364,7 +422,7 @@ fn real_qemu_vm_is_told_its_memory_adopted_after_a_crash_and_stopped() {
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     virsh(&["destroy", "astraeus-qb"]).expect("destroy qb");
-    let d = daemon(dir.path(), &bus, "qemu:///system", &[]);
+    let d = daemon(dir.path(), &bus, &qemu_uri(), &[]);
     eventually("qa adopted", || state(a, "qa") == "s \"running\"\n");
     eventually("qb ended", || gone(a, "qb"));
     assert_eq!(
@@ -398,7 +456,7 @@ fn real_qemu_a_crash_at_each_step_of_a_launch_neither_loses_nor_doubles_the_vm()
         let mut d = daemon(
             dir.path(),
             &bus,
-            "qemu:///system",
+            &qemu_uri(),
             &[("ASTRAEUS_FAILPOINTS", &failpoint)],
         );
         let _ = manager(
@@ -411,7 +469,7 @@ fn real_qemu_a_crash_at_each_step_of_a_launch_neither_loses_nor_doubles_the_vm()
             !d.child.wait().unwrap().success(),
             "{point} killed the daemon"
         );
-        let d = daemon(dir.path(), &bus, "qemu:///system", &[]);
+        let d = daemon(dir.path(), &bus, &qemu_uri(), &[]);
         eventually("crash running after restart", || {
             state(&bus.address, "crash") == "s \"running\"\n"
         });
@@ -433,7 +491,7 @@ fn real_qemu_libvirtd_restarted_under_the_daemon_neither_loses_nor_doubles_the_v
     let Some(_lock) = libvirtd() else { return };
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = daemon(dir.path(), &bus, "qemu:///system", &[]);
+    let d = daemon(dir.path(), &bus, &qemu_uri(), &[]);
     let a = &bus.address;
     let o = manager(
         a,
@@ -446,30 +504,17 @@ fn real_qemu_libvirtd_restarted_under_the_daemon_neither_loses_nor_doubles_the_v
     let (pid, _) = qemu_of("astraeus-lr").expect("qemu runs");
 
     // libvirtd goes away and comes back; QEMU runs on.
-    let st = Command::new("pkill")
-        .args(["-x", "libvirtd"])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    eventually("libvirtd gone", || {
-        !Command::new("pgrep")
-            .args(["-x", "libvirtd"])
-            .status()
-            .unwrap()
-            .success()
-    });
+    let libvirtd = libvirtd_pid().expect("the suite's libvirtd runs");
+    // SAFETY: a signal to the suite's own libvirtd.
+    assert_eq!(unsafe { libc::kill(libvirtd, libc::SIGTERM) }, 0);
+    eventually("libvirtd gone", || libvirtd_pid().is_none());
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         state(a, "lr"),
         "s \"running\"\n",
         "a VM whose QEMU runs is not ended"
     );
-    let st = Command::new("unshare")
-        .args(["-m", "sh", "-c", START_LIBVIRTD])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    eventually("libvirtd back", || virsh(&["version"]).is_some());
+    start_libvirtd();
     assert_eq!(
         qemu_of("astraeus-lr").map(|q| q.0),
         Some(pid),
@@ -525,7 +570,12 @@ fn watch_template_vms() -> (
 }
 
 /// Time-slicing on real libvirtd: buffer 0, guests forced off after 2 s.
-const HANDOFF_ON_QEMU: &str = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"qemu:///system\"\nstop_timeout_seconds = 2\n";
+fn handoff_on_qemu() -> String {
+    format!(
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{}\"\nstop_timeout_seconds = 2\n",
+        qemu_uri()
+    )
+}
 
 /// Destroys and undefines the test templates' domains (left by an earlier run).
 fn forget_template_domains(names: &[&str]) {
@@ -542,17 +592,23 @@ fn real_qemu_two_scheduled_handoffs_force_off_guests_that_ignore_acpi_never_two_
     forget_template_domains(&["sa", "sb"]);
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = start_majin(&bus, dir.path(), HANDOFF_ON_QEMU, &[]);
+    let d = start_majin(&bus, dir.path(), &handoff_on_qemu(), &[]);
     let a = &bus.address;
     assert!(manager(a, None, "CreateTemplate", &["s", &qemu_template("sa")]).ok);
     // sb: ready when its guest agent answers, and a GPU channel. Its guest
     // has no OS: no agent answers and nothing writes GPU figures.
-    let channels = "<devices><channel type='unix'><source mode='bind'/>\
-        <target type='virtio' name='org.qemu.guest_agent.0'/></channel>\
-        <channel type='unix'><source mode='bind'/>\
-        <target type='virtio' name='org.astraeus.gpu.0'/></channel>";
+    // Sockets in the test's directory: libvirt's default place is under the
+    // suite's private /var/lib/libvirt, which the daemon (outside that mount
+    // namespace) cannot see.
+    let channels = format!(
+        "<devices><channel type='unix'><source mode='bind' path='{0}/agent.sock'/>\
+         <target type='virtio' name='org.qemu.guest_agent.0'/></channel>\
+         <channel type='unix'><source mode='bind' path='{0}/gpu.sock'/>\
+         <target type='virtio' name='org.astraeus.gpu.0'/></channel>",
+        dir.path().display()
+    );
     let mut sb: serde_json::Value =
-        serde_json::from_str(&qemu_template("sb").replace("<devices>", channels)).unwrap();
+        serde_json::from_str(&qemu_template("sb").replace("<devices>", &channels)).unwrap();
     sb["readiness"] = serde_json::json!({"agent": true});
     let o = manager(a, None, "CreateTemplate", &["s", &sb.to_string()]);
     assert!(o.ok, "{}", o.stderr);
@@ -647,7 +703,7 @@ fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on(
     forget_template_domains(&["ta", "tb"]);
     let dir = open_tempdir();
     let bus = Bus::session();
-    let start = |env: &[(&str, &str)]| start_majin(&bus, dir.path(), HANDOFF_ON_QEMU, env);
+    let start = |env: &[(&str, &str)]| start_majin(&bus, dir.path(), &handoff_on_qemu(), env);
     let a = bus.address.clone();
     let d = start(&[]);
     for n in ["ta", "tb"] {
@@ -754,7 +810,7 @@ fn real_qemu_a_template_that_cannot_start_is_retried_then_failed_and_the_gpu_sta
     forget_template_domains(&["broken", "fine"]);
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = start_majin(&bus, dir.path(), HANDOFF_ON_QEMU, &[]);
+    let d = start_majin(&bus, dir.path(), &handoff_on_qemu(), &[]);
     let a = &bus.address;
     // Its disk does not exist: libvirt defines it, but every start fails.
     let broken = qemu_template("broken").replace(
@@ -805,7 +861,7 @@ fn real_qemu_a_target_undefined_mid_handoff_frees_the_baseboard() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let config =
-        HANDOFF_ON_QEMU.replace("handoff_buffer_seconds = 0", "handoff_buffer_seconds = 3");
+        handoff_on_qemu().replace("handoff_buffer_seconds = 0", "handoff_buffer_seconds = 3");
     let d = start_majin(&bus, dir.path(), &config, &[]);
     let a = &bus.address;
     for n in ["ua", "ub"] {
