@@ -914,3 +914,63 @@ fn real_qemu_a_target_undefined_mid_handoff_frees_the_baseboard() {
     drop(d);
     forget_template_domains(&["ua", "ub"]);
 }
+
+/// The release interlock, both halves, with the holder outside the daemon:
+/// libvirtd serves its shared test driver (`test+unix:///default`) to the
+/// daemon and to virsh alike, so this test can start and stop a domain that
+/// is no template but holds the baseboard's device. While it runs, the
+/// incoming template waits (the holder named, no start issued); when it
+/// goes, the start proceeds. (Breaking `Libvirt::holders` to answer
+/// "nobody" fails the first half; breaking it to answer always fails the second.)
+#[test]
+fn a_foreign_domain_holds_the_baseboard_until_it_goes() {
+    let Some(_lock) = libvirtd() else { return };
+    let uri = format!(
+        "test+unix:///default?socket={}/run/libvirt-sock",
+        libvirt_root().display()
+    );
+    // The test's own connection: libvirtd keeps the shared test driver's
+    // state only while some connection to it is open.
+    let conn = libvirt::open(&uri).expect("the suite's libvirtd serves the test driver");
+    let intruder = conn
+        .create_domain_xml(
+            "<domain type='test'><name>intruder</name><memory>65536</memory>\
+         <os><type>hvm</type></os><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
+         <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
+         </hostdev></devices></domain>",
+            0,
+        )
+        .expect("the intruder runs");
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let config =
+        format!("[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{uri}\"\n");
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    let a = bus.address.clone();
+    define_template(&a, "a");
+    assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("the holder is named", || {
+        d.log_text().contains("baseboard still held by intruder")
+    });
+    assert_eq!(template_state(&a, "a"), "waiting");
+    let started = || {
+        rusqlite::Connection::open(d.state.join("ledger.db"))
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM handoff_steps WHERE step = 'start-issued'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(started(), 0, "a start was issued while the device was held");
+    // The holder goes: the template starts, with nothing else asked.
+    intruder.destroy().expect("the intruder stops");
+    eventually("a running", || template_state(&a, "a") == "running");
+    assert_eq!(started(), 1);
+    assert!(manager(&a, None, "PowerOff", &["sb", "a", "true"]).ok);
+    eventually("a off", || template_state(&a, "a") == "off");
+    drop(d);
+    // Not closed: the virt crate panics when a close fails (as the daemon does).
+    std::mem::forget(conn);
+}
