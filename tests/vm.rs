@@ -544,29 +544,106 @@ fn qemu_template(name: &str) -> String {
     .to_string()
 }
 
-/// Counts, until told to stop, the most template VMs libvirt had on at once
-/// (virsh list, independent of the daemon).
-fn watch_template_vms() -> (
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    std::thread::JoinHandle<usize>,
-) {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut most = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let on = running_domains()
-                    .iter()
-                    .filter(|n| n.starts_with("astraeus-test-tmpl-"))
-                    .count();
-                most = most.max(on);
-                std::thread::sleep(Duration::from_millis(50));
+/// Every lifecycle event of the suite's libvirtd, as `virsh event --all
+/// --loop --timestamp` prints them, independent of the daemon: each event
+/// is seen (a poll of `virsh list` missed overlaps shorter than its period),
+/// in libvirt's order.
+struct VmEvents {
+    virsh: std::process::Child,
+    log: PathBuf,
+}
+
+/// Starts watching; returns once virsh is subscribed (it has reported a
+/// probe domain defined and undefined here).
+fn watch_template_vms(dir: &Path) -> VmEvents {
+    let log = dir.join("vm-events.log");
+    let watcher = Command::new("virsh")
+        .args(["-c", &qemu_uri(), "event", "--all", "--loop", "--timestamp"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let probe = dir.join("probe.xml");
+    std::fs::write(
+        &probe,
+        QEMU_DOMAIN.replace("<name>q</name>", "<name>astraeus-test-probe</name>"),
+    )
+    .unwrap();
+    eventually("virsh event subscribed", || {
+        let _ = virsh(&["define", probe.to_str().unwrap()]);
+        let _ = virsh(&["undefine", "astraeus-test-probe"]);
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("'astraeus-test-probe': Undefined"))
+    });
+    VmEvents {
+        virsh: watcher,
+        log,
+    }
+}
+
+/// `2026-12-04 06:30:00.123+0000` as milliseconds (days counted from the
+/// first date seen: a watch spans a minute, perhaps a midnight).
+fn event_millis(stamp: &str, first_day: &mut Option<String>, days: &mut i64) -> i64 {
+    let (date, time) = stamp.split_once(' ').expect("a date and a time");
+    match first_day {
+        Some(d) if d != date => {
+            *days += 1;
+            *first_day = Some(date.to_string());
+        }
+        None => *first_day = Some(date.to_string()),
+        _ => {}
+    }
+    let hms = &time[..time.find(['+', '-']).unwrap_or(time.len())];
+    let mut parts = hms.split(':');
+    let (h, m, s): (i64, i64, f64) = (
+        parts.next().unwrap().parse().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+    );
+    *days * 86_400_000 + (h * 3600 + m * 60) * 1000 + (s * 1000.0).round() as i64
+}
+
+impl VmEvents {
+    /// Stops watching and checks what libvirt reported of the template VMs:
+    /// no start while another is on, and each start at least `buffer` after
+    /// the stop before it. Returns how many starts it saw.
+    fn check(mut self, buffer: Duration) -> usize {
+        let _ = self.virsh.kill();
+        let _ = self.virsh.wait();
+        let text = std::fs::read_to_string(&self.log).unwrap();
+        let (mut on, mut starts) = (std::collections::BTreeSet::new(), 0);
+        let (mut last_stop, mut day, mut days) = (None::<i64>, None, 0);
+        for line in text.lines() {
+            let Some((stamp, rest)) = line.split_once(": event 'lifecycle' for domain '") else {
+                continue;
+            };
+            let Some((name, what)) = rest.split_once("': ") else {
+                continue;
+            };
+            if !name.starts_with("astraeus-test-tmpl-") {
+                continue;
             }
-            most
-        })
-    };
-    (stop, watcher)
+            let at = event_millis(stamp, &mut day, &mut days);
+            match what.split(' ').next() {
+                Some("Started") => {
+                    assert!(on.is_empty(), "{name} started while {on:?} on:\n{text}");
+                    if let Some(stop) = last_stop {
+                        assert!(
+                            at - stop >= buffer.as_millis() as i64,
+                            "{name} started {} ms after the last stop, within the buffer:\n{text}",
+                            at - stop
+                        );
+                    }
+                    on.insert(name.to_string());
+                    starts += 1;
+                }
+                Some("Stopped") => {
+                    on.remove(name);
+                    last_stop = Some(at);
+                }
+                _ => {}
+            }
+        }
+        starts
+    }
 }
 
 /// Time-slicing on real libvirtd: buffer 0, guests forced off after 2 s.
@@ -613,7 +690,7 @@ fn real_qemu_two_scheduled_handoffs_force_off_guests_that_ignore_acpi_never_two_
     let o = manager(a, None, "CreateTemplate", &["s", &sb.to_string()]);
     assert!(o.ok, "{}", o.stderr);
 
-    let (stop, watcher) = watch_template_vms();
+    let events = watch_template_vms(dir.path());
     let o = manager(
         a,
         None,
@@ -651,12 +728,7 @@ fn real_qemu_two_scheduled_handoffs_force_off_guests_that_ignore_acpi_never_two_
     assert_eq!(template_state(a, "sb"), "off");
     assert!(manager(a, None, "PowerOff", &["sb", "sa", "true"]).ok);
     eventually("sa off", || template_state(a, "sa") == "off");
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(
-        watcher.join().unwrap(),
-        1,
-        "two template VMs were on at once"
-    );
+    assert_eq!(events.check(Duration::ZERO), 3, "sa, sb, sa again");
 
     let db = rusqlite::Connection::open(d.state.join("ledger.db")).unwrap();
     let forced: i64 = db
@@ -716,7 +788,7 @@ fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on(
     drop(d);
 
     // Watch libvirt all along: never two template VMs on.
-    let (stop, watcher) = watch_template_vms();
+    let events = watch_template_vms(dir.path());
     // Killed right after each step of a handoff is recorded, in turn: the
     // baseboard goes ta -> tb, tb -> ta, … and each restart finishes the
     // handoff from the step the ledger holds (ACPI ignored: forced after 2 s).
@@ -783,12 +855,7 @@ fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on(
         drop(d);
         holder = next;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(
-        watcher.join().unwrap(),
-        1,
-        "two template VMs were on at once"
-    );
+    assert!(events.check(Duration::ZERO) > 1, "no handoff seen");
     let forced: i64 = rusqlite::Connection::open(&ledger)
         .unwrap()
         .query_row(
@@ -973,4 +1040,43 @@ fn a_foreign_domain_holds_the_baseboard_until_it_goes() {
     drop(d);
     // Not closed: the virt crate panics when a close fails (as the daemon does).
     std::mem::forget(conn);
+}
+
+/// The watcher's own check fails on what it must catch: a start while
+/// another template VM is on, even 1 ms of overlap, and a start inside the
+/// buffer (lines as `virsh event --timestamp` prints them).
+#[test]
+fn the_vm_event_check_catches_an_overlap_and_a_short_buffer() {
+    let dir = open_tempdir();
+    let check = |lines: &str, buffer: u64| {
+        let log = dir.path().join("events.log");
+        std::fs::write(&log, lines).unwrap();
+        let virsh = Command::new("true").spawn().unwrap();
+        std::panic::catch_unwind(|| VmEvents { virsh, log }.check(Duration::from_secs(buffer)))
+    };
+    let ev = |t: &str, name: &str, what: &str| {
+        format!("2026-12-04 {t}+0000: event 'lifecycle' for domain 'astraeus-test-tmpl-{name}': {what}\n")
+    };
+    let handoff = [
+        ev("23:59:58.000", "a", "Started Booted"),
+        ev("23:59:59.500", "a", "Stopped Destroyed"),
+    ]
+    .concat();
+    let next_day = |t: &str| ev(t, "b", "Started Booted").replace("2026-12-04", "2026-12-05");
+    assert_eq!(
+        check(&(handoff.clone() + &next_day("00:00:00.000")), 0).ok(),
+        Some(2)
+    );
+    assert!(check(&(handoff.clone() + &next_day("00:00:00.000")), 1).is_err());
+    assert_eq!(
+        check(&(handoff.clone() + &next_day("00:00:00.600")), 1).ok(),
+        Some(2)
+    );
+    let overlap = [
+        ev("10:00:00.000", "a", "Started Booted"),
+        ev("10:00:05.000", "b", "Started Booted"),
+        ev("10:00:05.001", "a", "Stopped Destroyed"),
+    ]
+    .concat();
+    assert!(check(&overlap, 0).is_err());
 }
