@@ -49,16 +49,33 @@ pub struct CtlArgs {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Print lists without their header, notes and count line (for scripts).
+    #[arg(long, global = true)]
+    pub no_legend: bool,
     #[command(subcommand)]
     pub cmd: CtlCommand,
 }
 
 #[derive(Subcommand)]
 pub enum CtlCommand {
-    /// The machine's GPUs: what each offers and how it is used.
+    /// The machine's GPUs as a table: what each offers, how it is used, its health.
     Gpus,
-    /// Workers with their state and GPUs (`1 · shared 2.2 GB`).
+    /// Live workers with their state, owner and GPUs (`0,2 · shared 2.2 GB`).
     Workers,
+    /// Workers that ended, newest first, with when and how they ended.
+    History {
+        /// Only those that ended since then: 1h, 30min, 2d, today, yesterday,
+        /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or epoch seconds [default: all].
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// At most this many (1 to 10000).
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: u32,
+    },
+    /// Follow what happens, a line each (JSON lines with --json), until Ctrl-C:
+    /// workers added and removed, state changes, why they wait, handoff steps
+    /// and slices.
+    Events,
     /// One worker whole: state, owner, GPUs, share, use, warnings, holders,
     /// why it waits, and its request (env values only for its owner and root).
     Show {
@@ -66,20 +83,32 @@ pub enum CtlCommand {
         name: String,
     },
     /// Who shares one GPU, and how much each takes.
-    Sharers { gpu: u32 },
+    Sharers {
+        /// The GPU's index (as `astraeusctl gpus` lists it).
+        gpu: u32,
+    },
     /// Submit a worker spec (JSON) from a file, or - for standard input.
-    Submit { file: String },
+    Submit {
+        /// The spec's file, or - for standard input.
+        file: String,
+    },
     /// Stop a worker.
-    Stop { name: String },
+    Stop {
+        /// The worker's name.
+        name: String,
+    },
     /// Where a spec would go now, or why it would wait (changes nothing).
-    Why { file: String },
+    Why {
+        /// The spec's file, or - for standard input.
+        file: String,
+    },
     /// A template's scheduled actions (time-slicing rotation).
     #[command(subcommand)]
     Schedule(ScheduleCommand),
     /// Time-slicing templates: persistent VMs that own the GPU baseboard in turn.
     #[command(subcommand)]
     Template(TemplateCommand),
-    /// Who owns the GPU baseboard when, in the daemon's time zone; with
+    /// Who owns the GPU baseboard when, in your time zone ($TZ); with
     /// --report, the slices that ran, by template and by user.
     Slices {
         /// Report the slices that ran in the window (default: the last 7 days).
@@ -88,7 +117,7 @@ pub enum CtlCommand {
         /// Show the next N slices from now.
         #[arg(long, value_name = "N", conflicts_with_all = ["from", "to"])]
         next: Option<usize>,
-        /// Window start: YYYY-MM-DD, YYYY-MM-DDTHH:MM (daemon's zone) or epoch seconds.
+        /// Window start: today, yesterday, -2d, YYYY-MM-DD[THH:MM] (your zone) or epoch seconds.
         #[arg(long, requires = "to")]
         from: Option<String>,
         /// Window end, as --from.
@@ -98,10 +127,11 @@ pub enum CtlCommand {
     /// GPU-hours and energy by worker, owner, GPU or user; a shared GPU counts
     /// for each sharer by its share of the GPU's memory.
     Usage {
-        /// Window start: YYYY-MM-DD, YYYY-MM-DDTHH:MM (daemon's zone) or epoch seconds [default: 24 hours ago].
+        /// Window start: 1h, 30min, 2d (that long ago), today, yesterday,
+        /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or epoch seconds [default: 24 hours ago].
         #[arg(long)]
         since: Option<String>,
-        /// Window end, as --since [default: now].
+        /// Window end, as --since, or now [default: now].
         #[arg(long)]
         until: Option<String>,
         /// Group rows by worker, owner, gpu or user.
@@ -116,11 +146,17 @@ pub enum CtlCommand {
 #[derive(Subcommand)]
 pub enum TemplateCommand {
     /// Define a template (JSON) from a file, or - for standard input. Root only.
-    Create { file: String },
+    Create {
+        /// The template's JSON file, or - for standard input.
+        file: String,
+    },
     /// Every template with its user, VM and state.
     List,
     /// Remove a template whose VM is off (the libvirt domain is kept). Root only.
-    Remove { name: String },
+    Remove {
+        /// The template's name.
+        name: String,
+    },
     /// Build the template's read-only weights disk from a directory, once
     /// (the same content again changes nothing); waits until it is done,
     /// with a progress bar at a terminal (a line per step otherwise), and
@@ -133,13 +169,17 @@ pub enum TemplateCommand {
     },
     /// Boot a template's VM now; --handoff takes the baseboard over from its holder.
     Resume {
+        /// The template's name.
         name: String,
+        /// Power the baseboard's holder off first, then boot this one.
         #[arg(long)]
         handoff: bool,
     },
     /// Power a template's VM off (ACPI, forced after the timeout; --hard: at once).
     Poweroff {
+        /// The template's name.
         name: String,
+        /// Destroy at once instead of ACPI shutdown.
         #[arg(long)]
         hard: bool,
     },
@@ -196,6 +236,92 @@ pub enum ScheduleCommand {
     },
 }
 
+/// A time given on the command line, as epoch seconds, the way journalctl
+/// reads them: `now`, `today`, `yesterday`, `tomorrow` (midnight in `tz`),
+/// a span ago (`1h`, `30min`, `2d`, `-1h`, `1h ago`), a date or date-time in
+/// `tz` (`2026-12-04`, `2026-12-04T09:30`, `2026-12-04 09:30`), or epoch seconds.
+pub fn parse_when(
+    text: &str,
+    now: jiff::Timestamp,
+    tz: &jiff::tz::TimeZone,
+    flag: &str,
+) -> Result<i64, String> {
+    let t = text.trim();
+    let bad = || {
+        format!(
+            "{flag}: expected 1h, 30min, 2d, today, yesterday, YYYY-MM-DD, \
+             YYYY-MM-DDTHH:MM or epoch seconds; got {text:?}"
+        )
+    };
+    if let Ok(secs) = t.parse::<i64>() {
+        return Ok(secs);
+    }
+    let midnight = |days: i64| -> Result<i64, String> {
+        let date = now.to_zoned(tz.clone()).date();
+        let day = date
+            .checked_add(jiff::Span::new().days(days))
+            .map_err(|_| bad())?;
+        day.to_zoned(tz.clone())
+            .map(|z| z.timestamp().as_second())
+            .map_err(|e| format!("{flag}: {e}"))
+    };
+    match t {
+        "now" => return Ok(now.as_second()),
+        "today" => return midnight(0),
+        "yesterday" => return midnight(-1),
+        "tomorrow" => return midnight(1),
+        _ => {}
+    }
+    let ago = t.strip_suffix(" ago").unwrap_or(t);
+    let ago = ago.strip_prefix('-').unwrap_or(ago);
+    if let Some(secs) = span_seconds(ago) {
+        return Ok(now.as_second() - secs);
+    }
+    let civil: jiff::civil::DateTime = t
+        .replacen(' ', "T", 1)
+        .parse::<jiff::civil::DateTime>()
+        .or_else(|_| {
+            t.parse::<jiff::civil::Date>()
+                .map(|d| d.to_datetime(jiff::civil::Time::midnight()))
+        })
+        .map_err(|_| bad())?;
+    civil
+        .to_zoned(tz.clone())
+        .map(|z| z.timestamp().as_second())
+        .map_err(|e| format!("{flag}: {e}"))
+}
+
+/// `90s`, `30min`, `1h`, `2d`, `1w`, `1h30min` as seconds; None otherwise.
+fn span_seconds(text: &str) -> Option<i64> {
+    let mut total: i64 = 0;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        if digits == 0 {
+            return None;
+        }
+        let n: i64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match rest[..unit_len].trim() {
+            "s" | "sec" | "second" | "seconds" => 1,
+            "m" | "min" | "minute" | "minutes" => 60,
+            "h" | "hour" | "hours" => 3_600,
+            "d" | "day" | "days" => 86_400,
+            "w" | "week" | "weeks" => 7 * 86_400,
+            _ => return None,
+        };
+        total = total.checked_add(n.checked_mul(unit)?)?;
+        rest = &rest[unit_len..];
+    }
+    Some(total)
+}
+
 /// Exit codes by what went wrong (astraeusctl(1), EXIT STATUS); 2 is clap's
 /// usage error.
 pub fn exit_code(kind: &str) -> u8 {
@@ -207,7 +333,7 @@ pub fn exit_code(kind: &str) -> u8 {
         "Unsatisfiable" => 7,
         "Usage" => 2,
         // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
-        "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" => 69,
+        "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" | "Gone" => 69,
         _ => 1,
     }
 }
@@ -232,6 +358,36 @@ pub fn kind_of(e: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_read_as_journalctl_reads_them() {
+        let tz = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+        // 2026-12-04 10:30 in Berlin (UTC+1) = 09:30 UTC.
+        let now: jiff::Timestamp = "2026-12-04T09:30:00Z".parse().unwrap();
+        let at = |s: &str| parse_when(s, now, &tz, "--since");
+        let n = now.as_second();
+        assert_eq!(at("now"), Ok(n));
+        assert_eq!(at("1h"), Ok(n - 3600));
+        assert_eq!(at("-1h"), Ok(n - 3600));
+        assert_eq!(at("1h ago"), Ok(n - 3600));
+        assert_eq!(at("30min"), Ok(n - 1800));
+        assert_eq!(at("1h30min"), Ok(n - 5400));
+        assert_eq!(at("2d"), Ok(n - 2 * 86_400));
+        assert_eq!(at("1w"), Ok(n - 7 * 86_400));
+        // Midnight in Berlin is 23:00 UTC the day before.
+        let utc = |s: &str| s.parse::<jiff::Timestamp>().unwrap().as_second();
+        assert_eq!(at("today"), Ok(utc("2026-12-03T23:00:00Z")));
+        assert_eq!(at("yesterday"), Ok(utc("2026-12-02T23:00:00Z")));
+        assert_eq!(at("tomorrow"), Ok(utc("2026-12-04T23:00:00Z")));
+        assert_eq!(at("2026-07-01"), Ok(utc("2026-06-30T22:00:00Z")));
+        assert_eq!(at("2026-07-01T09:15"), Ok(utc("2026-07-01T07:15:00Z")));
+        assert_eq!(at("2026-07-01 09:15"), Ok(utc("2026-07-01T07:15:00Z")));
+        assert_eq!(at("1700000000"), Ok(1_700_000_000));
+        for bad in ["someday", "1x", "h", "", "1h ago ago", "2026-13-01"] {
+            let e = at(bad).unwrap_err();
+            assert!(e.starts_with("--since: expected 1h"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn errors_map_to_their_documented_exit_codes() {

@@ -4,7 +4,9 @@
 //! staging) come back as commands too, so the loop never waits on them.
 
 use crate::access::Caller;
-use crate::bus::wire::{GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot};
+use crate::bus::wire::{
+    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
+};
 use crate::error::Result;
 use crate::runtime::{Exit, Found, Kind};
 use crate::slicing::handoff::Event;
@@ -55,6 +57,11 @@ pub enum Command {
     GetWorker {
         name: String,
         reply: Reply<Result<String>>,
+    },
+    ListEnded {
+        since_ms: i64,
+        limit: u32,
+        reply: Reply<Result<Vec<EndedRow>>>,
     },
     ListGpus {
         reply: Reply<Vec<GpuRow>>,

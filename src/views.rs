@@ -254,6 +254,7 @@ pub fn gpu_row(v: GpuView) -> GpuRow {
         taken_gb: v.taken_gb,
         warning: v.warning,
         draining_for: v.draining_for,
+        health: v.health,
     }
 }
 
@@ -303,6 +304,8 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
             owner_uid: w.owner_uid,
             gpus: placement::gpus_column(w.grants()),
             gpu_used_gb: used,
+            gpu_indices: w.grants().iter().map(|g| g.gpu_index).collect(),
+            gpu_shared_gb: w.spec.shared_gb().map_or(0.0, Amount::as_f64),
         },
     }
 }

@@ -280,7 +280,7 @@ fn why_not_is_a_dry_run() {
         manager(&bus.address, None, "ListWorkers", &[])
             .stdout
             .trim(),
-        "a(ssusd) 0"
+        "a(ssusdaud) 0"
     );
 }
 
@@ -490,16 +490,28 @@ fn astraeusctl_shows_the_seeds_words() {
     let o = ctl(a, None, &["gpus"]);
     assert_eq!(
         o.stdout,
-        "GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB (1 GB held outside Astraeus)  shared, 6.4 GB taken\n"
+        "GPU  MODEL                    TOTAL  OFFERED  OUTSIDE  MODE    TAKEN   HEALTH\n\
+         0    NVIDIA GeForce RTX 4060  8 GB   7 GB     1 GB     shared  6.4 GB  ok\n\
+         \n\
+         1 GPU listed.\n"
     );
+    // The GPUs by index, owners by name, a count line as systemd's tools.
     let o = ctl(a, None, &["workers"]);
     assert_eq!(
         o.stdout,
-        "NAME    STATE     OWNER  GPUS                  USED\n\
-         listen  running   root   1 · shared 2.2 GB     unknown\n\
-         small   pending   root   —                     —\n\
+        "NAME    STATE    OWNER  GPUS               USED\n\
+         listen  running  root   0 · shared 2.2 GB  unknown\n\
+         small   pending  root   —                  —\n\
          \x20         GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5\n\
-         voice   running   root   1 · shared 4.2 GB     unknown\n"
+         voice   running  root   0 · shared 4.2 GB  unknown\n\
+         \n\
+         3 workers listed.\n"
+    );
+    // For scripts: the rows alone.
+    let o = ctl(a, None, &["--no-legend", "gpus"]);
+    assert_eq!(
+        o.stdout,
+        "0    NVIDIA GeForce RTX 4060  8 GB   7 GB     1 GB     shared  6.4 GB  ok\n"
     );
     // The simulated machine has no per-process readings: use is unknown.
     let o = ctl(a, None, &["sharers", "0"]);
@@ -507,9 +519,17 @@ fn astraeusctl_shows_the_seeds_words() {
         o.stdout,
         "GPU 0: shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken\n"
     );
+    // JSON is data: numbers, arrays and nulls, no display strings.
     let o = ctl(a, None, &["--json", "workers"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        v[0],
+        serde_json::json!({"name": "listen", "state": "running", "owner": 0,
+            "owner_name": "root", "gpus": [0], "gpu_shared_gb": 2.2,
+            "gpu_used_gb": null, "pending_reasons": []})
+    );
     assert_eq!(v[1]["name"], "small");
+    assert_eq!(v[1]["gpus"], serde_json::json!([]));
     assert_eq!(
         v[1]["pending_reasons"][0],
         "GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"
@@ -517,6 +537,9 @@ fn astraeusctl_shows_the_seeds_words() {
     let o = ctl(a, None, &["--json", "gpus"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v[0]["offered_gb"], 7.0);
+    assert_eq!(v[0]["taken_gb"], 6.4);
+    assert_eq!(v[0]["healthy"], true);
+    assert_eq!(v[0]["warning"], serde_json::Value::Null);
     let o = ctl(a, None, &["stop", "nope"]);
     assert!(!o.ok);
     assert_eq!(
@@ -532,6 +555,175 @@ fn astraeusctl_shows_the_seeds_words() {
         o.stdout,
         "it would wait:\n  GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5\n"
     );
+}
+
+/// `astraeusctl events` follows what happens as lines (and JSON lines) and
+/// ends, with 69, when the daemon goes; `history` lists ended workers with
+/// their end from the ledger, in the reader's zone, `--since` read as
+/// journalctl reads it.
+#[test]
+fn astraeusctl_follows_events_and_lists_the_history() {
+    use std::io::BufRead;
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    let a = &bus.address;
+    let follow = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"));
+        cmd.args(["--bus-address", a]);
+        if json {
+            cmd.arg("--json");
+        }
+        let mut child = cmd
+            .arg("events")
+            .env("TZ", "UTC")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        (child, lines)
+    };
+    let (mut text, mut text_lines) = follow(false);
+    let first = text_lines.next().unwrap().unwrap();
+    assert_eq!(
+        first,
+        "following org.astraeus.Node1 (times in UTC); Ctrl-C to stop"
+    );
+    let (mut json, mut json_lines) = follow(true);
+    // Each says so once it is subscribed.
+    let first = json_lines.next().unwrap().unwrap();
+    assert_eq!(first, r#"{"event":"following","time_zone":"UTC"}"#);
+    assert!(
+        manager(
+            a,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec("listen", "2.2")]
+        )
+        .ok
+    );
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("big", "6")]).ok);
+    assert!(manager(a, None, "StopWorker", &["s", "listen"]).ok);
+    let mut seen = Vec::new();
+    for l in text_lines.by_ref() {
+        let l = l.unwrap();
+        // "HH:MM:SS  what"
+        assert_eq!(l.as_bytes()[2], b':', "{l}");
+        seen.push(l[10..].to_string());
+        if l.ends_with("GPU 0: 6 GB taken") {
+            break;
+        }
+    }
+    // listen's end and big's start are one change of the GPU: it is never free.
+    assert_eq!(
+        seen,
+        [
+            "worker listen submitted: running",
+            "GPU 0 is shared, 2.2 GB taken",
+            "worker big submitted: waits: GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 6",
+            "worker listen ended",
+            "worker big is running",
+            "GPU 0: 6 GB taken",
+        ]
+    );
+    let d_state = d.state.clone();
+    // The daemon goes: both followers say so and end with 69.
+    d.stop();
+    let rest: Vec<String> = json_lines.map(Result::unwrap).collect();
+    let events: Vec<serde_json::Value> = rest
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.starts_with(&["worker-new", "gpu", "worker-new", "worker-removed"]),
+        "{rest:?}"
+    );
+    assert_eq!(events[0]["worker"], "listen");
+    assert_eq!(events[0]["state"], "running");
+    assert_eq!(
+        events[2]["pending_reasons"][0],
+        "GPU 0 of majin: 2.2 of 7 GB taken by shared work; it needs 6"
+    );
+    assert!(events[0]["at_ms"].as_i64().unwrap() > 1_700_000_000_000);
+    for child in [&mut text, &mut json] {
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(69));
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut text.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(
+        err,
+        "astraeusctl: Gone: the daemon went away; see: journalctl -u astraeusd\n"
+    );
+
+    // The history, read from a daemon started again on the same ledger.
+    let d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    assert_eq!(d.state, d_state);
+    let ledger = d.state.join("ledger.db");
+    let ended_ms: i64 = std::process::Command::new("sqlite3")
+        .arg(&ledger)
+        .arg("SELECT ended_ms FROM workers WHERE name = 'listen'")
+        .output()
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().parse().unwrap())
+        .unwrap();
+    let in_zone = |zone: &str| {
+        jiff::Timestamp::from_millisecond(ended_ms)
+            .unwrap()
+            .to_zoned(jiff::tz::TimeZone::get(zone).unwrap())
+            .strftime("%Y-%m-%d %H:%M:%S")
+            .to_string()
+    };
+    let history = |zone: &str, args: &[&str]| {
+        let mut all = vec!["--bus-address", a, "history"];
+        all.extend_from_slice(args);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
+            .args(&all)
+            .env("TZ", zone)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let shown = history("Asia/Tokyo", &["--since", "1h"]);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], "times in Asia/Tokyo");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "OWNER", "GPUS", "PLACED", "ENDED", "HOW"]
+    );
+    assert!(
+        lines[2].starts_with("listen  root   0 · shared 2.2 GB  "),
+        "{shown}"
+    );
+    assert!(
+        lines[2].ends_with(&format!("  {}  stopped", in_zone("Asia/Tokyo"))),
+        "{shown}"
+    );
+    assert_eq!(&lines[3..], ["", "1 ended worker listed."]);
+    let shown = history("America/New_York", &["--no-legend"]);
+    assert!(shown.contains(&in_zone("America/New_York")), "{shown}");
+    assert_eq!(shown.lines().count(), 1, "{shown}");
+    // Nothing ended since tomorrow.
+    assert_eq!(
+        history("UTC", &["--since", "tomorrow"]),
+        "times in UTC\nNAME  OWNER  GPUS  PLACED  ENDED  HOW\n\n0 ended workers listed.\n"
+    );
+    let o = ctl(a, None, &["--json", "history"]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v[0]["name"], "listen");
+    assert_eq!(v[0]["ended_ms"], ended_ms);
+    assert_eq!(v[0]["gpus"], serde_json::json!([0]));
+    assert_eq!(v[0]["exit_status"], serde_json::Value::Null);
+    assert_eq!(v[0]["ended_by"], "stopped");
+    assert_eq!(v.as_array().unwrap().len(), 1, "big still runs");
+    let o = ctl(a, None, &["history", "--limit", "0"]);
+    assert_eq!(o.code, Some(3), "{}", o.stderr);
+    assert!(o.stderr.contains("limit: 1 to 10000"), "{}", o.stderr);
 }
 
 #[test]
@@ -565,8 +757,11 @@ fn a_wsl_host_says_so_and_shares_every_gpu() {
     assert_eq!(
         o.stdout,
         "pc is a WSL2 host: every container sees every GPU, so shared work takes its memory on each\n\
-         GPU 0  RTX 4090  offers all its 24 GB  shared, 4 GB taken\n\
-         GPU 1  RTX 3060  offers all its 12 GB  shared, 4 GB taken\n"
+         GPU  MODEL     TOTAL  OFFERED  OUTSIDE  MODE    TAKEN  HEALTH\n\
+         0    RTX 4090  24 GB  24 GB    0 GB     shared  4 GB   ok\n\
+         1    RTX 3060  12 GB  12 GB    0 GB     shared  4 GB   ok\n\
+         \n\
+         2 GPUs listed.\n"
     );
 }
 
@@ -849,8 +1044,10 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
     let o = ctl(&empty.address, None, &["gpus"]);
     assert_eq!(o.code, Some(69), "{}", o.stderr);
     assert!(
-        o.stderr
-            .contains("is astraeusd running (the system bus's daemon)? systemctl status astraeusd"),
+        o.stderr.contains(&format!(
+            "is astraeusd running on the bus at {}?",
+            empty.address
+        )),
         "{}",
         o.stderr
     );

@@ -340,7 +340,7 @@ fn scripts_try_runs_the_daemon_the_tour_talks_to() {
             .unwrap_or_default()
     };
     eventually("the daemon answers", || {
-        gpus().contains("GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB")
+        gpus().contains("0    NVIDIA GeForce RTX 4060  8 GB   7 GB     1 GB     free")
     });
     // Ctrl-C: the daemon stops, and so does the bus it made.
     unsafe {

@@ -159,7 +159,7 @@ fn oversized_and_malformed_requests_get_typed_errors_and_cost_no_memory() {
     // Nothing was half-applied.
     assert_eq!(
         manager(a, None, "ListWorkers", &[]).stdout.trim(),
-        "a(ssusd) 0"
+        "a(ssusdaud) 0"
     );
 }
 
@@ -355,7 +355,7 @@ fn a_flood_of_big_reads_stalls_neither_the_loop_nor_a_submit() {
     eventually("the ledger's workers published", || {
         manager(&a, None, "ListWorkers", &[])
             .stdout
-            .starts_with(&format!("a(ssusd) {}", PENDING + 1))
+            .starts_with(&format!("a(ssusdaud) {}", PENDING + 1))
     });
     let rss_before = rss_kib(pid);
     // (path, interface, method) of the big reads; each reader a shell loop

@@ -143,8 +143,11 @@ fn two_gpus_a_desktop_and_outside_use_that_grows_and_shrinks() {
     let o = ctl(a, None, &["gpus"]);
     assert_eq!(
         o.stdout,
-        "GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB (1 GB held outside Astraeus)  free\n\
-         GPU 1  NVIDIA L4  offers all its 24 GB  free\n"
+        "GPU  MODEL                    TOTAL  OFFERED  OUTSIDE  MODE  TAKEN  HEALTH\n\
+         0    NVIDIA GeForce RTX 4060  8 GB   7 GB     1 GB     free  —      ok\n\
+         1    NVIDIA L4                24 GB  24 GB    0 GB     free  —      ok\n\
+         \n\
+         2 GPUs listed.\n"
     );
     // Shared work opens the smallest GPU that fits: the 4060.
     assert!(
@@ -340,7 +343,7 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
     let o = ctl(a, None, &["workers"]);
     assert!(
         o.stdout
-            .contains("listen  running   root   1 · shared 2.5 GB     3 GB"),
+            .contains("listen  running  root   0 · shared 2.5 GB  3 GB"),
         "{}",
         o.stdout
     );
@@ -435,7 +438,7 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
     assert!(
         o.stdout
             .lines()
-            .any(|l| l.starts_with("GPU 1") && l.contains("unhealthy")),
+            .any(|l| l.starts_with("1    NVIDIA L4") && l.contains("  unhealthy  ")),
         "{}",
         o.stdout
     );
@@ -455,7 +458,7 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
     let tty = in_terminal("");
     assert!(
         tty.lines()
-            .any(|l| l.starts_with("GPU 1") && l.contains("\x1b[1;31munhealthy\x1b[0m")),
+            .any(|l| l.starts_with("1    NVIDIA L4") && l.contains("\x1b[1;31munhealthy\x1b[0m")),
         "{tty:?}"
     );
     assert!(tty.contains("\x1b[32mfree\x1b[0m"), "{tty:?}");
@@ -484,7 +487,10 @@ fn missing_optional_symbols_are_tolerated() {
     let o = ctl(&bus.address, None, &["gpus"]);
     assert_eq!(
         o.stdout,
-        "GPU 0  NVIDIA GeForce RTX 4060  offers 7 of its 8 GB (1 GB held outside Astraeus)  free\n"
+        "GPU  MODEL                    TOTAL  OFFERED  OUTSIDE  MODE  TAKEN  HEALTH\n\
+         0    NVIDIA GeForce RTX 4060  8 GB   7 GB     1 GB     free  —      ok\n\
+         \n\
+         1 GPU listed.\n"
     );
 }
 
@@ -516,7 +522,7 @@ fn without_nvml_the_daemon_says_what_it_tried_and_exits() {
     let d = Daemon::start_with(&bus, dir.path(), None, &[]);
     assert_eq!(
         manager(&bus.address, None, "ListGpus", &[]).stdout.trim(),
-        "a(usssddddss) 0"
+        "a(usssddddsss) 0"
     );
     drop(d);
 }
@@ -647,12 +653,12 @@ fn real_board_sizes_read_as_sold_and_their_figures_add_up() {
     let out = ctl(a, None, &["gpus"]).stdout;
     // 700 (desktop) + 300 (reserved) + 4 (unreported) MiB = 0.98 GB, shown rounded up.
     assert!(
-        out.contains("GPU 0  NVIDIA GeForce RTX 4060  offers 7.01 of its 8 GB (0.99 GB held outside Astraeus)"),
+        out.contains("0    NVIDIA GeForce RTX 4060  8 GB   7.01 GB   0.99 GB  free"),
         "{out}"
     );
     // 361 MiB unreported = 0.35 GB, rounded up.
     assert!(
-        out.contains("GPU 1  NVIDIA H100 80GB HBM3  offers 79.64 of its 80 GB (0.36 GB held outside Astraeus)"),
+        out.contains("1    NVIDIA H100 80GB HBM3    80 GB  79.64 GB  0.36 GB  free"),
         "{out}"
     );
     for (i, total, offered, outside) in [(0, "8", "7.01", "0.99"), (1, "80", "79.64", "0.36")] {
@@ -727,7 +733,7 @@ fn a_wsl2_card_reads_as_sold_and_counts_promises_as_its_own() {
     assert!(out.contains("majin is a WSL2 host"), "{out}");
     // 1020 MiB used + 4 MiB unreported = exactly 1 GB outside.
     assert!(
-        out.contains("offers 7 of its 8 GB (1 GB held outside Astraeus)"),
+        out.contains("0    NVIDIA GeForce RTX 4060 Laptop GPU  8 GB   7 GB     1 GB     free"),
         "{out}"
     );
     let o = manager(
@@ -768,7 +774,7 @@ fn a_session_daemon_leaves_the_system_daemons_gpus_alone() {
     let system_bus = Bus::session();
     let _system = start(&system_bus, sys_dir.path(), &lib, &fx, "");
     let listed = |a: &str| manager(a, None, "ListGpus", &[]).stdout;
-    assert!(listed(&system_bus.address).starts_with("a(usssddddss) 2"));
+    assert!(listed(&system_bus.address).starts_with("a(usssddddsss) 2"));
     // A second daemon whose system bus is that one: it takes neither GPU.
     let user_dir = tempfile::tempdir().unwrap();
     let user_bus = Bus::session();
@@ -789,7 +795,7 @@ fn a_session_daemon_leaves_the_system_daemons_gpus_alone() {
             ("DBUS_SYSTEM_BUS_ADDRESS", &system_bus.address),
         ],
     );
-    assert_eq!(listed(&user_bus.address).trim(), "a(usssddddss) 0");
+    assert_eq!(listed(&user_bus.address).trim(), "a(usssddddsss) 0");
     assert!(
         user.log_text().contains(
             "GPU GPU-4060 is managed by the system's astraeusd: this daemon leaves it alone"
@@ -826,7 +832,7 @@ fn a_session_daemon_leaves_the_system_daemons_gpus_alone() {
             ("DBUS_SYSTEM_BUS_ADDRESS", &nobody.address),
         ],
     );
-    assert!(listed(&user_bus.address).starts_with("a(usssddddss) 2"));
+    assert!(listed(&user_bus.address).starts_with("a(usssddddsss) 2"));
 }
 
 /// Two user daemons on one host (no system daemon to defer to): the second
@@ -860,10 +866,10 @@ fn a_second_daemon_leaves_the_gpus_another_holds_alone() {
     let listed = |a: &str| manager(a, None, "ListGpus", &[]).stdout;
     let (first_dir, first_bus) = (tempfile::tempdir().unwrap(), Bus::session());
     let first = daemon(first_dir.path(), &first_bus);
-    assert!(listed(&first_bus.address).starts_with("a(usssddddss) 2"));
+    assert!(listed(&first_bus.address).starts_with("a(usssddddsss) 2"));
     let (second_dir, second_bus) = (tempfile::tempdir().unwrap(), Bus::session());
     let second = daemon(second_dir.path(), &second_bus);
-    assert_eq!(listed(&second_bus.address).trim(), "a(usssddddss) 0");
+    assert_eq!(listed(&second_bus.address).trim(), "a(usssddddsss) 0");
     assert!(
         second
             .log_text()
@@ -874,7 +880,7 @@ fn a_second_daemon_leaves_the_gpus_another_holds_alone() {
     // The first ends: its locks go with it, and the second takes the GPUs.
     first.stop();
     eventually("the second daemon takes both GPUs", || {
-        listed(&second_bus.address).starts_with("a(usssddddss) 2")
+        listed(&second_bus.address).starts_with("a(usssddddsss) 2")
     });
 }
 

@@ -148,9 +148,13 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     let o = manager(a, None, "ListSlices", &["xx", "100", "50"]);
     assert!(o.stderr.contains("to: must be after from"), "{}", o.stderr);
 
-    // astraeusctl shows the table in the daemon's zone, with the zone named.
+    // astraeusctl shows the table in the reader's zone, with the zone named.
     let day = |d: i64| (monday() + jiff::Span::new().days(d)).to_string();
-    let o = ctl(a, None, &["slices", "--from", &day(0), "--to", &day(2)]);
+    let o = ctl_tz(
+        a,
+        "Europe/Berlin",
+        &["slices", "--from", &day(0), "--to", &day(2)],
+    );
     assert_eq!(
         o.stdout,
         format!(
@@ -162,6 +166,49 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
             local(0, 17),
             local(1, 9),
             local(1, 17)
+        )
+    );
+    // The same slices read in Tokyo: times there, the zone named (the
+    // window as epoch seconds: dates would be Tokyo's days).
+    let berlin_midnight = |d: i64| {
+        (monday() + jiff::Span::new().days(d))
+            .to_zoned(jiff::tz::TimeZone::get("Europe/Berlin").unwrap())
+            .unwrap()
+            .timestamp()
+            .as_second()
+            .to_string()
+    };
+    let tokyo = |d: i64, h: i8| {
+        (monday() + jiff::Span::new().days(d))
+            .at(h, 0, 0, 0)
+            .to_zoned(jiff::tz::TimeZone::get("Europe/Berlin").unwrap())
+            .unwrap()
+            .with_time_zone(jiff::tz::TimeZone::get("Asia/Tokyo").unwrap())
+            .strftime("%a %Y-%m-%d %H:%M")
+            .to_string()
+    };
+    let o = ctl_tz(
+        a,
+        "Asia/Tokyo",
+        &[
+            "slices",
+            "--from",
+            &berlin_midnight(0),
+            "--to",
+            &berlin_midnight(2),
+        ],
+    );
+    assert_eq!(
+        o.stdout,
+        format!(
+            "times in Asia/Tokyo\n\
+             TEMPLATE  START                 END                   ENDS BY\n\
+             alpha     {}  {}  poweroff\n\
+             beta      {}  {}  poweroff\n",
+            tokyo(0, 9),
+            tokyo(0, 17),
+            tokyo(1, 9),
+            tokyo(1, 17)
         )
     );
     // Each template is an object whose NextSlice is its next slice from now.

@@ -1,7 +1,9 @@
 //! `org.astraeus.Node1.Manager` at the base path: submit and stop workers,
 //! list what the machine holds, and drive the time-slicing rotation.
 
-use super::wire::{GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow};
+use super::wire::{
+    EndedRow, GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow,
+};
 use super::{bounded, object_path as path, template_path, worker_path, BusError, Delta, Loop};
 use crate::command::{Command, Window};
 use crate::views::{ManagerView, Shared};
@@ -77,7 +79,8 @@ impl Manager {
         path(worker_path(&name))
     }
 
-    /// (name, state, owner uid, the GPUs column `1 · shared 2.2 GB`, GB used now or -1)
+    /// (name, state, owner uid, the GPUs column `1 · shared 2.2 GB`, GB used now or -1,
+    /// the indices of its GPUs, GB of each it shares or 0)
     #[zbus(out_args("workers"))]
     async fn list_workers(&self) -> Vec<WorkerRow> {
         self.objects.worker_rows().await
@@ -90,7 +93,35 @@ impl Manager {
         self.objects.pending().await
     }
 
-    /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB)
+    /// Workers that ended at or after `since` (epoch seconds), newest first,
+    /// at most `limit` (1 to 10,000): (name, owner uid, the GPUs column,
+    /// GPU indices, submitted, placed (0: never) and ended in epoch ms, exit
+    /// status or -1, how it ended).
+    #[zbus(out_args("workers"))]
+    async fn list_ended(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        since: i64,
+        limit: u32,
+    ) -> Result<Vec<EndedRow>, BusError> {
+        if !(1..=10_000).contains(&limit) {
+            return Err(BusError::from(crate::error::Error::InvalidRequest(
+                format!("limit: 1 to 10000 workers; got {limit}"),
+            )));
+        }
+        let since_ms = since.saturating_mul(1000);
+        Ok(self
+            .lp
+            .ask_from(&hdr, |reply| Command::ListEnded {
+                since_ms,
+                limit,
+                reply,
+            })
+            .await??)
+    }
+
+    /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB,
+    /// warning, the whole request it drains for, health: "ok" or why not)
     #[zbus(out_args("gpus"))]
     async fn list_gpus(&self, #[zbus(header)] hdr: Header<'_>) -> Result<Vec<GpuRow>, BusError> {
         self.lp

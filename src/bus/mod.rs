@@ -164,6 +164,24 @@ pub fn escape_label(name: &str) -> String {
     out
 }
 
+/// The name back from its label; None when the label is not one
+/// `escape_label` makes.
+pub fn unescape_label(label: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(label.len());
+    let mut bytes = label.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'_' {
+            let hex = [bytes.next()?, bytes.next()?];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else if b.is_ascii_alphanumeric() {
+            out.push(b);
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 pub fn worker_path(name: &str) -> String {
     format!("{BASE_PATH}/worker/{}", escape_label(name))
 }
@@ -303,5 +321,25 @@ impl Loop {
 
     fn lock_facts(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Caller, Instant)>> {
         self.facts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_escape_and_come_back() {
+        for name in ["voice", "a-b.c", "ünï code", "x_y", "_", "9"] {
+            let label = escape_label(name);
+            assert!(label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+            assert_eq!(unescape_label(&label).as_deref(), Some(name));
+        }
+        assert_eq!(escape_label("a-b"), "a_2db");
+        for bad in ["_", "_2", "_zz", "a-b", "_ff"] {
+            assert_eq!(unescape_label(bad), None, "{bad}");
+        }
     }
 }

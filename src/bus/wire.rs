@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use zbus::Type;
 
-/// One row of ListWorkers: `(ssusd)`.
+/// One row of ListWorkers: `(ssusdaud)`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Type)]
 pub struct WorkerRow {
     pub name: String,
@@ -16,9 +16,31 @@ pub struct WorkerRow {
     pub gpus: String,
     /// GB its processes use now, at most on any one GPU; -1 when unknown.
     pub gpu_used_gb: f64,
+    /// The indices of the GPUs it holds (empty while it waits).
+    pub gpu_indices: Vec<u32>,
+    /// GB of each GPU it asked to share; 0 for whole GPUs or none.
+    pub gpu_shared_gb: f64,
 }
 
-/// One row of ListGpus: `(usssddddss)`.
+/// One row of ListEnded: `(susauxxxis)`, a worker that ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Type)]
+pub struct EndedRow {
+    pub name: String,
+    pub owner_uid: u32,
+    /// The GPUs column it had: `1 · shared 2.5 GB`, `0 · whole`, `—`.
+    pub gpus: String,
+    pub gpu_indices: Vec<u32>,
+    /// Epoch milliseconds: submitted, placed (0 when it never was), ended.
+    pub submitted_ms: i64,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    /// Its workload's exit status; -1 when it did not exit by itself.
+    pub exit_status: i32,
+    /// How it ended: `stopped`, `exited`, `failed: …`.
+    pub end_reason: String,
+}
+
+/// One row of ListGpus: `(usssddddsss)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
 pub struct GpuRow {
     pub index: u32,
@@ -32,6 +54,8 @@ pub struct GpuRow {
     pub warning: String,
     /// The whole request it is drained for; empty when none.
     pub draining_for: String,
+    /// "ok", or why the GPU is not healthy.
+    pub health: String,
 }
 
 /// One sharer of a GPU: `(sd)`.
@@ -125,8 +149,9 @@ mod tests {
 
     #[test]
     fn rows_keep_the_documented_signatures() {
-        assert_eq!(WorkerRow::SIGNATURE.to_string(), "(ssusd)");
-        assert_eq!(GpuRow::SIGNATURE.to_string(), "(usssddddss)");
+        assert_eq!(WorkerRow::SIGNATURE.to_string(), "(ssusdaud)");
+        assert_eq!(EndedRow::SIGNATURE.to_string(), "(susauxxxis)");
+        assert_eq!(GpuRow::SIGNATURE.to_string(), "(usssddddsss)");
         assert_eq!(SliceRow::SIGNATURE.to_string(), "(sxxs)");
         assert_eq!(TemplateRow::SIGNATURE.to_string(), "(ssss)");
         assert_eq!(SliceReportRow::SIGNATURE.to_string(), "(ssxxxxdddddds)");

@@ -453,6 +453,13 @@ impl Service {
             Command::GetWorker { name, reply } => {
                 let _ = reply.send(self.get_worker(&name));
             }
+            Command::ListEnded {
+                since_ms,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(self.list_ended(since_ms, limit));
+            }
             Command::ListGpus { reply } => {
                 let _ = reply.send(self.list_gpus());
             }

@@ -2,7 +2,9 @@
 //! Nothing here changes the node or waits on anything but the ledger.
 
 use super::Service;
-use crate::bus::wire::{GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot};
+use crate::bus::wire::{
+    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
+};
 use crate::command::Window;
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
@@ -27,6 +29,25 @@ impl Service {
             Some(w) => Ok(w.name().to_string()),
             None => Err(Error::NotFound(format!("no live worker named {name}"))),
         }
+    }
+
+    /// Workers that ended since then, newest first (at most `limit`).
+    pub(super) fn list_ended(&self, since_ms: i64, limit: u32) -> Result<Vec<EndedRow>> {
+        let rows = self.node.store().ended_workers(since_ms, limit)?;
+        Ok(rows
+            .into_iter()
+            .map(|w| EndedRow {
+                gpus: crate::placement::gpus_column(&w.grants),
+                gpu_indices: w.grants.iter().map(|g| g.gpu_index).collect(),
+                name: w.name,
+                owner_uid: w.owner_uid,
+                submitted_ms: w.submitted_ms,
+                started_ms: w.started_ms.unwrap_or(0),
+                ended_ms: w.ended_ms,
+                exit_status: w.exit_status.unwrap_or(-1),
+                end_reason: w.end_reason,
+            })
+            .collect())
     }
 
     pub(super) fn list_gpus(&self) -> Vec<GpuRow> {

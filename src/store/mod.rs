@@ -9,7 +9,7 @@ mod workers;
 
 pub use slicing::SliceRecord;
 pub use usage::{CurrentRun, HoldRow, UsageInputs};
-pub use workers::{WorkerRow, WorkerState};
+pub use workers::{EndedWorker, WorkerRow, WorkerState};
 
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
@@ -149,6 +149,10 @@ CREATE TABLE handoff_steps (
     to_template   TEXT,
     detail        TEXT
 );
+"#,
+    r#"
+-- Ended workers, newest first, for `astraeusctl history`.
+CREATE INDEX workers_ended ON workers(ended_ms) WHERE state = 'stopped';
 "#,
 ];
 

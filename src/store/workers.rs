@@ -36,6 +36,24 @@ impl WorkerState {
     }
 }
 
+/// A worker that ended, as the ledger keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndedWorker {
+    pub id: i64,
+    pub name: String,
+    pub owner_uid: u32,
+    pub submitted_ms: i64,
+    /// When it was placed; None when it ended waiting.
+    pub started_ms: Option<i64>,
+    pub ended_ms: i64,
+    /// Its workload's exit status, when it exited by itself.
+    pub exit_status: Option<i32>,
+    /// stopped, exited, failed: … (as recorded when it ended).
+    pub end_reason: String,
+    /// The GPUs it held (from `holds`, kept after the end).
+    pub grants: Vec<Grant>,
+}
+
 /// A live worker as the ledger holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerRow {
@@ -328,6 +346,50 @@ impl Store {
             [],
             |r| r.get(0),
         )?)
+    }
+
+    /// Workers that ended at or after `since_ms`, newest first, at most
+    /// `limit` of them, each with the GPUs it held.
+    pub fn ended_workers(&self, since_ms: i64, limit: u32) -> Result<Vec<EndedWorker>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, name, owner_uid, submitted_ms, started_ms, ended_ms, exit_status,
+                    coalesce(end_reason, '')
+             FROM workers WHERE state = 'stopped' AND ended_ms >= ?1
+             ORDER BY ended_ms DESC, id DESC LIMIT ?2",
+        )?;
+        let mut rows: Vec<EndedWorker> = stmt
+            .query_map(params![since_ms, limit], |r| {
+                Ok(EndedWorker {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    owner_uid: r.get(2)?,
+                    submitted_ms: r.get(3)?,
+                    started_ms: r.get(4)?,
+                    ended_ms: r.get(5)?,
+                    exit_status: r.get(6)?,
+                    end_reason: r.get(7)?,
+                    grants: Vec::new(),
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut held = self.conn.prepare_cached(
+            "SELECT gpu_uuid, gpu_index, share_hundredths FROM holds
+             WHERE worker_id = ?1 ORDER BY gpu_index",
+        )?;
+        for w in &mut rows {
+            w.grants = held
+                .query_map(params![w.id], |r| {
+                    Ok(Grant {
+                        gpu_uuid: r.get(0)?,
+                        gpu_index: r.get(1)?,
+                        share: r
+                            .get::<_, Option<i64>>(2)?
+                            .map(|h| Amount::from_hundredths(h as u64)),
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+        }
+        Ok(rows)
     }
 
     /// The id of the live worker with this name, if any.

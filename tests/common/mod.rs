@@ -296,6 +296,18 @@ pub fn ctl(address: &str, user: Option<&str>, args: &[&str]) -> Out {
     run_as(user, env!("CARGO_BIN_EXE_astraeusctl"), &all)
 }
 
+/// astraeusctl as the caller, in the time zone `zone` ($TZ).
+pub fn ctl_tz(address: &str, zone: &str, args: &[&str]) -> Out {
+    let mut all = vec!["--bus-address", address];
+    all.extend_from_slice(args);
+    out(Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
+        .args(&all)
+        .env("TZ", zone)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap())
+}
+
 pub fn shared_spec(name: &str, gb: &str) -> String {
     format!(
         r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#

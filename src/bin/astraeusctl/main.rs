@@ -1,8 +1,6 @@
 //! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
 
-use astraeusd::bus::wire::{
-    GpuRow, Sharers, SliceReportRow, SliceRow, UsageRow, WhyNot, WorkerRow,
-};
+use astraeusd::bus::wire::{Sharers, SliceReportRow, SliceRow, UsageRow, WhyNot};
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
 use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand, TemplateCommand};
 use astraeusd::quantity::Amount;
@@ -93,7 +91,43 @@ fn mode_colour(mode: &str) -> &'static str {
     }
 }
 
+mod events;
+mod lists;
 mod show;
+
+/// The caller's time zone ($TZ, else the system's), in which times are
+/// shown and read, named wherever times are printed.
+struct Local {
+    name: String,
+    tz: jiff::tz::TimeZone,
+}
+
+impl Local {
+    fn here() -> Local {
+        let tz = jiff::tz::TimeZone::system();
+        let name = match tz.iana_name() {
+            Some(n) => n.to_string(),
+            None if tz == jiff::tz::TimeZone::UTC => "UTC".to_string(),
+            None => "local time".to_string(),
+        };
+        Local { name, tz }
+    }
+
+    fn when(&self, text: &str, flag: &str) -> Result<i64, String> {
+        astraeusd::cli::parse_when(text, jiff::Timestamp::now(), &self.tz, flag)
+    }
+
+    /// Epoch seconds as `2026-12-04 10:31:05`.
+    fn time(&self, secs: i64) -> String {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| {
+                t.to_zoned(self.tz.clone())
+                    .strftime("%Y-%m-%d %H:%M:%S")
+                    .to_string()
+            })
+            .unwrap_or_else(|_| secs.to_string())
+    }
+}
 
 /// GB as the daemon shows them: `7`, `6.5`, `2.25`.
 fn gb(x: f64) -> String {
@@ -155,6 +189,42 @@ impl Client {
         Ok((zone, tz))
     }
 
+    /// The daemon's own signals under its base path, matched by its unique
+    /// name (anyone may send a signal that looks like its own), merged with
+    /// the bus's NameOwnerChanged for its name: the bus outlives the daemon,
+    /// and that is how its end is seen.
+    async fn daemon_signals(
+        &self,
+    ) -> Result<futures_util::stream::Select<zbus::MessageStream, zbus::MessageStream>, String>
+    {
+        let owner = zbus::fdo::DBusProxy::new(&self.conn)
+            .await
+            .map_err(describe)?
+            .get_name_owner(BUS_NAME.try_into().expect("bus name"))
+            .await
+            .map_err(|e| describe(e.into()))?;
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(owner.as_str())
+            .path_namespace(BASE_PATH)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let from_daemon = zbus::MessageStream::for_match_rule(rule, &self.conn, None)
+            .await
+            .map_err(describe)?;
+        let owner_rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender("org.freedesktop.DBus")
+            .member("NameOwnerChanged")
+            .arg(0, BUS_NAME)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let owner_changes = zbus::MessageStream::for_match_rule(owner_rule, &self.conn, None)
+            .await
+            .map_err(describe)?;
+        Ok(futures_util::stream::select(from_daemon, owner_changes))
+    }
+
     async fn manager_property<T>(&self, name: &str) -> Result<T, String>
     where
         T: TryFrom<zbus::OwnedVariant>,
@@ -188,122 +258,15 @@ async fn run(args: Args) -> Result<(), String> {
     }
     .map_err(|e| format!("connecting to the bus: {e}"))?;
     let c = Client { conn };
+    let form = lists::Form {
+        json: args.json,
+        legend: !args.no_legend,
+    };
     match args.cmd {
-        Cmd::Gpus => {
-            let rows: Vec<GpuRow> = c.call("ListGpus", &()).await?;
-            if args.json {
-                // The wire rows' own field names are the JSON keys.
-                outln!("{}", serde_json::to_string_pretty(&rows).expect("json"));
-                return Ok(());
-            }
-            if c.manager_property::<bool>("Wsl").await? {
-                outln!("{} is a WSL2 host: every container sees every GPU, so shared work takes its memory on each", c.manager_property::<String>("Machine").await?);
-            }
-            for GpuRow {
-                index: i,
-                model,
-                mode,
-                total_gb: total,
-                offered_gb: offered,
-                held_outside_gb: outside,
-                taken_gb: taken,
-                warning,
-                draining_for,
-                ..
-            } in rows
-            {
-                let offers = if outside > 0.0 {
-                    format!(
-                        "offers {} of its {} GB ({} GB held outside Astraeus)",
-                        gb(offered),
-                        gb(total),
-                        gb(outside)
-                    )
-                } else {
-                    format!("offers all its {} GB", gb(total))
-                };
-                let used = match mode.as_str() {
-                    "shared" => format!("{}, {} GB taken", paint("shared", "36"), gb(taken)),
-                    other => paint(other, mode_colour(other)),
-                };
-                let draining = if draining_for.is_empty() {
-                    String::new()
-                } else {
-                    format!("  {}", paint(&format!("draining for {draining_for}"), "33"))
-                };
-                // The painted parts are printable already; the rest is made so here.
-                let head = astraeusd::text::printable(&format!("GPU {i}  {model}  {offers}  "));
-                println!("{head}{used}{draining}");
-                if !warning.is_empty() {
-                    println!("  {}", paint(&format!("! {warning}"), "1;33"));
-                }
-            }
-        }
-        Cmd::Workers => {
-            // Two calls however many workers wait.
-            let rows: Vec<WorkerRow> = c.call("ListWorkers", &()).await?;
-            let mut pending: std::collections::HashMap<String, Vec<String>> =
-                if rows.iter().any(|r| r.state == "pending") {
-                    let list: Vec<(String, Vec<String>)> = c.call("ListPending", &()).await?;
-                    list.into_iter().collect()
-                } else {
-                    Default::default()
-                };
-            let mut out = Vec::new();
-            for WorkerRow {
-                name,
-                state,
-                owner_uid: owner,
-                gpus,
-                gpu_used_gb: used,
-            } in &rows
-            {
-                let reasons = pending.remove(name.as_str()).unwrap_or_default();
-                out.push((name, state, owner, gpus, *used, reasons));
-            }
-            if args.json {
-                let j: Vec<_> = out
-                    .iter()
-                    .map(|(n, s, o, g, u, r)| {
-                        json!({"name": n, "state": s, "owner": o,
-                        "owner_name": astraeusd::auth::user_name(**o), "gpus": g,
-                        "gpu_used_gb": (*u >= 0.0).then_some(*u), "pending_reasons": r})
-                    })
-                    .collect();
-                outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
-                return Ok(());
-            }
-            let w = out.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
-            // Owners by name, as this host knows them (the uid when it does not).
-            let owner_of = |uid: u32| astraeusd::auth::user_name(uid).unwrap_or(uid.to_string());
-            let ow = out
-                .iter()
-                .map(|r| owner_of(*r.2).len())
-                .max()
-                .unwrap_or(5)
-                .max(5);
-            outln!(
-                "{:<w$}  {:<8}  {:<ow$}  {:<20}  USED",
-                "NAME",
-                "STATE",
-                "OWNER",
-                "GPUS"
-            );
-            for (name, state, owner, gpus, used, reasons) in out {
-                let owner = owner_of(*owner);
-                let used = if *state != "running" {
-                    "—".to_string()
-                } else if used < 0.0 {
-                    "unknown".to_string()
-                } else {
-                    format!("{} GB", gb(used))
-                };
-                outln!("{name:<w$}  {state:<8}  {owner:<ow$}  {gpus:<20}  {used}");
-                for r in reasons {
-                    outln!("{:<w$}    {r}", "");
-                }
-            }
-        }
+        Cmd::Gpus => lists::gpus(&c, form).await?,
+        Cmd::Workers => lists::workers(&c, form).await?,
+        Cmd::History { since, limit } => lists::history(&c, form, since, limit).await?,
+        Cmd::Events => events::follow(&c, args.json).await?,
         Cmd::Show { name } => show::show(&c, &name, args.json).await?,
         Cmd::Sharers { gpu } => {
             let Sharers { sharers, summary } = c.call("ListSharers", &(gpu,)).await?;
@@ -386,7 +349,7 @@ async fn run(args: Args) -> Result<(), String> {
             times,
             dry_run,
         }) => {
-            let (zone, tz) = c.zone().await?;
+            let (_, tz) = c.zone().await?;
             let actions = match file {
                 Some(file) => read_spec(&file)?,
                 None => {
@@ -434,7 +397,7 @@ async fn run(args: Args) -> Result<(), String> {
                 if !args.json {
                     outln!("dry run: nothing saved; the next slices would be");
                 }
-                print_slices(&rows, &notes, &zone, &tz, args.json);
+                print_slices(&rows, &notes, &Local::here(), form);
                 return Ok(());
             }
             c.call::<_, ()>("SetSchedule", &(template.as_str(), actions.as_str()))
@@ -445,7 +408,7 @@ async fn run(args: Args) -> Result<(), String> {
                 outln!("schedule of {template} set");
             }
         }
-        Cmd::Template(t) => template(&c, t, args.json).await?,
+        Cmd::Template(t) => template(&c, t, form).await?,
         Cmd::Schedule(ScheduleCommand::Show { template }) => {
             let actions: String = c.call("GetSchedule", &(template.as_str(),)).await?;
             if args.json {
@@ -469,21 +432,23 @@ async fn run(args: Args) -> Result<(), String> {
             to,
             ..
         } => {
-            let (_, tz) = c.zone().await?;
+            let local = Local::here();
             let now = jiff::Timestamp::now().as_second();
             let (from, to) = match (from, to) {
-                (Some(f), Some(t)) => (when(&f, &tz, "--from")?, when(&t, &tz, "--to")?),
+                (Some(f), Some(t)) => (local.when(&f, "--from")?, local.when(&t, "--to")?),
                 _ => (now - 7 * 86_400, now + 1),
             };
             let rows: Vec<SliceReportRow> = c.call("SliceReport", &("", from, to)).await?;
-            print_slice_report(&rows, &tz, args.json);
+            print_slice_report(&rows, &local, form);
         }
         Cmd::Slices { next, from, to, .. } => {
-            let (zone, tz) = c.zone().await?;
+            let local = Local::here();
             let (from, to, limit) = match (from, to, next) {
-                (Some(f), Some(t), _) => {
-                    (when(&f, &tz, "--from")?, when(&t, &tz, "--to")?, usize::MAX)
-                }
+                (Some(f), Some(t), _) => (
+                    local.when(&f, "--from")?,
+                    local.when(&t, "--to")?,
+                    usize::MAX,
+                ),
                 (_, _, n) => {
                     let now = jiff::Timestamp::now().as_second();
                     (now, now + 400 * 86_400, n.unwrap_or(10))
@@ -492,7 +457,7 @@ async fn run(args: Args) -> Result<(), String> {
             let rows: Vec<SliceRow> = c.call("ListSlices", &(from, to)).await?;
             let rows: Vec<SliceRow> = rows.into_iter().take(limit).collect();
             let notes: Vec<String> = c.call("ListSliceNotes", &(from, to)).await?;
-            print_slices(&rows, &notes, &zone, &tz, args.json);
+            print_slices(&rows, &notes, &local, form);
         }
         Cmd::Usage {
             since,
@@ -500,27 +465,27 @@ async fn run(args: Args) -> Result<(), String> {
             by,
             csv,
         } => {
-            let (_, tz) = c.zone().await?;
+            let local = Local::here();
             let now = jiff::Timestamp::now().as_second();
             let until = match until {
-                Some(u) => when(&u, &tz, "--until")?,
+                Some(u) => local.when(&u, "--until")?,
                 None => now,
             };
             let since = match since {
-                Some(s) => when(&s, &tz, "--since")?,
+                Some(s) => local.when(&s, "--since")?,
                 None => until - 86_400,
             };
             let rows: Vec<UsageRow> = c.call("UsageReport", &(since, until, by.as_str())).await?;
-            print_usage(&rows, &by, args.json, csv);
+            print_usage(&rows, &by, form, csv);
         }
     }
     Ok(())
 }
 
 /// The usage report as a table (hours, kWh), JSON or CSV (exact ms and mJ).
-fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
+fn print_usage(rows: &[UsageRow], by: &str, form: lists::Form, csv: bool) {
     let busy = |b: i64| (b >= 0).then_some(b as u64);
-    if json {
+    if form.json {
         let j: Vec<_> = rows
             .iter()
             .map(
@@ -542,7 +507,9 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
         return;
     }
     if csv {
-        outln!("{by},kind,gpu,gpu_ms,energy_mj,busy_gpu_ms");
+        if form.legend {
+            outln!("{by},kind,gpu,gpu_ms,energy_mj,busy_gpu_ms");
+        }
         for UsageRow {
             key,
             kind,
@@ -569,13 +536,15 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
         .unwrap_or(8)
         .max(by.len());
     let header = by.to_uppercase();
-    outln!(
-        "{header:<w$}  {:<8}  {:>10}  {:>10}  {:>6}",
-        "KIND",
-        "GPU-HOURS",
-        "ENERGY kWh",
-        "BUSY"
-    );
+    if form.legend {
+        outln!(
+            "{header:<w$}  {:<8}  {:>10}  {:>10}  {:>6}",
+            "KIND",
+            "GPU-HOURS",
+            "ENERGY kWh",
+            "BUSY"
+        );
+    }
     for UsageRow {
         key,
         kind,
@@ -597,49 +566,23 @@ fn print_usage(rows: &[UsageRow], by: &str, json: bool, csv: bool) {
     }
 }
 
-/// A time given on the command line: epoch seconds, or a date / date-time in `tz`.
-fn when(text: &str, tz: &jiff::tz::TimeZone, flag: &str) -> Result<i64, String> {
-    if let Ok(secs) = text.parse::<i64>() {
-        return Ok(secs);
-    }
-    let civil: jiff::civil::DateTime = text
-        .parse::<jiff::civil::DateTime>()
-        .or_else(|_| {
-            text.parse::<jiff::civil::Date>()
-                .map(|d| d.to_datetime(jiff::civil::Time::midnight()))
-        })
-        .map_err(|_| {
-            format!("{flag}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM or epoch seconds, got {text:?}")
-        })?;
-    civil
-        .to_zoned(tz.clone())
-        .map(|z| z.timestamp().as_second())
-        .map_err(|e| format!("{flag}: {e}"))
-}
-
-/// Slices as a table in the daemon's zone (or JSON), then their notes.
-fn print_slices(
-    rows: &[SliceRow],
-    notes: &[String],
-    zone: &str,
-    tz: &jiff::tz::TimeZone,
-    json_out: bool,
-) {
-    if json_out {
+/// Slices as a table in the caller's zone (or JSON), then their notes.
+fn print_slices(rows: &[SliceRow], notes: &[String], local: &Local, form: lists::Form) {
+    if form.json {
         let j: Vec<_> = rows
                     .iter()
                     .map(
                         |r| json!({"template": r.template, "start": r.start, "end": r.end, "ends_by": r.ends_by}),
                     )
                     .collect();
-        let out = json!({"time_zone": zone, "slices": j, "notes": notes});
+        let out = json!({"time_zone": local.name, "slices": j, "notes": notes});
         outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return;
     }
-    let local = |secs: i64| {
+    let at = |secs: i64| {
         jiff::Timestamp::from_second(secs)
             .map(|t| {
-                t.to_zoned(tz.clone())
+                t.to_zoned(local.tz.clone())
                     .strftime("%a %Y-%m-%d %H:%M")
                     .to_string()
             })
@@ -651,13 +594,15 @@ fn print_slices(
         .max()
         .unwrap_or(8)
         .max(8);
-    outln!("times in {zone}");
-    outln!(
-        "{:<w$}  {:<20}  {:<20}  ENDS BY",
-        "TEMPLATE",
-        "START",
-        "END"
-    );
+    if form.legend {
+        outln!("times in {}", local.name);
+        outln!(
+            "{:<w$}  {:<20}  {:<20}  ENDS BY",
+            "TEMPLATE",
+            "START",
+            "END"
+        );
+    }
     for SliceRow {
         template: t,
         start: s,
@@ -668,10 +613,12 @@ fn print_slices(
         let by = by
             .replace("handoff:", "handoff to ")
             .replace("dropped:", "NOT STARTED: simultaneous with ");
-        outln!("{t:<w$}  {:<20}  {:<20}  {by}", local(*s), local(*e));
+        outln!("{t:<w$}  {:<20}  {:<20}  {by}", at(*s), at(*e));
     }
-    for n in notes {
-        outln!("note: {n}");
+    if form.legend {
+        for n in notes {
+            outln!("note: {n}");
+        }
     }
 }
 
@@ -679,6 +626,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let json_out = args.json;
     let session = args.session;
+    let address = args.bus_address.clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -693,16 +641,18 @@ fn main() -> ExitCode {
                 errln!("{err}");
             } else {
                 errln!("astraeusctl: {e}");
-                if code == 69 {
-                    let (how, unit) = if session {
-                        (
-                            "systemctl --user status astraeusd",
-                            "--session: the user's daemon",
-                        )
-                    } else {
-                        ("systemctl status astraeusd", "the system bus's daemon")
+                // A daemon that went away has said so already, with where to look.
+                if code == 69 && kind != "Gone" {
+                    let hint = match (&address, session) {
+                        (Some(a), _) => format!("is astraeusd running on the bus at {a}?"),
+                        (None, true) => "is astraeusd running (--session: the user's daemon)? \
+                                         systemctl --user status astraeusd"
+                            .to_string(),
+                        (None, false) => "is astraeusd running (the system bus's daemon)? \
+                                          systemctl status astraeusd"
+                            .to_string(),
                     };
-                    errln!("  is astraeusd running ({unit})? {how}");
+                    errln!("  {hint}");
                 }
             }
             ExitCode::from(code)
@@ -710,7 +660,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<(), String> {
+async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result<(), String> {
+    let json_out = form.json;
     let done = |what: String| {
         if json_out {
             outln!("{}", json!({ "done": what }));
@@ -735,14 +686,26 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
                 return Ok(());
             }
             let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(8).max(8);
-            outln!(
-                "{:<w$}  {:<28}  {:<20}  STATE",
-                "TEMPLATE",
-                "USER",
-                "DOMAIN"
-            );
-            for (n, u, d, s) in rows {
+            if form.legend {
+                outln!(
+                    "{:<w$}  {:<28}  {:<20}  STATE",
+                    "TEMPLATE",
+                    "USER",
+                    "DOMAIN"
+                );
+            }
+            for (n, u, d, s) in &rows {
                 outln!("{n:<w$}  {u:<28}  {d:<20}  {s}");
+            }
+            if form.legend {
+                outln!();
+                outln!(
+                    "{} listed.",
+                    match rows.len() {
+                        1 => "1 template".to_string(),
+                        n => format!("{n} templates"),
+                    }
+                );
             }
         }
         TemplateCommand::Stage { name, source } => {
@@ -751,36 +714,8 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
                 .map_err(|e| format!("{source}: {e}"))?
                 .to_string_lossy()
                 .into_owned();
-            // Listen before asking, so the end cannot be missed; only to the
-            // daemon (its unique name: anyone may send a signal that looks
-            // like its own).
-            let owner = zbus::fdo::DBusProxy::new(&c.conn)
-                .await
-                .map_err(describe)?
-                .get_name_owner(astraeusd::bus::BUS_NAME.try_into().expect("bus name"))
-                .await
-                .map_err(|e| describe(e.into()))?;
-            let rule = zbus::MatchRule::builder()
-                .msg_type(zbus::message::Type::Signal)
-                .sender(owner.as_str())
-                .interface(MANAGER)
-                .build()
-                .map_err(|e| e.to_string())?;
-            let from_daemon = zbus::MessageStream::for_match_rule(rule, &c.conn, None)
-                .await
-                .map_err(describe)?;
-            // The bus outlives the daemon: its end is seen as its name's owner changing.
-            let owner_rule = zbus::MatchRule::builder()
-                .msg_type(zbus::message::Type::Signal)
-                .sender("org.freedesktop.DBus")
-                .member("NameOwnerChanged")
-                .arg(0, astraeusd::bus::BUS_NAME)
-                .build()
-                .map_err(|e| e.to_string())?;
-            let owner_changes = zbus::MessageStream::for_match_rule(owner_rule, &c.conn, None)
-                .await
-                .map_err(describe)?;
-            let mut signals = futures_util::stream::select(from_daemon, owner_changes);
+            // Listen before asking, so the end cannot be missed.
+            let mut signals = c.daemon_signals().await?;
             c.call::<_, ()>("StageWeights", &(name.as_str(), source.as_str()))
                 .await?;
             let mut bar = Progress::new();
@@ -848,7 +783,7 @@ async fn template(c: &Client, cmd: TemplateCommand, json_out: bool) -> Result<()
 }
 
 /// Each slice, then hours by template and by user; -1 reads "not reported".
-fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out: bool) {
+fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Form) {
     let figure = |v: f64, unit: &str| {
         if v < 0.0 {
             "not reported".to_string()
@@ -866,7 +801,7 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
     let now = jiff::Timestamp::now().as_second();
     let hours =
         |r: &SliceReportRow| ((if r.end == 0 { now } else { r.end }) - r.start) as f64 / 3600.0;
-    if json_out {
+    if form.json {
         let j: Vec<_> = rows
             .iter()
             .map(|r| {
@@ -884,25 +819,28 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
     let local = |secs: i64| {
         jiff::Timestamp::from_second(secs)
             .map(|t| {
-                t.to_zoned(tz.clone())
+                t.to_zoned(zone.tz.clone())
                     .strftime("%Y-%m-%d %H:%M")
                     .to_string()
             })
             .unwrap_or_default()
     };
-    outln!(
-        "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}",
-        "TEMPLATE",
-        "USER",
-        "START",
-        "END",
-        "DEAD TIME",
-        "TO READY",
-        "CPU avg/peak",
-        "GPU avg/peak",
-        "GPU mem peak",
-        "GPU energy"
-    );
+    if form.legend {
+        outln!("times in {}", zone.name);
+        outln!(
+            "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}",
+            "TEMPLATE",
+            "USER",
+            "START",
+            "END",
+            "DEAD TIME",
+            "TO READY",
+            "CPU avg/peak",
+            "GPU avg/peak",
+            "GPU mem peak",
+            "GPU energy"
+        );
+    }
     for r in rows {
         let end = if r.end == 0 {
             "on".to_string()
@@ -945,6 +883,9 @@ fn print_slice_report(rows: &[SliceReportRow], tz: &jiff::tz::TimeZone, json_out
                 format!("  failed: {}", r.error)
             }
         );
+    }
+    if !form.legend {
+        return;
     }
     for (what, key) in [("template", 0usize), ("user", 1)] {
         let mut by: std::collections::BTreeMap<&str, f64> = Default::default();

@@ -1,0 +1,272 @@
+//! The lists: `gpus`, `workers`, `history`. Each is an aligned table with a
+//! header and a count line, as systemd's tools print them (`--no-legend`
+//! leaves both out), or JSON data (numbers, arrays, nulls) with `--json`.
+
+use super::{gb, mode_colour, paint, Client, Local};
+use astraeusd::bus::wire::{EndedRow, GpuRow, WorkerRow};
+use serde_json::json;
+
+/// How a list is printed: JSON, or a table with or without its legend.
+#[derive(Clone, Copy)]
+pub struct Form {
+    pub json: bool,
+    pub legend: bool,
+}
+
+/// "1 GPU listed." / "3 workers listed.", after a blank line, as machinectl.
+fn count_line(n: usize, one: &str, many: &str) {
+    outln!();
+    outln!("{n} {} listed.", if n == 1 { one } else { many });
+}
+
+/// Owners by name, as this host knows them (the uid when it does not).
+fn owner_name(uid: u32) -> String {
+    astraeusd::auth::user_name(uid).unwrap_or(uid.to_string())
+}
+
+/// `0,2 · shared 2.2 GB`, `1 · whole`, `—`: the GPUs a worker holds, by index.
+pub fn gpus_cell(indices: &[u32], shared_gb: f64) -> String {
+    if indices.is_empty() {
+        return "—".to_string();
+    }
+    let list: Vec<String> = indices.iter().map(u32::to_string).collect();
+    if shared_gb > 0.0 {
+        format!("{} · shared {} GB", list.join(","), gb(shared_gb))
+    } else {
+        format!("{} · whole", list.join(","))
+    }
+}
+
+/// A cell padded to `w` columns by its characters (not bytes: `—`, `·`).
+fn pad(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    format!("{s}{}", " ".repeat(w.saturating_sub(n)))
+}
+
+fn width<'a>(header: &str, cells: impl Iterator<Item = &'a str>) -> usize {
+    cells
+        .map(|c| c.chars().count())
+        .chain([header.chars().count()])
+        .max()
+        .unwrap_or(0)
+}
+
+pub async fn gpus(c: &Client, form: Form) -> Result<(), String> {
+    let rows: Vec<GpuRow> = c.call("ListGpus", &()).await?;
+    if form.json {
+        let j: Vec<_> = rows
+            .iter()
+            .map(|g| {
+                json!({"index": g.index, "uuid": g.uuid, "model": g.model, "mode": g.mode,
+                   "total_gb": g.total_gb, "offered_gb": g.offered_gb,
+                   "held_outside_gb": g.held_outside_gb, "taken_gb": g.taken_gb,
+                   "healthy": g.health == "ok",
+                   "health": (g.health != "ok").then_some(&g.health),
+                   "warning": (!g.warning.is_empty()).then_some(&g.warning),
+                   "draining_for": (!g.draining_for.is_empty()).then_some(&g.draining_for)})
+            })
+            .collect();
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return Ok(());
+    }
+    if form.legend && c.manager_property::<bool>("Wsl").await? {
+        let machine: String = c.manager_property("Machine").await?;
+        outln!("{machine} is a WSL2 host: every container sees every GPU, so shared work takes its memory on each");
+    }
+    let cell = |x: f64| format!("{} GB", gb(x));
+    let table: Vec<[String; 8]> = rows
+        .iter()
+        .map(|g| {
+            [
+                g.index.to_string(),
+                astraeusd::text::printable(&g.model),
+                cell(g.total_gb),
+                cell(g.offered_gb),
+                cell(g.held_outside_gb),
+                g.mode.clone(),
+                if g.mode == "shared" {
+                    cell(g.taken_gb)
+                } else {
+                    "—".into()
+                },
+                astraeusd::text::printable(&g.health),
+            ]
+        })
+        .collect();
+    const HEAD: [&str; 8] = [
+        "GPU", "MODEL", "TOTAL", "OFFERED", "OUTSIDE", "MODE", "TAKEN", "HEALTH",
+    ];
+    let w: Vec<usize> = (0..8)
+        .map(|i| width(HEAD[i], table.iter().map(|r| r[i].as_str())))
+        .collect();
+    if form.legend {
+        let head: Vec<String> = (0..7).map(|i| pad(HEAD[i], w[i])).collect();
+        outln!("{}  {}", head.join("  "), HEAD[7]);
+    }
+    for (g, r) in rows.iter().zip(&table) {
+        let left: Vec<String> = (0..5).map(|i| pad(&r[i], w[i])).collect();
+        // Only the words painted here carry escapes; the rest is printable.
+        let health = if g.health == "ok" {
+            paint("ok", "32")
+        } else {
+            paint(&r[7], "1;31")
+        };
+        println!(
+            "{}  {}  {}  {health}",
+            left.join("  "),
+            // Padded outside the colour: only the word is painted.
+            paint(&r[5], mode_colour(&r[5])) + &" ".repeat(w[5] - r[5].chars().count()),
+            pad(&r[6], w[6]),
+        );
+        if !g.draining_for.is_empty() {
+            println!(
+                "  {}",
+                paint(&format!("draining for {}", g.draining_for), "33")
+            );
+        }
+        if !g.warning.is_empty() {
+            println!("  {}", paint(&format!("! {}", g.warning), "1;33"));
+        }
+    }
+    if form.legend {
+        count_line(rows.len(), "GPU", "GPUs");
+    }
+    Ok(())
+}
+
+pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
+    // Two calls however many workers wait.
+    let rows: Vec<WorkerRow> = c.call("ListWorkers", &()).await?;
+    let mut pending: std::collections::HashMap<String, Vec<String>> =
+        if rows.iter().any(|r| r.state == "pending") {
+            let list: Vec<(String, Vec<String>)> = c.call("ListPending", &()).await?;
+            list.into_iter().collect()
+        } else {
+            Default::default()
+        };
+    if form.json {
+        let j: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({"name": r.name, "state": r.state, "owner": r.owner_uid,
+                   "owner_name": astraeusd::auth::user_name(r.owner_uid),
+                   "gpus": r.gpu_indices,
+                   "gpu_shared_gb": (r.gpu_shared_gb > 0.0).then_some(r.gpu_shared_gb),
+                   "gpu_used_gb": (r.gpu_used_gb >= 0.0).then_some(r.gpu_used_gb),
+                   "pending_reasons": pending.get(&r.name).cloned().unwrap_or_default()})
+            })
+            .collect();
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return Ok(());
+    }
+    let table: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let used = if r.state != "running" {
+                "—".to_string()
+            } else if r.gpu_used_gb < 0.0 {
+                "unknown".to_string()
+            } else {
+                format!("{} GB", gb(r.gpu_used_gb))
+            };
+            [
+                r.name.clone(),
+                r.state.clone(),
+                owner_name(r.owner_uid),
+                gpus_cell(&r.gpu_indices, r.gpu_shared_gb),
+                used,
+            ]
+        })
+        .collect();
+    const HEAD: [&str; 5] = ["NAME", "STATE", "OWNER", "GPUS", "USED"];
+    let w: Vec<usize> = (0..5)
+        .map(|i| width(HEAD[i], table.iter().map(|r| r[i].as_str())))
+        .collect();
+    let line = |r: [&str; 5]| {
+        let left: Vec<String> = (0..4).map(|i| pad(r[i], w[i])).collect();
+        format!("{}  {}", left.join("  "), r[4])
+    };
+    if form.legend {
+        outln!("{}", line(HEAD));
+    }
+    for r in &table {
+        outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        for why in pending.remove(r[0].as_str()).unwrap_or_default() {
+            outln!("{}    {why}", " ".repeat(w[0]));
+        }
+    }
+    if form.legend {
+        count_line(rows.len(), "worker", "workers");
+    }
+    Ok(())
+}
+
+pub async fn history(
+    c: &Client,
+    form: Form,
+    since: Option<String>,
+    limit: u32,
+) -> Result<(), String> {
+    let local = Local::here();
+    let since = match since {
+        Some(s) => local.when(&s, "--since")?,
+        None => 0,
+    };
+    let rows: Vec<EndedRow> = c.call("ListEnded", &(since, limit)).await?;
+    let ms = |v: i64| (v > 0).then_some(v);
+    if form.json {
+        let j: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({"name": r.name, "owner": r.owner_uid,
+                   "owner_name": astraeusd::auth::user_name(r.owner_uid),
+                   "gpus": r.gpu_indices, "submitted_ms": r.submitted_ms,
+                   "started_ms": ms(r.started_ms), "ended_ms": r.ended_ms,
+                   "exit_status": (r.exit_status >= 0).then_some(r.exit_status),
+                   "ended_by": r.end_reason})
+            })
+            .collect();
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return Ok(());
+    }
+    let table: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            // The share is not kept per row here; the column says how many.
+            let gpus = if r.gpu_indices.is_empty() {
+                "—".to_string()
+            } else {
+                let list: Vec<String> = r.gpu_indices.iter().map(u32::to_string).collect();
+                let kind = r.gpus.split_once(" · ").map_or("", |(_, k)| k);
+                format!("{} · {kind}", list.join(","))
+            };
+            [
+                r.name.clone(),
+                owner_name(r.owner_uid),
+                gpus,
+                ms(r.started_ms).map_or("never".into(), |t| local.time(t / 1000)),
+                local.time(r.ended_ms / 1000),
+                r.end_reason.clone(),
+            ]
+        })
+        .collect();
+    const HEAD: [&str; 6] = ["NAME", "OWNER", "GPUS", "PLACED", "ENDED", "HOW"];
+    let w: Vec<usize> = (0..6)
+        .map(|i| width(HEAD[i], table.iter().map(|r| r[i].as_str())))
+        .collect();
+    let line = |r: [&str; 6]| {
+        let left: Vec<String> = (0..5).map(|i| pad(r[i], w[i])).collect();
+        format!("{}  {}", left.join("  "), r[5])
+    };
+    if form.legend {
+        outln!("times in {}", local.name);
+        outln!("{}", line(HEAD));
+    }
+    for r in &table {
+        outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
+    }
+    if form.legend {
+        count_line(rows.len(), "ended worker", "ended workers");
+    }
+    Ok(())
+}
