@@ -160,6 +160,78 @@ fn every_endpoint_answers_and_nothing_changes_state() {
     assert_eq!(o.stdout.matches("running").count(), 2, "{}", o.stdout);
 }
 
+/// With JavaScript off the page is the server's own first paint: the seed's
+/// offers and sharers lines, the workers, who waits and why, all readable.
+#[test]
+fn chromium_without_javascript_reads_the_servers_first_paint() {
+    if !require_component(webdriver::available(), "chromium and chromium-driver") {
+        return;
+    }
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let (_d, port) = setup(dir.path(), &bus);
+    let browser = webdriver::Browser::start_without_javascript().unwrap();
+    browser
+        .navigate(&format!("http://127.0.0.1:{port}/"))
+        .unwrap();
+    // <noscript> is shown only when scripts do not run: this is that page.
+    assert_eq!(
+        browser.text(".noscript").as_deref(),
+        Some("JavaScript is off: this is the machine as it was when the page was served; reload for news.")
+    );
+    assert!(browser
+        .text("#updated")
+        .is_some_and(|t| t.starts_with("as of ")));
+    assert_eq!(
+        browser.text(".gpu .summary").as_deref(),
+        Some("shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken")
+    );
+    assert_eq!(
+        browser.text(".gpu .offers").as_deref(),
+        Some("offers 7 of its 8 GB (1 GB held outside Astraeus)")
+    );
+    assert_eq!(
+        browser.text(".gpu h3").as_deref(),
+        Some("GPU 0 · NVIDIA GeForce RTX 4060 · shared")
+    );
+    assert_eq!(
+        browser.texts(".gpu .seg"),
+        [
+            "listen 2.2 GB",
+            "voice 4.2 GB",
+            "outside 1 GB",
+            "free 0.6 GB"
+        ]
+    );
+    let rows = browser.texts("#workers tbody tr");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("listen") && r.contains("1 · shared 2.2 GB")),
+        "{rows:?}"
+    );
+    assert_eq!(
+        browser.texts("#pending li"),
+        ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 3"]
+    );
+    let zone = busctl(
+        &bus.address,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager",
+            "TimeZone",
+        ],
+    )
+    .stdout;
+    let zone = zone.trim().trim_start_matches("s ").trim_matches('"');
+    assert_eq!(
+        browser.text("#tz").unwrap_or_default(),
+        format!("times in {zone}")
+    );
+}
+
 #[test]
 fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
     if !require_component(webdriver::available(), "chromium and chromium-driver") {

@@ -4,6 +4,8 @@
 //! it to the seed's JSON, Prometheus text or the HTML page. Nothing served
 //! changes state; any method but GET (and HEAD) gets 405.
 
+mod first_paint;
+
 use crate::bus::wire::SliceTriple;
 use crate::command::Command;
 use crate::views::GpuView;
@@ -276,7 +278,7 @@ pub fn respond(path: &str, snap: &Snapshot) -> Response {
         [""] => Response {
             status: 200,
             content_type: "text/html; charset=utf-8",
-            body: PAGE.replace("{{MACHINE}}", &html_escape(&snap.machine)),
+            body: first_paint::page(PAGE, snap, &served_at(snap)),
         },
         ["metrics"] => Response {
             status: 200,
@@ -299,6 +301,15 @@ pub fn respond(path: &str, snap: &Snapshot) -> Response {
             ),
         ),
     }
+}
+
+/// The time the page was served, in the machine's zone: `10:31:05`.
+fn served_at(snap: &Snapshot) -> String {
+    let tz = jiff::tz::TimeZone::get(&snap.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
+    jiff::Timestamp::now()
+        .to_zoned(tz)
+        .strftime("%H:%M:%S")
+        .to_string()
 }
 
 /// -1 means "the board cannot tell": JSON null.

@@ -55,6 +55,16 @@ pub struct Browser {
 impl Browser {
     /// Starts chromedriver, waits until it is ready, and opens a session.
     pub fn start() -> Result<Browser, String> {
+        Browser::start_with(true)
+    }
+
+    /// A browser whose pages run no script (Chromium's content setting,
+    /// as a user turning JavaScript off would).
+    pub fn start_without_javascript() -> Result<Browser, String> {
+        Browser::start_with(false)
+    }
+
+    fn start_with(javascript: bool) -> Result<Browser, String> {
         let dir = temp_dir()?;
         let port = super::common::free_port();
         let log = std::fs::File::create(dir.join("chromedriver.log"))
@@ -83,7 +93,9 @@ impl Browser {
         args.push(format!("--user-data-dir={}", profile.display()));
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
-            "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
+            "goog:chromeOptions": {"binary": CHROMIUM, "args": args, "prefs": {
+                "profile.managed_default_content_settings.javascript": if javascript { 1 } else { 2 },
+            }},
         }}});
         let value = browser
             .call("POST", "/session", Some(&caps))

@@ -1,0 +1,326 @@
+//! The page's first paint, rendered here from the same snapshot as the JSON:
+//! the page reads without JavaScript (a text browser, a locked-down one, a
+//! screen reader before the script runs), and its script then replaces
+//! these parts with the same markup, live. Every name is escaped.
+
+use super::html_escape as esc;
+use crate::views::{GpuSnap, SliceSnap, Snapshot, WorkerSnap};
+
+/// The page's colours for sharers, as its script picks them (the same hash,
+/// so the first paint and the live one agree).
+const PALETTE: [&str; 12] = [
+    "#3b7dd8", "#d9822b", "#2ba84a", "#b8479b", "#00a3a3", "#8a63d2", "#c9a227", "#d64550",
+    "#5c8a2b", "#4f6ab3", "#a0522d", "#1f9e89",
+];
+
+fn colours(names: &[&str]) -> Vec<&'static str> {
+    let mut used = [false; PALETTE.len()];
+    names
+        .iter()
+        .map(|n| {
+            let h = n
+                .chars()
+                .fold(0u32, |h, c| h.wrapping_mul(31).wrapping_add(c as u32));
+            let mut i = h as usize % PALETTE.len();
+            for _ in 0..PALETTE.len() {
+                if !used[i] {
+                    break;
+                }
+                i = (i + 1) % PALETTE.len();
+            }
+            used[i] = true;
+            PALETTE[i]
+        })
+        .collect()
+}
+
+/// GB to one decimal, as the script shows them.
+fn gb(x: f64) -> String {
+    let r = (x * 10.0).round() / 10.0;
+    format!("{r}")
+}
+
+/// The page with its parts filled in, in one pass over the template (a
+/// value that looks like a placeholder is never expanded).
+pub fn page(template: &str, snap: &Snapshot, served_at: &str) -> String {
+    let parts = [
+        ("MACHINE", esc(&snap.machine)),
+        ("TZ", esc(&format!("times in {}", snap.time_zone))),
+        ("SERVED", esc(&format!("as of {served_at}"))),
+        ("GPUS", gpus(snap)),
+        ("WORKERS", workers(&snap.workers)),
+        ("WORKER_WARNINGS", worker_warnings(&snap.workers)),
+        ("PENDING", pending(&snap.workers)),
+        ("SLICES", slices(snap)),
+    ];
+    let mut out = String::with_capacity(template.len() + 4096);
+    let mut rest = template;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        match after.find("}}").and_then(|end| {
+            parts
+                .iter()
+                .find(|(k, _)| *k == &after[..end])
+                .map(|p| (end, p))
+        }) {
+            Some((end, (_, value))) => {
+                out.push_str(value);
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn gpus(snap: &Snapshot) -> String {
+    if snap.gpus.is_empty() {
+        return r#"<p class="empty">No GPUs.</p>"#.into();
+    }
+    snap.gpus.iter().map(gpu).collect()
+}
+
+fn gpu(g: &GpuSnap) -> String {
+    let v = &g.view;
+    let mut h = format!(
+        r#"<section class="gpu{}" data-uuid="{}" data-index="{}"><h3 class="title">GPU {} · {} · <span class="mode mode-{}">{}</span></h3><div class="offers">{}</div>"#,
+        if v.warning.is_empty() {
+            ""
+        } else {
+            " attention"
+        },
+        esc(&v.uuid),
+        v.index,
+        v.index,
+        esc(&v.model),
+        esc(&v.mode),
+        esc(&v.mode),
+        esc(&g.offers)
+    );
+    if !v.healthy {
+        h += &format!(
+            r#"<div class="warning health">unhealthy: {}</div>"#,
+            esc(&v.health)
+        );
+    }
+    if !v.draining_for.is_empty() {
+        h += &format!(
+            r#"<div class="draining">draining for {}: no new shared work until it is placed</div>"#,
+            esc(&v.draining_for)
+        );
+    }
+    let (total, outside) = (v.total_gb, v.held_outside_gb);
+    let taken: f64 = v.sharers.iter().map(|(_, gb)| gb).sum();
+    let scale = total.max(outside + taken).max(0.001);
+    let names: Vec<&str> = v.sharers.iter().map(|(n, _)| n.as_str()).collect();
+    let colour = colours(&names);
+    let seg = |class: &str, gbs: f64, label: &str, colour: Option<&str>| {
+        if gbs <= 0.0 {
+            return String::new();
+        }
+        let bg = colour.map_or(String::new(), |c| format!(" background: {c};"));
+        format!(
+            r#"<div class="seg {class}" style="flex: 0 0 {}%;{bg}" title="{}">{}</div>"#,
+            100.0 * gbs / scale,
+            esc(label),
+            esc(label)
+        )
+    };
+    let over = if outside + taken > total + 1e-9 {
+        " over"
+    } else {
+        ""
+    };
+    h += &format!(r#"<div class="bar{over}">"#);
+    for ((name, gbs), c) in v.sharers.iter().zip(&colour) {
+        h += &seg("sharer", *gbs, &format!("{name} {} GB", gb(*gbs)), Some(c));
+    }
+    h += &seg(
+        "outside",
+        outside,
+        &format!("outside {} GB", gb(outside)),
+        None,
+    );
+    let free = total - outside - taken;
+    if v.held_whole_by.is_empty() {
+        h += &seg("free", free, &format!("free {} GB", gb(free)), None);
+    } else {
+        h += &seg(
+            "whole",
+            total - outside,
+            &format!("held whole by {}", v.held_whole_by),
+            None,
+        );
+    }
+    h += "</div>";
+    h += &format!(r#"<div class="summary">{}</div>"#, esc(&v.summary));
+    let mut m = vec![match g.used_gb {
+        Some(u) => format!("uses {} GB of {} GB promised", gb(u), gb(v.taken_gb)),
+        None => "use not reported".to_string(),
+    }];
+    if v.power_w >= 0.0 {
+        m.push(format!("{} W", v.power_w.round()));
+    }
+    if v.utilization_pct >= 0 {
+        m.push(format!("{}% busy", v.utilization_pct));
+    }
+    h += &format!(r#"<div class="metrics">{}</div>"#, esc(&m.join(" · ")));
+    if !v.warning.is_empty() {
+        h += &format!(r#"<div class="warning">{}</div>"#, esc(&v.warning));
+    }
+    h + "</section>"
+}
+
+/// The GPUs cell as the seed writes it: `1 · shared 2.2 GB`.
+fn gpus_cell(w: &WorkerSnap) -> String {
+    let n = w.view.gpus.len();
+    match (n, w.shared_gb) {
+        (0, _) => "—".into(),
+        (n, Some(s)) => format!("{n} · shared {} GB", gb(s)),
+        (n, None) => format!("{n} · whole"),
+    }
+}
+
+fn workers(ws: &[WorkerSnap]) -> String {
+    ws.iter()
+        .map(|w| {
+            let v = &w.view;
+            let warn = if v.warnings.is_empty() {
+                String::new()
+            } else {
+                format!(r#" class="warn" title="{}""#, esc(&v.warnings.join("\n")))
+            };
+            let used = if v.gpus.is_empty() {
+                "—".to_string()
+            } else if v.gpu_used_gb >= 0.0 {
+                format!("{} GB", gb(v.gpu_used_gb))
+            } else {
+                "not reported".to_string()
+            };
+            format!(
+                r#"<tr data-name="{0}"{warn}><td class="name">{0}</td><td class="state state-{1}">{1}</td><td class="owner">{2}</td><td class="gpus">{3}</td><td class="use num">{4}</td></tr>"#,
+                esc(&v.name),
+                esc(v.state.as_str()),
+                esc(&w.owner),
+                esc(&gpus_cell(w)),
+                esc(&used)
+            )
+        })
+        .collect()
+}
+
+fn worker_warnings(ws: &[WorkerSnap]) -> String {
+    ws.iter()
+        .flat_map(|w| {
+            w.view.warnings.iter().map(move |x| {
+                format!(
+                    r#"<div class="warning wwarn" data-name="{}">{}: {}</div>"#,
+                    esc(&w.view.name),
+                    esc(&w.view.name),
+                    esc(x)
+                )
+            })
+        })
+        .collect()
+}
+
+fn pending(ws: &[WorkerSnap]) -> String {
+    let waiting: Vec<&WorkerSnap> = ws
+        .iter()
+        .filter(|w| w.view.state.as_str() == "pending" || !w.pending_reasons.is_empty())
+        .collect();
+    if waiting.is_empty() {
+        return r#"<p class="empty">Nobody is waiting.</p>"#.into();
+    }
+    waiting
+        .iter()
+        .map(|w| {
+            let name = esc(&w.view.name);
+            let reasons: String = if w.pending_reasons.is_empty() {
+                r#"<li class="empty">no reason given</li>"#.into()
+            } else {
+                w.pending_reasons
+                    .iter()
+                    .map(|r| format!(r#"<li data-name="{name}">{}</li>"#, esc(r)))
+                    .collect()
+            };
+            format!(
+                r#"<div class="worker" data-name="{name}"><strong>{name} ({})</strong><ul>{reasons}</ul></div>"#,
+                esc(&w.owner)
+            )
+        })
+        .collect()
+}
+
+fn slices(snap: &Snapshot) -> String {
+    if snap.slices.is_empty() {
+        return r#"<p class="empty">No slice templates.</p>"#.into();
+    }
+    let tz = jiff::tz::TimeZone::get(&snap.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
+    let at = |secs: i64| {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| {
+                t.to_zoned(tz.clone())
+                    .strftime("%a %-d %b, %H:%M")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    };
+    let cell = |class: &str, s: &Option<crate::bus::wire::SliceTriple>, none: &str| match s {
+        Some(t) => format!(
+            r#"<td class="{class}"><span class="when">{} – {}</span></td>"#,
+            esc(&at(t.start)),
+            esc(&at(t.end))
+        ),
+        None => format!(r#"<td class="{class}"><span class="empty">{none}</span></td>"#),
+    };
+    let rows: String = snap
+        .slices
+        .iter()
+        .map(|s: &SliceSnap| {
+            format!(
+                r#"<tr data-template="{0}"><td>{0}</td><td class="state state-{1}">{1}</td>{2}{3}</tr>"#,
+                esc(&s.template),
+                esc(&s.state),
+                cell("active", &s.active, "no slice now"),
+                cell("next", &s.next, "none planned")
+            )
+        })
+        .collect();
+    format!(
+        "<table><thead><tr><th>Template</th><th>State</th><th>Now</th><th>Next</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_filled_once_and_values_never_expand() {
+        let snap = Snapshot {
+            machine: "{{GPUS}}<b>".into(),
+            time_zone: "UTC".into(),
+            ..Default::default()
+        };
+        let out = page("<h1>{{MACHINE}}</h1>{{NOPE}}{{GPUS", &snap, "10:00:00");
+        assert_eq!(out, "<h1>{{GPUS}}&lt;b&gt;</h1>{{NOPE}}{{GPUS");
+    }
+
+    #[test]
+    fn sharers_get_the_scripts_colours() {
+        // The script's hash: h = h * 31 + code point, unsigned 32-bit.
+        let h = "listen"
+            .chars()
+            .fold(0u64, |h, c| (h * 31 + c as u64) % (1 << 32));
+        assert_eq!(colours(&["listen"])[0], PALETTE[(h % 12) as usize]);
+        // Two names that hash alike still differ.
+        let c = colours(&["a", "m"]);
+        assert_ne!(c[0], c[1]);
+    }
+}
