@@ -33,6 +33,31 @@ pub struct Interval {
     pub total_bytes: u64,
 }
 
+/// GPU-milliseconds and millijoules accounted to something.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub gpu_ms: u64,
+    pub energy_mj: u64,
+}
+
+impl Counted {
+    pub fn add(&mut self, other: Counted) {
+        self.gpu_ms = self.gpu_ms.saturating_add(other.gpu_ms);
+        self.energy_mj = self.energy_mj.saturating_add(other.energy_mj);
+    }
+}
+
+/// The metrics' counters: monotonic, kept in the ledger across restarts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UsageCounters {
+    /// Everything before this was counted.
+    pub until_ms: i64,
+    /// Per (GPU uuid, kind: worker | slice | outside | idle | downtime).
+    pub gpu: std::collections::BTreeMap<(String, String), Counted>,
+    /// Per live worker name.
+    pub worker: HashMap<String, Counted>,
+}
+
 /// Keeps the last `keep` samples per GPU and closes an interval every `every_ms`.
 pub struct Sampler {
     every_ms: i64,

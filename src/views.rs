@@ -346,6 +346,8 @@ pub struct Snapshot {
     pub gpus: Vec<GpuSnap>,
     pub workers: Vec<WorkerSnap>,
     pub slices: Vec<SliceSnap>,
+    /// The metrics' counters (GPU-time and energy so far).
+    pub counters: crate::usage::UsageCounters,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -444,6 +446,7 @@ pub fn page_snapshot(
             .collect(),
         workers,
         slices,
+        counters: node.counters().clone(),
     }
 }
 

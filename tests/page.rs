@@ -12,32 +12,8 @@ mod webdriver;
 
 use common::*;
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
-
-/// One raw HTTP request: (status, head, body).
-fn http(port: u16, request: &str) -> (u16, String, String) {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("0")
-        .parse()
-        .unwrap();
-    (status, head.to_string(), body.to_string())
-}
-
-fn get(port: u16, path: &str) -> (u16, String, String) {
-    http(
-        port,
-        &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
-    )
-}
 
 /// The seed's machine: an 8 GB GPU with 1 GB held by the desktop, two
 /// sharers (2.2 and 4.2 GB) and one worker waiting for 3 GB.

@@ -310,3 +310,186 @@ fn a_live_report_bills_no_downtime_and_all_the_energy() {
         o.stdout
     );
 }
+
+/// /metrics as Prometheus reads it (python3-prometheus-client's parser):
+/// each family's type, and its samples as (name, labels, value).
+fn scrape(port: u16) -> serde_json::Value {
+    let (status, _, body) = get(port, "/metrics");
+    assert_eq!(status, 200);
+    let parse = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for f in text_string_to_metric_families(sys.stdin.read()):
+    out[f.name] = {"type": f.type, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
+print(json.dumps(out))
+"#;
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", parse])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with prometheus_client (python3-prometheus-client)");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the exposition does not parse:\n{body}"
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// One value of a family's samples whose labels include `want`.
+fn sample(m: &serde_json::Value, family: &str, want: &[(&str, &str)]) -> Option<f64> {
+    m[family]["samples"].as_array()?.iter().find_map(|s| {
+        let labels = &s[1];
+        want.iter()
+            .all(|(k, v)| labels[*k] == *v)
+            .then(|| s[2].as_f64().unwrap())
+    })
+}
+
+fn ledger_f64(dir: &std::path::Path, sql: &str) -> f64 {
+    let o = std::process::Command::new("sqlite3")
+        .arg(dir.join("ledger.db"))
+        .arg(sql)
+        .output()
+        .unwrap();
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{sql}: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+fn ledger_i64(dir: &std::path::Path, sql: &str) -> i64 {
+    let o = std::process::Command::new("sqlite3")
+        .arg(dir.join("ledger.db"))
+        .arg(sql)
+        .output()
+        .unwrap();
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{sql}: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+/// The metrics' counters are Prometheus counters that add up: per GPU the
+/// kinds make the time counted since the first run, a sharer's GPU-seconds
+/// are its share of the memory times the time it held it (from the
+/// ledger), its energy the same share of the 60 W drawn; they survive a
+/// restart and never go back.
+#[test]
+fn metrics_count_gpu_time_and_energy_across_restarts() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let port = free_port();
+    let start = || {
+        std::fs::write(
+            dir.path().join("node.toml"),
+            format!(
+                "[inventory]\nrefresh_seconds = 0.2\n[usage]\ninterval_seconds = 1\n\
+                 [http]\nlisten = \"{port}\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("majin.toml"),
+            MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\npower_w = 60"),
+        )
+        .unwrap();
+        Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[])
+    };
+    let d = start();
+    let state = d.state.clone();
+    let until = |m: &serde_json::Value| {
+        sample(m, "astraeus_usage_counted_until_timestamp_seconds", &[]).unwrap()
+    };
+    // A first window counted before the worker comes: all of its hold is measured.
+    eventually("a first count", || until(&scrape(port)) > 0.0);
+    let a = &bus.address;
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("listen", "2")]).ok);
+    let held_from = ledger_i64(
+        &state,
+        "SELECT h.from_ms FROM holds h JOIN workers w ON w.id = h.worker_id WHERE w.name = 'listen'",
+    );
+    let mut m = scrape(port);
+    eventually("listen counted", || {
+        m = scrape(port);
+        sample(&m, "astraeus_worker_gpu_seconds", &[("worker", "listen")]).is_some_and(|s| s > 0.5)
+    });
+    for family in [
+        "astraeus_gpu_seconds",
+        "astraeus_gpu_energy_joules",
+        "astraeus_worker_gpu_seconds",
+        "astraeus_worker_energy_joules",
+    ] {
+        assert_eq!(m[family]["type"], "counter", "{family}");
+    }
+    assert_eq!(m["astraeus_gpu_over_promised"]["type"], "gauge");
+    let first_run = ledger_i64(&state, "SELECT min(started_ms) FROM daemon_runs");
+    let check = |m: &serde_json::Value| {
+        let until_ms = (until(m) * 1000.0).round() as i64;
+        // The ledger's mark is what the gauge says.
+        assert_eq!(
+            until_ms,
+            ledger_i64(&state, "SELECT until_ms FROM usage_counted")
+        );
+        // Per GPU the kinds add up to the time counted.
+        let kinds: f64 = m["astraeus_gpu_seconds"]["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s[1]["gpu"] == "0")
+            .map(|s| s[2].as_f64().unwrap())
+            .sum();
+        let counted = (until_ms - first_run) as f64 / 1000.0;
+        assert!((kinds - counted).abs() < 0.01, "{kinds} vs {counted}");
+        // listen holds 2 of the 8 GB: a quarter of each second since it was placed.
+        let held = (until_ms - held_from) as f64 / 1000.0;
+        let secs = sample(m, "astraeus_worker_gpu_seconds", &[("worker", "listen")]).unwrap();
+        // (The report rounds each stretch between readings down to the
+        // millisecond: a few ms per second at most.)
+        assert!(
+            (secs - held / 4.0).abs() < 0.01 + 0.02 * held / 4.0,
+            "{secs} vs {held} / 4"
+        );
+        // Its quarter of the energy the ledger's measured intervals hold
+        // for the time it held the GPU (each interval prorated by overlap).
+        let measured_mj = ledger_f64(
+            &state,
+            &format!(
+                "SELECT sum(energy_mj * 1.0 * (min(to_ms, {until_ms}) - max(from_ms, {held_from})) \
+                 / (to_ms - from_ms)) FROM gpu_intervals \
+                 WHERE to_ms > {held_from} AND from_ms < {until_ms} AND to_ms > from_ms"
+            ),
+        );
+        let joules = sample(m, "astraeus_worker_energy_joules", &[("worker", "listen")]).unwrap();
+        let expected = measured_mj / 1000.0 / 4.0;
+        assert!(
+            (joules - expected).abs() < 0.01 + 0.02 * expected,
+            "{joules} J vs a quarter of {measured_mj} mJ measured"
+        );
+        (secs, joules, kinds)
+    };
+    let before = check(&m);
+    // A restart: the counters go on from the ledger, never back.
+    d.stop();
+    let d = start();
+    assert_eq!(d.state, state);
+    let mut after = scrape(port);
+    eventually("counted again after the restart", || {
+        after = scrape(port);
+        until(&after) * 1000.0 > (before.2 * 1000.0) + first_run as f64 + 1500.0
+    });
+    let now = check(&after);
+    assert!(now.0 > before.0 && now.1 > before.1 && now.2 > before.2);
+    // The restart's gap is downtime, counted as such.
+    assert!(sample(
+        &after,
+        "astraeus_gpu_seconds",
+        &[("gpu", "0"), ("kind", "downtime")]
+    )
+    .is_some_and(|s| s > 0.0));
+}

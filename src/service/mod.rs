@@ -290,6 +290,8 @@ impl Service {
         if !rows.is_empty() {
             if let Err(e) = self.node.record_usage(&rows, now) {
                 tracing::error!("recording GPU usage intervals failed: {e}");
+            } else if let Err(e) = self.node.count_usage(now.as_i64()) {
+                tracing::error!("counting GPU usage for the metrics failed: {e}");
             }
         }
     }

@@ -3,6 +3,7 @@
 //! acknowledges anything, so a crash at any point loses nothing acknowledged
 //! and books nothing twice.
 
+mod counters;
 mod slicing;
 mod usage;
 mod workers;
@@ -153,6 +154,21 @@ CREATE TABLE handoff_steps (
     r#"
 -- Ended workers, newest first, for `astraeusctl history`.
 CREATE INDEX workers_ended ON workers(ended_ms) WHERE state = 'stopped';
+-- The metrics' counters: GPU-milliseconds and energy accounted so far, per
+-- GPU and kind (worker, slice, outside, idle, downtime) and per worker name,
+-- up to `usage_counted.until_ms` (so a restart neither loses nor recounts).
+CREATE TABLE usage_counters (
+    scope      TEXT NOT NULL CHECK (scope IN ('gpu', 'worker')),
+    key        TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    gpu_ms     INTEGER NOT NULL,
+    energy_mj  INTEGER NOT NULL,
+    PRIMARY KEY (scope, key, kind)
+);
+CREATE TABLE usage_counted (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    until_ms  INTEGER NOT NULL
+);
 "#,
 ];
 

@@ -399,12 +399,14 @@ pub fn workers_json(snap: &Snapshot) -> Value {
 pub fn metrics(snap: &Snapshot) -> String {
     let mut out = String::new();
     let gb = |v: f64| (v * crate::quantity::GB_BYTES as f64).round() as u64;
-    let mut family = |name: &str, help: &str, rows: Vec<(String, String)>| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+    let mut typed = |kind: &str, name: &str, help: &str, rows: Vec<(String, String)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
         for (labels, value) in rows {
             out.push_str(&format!("{name}{labels} {value}\n"));
         }
     };
+    let mut family =
+        |name: &str, help: &str, rows: Vec<(String, String)>| typed("gauge", name, help, rows);
     let gpu_labels = |v: &GpuView| {
         format!(
             "{{machine=\"{}\",gpu=\"{}\",uuid=\"{}\"}}",
@@ -435,6 +437,17 @@ pub fn metrics(snap: &Snapshot) -> String {
             .map(|g| {
                 let draining = !g.view.draining_for.is_empty();
                 (gpu_labels(&g.view), u8::from(draining).to_string())
+            })
+            .collect(),
+    );
+    family(
+        "astraeus_gpu_over_promised",
+        "1 when the GPU's sharers were promised more than it now offers (something outside took memory).",
+        snap.gpus
+            .iter()
+            .map(|g| {
+                let over = g.view.warning.starts_with("over-promised");
+                (gpu_labels(&g.view), u8::from(over).to_string())
             })
             .collect(),
     );
@@ -539,7 +552,78 @@ pub fn metrics(snap: &Snapshot) -> String {
             })
             .collect(),
     );
+    counters(snap, &mut typed);
     out
+}
+
+/// Writes one metric family: (type, name, help, rows of labels and value).
+type Family<'a> = dyn FnMut(&str, &str, &str, Vec<(String, String)>) + 'a;
+
+/// The counters: GPU-time and energy per GPU (by what it went to) and per
+/// live worker, kept in the ledger (monotonic across restarts), counted up
+/// to the last closed usage interval.
+fn counters(snap: &Snapshot, typed: &mut Family) {
+    let c = &snap.counters;
+    let m = label(&snap.machine);
+    let mut seconds = Vec::new();
+    let mut joules = Vec::new();
+    for ((uuid, kind), n) in &c.gpu {
+        // GPUs no longer on the machine are left out (their series end).
+        let Some(g) = snap.gpus.iter().find(|g| g.view.uuid == *uuid) else {
+            continue;
+        };
+        let labels = format!(
+            "{{machine=\"{m}\",gpu=\"{}\",uuid=\"{}\",kind=\"{}\"}}",
+            g.view.index,
+            label(uuid),
+            label(kind)
+        );
+        seconds.push((labels.clone(), format!("{:.3}", n.gpu_ms as f64 / 1000.0)));
+        joules.push((labels, format!("{:.3}", n.energy_mj as f64 / 1000.0)));
+    }
+    typed(
+        "counter",
+        "astraeus_gpu_seconds_total",
+        "GPU-seconds by what they went to: worker, slice, outside, idle, downtime (a shared GPU counts for each sharer by its share of the memory; per GPU the kinds add up to the time counted).",
+        seconds,
+    );
+    typed(
+        "counter",
+        "astraeus_gpu_energy_joules_total",
+        "Energy the GPU drew, by what it went to (as the GPU-seconds).",
+        joules,
+    );
+    let mut seconds = Vec::new();
+    let mut joules = Vec::new();
+    for w in &snap.workers {
+        let Some(n) = c.worker.get(&w.view.name) else {
+            continue;
+        };
+        let labels = format!("{{machine=\"{m}\",worker=\"{}\"}}", label(&w.view.name));
+        seconds.push((labels.clone(), format!("{:.3}", n.gpu_ms as f64 / 1000.0)));
+        joules.push((labels, format!("{:.3}", n.energy_mj as f64 / 1000.0)));
+    }
+    typed(
+        "counter",
+        "astraeus_worker_gpu_seconds_total",
+        "GPU-seconds a live worker was given (its share of each GPU's memory when shared).",
+        seconds,
+    );
+    typed(
+        "counter",
+        "astraeus_worker_energy_joules_total",
+        "Energy billed to a live worker (its share of each GPU's energy).",
+        joules,
+    );
+    typed(
+        "gauge",
+        "astraeus_usage_counted_until_timestamp_seconds",
+        "The counters include everything before this time (the last closed usage interval).",
+        vec![(
+            format!("{{machine=\"{m}\"}}"),
+            format!("{:.3}", c.until_ms as f64 / 1000.0),
+        )],
+    );
 }
 
 /// A Prometheus label value, escaped.
@@ -665,6 +749,25 @@ mod tests {
                     ends_by: "poweroff".into(),
                 }),
             }],
+            counters: crate::usage::UsageCounters {
+                until_ms: 1_700_000_000_500,
+                gpu: [(
+                    ("GPU-a".to_string(), "worker".to_string()),
+                    crate::usage::Counted {
+                        gpu_ms: 1500,
+                        energy_mj: 250,
+                    },
+                )]
+                .into(),
+                worker: [(
+                    "listen".to_string(),
+                    crate::usage::Counted {
+                        gpu_ms: 1500,
+                        energy_mj: 250,
+                    },
+                )]
+                .into(),
+            },
         }
     }
 
@@ -727,6 +830,16 @@ mod tests {
         assert!(m.contains("astraeus_slice_active{template=\"llama\"} 0\n"));
         assert!(m.contains("astraeus_handoff_dead_time_seconds{template=\"llama\"} 1.500\n"));
         assert!(m.contains("# TYPE astraeus_worker_used_bytes gauge\n"));
+        assert!(m.contains("# TYPE astraeus_gpu_seconds_total counter\n"));
+        assert!(m.contains(
+            "astraeus_gpu_seconds_total{machine=\"majin\",gpu=\"0\",uuid=\"GPU-a\",kind=\"worker\"} 1.500\n"
+        ));
+        assert!(m.contains(
+            "astraeus_worker_energy_joules_total{machine=\"majin\",worker=\"listen\"} 0.250\n"
+        ));
+        assert!(m.contains(
+            "astraeus_gpu_over_promised{machine=\"majin\",gpu=\"0\",uuid=\"GPU-a\"} 0\n"
+        ));
         assert!(
             !m.contains("astraeus_worker_used_bytes{"),
             "use unknown: no sample"

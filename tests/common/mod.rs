@@ -573,3 +573,28 @@ pub fn monitor(address: &str, rule: &str, log: &Path) -> Child {
     });
     child
 }
+
+/// One raw HTTP request to 127.0.0.1:`port`: (status, head, body).
+pub fn http(port: u16, request: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("0")
+        .parse()
+        .unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+/// GET `path` from 127.0.0.1:`port`: (status, head, body).
+pub fn get(port: u16, path: &str) -> (u16, String, String) {
+    http(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+    )
+}
