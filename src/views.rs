@@ -94,6 +94,9 @@ pub struct WorkerView {
     pub request_redacted: String,
     /// Its place in the queue (the ledger's id: older is smaller).
     pub id: i64,
+    /// Epoch milliseconds it was submitted, and placed (0 while it waits).
+    pub submitted_ms: i64,
+    pub placed_ms: i64,
     /// Its ListWorkers row, built with the view (lists are answered from
     /// views, off the service loop).
     pub row: WorkerRow,
@@ -298,6 +301,8 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
         request: w.spec_text.clone(),
         request_redacted: redact_env(&w.spec_text),
         id: w.id,
+        submitted_ms: w.submitted.as_i64(),
+        placed_ms: w.placed.map_or(0, |t| t.as_i64()),
         row: WorkerRow {
             name: w.name().to_string(),
             state: w.status.stored().as_str().to_string(),

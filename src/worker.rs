@@ -72,6 +72,8 @@ pub struct Worker {
     /// Processes whose GPU memory counts as its own (a reservation's holders).
     pub holders: Vec<Holder>,
     pub submitted: crate::time::EpochMs,
+    /// When it was placed (the ledger's started_ms); None while it waits.
+    pub placed: Option<crate::time::EpochMs>,
     pub status: Status,
     /// For workers with a `run`: where its workload is in its life.
     pub phase: Phase,

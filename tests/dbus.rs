@@ -721,6 +721,39 @@ fn astraeusctl_follows_events_and_lists_the_history() {
     assert_eq!(v[0]["exit_status"], serde_json::Value::Null);
     assert_eq!(v[0]["ended_by"], "stopped");
     assert_eq!(v.as_array().unwrap().len(), 1, "big still runs");
+    // `show` gives when big was submitted and placed, as the ledger has it.
+    let ledger_ms = |column: &str| -> i64 {
+        let o = std::process::Command::new("sqlite3")
+            .arg(&ledger)
+            .arg(format!(
+                "SELECT {column} FROM workers WHERE name = 'big' AND state = 'running'"
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8(o.stdout).unwrap().trim().parse().unwrap()
+    };
+    let (submitted, placed) = (ledger_ms("submitted_ms"), ledger_ms("started_ms"));
+    let at = |ms: i64| {
+        jiff::Timestamp::from_millisecond(ms)
+            .unwrap()
+            .to_zoned(jiff::tz::TimeZone::get("Asia/Tokyo").unwrap())
+            .strftime("%Y-%m-%d %H:%M:%S")
+            .to_string()
+    };
+    let o = ctl_tz(a, "Asia/Tokyo", &["show", "big"]);
+    assert!(
+        o.stdout.contains(&format!(
+            "  submitted: {} Asia/Tokyo\n  placed:    {} Asia/Tokyo\n",
+            at(submitted),
+            at(placed)
+        )),
+        "{}",
+        o.stdout
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&ctl(a, None, &["--json", "show", "big"]).stdout).unwrap();
+    assert_eq!(v["submitted_ms"], submitted);
+    assert_eq!(v["placed_ms"], placed);
     let o = ctl(a, None, &["history", "--limit", "0"]);
     assert_eq!(o.code, Some(3), "{}", o.stderr);
     assert!(o.stderr.contains("limit: 1 to 10000"), "{}", o.stderr);

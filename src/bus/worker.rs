@@ -93,6 +93,16 @@ impl WorkerObject {
     async fn warnings(&self) -> Vec<String> {
         self.view.read().warnings.clone()
     }
+    /// When it was submitted (epoch milliseconds).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn submitted_ms(&self) -> i64 {
+        self.view.read().submitted_ms
+    }
+    /// When it was placed (epoch milliseconds); 0 while it waits.
+    #[zbus(property)]
+    async fn placed_ms(&self) -> i64 {
+        self.view.read().placed_ms
+    }
     /// GB its processes use now (at most, on any one of its GPUs); -1 when unknown.
     #[zbus(property)]
     async fn gpu_used_gb(&self) -> f64 {
@@ -128,6 +138,7 @@ impl WorkerObject {
         d.invalidate(left_or_joined_queue, "PendingReasons");
         d.set(old.state != n.state, "State", n.state.as_str());
         d.set(old.gpus != n.gpus, "Gpus", n.gpus);
+        d.set(old.placed_ms != n.placed_ms, "PlacedMs", n.placed_ms);
         d.set(old.holders != n.holders, "Holders", n.holders);
         d.set(old.warnings != n.warnings, "Warnings", n.warnings);
         d.set(old.gpu_used_gb != n.gpu_used_gb, "GpuUsedGb", n.gpu_used_gb);

@@ -186,6 +186,7 @@ impl Node {
                     owner_uid: row.owner_uid,
                     holders: row.holders,
                     submitted: EpochMs::from_i64(row.submitted_ms),
+                    placed: row.started_ms.map(EpochMs::from_i64),
                     status,
                     phase: Phase::Held,
                     runtime_id: row.runtime_id,
@@ -347,6 +348,7 @@ impl Node {
                 owner_uid,
                 holders,
                 submitted: at,
+                placed: matches!(status, Status::Running { .. }).then_some(at),
                 status,
                 phase: Phase::Held,
                 runtime_id: None,
@@ -556,18 +558,20 @@ impl Node {
             if let Some(grants) =
                 placement::fits_for(&self.machine, &self.book, res, name, &mut self.evals)
             {
-                self.store.start_worker(id, &grants, EpochMs::now())?;
+                let at = EpochMs::now();
+                self.store.start_worker(id, &grants, at)?;
                 self.book.add(name, res, &grants);
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
-                placed.push((id, name.clone(), grants));
+                placed.push((id, name.clone(), grants, at));
                 done = exhausted(self);
             }
         }
-        for (id, name, grants) in placed {
+        for (id, name, grants, at) in placed {
             self.pending.remove(&id);
             if let Some(w) = self.workers.get_mut(&name) {
                 self.needs.remove(w.spec.resources.gpu.as_ref());
                 w.status = Status::Running { grants };
+                w.placed = Some(at);
             }
             changes.placed.push(name.clone());
             changes.updated.push(name);

@@ -64,6 +64,8 @@ pub struct WorkerRow {
     pub holders: Vec<crate::worker::Holder>,
     pub state: WorkerState,
     pub submitted_ms: i64,
+    /// When it was placed, if it was.
+    pub started_ms: Option<i64>,
     pub grants: Vec<Grant>,
     /// The runtime's id of its workload, once launched.
     pub runtime_id: Option<String>,
@@ -274,7 +276,8 @@ impl Store {
     /// Every live worker with its allocations, oldest first.
     pub fn live_workers(&self) -> Result<Vec<WorkerRow>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup FROM workers
+            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup,
+                    started_ms FROM workers
              WHERE state != 'stopped' ORDER BY id",
         )?;
         let mut rows: Vec<WorkerRow> = stmt
@@ -289,11 +292,22 @@ impl Store {
                     r.get::<_, i64>(6)?,
                     r.get::<_, Option<String>>(7)?,
                     r.get::<_, Option<String>>(8)?,
+                    r.get::<_, Option<i64>>(9)?,
                 ))
             })?
             .map(|row| {
-                let (id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup) =
-                    row?;
+                let (
+                    id,
+                    name,
+                    spec,
+                    owner_uid,
+                    holders,
+                    state,
+                    submitted_ms,
+                    runtime_id,
+                    cgroup,
+                    started_ms,
+                ) = row?;
                 Ok(WorkerRow {
                     id,
                     name,
@@ -304,6 +318,7 @@ impl Store {
                     })?,
                     state: WorkerState::parse(&state)?,
                     submitted_ms,
+                    started_ms,
                     grants: Vec::new(),
                     runtime_id,
                     cgroup,

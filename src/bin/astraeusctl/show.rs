@@ -1,6 +1,6 @@
 //! `astraeusctl show NAME`: one worker whole, from its object's properties.
 
-use super::{describe, gb, Client};
+use super::{describe, gb, Client, Local};
 use astraeusd::bus::BUS_NAME;
 use serde_json::json;
 use zbus::OwnedObjectPath;
@@ -47,6 +47,12 @@ pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> 
     let request: serde_json::Value =
         serde_json::from_str(&text("Request")).unwrap_or(serde_json::Value::Null);
     let owner_name = astraeusd::auth::user_name(owner);
+    let when = |k: &str| {
+        get(k)
+            .and_then(|v| i64::try_from(v).ok())
+            .filter(|ms| *ms > 0)
+    };
+    let (submitted, placed) = (when("SubmittedMs"), when("PlacedMs"));
     if json_out {
         let v = json!({
             "name": text("Name"), "state": text("State"), "owner": owner,
@@ -56,6 +62,7 @@ pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> 
             "gpu_used_gb": (used >= 0.0).then_some(used),
             "warnings": list("Warnings"), "holders": holders,
             "pending_reasons": list("PendingReasons"), "request": request,
+            "submitted_ms": submitted, "placed_ms": placed,
         });
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
         return Ok(());
@@ -77,6 +84,12 @@ pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> 
     }
     if used >= 0.0 && text("State") == "running" {
         outln!("  uses:     {} GB", gb(used));
+    }
+    let local = Local::here();
+    for (label, at) in [("submitted:", submitted), ("placed:   ", placed)] {
+        if let Some(ms) = at {
+            outln!("  {label} {} {}", local.time(ms / 1000), local.name);
+        }
     }
     if !holders.is_empty() {
         let h: Vec<String> = holders.iter().map(u32::to_string).collect();
