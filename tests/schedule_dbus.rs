@@ -161,7 +161,9 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
             "times in Europe/Berlin\n\
              TEMPLATE  START                 END                   ENDS BY\n\
              alpha     {}  {}  poweroff\n\
-             beta      {}  {}  poweroff\n",
+             beta      {}  {}  poweroff\n\
+             \n\
+             2 slices listed.\n",
             local(0, 9),
             local(0, 17),
             local(1, 9),
@@ -204,7 +206,9 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
             "times in Asia/Tokyo\n\
              TEMPLATE  START                 END                   ENDS BY\n\
              alpha     {}  {}  poweroff\n\
-             beta      {}  {}  poweroff\n",
+             beta      {}  {}  poweroff\n\
+             \n\
+             2 slices listed.\n",
             tokyo(0, 9),
             tokyo(0, 17),
             tokyo(1, 9),

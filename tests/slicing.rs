@@ -82,10 +82,30 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     let o = manager(a, None, "RemoveTemplate", &["s", "a"]);
     assert!(o.stderr.contains("power it off first"), "{}", o.stderr);
 
-    // As a handoff: a is powered off, the release confirmed, then b starts.
+    // As a handoff: a is powered off, the release confirmed, then b starts;
+    // `astraeusctl events` follows it.
+    let mut events = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
+        .args(["--bus-address", a, "--json", "events"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(events.stdout.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains(r#""event":"following""#), "{first}");
     assert!(manager(a, None, "Resume", &["sb", "b", "true"]).ok);
     eventually("b running", || template_state(a, "b") == "running");
     assert_eq!(template_state(a, "a"), "off");
+    let mut followed: Vec<serde_json::Value> = Vec::new();
+    for l in lines.by_ref() {
+        let v: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+        let done = v["event"] == "handoff-step" && v["step"] == "ready";
+        followed.push(v);
+        if done {
+            break;
+        }
+    }
+    let _ = events.kill();
+    let _ = events.wait();
     // The machine page tells the slice state and the handoff's dead time.
     let metrics = http_get(port, "/metrics");
     assert!(
@@ -123,6 +143,53 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
         ],
         "{s:?}"
     );
+    // The follower saw the same steps, a to b, each at the ledger's time;
+    // a's slice ended and b's started between them.
+    let ledger_steps: Vec<(String, String, i64)> = {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let mut q = conn
+            .prepare(
+                "SELECT step, ifnull(from_template, ''), at_ms FROM handoff_steps \
+                 WHERE to_template = 'b' ORDER BY id",
+            )
+            .unwrap();
+        q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let seen: Vec<(String, String, i64)> = followed
+        .iter()
+        .filter(|v| v["event"] == "handoff-step")
+        .map(|v| {
+            assert_eq!(v["to"], "b");
+            (
+                v["step"].as_str().unwrap().to_string(),
+                v["from"].as_str().unwrap().to_string(),
+                v["step_at_ms"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seen[0].1, "a", "{seen:?}");
+    assert_eq!(seen, ledger_steps, "{followed:?}");
+    let kinds: Vec<String> = followed
+        .iter()
+        .map(|v| match v["event"].as_str().unwrap() {
+            "slice-started" | "slice-ended" => format!(
+                "{} {}",
+                v["event"].as_str().unwrap(),
+                v["template"].as_str().unwrap()
+            ),
+            other => other.to_string(),
+        })
+        .collect();
+    let at = |k: &str| {
+        kinds
+            .iter()
+            .position(|x| x == k)
+            .unwrap_or_else(|| panic!("no {k} in {kinds:?}"))
+    };
+    assert!(at("slice-ended a") < at("slice-started b"), "{kinds:?}");
 
     // The schedule hands it back to a in two seconds.
     let o = manager(

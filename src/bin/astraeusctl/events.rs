@@ -161,7 +161,8 @@ async fn read(c: &Client, member: &str, path: &str, msg: &zbus::Message) -> Opti
     }
 }
 
-/// State changes of workers, GPUs and templates, and why a worker waits.
+/// State changes of workers and GPUs, and why a worker waits (a template's
+/// state is not signalled: its handoff steps and slices are).
 async fn properties(
     c: &Client,
     iface: &str,
@@ -221,15 +222,6 @@ async fn properties(
                 kind: "gpu",
                 line,
                 data: json!({"gpu": index, "mode": mode, "taken_gb": taken}),
-            })
-        }
-        "org.astraeus.Node1.Template" => {
-            let name = name_of(path, "template")?;
-            let state = text("State")?;
-            Some(Event {
-                kind: "template-state",
-                line: format!("template {name} is {state}"),
-                data: json!({"template": name, "state": state}),
             })
         }
         _ => None,

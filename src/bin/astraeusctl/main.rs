@@ -564,6 +564,16 @@ fn print_usage(rows: &[UsageRow], by: &str, form: lists::Form, csv: bool) {
             *mj as f64 / 3.6e9
         );
     }
+    if form.legend {
+        outln!();
+        outln!(
+            "{} listed.",
+            match rows.len() {
+                1 => "1 row".to_string(),
+                n => format!("{n} rows"),
+            }
+        );
+    }
 }
 
 /// Slices as a table in the caller's zone (or JSON), then their notes.
@@ -619,6 +629,14 @@ fn print_slices(rows: &[SliceRow], notes: &[String], local: &Local, form: lists:
         for n in notes {
             outln!("note: {n}");
         }
+        outln!();
+        outln!(
+            "{} listed.",
+            match rows.len() {
+                1 => "1 slice".to_string(),
+                n => format!("{n} slices"),
+            }
+        );
     }
 }
 
