@@ -359,6 +359,31 @@ pub fn kind_of(e: &str) -> (&str, &str) {
 mod tests {
     use super::*;
 
+    /// Every subcommand and argument of both programs says what it is (the
+    /// man pages and completions are made from the same text).
+    #[test]
+    fn every_argument_has_help() {
+        use clap::CommandFactory;
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if id != "help" && id != "version" && a.get_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for s in c.get_subcommands() {
+                if s.get_name() != "help" && s.get_about().is_none() {
+                    missing.push(format!("{path} {}", s.get_name()));
+                }
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&CtlArgs::command(), "astraeusctl", &mut missing);
+        walk(&DaemonArgs::command(), "astraeusd", &mut missing);
+        assert!(missing.is_empty(), "no help for: {missing:?}");
+    }
+
     #[test]
     fn times_are_read_as_journalctl_reads_them() {
         let tz = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
