@@ -35,7 +35,14 @@ a usage error (an option or argument that does not parse)
 \fBUnsatisfiable\fR: it could never be placed on this machine
 .TP
 69
-the daemon is not running, or the bus cannot be reached (a hint says what to check)
+the daemon is not running, or the bus cannot be reached (a hint says what to check);
+\fBevents\fR ends with it when the daemon goes away (\fBGone\fR)
+.PP
+Lists print a header and a count line, as systemd's tools do; \fB\-\-no\-legend\fR
+prints the rows alone. Times are shown in the caller's zone (\fBTZ\fR), named;
+\fB\-\-since\fR, \fB\-\-until\fR, \fB\-\-from\fR and \fB\-\-to\fR take \fB1h\fR,
+\fB30min\fR, \fB2d\fR (that long ago), \fBtoday\fR, \fByesterday\fR, \fBnow\fR,
+a date or date-time in that zone, or epoch seconds, as \fBjournalctl\fR(1) reads them.
 .PP
 With \fB\-\-json\fR an error is printed as JSON on standard error:
 {"error": KIND, "message": TEXT, "exit_code": N}.
@@ -48,12 +55,15 @@ the D-Bus interface astraeusctl speaks.
 echo '{"name":"listen","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.2}}}' \e
     | astraeusctl submit -
 astraeusctl workers
+astraeusctl show listen
+astraeusctl history \-\-since yesterday
+astraeusctl \-\-json events          # follow, one JSON object a line
 astraeusctl why spec.json
 astraeusctl schedule set research \-\-weekly mon,wed,fri \-\-from 09:00 \-\-to 17:00
 astraeusctl \-\-json gpus
 .fi
 .SH "SEE ALSO"
-\fBastraeusd\fR(8), \fBnode.toml\fR(5), \fBbusctl\fR(1), \fBsystemctl\fR(1),
+\fBastraeusd\fR(8), \fBnode.toml\fR(5), \fBbusctl\fR(1), \fBsystemctl\fR(1), \fBjournalctl\fR(1),
 \fBpodman\fR(1), \fBvirsh\fR(1)
 "#;
 

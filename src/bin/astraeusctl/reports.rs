@@ -1,0 +1,282 @@
+//! The reports: usage (table, JSON or CSV), the slices ahead, and the
+//! slices that ran.
+
+use super::{lists, Local};
+use astraeusd::bus::wire::{SliceReportRow, SliceRow, UsageRow};
+use serde_json::json;
+
+/// The usage report as a table (hours, kWh), JSON or CSV (exact ms and mJ).
+pub fn print_usage(rows: &[UsageRow], by: &str, form: lists::Form, csv: bool) {
+    let busy = |b: i64| (b >= 0).then_some(b as u64);
+    if form.json {
+        let j: Vec<_> = rows
+            .iter()
+            .map(
+                |UsageRow {
+                     key,
+                     kind,
+                     gpu_uuid: gpu,
+                     gpu_ms: ms,
+                     energy_mj: mj,
+                     busy_gpu_ms: b,
+                 }| {
+                    json!({"key": key, "kind": kind, "gpu": gpu, "gpu_ms": ms,
+                       "gpu_hours": *ms as f64 / 3.6e6, "energy_mj": mj,
+                       "energy_kwh": *mj as f64 / 3.6e9, "busy_gpu_ms": busy(*b)})
+                },
+            )
+            .collect();
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return;
+    }
+    if csv {
+        if form.legend {
+            outln!("{by},kind,gpu,gpu_ms,energy_mj,busy_gpu_ms");
+        }
+        for UsageRow {
+            key,
+            kind,
+            gpu_uuid: gpu,
+            gpu_ms: ms,
+            energy_mj: mj,
+            busy_gpu_ms: b,
+        } in rows
+        {
+            let b = busy(*b).map(|b| b.to_string()).unwrap_or_default();
+            let key = if key.contains([',', '"', '\n']) {
+                format!("\"{}\"", key.replace('"', "\"\""))
+            } else {
+                key.clone()
+            };
+            outln!("{key},{kind},{gpu},{ms},{mj},{b}");
+        }
+        return;
+    }
+    let w = rows
+        .iter()
+        .map(|r| r.key.len())
+        .max()
+        .unwrap_or(8)
+        .max(by.len());
+    let header = by.to_uppercase();
+    if form.legend {
+        outln!(
+            "{header:<w$}  {:<8}  {:>10}  {:>10}  {:>6}",
+            "KIND",
+            "GPU-HOURS",
+            "ENERGY kWh",
+            "BUSY"
+        );
+    }
+    for UsageRow {
+        key,
+        kind,
+        gpu_ms: ms,
+        energy_mj: mj,
+        busy_gpu_ms: b,
+        ..
+    } in rows
+    {
+        let use_ = match busy(*b) {
+            Some(b) if *ms > 0 => format!("{:.0}%", b as f64 * 100.0 / *ms as f64),
+            _ => "—".into(),
+        };
+        outln!(
+            "{key:<w$}  {kind:<8}  {:>10.3}  {:>10.4}  {use_:>6}",
+            *ms as f64 / 3.6e6,
+            *mj as f64 / 3.6e9
+        );
+    }
+    if form.legend {
+        outln!();
+        outln!(
+            "{} listed.",
+            match rows.len() {
+                1 => "1 row".to_string(),
+                n => format!("{n} rows"),
+            }
+        );
+    }
+}
+
+/// Slices as a table in the caller's zone (or JSON), then their notes.
+pub fn print_slices(rows: &[SliceRow], notes: &[String], local: &Local, form: lists::Form) {
+    if form.json {
+        let j: Vec<_> = rows
+                    .iter()
+                    .map(
+                        |r| json!({"template": r.template, "start": r.start, "end": r.end, "ends_by": r.ends_by}),
+                    )
+                    .collect();
+        let out = json!({"time_zone": local.name, "slices": j, "notes": notes});
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        return;
+    }
+    let at = |secs: i64| {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| {
+                t.to_zoned(local.tz.clone())
+                    .strftime("%a %Y-%m-%d %H:%M")
+                    .to_string()
+            })
+            .unwrap_or_else(|_| secs.to_string())
+    };
+    let w = rows
+        .iter()
+        .map(|r| r.template.len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    if form.legend {
+        outln!("times in {}", local.name);
+        outln!(
+            "{:<w$}  {:<20}  {:<20}  ENDS BY",
+            "TEMPLATE",
+            "START",
+            "END"
+        );
+    }
+    for SliceRow {
+        template: t,
+        start: s,
+        end: e,
+        ends_by: by,
+    } in rows
+    {
+        let by = by
+            .replace("handoff:", "handoff to ")
+            .replace("dropped:", "NOT STARTED: simultaneous with ");
+        outln!("{t:<w$}  {:<20}  {:<20}  {by}", at(*s), at(*e));
+    }
+    if form.legend {
+        for n in notes {
+            outln!("note: {n}");
+        }
+        outln!();
+        outln!(
+            "{} listed.",
+            match rows.len() {
+                1 => "1 slice".to_string(),
+                n => format!("{n} slices"),
+            }
+        );
+    }
+}
+
+/// Each slice, then hours by template and by user; -1 reads "not reported".
+pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Form) {
+    let figure = |v: f64, unit: &str| {
+        if v < 0.0 {
+            "not reported".to_string()
+        } else {
+            format!("{v:.1}{unit}")
+        }
+    };
+    let ms = |v: i64| {
+        if v < 0 {
+            "—".to_string()
+        } else {
+            format!("{v} ms")
+        }
+    };
+    let now = jiff::Timestamp::now().as_second();
+    let hours =
+        |r: &SliceReportRow| ((if r.end == 0 { now } else { r.end }) - r.start) as f64 / 3600.0;
+    if form.json {
+        let j: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let opt = |v: f64| (v >= 0.0).then_some(v);
+                json!({"template": r.template, "user": r.user, "start": r.start, "end": (r.end != 0).then_some(r.end),
+                       "dead_time_ms": (r.dead_time_ms >= 0).then_some(r.dead_time_ms), "start_to_ready_ms": (r.start_to_ready_ms >= 0).then_some(r.start_to_ready_ms),
+                       "cpu_avg_pct": opt(r.cpu_avg_pct), "cpu_peak_pct": opt(r.cpu_peak_pct), "gpu_avg_pct": opt(r.gpu_avg_pct),
+                       "gpu_peak_pct": opt(r.gpu_peak_pct), "gpu_memory_peak_gb": opt(r.gpu_memory_peak_gb),
+                       "gpu_energy_wh": opt(r.gpu_energy_wh), "error": (!r.error.is_empty()).then_some(&r.error)})
+            })
+            .collect();
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return;
+    }
+    let local = |secs: i64| {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| {
+                t.to_zoned(zone.tz.clone())
+                    .strftime("%Y-%m-%d %H:%M")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    };
+    if form.legend {
+        outln!("times in {}", zone.name);
+        outln!(
+            "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}",
+            "TEMPLATE",
+            "USER",
+            "START",
+            "END",
+            "DEAD TIME",
+            "TO READY",
+            "CPU avg/peak",
+            "GPU avg/peak",
+            "GPU mem peak",
+            "GPU energy"
+        );
+    }
+    for r in rows {
+        let end = if r.end == 0 {
+            "on".to_string()
+        } else {
+            local(r.end)
+        };
+        let cpu = if r.cpu_avg_pct < 0.0 {
+            "not reported".into()
+        } else {
+            format!(
+                "{}/{}",
+                figure(r.cpu_avg_pct, "%"),
+                figure(r.cpu_peak_pct, "%")
+            )
+        };
+        let gpu = if r.gpu_avg_pct < 0.0 {
+            "not reported".into()
+        } else {
+            format!(
+                "{}/{}",
+                figure(r.gpu_avg_pct, "%"),
+                figure(r.gpu_peak_pct, "%")
+            )
+        };
+        outln!(
+            "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}{}",
+            r.template,
+            r.user,
+            local(r.start),
+            end,
+            ms(r.dead_time_ms),
+            ms(r.start_to_ready_ms),
+            cpu,
+            gpu,
+            figure(r.gpu_memory_peak_gb, " GB"),
+            figure(r.gpu_energy_wh, " Wh"),
+            if r.error.is_empty() {
+                String::new()
+            } else {
+                format!("  failed: {}", r.error)
+            }
+        );
+    }
+    if !form.legend {
+        return;
+    }
+    for (what, key) in [("template", 0usize), ("user", 1)] {
+        let mut by: std::collections::BTreeMap<&str, f64> = Default::default();
+        for r in rows {
+            *by.entry(if key == 0 { &r.template } else { &r.user })
+                .or_default() += hours(r);
+        }
+        outln!("by {what}:");
+        for (k, h) in by {
+            outln!("  {k:<24} {h:>8.2} h");
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The metrics' counters: the usage report counted window after window into
+//! the ledger (see `Store::add_counters`), so that they survive restarts.
+
+use super::Node;
+use crate::error::Result;
+
+impl Node {
+    /// The metrics' counters so far.
+    pub fn counters(&self) -> &crate::usage::UsageCounters {
+        &self.counters
+    }
+
+    /// Counts the usage report over the window since the last count (up to
+    /// `now_ms`, when a sampling interval has just closed) into the
+    /// counters, in the ledger and here. The window is small: its cost does
+    /// not grow with the ledger (the first count after an upgrade reads the
+    /// ledger once, from the first run).
+    pub fn count_usage(&mut self, now_ms: i64) -> Result<()> {
+        let Some(from) = self.store.counting_from()? else {
+            return Ok(());
+        };
+        if now_ms <= from {
+            return Ok(());
+        }
+        let report = |by| self.usage_report(from, now_ms, by, now_ms, &[], |uid| uid.to_string());
+        let mut gpu: Vec<((String, String), crate::usage::Counted)> = Vec::new();
+        for r in report(crate::report::GroupBy::Gpu)? {
+            let c = crate::usage::Counted {
+                gpu_ms: r.gpu_ms,
+                energy_mj: r.energy_mj,
+            };
+            gpu.push(((r.gpu_uuid, r.kind.as_str().to_string()), c));
+        }
+        let mut worker: Vec<(String, crate::usage::Counted)> = Vec::new();
+        for r in report(crate::report::GroupBy::Worker)? {
+            if r.kind == crate::report::RowKind::Worker {
+                let c = crate::usage::Counted {
+                    gpu_ms: r.gpu_ms,
+                    energy_mj: r.energy_mj,
+                };
+                worker.push((r.key, c));
+            }
+        }
+        self.store.add_counters(&gpu, &worker, now_ms)?;
+        let counters = &mut self.counters;
+        counters.until_ms = now_ms;
+        for (k, c) in gpu {
+            counters.gpu.entry(k).or_default().add(c);
+        }
+        for (name, c) in worker {
+            if !self.workers.contains_key(&name) {
+                continue;
+            }
+            match counters.worker.get_mut(&name) {
+                Some(total) => total.add(c),
+                // Not counted since the start: the ledger's total, this
+                // window included (a name used before goes on from there).
+                None => {
+                    let mut known = self.store.load_counters(std::iter::once(name.as_str()))?;
+                    let total = known.worker.remove(&name).unwrap_or(c);
+                    counters.worker.insert(name, total);
+                }
+            }
+        }
+        let live = &self.workers;
+        counters.worker.retain(|name, _| live.contains_key(name));
+        Ok(())
+    }
+}
