@@ -288,6 +288,8 @@ const START_LIBVIRTD: &str = r#"set -e
 n=/run/astraeus-test-kvm; [ -e $n ] || mknod $n c 10 232
 chown root:kvm $n; chmod 0660 $n; mount --bind $n /dev/kvm
 for d in run lib log cache domains; do mkdir -p "$R/$d"; done
+# On a fresh machine libvirt has not made these yet: they are the mount points.
+mkdir -p /run/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt /etc/libvirt/qemu
 mount --bind "$R/run" /run/libvirt
 mount --bind "$R/lib" /var/lib/libvirt
 mount --bind "$R/log" /var/log/libvirt
