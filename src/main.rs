@@ -18,7 +18,8 @@ use sd_notify::NotifyState;
 use std::path::PathBuf;
 use tracing_subscriber::prelude::*;
 
-fn init_logging() {
+/// Sets up logging; true when it goes to the journal.
+fn init_logging() -> bool {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ASTRAEUS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter);
@@ -40,14 +41,18 @@ fn init_logging() {
                     .with_syslog_identifier("astraeusd".into()),
             )
             .init(),
-        Err(_) => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
-            )
-            .init(),
+        Err(_) => {
+            registry
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_writer(std::io::stderr)
+                        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+                )
+                .init();
+            return false;
+        }
     }
+    true
 }
 
 fn state_dir(args: &Args) -> PathBuf {
@@ -249,11 +254,11 @@ async fn run(args: Args) -> Result<(), Error> {
                 tracing::warn!("no machine page: cannot listen on {addr}: {e} (set [http] listen)");
                 None
             }
+            // The configuration is fine; the host is not (a port in use).
             Err(e) => {
-                return Err(Error::field(
-                    "http.listen",
-                    format!("cannot listen on {addr}: {e}"),
-                ))
+                return Err(Error::Backend(format!(
+                    "http.listen: cannot listen on {addr}: {e}"
+                )))
             }
         },
     };
@@ -283,7 +288,7 @@ async fn run(args: Args) -> Result<(), Error> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    init_logging();
+    let to_journal = init_logging();
     astraeusd::bus::tree::big_buffers_from_the_system();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -297,8 +302,12 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("astraeusd: {e}");
+            tracing::error!("cannot start: {e}");
+            // Said once: on stderr too only when the log went to the journal
+            // and stderr is not the journal as well (a terminal, say).
+            if to_journal && std::env::var_os("JOURNAL_STREAM").is_none() {
+                eprintln!("astraeusd: cannot start: {e}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -417,6 +417,9 @@ fn watchdog_pings_come_from_the_service_loop_and_stop_when_it_is_stuck() {
         .map(|(t, _)| *t)
         .collect();
     assert!(pings.len() >= 10, "pings before the stall: {}", pings.len());
+    // Absence needs a window: none of the ~40 pings a live loop sends in 2 s
+    // came. This bounds no speed (a slow machine only pings less, never
+    // more), so it cannot fail for slowness, only for pings that go on.
     let last = *pings.last().unwrap();
     assert!(
         last.elapsed() > Duration::from_secs(2),

@@ -29,7 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "journal: FAIL: $*"; journalctl --no-pager -o verbose SYSLOG_IDENTIFIER=astraeusd | tail -60; exit 1; }
-for _ in $(seq 50); do [ -S /run/systemd/journal/socket ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -S /run/systemd/journal/socket ] && break; sleep 0.1; done
 [ -S /run/systemd/journal/socket ] || fail "journald did not start: $(cat "$rt/journald.log")"
 journalctl --update-catalog
 
@@ -37,15 +37,18 @@ read -r addr bus_pid < <(dbus-daemon --session --print-address=1 --print-pid=1 -
 export DBUS_SESSION_BUS_ADDRESS=$addr
 "$daemon" --session --sim --state-dir "$rt/state" --config /dev/null 2>"$rt/daemon.stderr" &
 daemon_pid=$!
-for _ in $(seq 100); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 300); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && break; sleep 0.1; done
 call() { busctl --user call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager "$@"; }
 call SubmitWorker s '{"name":"listen","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.2}}}' >/dev/null
 call SubmitWorker s '{"name":"voice","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":4.2}}}' >/dev/null
 call SubmitWorker s '{"name":"small","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1.5}}}' >/dev/null
 call StopWorker s voice >/dev/null
-sleep 1
 
 placed=289c420c04474b6894f80da2da49d6c0 pending=c333d8604cae4623bc6d1d18f2136927 exited=3f42d4092f59400783976b9f3a69e65d
+# small is placed last (when voice ends): once journald has that line, it has the rest.
+for _ in $(seq 300); do
+  [ -n "$(journalctl --no-pager -o cat MESSAGE_ID=$placed WORKER=small)" ] && break; sleep 0.1
+done
 # The README's query, as written: fields without prefix.
 line=$(journalctl --no-pager -o cat MESSAGE_ID=$pending WORKER=small)
 [ "$line" = "worker small waits: GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5" ] \

@@ -517,6 +517,9 @@ fn without_nvml_the_daemon_says_what_it_tried_and_exits() {
         "{err}"
     );
     assert!(err.contains("--sim"), "{err}");
+    // Said once (the log is stderr here), as a failure to start.
+    assert_eq!(err.matches("NVML could not be loaded").count(), 1, "{err}");
+    assert!(err.contains("cannot start: "), "{err}");
     // A host that only time-slices runs without NVML.
     std::fs::write(dir.path().join("node.toml"), "[inventory]\nnvml = false\n").unwrap();
     let d = Daemon::start_with(&bus, dir.path(), None, &[]);

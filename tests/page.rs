@@ -38,6 +38,36 @@ fn setup(dir: &Path, bus: &Bus) -> (Daemon, u16) {
     (d, port)
 }
 
+/// A page asked for on a port in use stops the start, said once, as what it
+/// is: the host's (Backend), not a bad request.
+#[test]
+fn a_port_in_use_stops_the_start_said_once() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!("[http]\nlisten = \"{port}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusd"))
+        .args(["--bus-address", &bus.address, "--sim"])
+        .arg(dir.path().join("majin.toml"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(dir.path().join("node.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said = format!("cannot start: Backend: http.listen: cannot listen on 127.0.0.1:{port}");
+    assert_eq!(err.matches(&said).count(), 1, "{err}");
+    assert!(!err.contains("InvalidRequest"), "{err}");
+}
+
 #[test]
 fn every_endpoint_answers_and_nothing_changes_state() {
     let dir = open_tempdir();

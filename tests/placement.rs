@@ -328,6 +328,39 @@ fn within_offered(m: &Machine, book: &Book, grants: &[Grant]) {
     }
 }
 
+/// An independent judge of "could it be placed now": every GPU is tried by
+/// the rules as the design states them, from the running workers' own
+/// grants (not the book): a shared request fits a GPU no one holds whole
+/// whose shares plus its own stay within total less outside, in bytes; a
+/// whole request fits an empty GPU; it needs `count` such GPUs (all of them
+/// for `all`). Not for WSL pools (there a share lands on every GPU).
+fn brute_fits(m: &Machine, running: &[(String, Resources, Vec<Grant>)], res: &Resources) -> bool {
+    let Some(q) = res.gpu.as_ref() else {
+        return true;
+    };
+    let fits_on = |g: &Gpu| {
+        let on: Vec<&Grant> = running
+            .iter()
+            .flat_map(|r| r.2.iter())
+            .filter(|x| x.gpu_uuid == g.uuid)
+            .collect();
+        match q.shared_gb {
+            Some(need) => {
+                let shares: Option<u64> = on.iter().map(|x| x.share.map(|s| s.bytes())).sum();
+                shares.is_some_and(|taken| {
+                    taken + need.bytes() <= g.total.bytes().saturating_sub(g.outside.bytes())
+                })
+            }
+            None => on.is_empty(),
+        }
+    };
+    let fitting = m.gpus.iter().filter(|g| fits_on(g)).count();
+    match q.count {
+        GpuCount::Exactly(c) => fitting >= c as usize,
+        GpuCount::All => fitting == m.gpus.len(),
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Submit {
@@ -344,7 +377,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (prop::option::weighted(0.8, 1u64..900), 1u32..3, prop::bool::weighted(0.05))
+        // Whole GB half the time: GPUs filled to the byte come often.
+        4 => (prop::option::weighted(0.8, prop_oneof![1u64..900, (1u64..9).prop_map(|gb| gb * 100)]), 1u32..3, prop::bool::weighted(0.05))
             .prop_map(|(shared, count, all)| Op::Submit { shared, count, all: all && shared.is_none() }),
         2 => (0usize..64).prop_map(Op::Stop),
         1 => (0usize..4, 0u64..400).prop_map(|(gpu, hundredths)| Op::Outside { gpu, hundredths }),
@@ -390,8 +424,10 @@ proptest! {
                     };
                     next += 1;
                     let name = format!("w{next}");
+                    let could = brute_fits(&m, &running, &res);
                     match place(&m, &book, &res, &mut Evaluations::default()) {
                         Ok(g) => {
+                            prop_assert!(could || m.wsl, "placed what the judge says cannot fit");
                             let distinct: std::collections::HashSet<_> = g.iter().map(|g| &g.gpu_uuid).collect();
                             prop_assert_eq!(distinct.len(), g.len(), "GPUs are distinct");
                             book.add(&name, &res, &g);
@@ -426,6 +462,7 @@ proptest! {
                 }
             }
             for (name, res) in &pending {
+                prop_assert!(m.wsl || !brute_fits(&m, &running, res), "pending {} fits now, by the judge", name);
                 let v = place(&m, &book, res, &mut Evaluations::default());
                 prop_assert!(v.is_err(), "pending {} would fit now", name);
                 let reasons = v.unwrap_err();

@@ -297,8 +297,17 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
             .unwrap_or_default();
         !cgroup.is_empty()
     });
-    let pids = astraeusd::runtime::cgroup_pids(Path::new("/sys/fs/cgroup"), &cgroup);
-    assert!(pids.contains(&pid), "{pid} not in {cgroup}: {pids:?}");
+    // The kernel's own word on where the container's process lives
+    // (/proc/PID/cgroup: `0::/path` on cgroup v2), not the daemon's reading.
+    let kernel = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = kernel
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_else(|| panic!("no cgroup v2 line: {kernel}"));
+    assert!(
+        path == cgroup || path.starts_with(&format!("{cgroup}/")),
+        "{pid} is in {path}, the ledger says {cgroup}"
+    );
 
     // kill -9 the daemon; while it is down, "two" ends.
     let mut d = d;

@@ -43,12 +43,21 @@ impl Case {
         (self.to - self.from) as u64
     }
 
-    /// The energy measured on one GPU inside the window.
+    /// The energy measured on one GPU inside the window: each interval's
+    /// energy pro rata to its overlap with the window, rounded down, worked
+    /// out here in u128 (u64 × u64 always fits; the report's own
+    /// `clipped_energy_mj` is what is under test, never the oracle).
     fn energy_of(&self, uuid: &str) -> u64 {
         self.measured
             .iter()
-            .filter(|m| m.gpu_uuid == uuid)
-            .map(|m| clipped_energy_mj(m, self.from, self.to))
+            .filter(|m| m.gpu_uuid == uuid && m.to_ms > m.from_ms)
+            .map(|m| {
+                let overlap = (i128::from(m.to_ms.min(self.to))
+                    - i128::from(m.from_ms.max(self.from)))
+                .max(0) as u128;
+                let len = (i128::from(m.to_ms) - i128::from(m.from_ms)) as u128;
+                (u128::from(m.energy_mj) * overlap / len) as u64
+            })
             .sum()
     }
 

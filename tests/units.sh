@@ -21,7 +21,7 @@ cleanup() {
     rm -rf "$rt"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do systemctl --user is-system-running >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 300); do systemctl --user is-system-running >/dev/null 2>&1 && break; sleep 0.1; done
 cat > "$rt/majin.toml" <<TOML
 machine = "majin"
 cpu_cores = 16
@@ -36,11 +36,11 @@ printf '[runtime]\nstop_timeout_seconds = 2\n' > "$rt/node.toml"
 start_daemon() {
     "$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>>"$rt/daemon.log" &
     daemon_pid=$!
-    for _ in $(seq 100); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && return; sleep 0.1; done
+    for _ in $(seq 300); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && return; sleep 0.1; done
     cat "$rt/daemon.log"; exit 1
 }
 state() { busctl --user get-property org.astraeus.Node1 "/org/astraeus/Node1/worker/$1" org.astraeus.Node1.Worker State 2>/dev/null || echo gone; }
-wait_for() { for _ in $(seq 150); do [ "$(state "$1")" = "$2" ] && return; sleep 0.1; done; echo "worker $1: wanted $2, is $(state "$1")"; cat "$rt/daemon.log"; exit 1; }
+wait_for() { for _ in $(seq 300); do [ "$(state "$1")" = "$2" ] && return; sleep 0.1; done; echo "worker $1: wanted $2, is $(state "$1")"; cat "$rt/daemon.log"; exit 1; }
 fail() { echo "FAIL: $*"; cat "$rt/daemon.log"; exit 1; }
 start_daemon
 
@@ -52,7 +52,7 @@ cat > "$rt/job.json" <<JSON
 JSON
 "$ctl" --session submit "$rt/job.json"
 wait_for job 's "running"'
-for _ in $(seq 50); do [ -s "$rt/out.txt" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$rt/out.txt" ] && break; sleep 0.1; done
 grep -qx "GB=2.5 CUDA=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000 K=V" "$rt/out.txt" || fail "environment: $(cat "$rt/out.txt")"
 [ "$(systemctl --user show astraeus-worker-job.service -p MemoryMax --value)" = 268435456 ] || fail "MemoryMax"
 [ "$(systemctl --user show astraeus-worker-job.service -p CPUQuotaPerSecUSec --value)" = 500ms ] || fail "CPUQuota"

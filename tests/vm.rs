@@ -510,7 +510,11 @@ fn real_qemu_libvirtd_restarted_under_the_daemon_neither_loses_nor_doubles_the_v
     // SAFETY: a signal to the suite's own libvirtd.
     assert_eq!(unsafe { libc::kill(libvirtd, libc::SIGTERM) }, 0);
     eventually("libvirtd gone", || libvirtd_pid().is_none());
-    std::thread::sleep(Duration::from_millis(500));
+    // The daemon has seen it go (its watcher's connection closed) …
+    eventually("the daemon notices libvirtd went away", || {
+        d.log_text().contains("went away; reconnecting")
+    });
+    // … and has not ended the VM for that.
     assert_eq!(
         state(a, "lr"),
         "s \"running\"\n",

@@ -415,16 +415,19 @@ pub fn methods_in_xml() -> Vec<(String, String, Vec<String>)> {
 }
 
 /// Whether a worker's object is gone from the bus (it ended).
+/// The daemon answers that no live worker has this name (a daemon that
+/// does not answer at all is no proof: that fails the test).
 pub fn gone(a: &str, name: &str) -> bool {
-    !busctl(
-        a,
-        &[
-            "introspect",
-            "org.astraeus.Node1",
-            &format!("/org/astraeus/Node1/worker/{name}"),
-        ],
-    )
-    .ok
+    let o = manager(a, None, "GetWorker", &["s", name]);
+    if o.ok {
+        return false;
+    }
+    assert!(
+        o.stderr.contains("no live worker named"),
+        "the daemon did not answer whether {name} is gone: {}",
+        o.stderr
+    );
+    true
 }
 
 /// ASTRAEUS_REQUIRE_COMPONENTS set to anything but "" or "0".
