@@ -421,3 +421,72 @@ fn holders_are_the_callers_own_live_processes() {
         d.log_text()
     );
 }
+
+/// The rotation and the templates are root's by the daemon's own check, not
+/// only the bus policy's: on a bus that lets anyone call anything, a member
+/// of group astraeus is still refused, by the daemon, for every one of them;
+/// root passes the same check.
+#[test]
+fn the_daemon_itself_keeps_the_baseboard_for_root() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    ensure_user("astraeus-test-a");
+    let dir = open_tempdir();
+    let open = dir.path().join("open.conf");
+    std::fs::write(
+        &open,
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><policy user="root"><allow own="org.astraeus.Node1"/></policy>
+<policy context="default"><allow send_destination="org.astraeus.Node1"/></policy></busconfig>
+"#,
+    )
+    .unwrap();
+    let bus = Bus::system_like(dir.path(), Some(&open));
+    let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let a = &bus.address;
+    let call = |user: Option<&str>, method: &str, args: &[&str]| {
+        gdbus_as(
+            user,
+            a,
+            "/org/astraeus/Node1",
+            &format!("org.astraeus.Node1.Manager.{method}"),
+            args,
+        )
+    };
+    let member = Some("astraeus-test-a");
+    // The bus lets the member through: its own submit works.
+    let o = call(member, "SubmitWorker", &[&shared_spec("mine", "1")]);
+    assert!(o.ok, "{}", o.stderr);
+    let template = r#"{"name":"t","workload":{"model":"m","runtime":"r"},"user":{"kind":"internal","name":"u"},"vm":{"domain_xml":"<domain type='test'><name>t</name><memory>65536</memory><os><type>hvm</type></os></domain>"},"baseboard":[]}"#;
+    for (method, args, words) in [
+        ("SetSchedule", vec!["t", "[]"], "may not set schedules"),
+        ("PreviewSchedule", vec!["t", "[]"], "may not set schedules"),
+        (
+            "CreateTemplate",
+            vec![template],
+            "only root may define them",
+        ),
+        ("RemoveTemplate", vec!["t"], "root's to start and stop"),
+        ("Resume", vec!["t", "false"], "root's to start and stop"),
+        ("PowerOff", vec!["t", "true"], "root's to start and stop"),
+        (
+            "StageWeights",
+            vec!["t", "/tmp"],
+            "root's to start and stop",
+        ),
+    ] {
+        let o = call(member, method, &args);
+        assert!(
+            o.stderr.contains("org.astraeus.Node1.Error.AccessDenied") && o.stderr.contains(words),
+            "{method}: {}",
+            o.stderr
+        );
+    }
+    // Root passes the daemon's check (and meets the next one: no template t).
+    let o = call(None, "SetSchedule", &["t", "[]"]);
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.NotFound"),
+        "{}",
+        o.stderr
+    );
+}
