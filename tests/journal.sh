@@ -35,7 +35,17 @@ journalctl --update-catalog
 
 read -r addr bus_pid < <(dbus-daemon --session --print-address=1 --print-pid=1 --fork | paste -sd' ')
 export DBUS_SESSION_BUS_ADDRESS=$addr
-"$daemon" --session --sim --state-dir "$rt/state" --config /dev/null 2>"$rt/daemon.stderr" &
+# majin as a file (its outside use changes below) and libvirt's test driver
+# (a template's handoff steps).
+cat > "$rt/majin.toml" <<'SIM'
+machine = "majin"
+[[gpu]]
+model = "NVIDIA GeForce RTX 4060"
+total_gb = 8
+outside_gb = 1
+SIM
+printf '[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = "test:///default"\n' > "$rt/node.toml"
+"$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>"$rt/daemon.stderr" &
 daemon_pid=$!
 for _ in $(seq 300); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && break; sleep 0.1; done
 call() { busctl --user call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager "$@"; }
@@ -66,4 +76,27 @@ prio=$(journalctl --no-pager -o verbose MESSAGE_ID=$placed WORKER=listen | sed -
 # journalctl -x explains the message from the shipped catalog.
 journalctl --no-pager -x MESSAGE_ID=$pending WORKER=small | grep -q "A worker waits for room on the GPUs" \
     || fail "catalog text: $(journalctl --no-pager -x MESSAGE_ID=$pending | tail -5)"
+
+over=4a1865c810c44f068ad2733be5769b90 warning=17583ccc74d7438ab6bb45c9550a4eaa
+handoff=eecdf24d752a41ea87b048282b74d465 lifecycle=c5b1cceda2054a4e9ca28d2406f9753b
+seen() { for _ in $(seq 300); do [ -n "$(journalctl --no-pager -o cat "$@")" ] && return 0; sleep 0.1; done; return 1; }
+journalctl --no-pager -o cat MESSAGE_ID=$lifecycle | grep -q "^ready on org.astraeus.Node1: " || fail "ready line"
+# The desktop takes 4 GB more: listen's 2.2 and small's 1.5 no longer fit
+# the 3 GB offered (SIGHUP re-reads the GPUs).
+sed -i 's/^outside_gb = 1$/outside_gb = 5/' "$rt/majin.toml"
+kill -HUP "$daemon_pid"
+seen MESSAGE_ID=$over GPU=0 || fail "no over-promised line"
+journalctl --no-pager -o cat MESSAGE_ID=$over GPU=0 | grep -q "^GPU 0 of majin is over-promised: 3.7 GB promised to sharers" \
+    || fail "over-promised line: $(journalctl --no-pager -o cat MESSAGE_ID=$over)"
+seen MESSAGE_ID=$warning WORKER=listen || fail "no worker warning for listen"
+# A template's steps carry TEMPLATE=.
+call CreateTemplate s '{"name":"t","workload":{"model":"m","runtime":"r"},"user":{"kind":"internal","name":"u"},"vm":{"domain_xml":"<domain type='"'"'test'"'"'><name>jt</name><memory>65536</memory><os><type>hvm</type></os></domain>"},"baseboard":[]}' >/dev/null
+call Resume sb t false >/dev/null
+seen MESSAGE_ID=$handoff TEMPLATE=t || fail "no handoff step for t"
+journalctl --no-pager -o cat MESSAGE_ID=$handoff TEMPLATE=t | grep -q "^handoff: start-issued (from none to t)" \
+    || fail "handoff line: $(journalctl --no-pager -o cat MESSAGE_ID=$handoff)"
+# A clean stop says so.
+kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
+seen MESSAGE_ID=$lifecycle || fail "lifecycle"
+journalctl --no-pager -o cat MESSAGE_ID=$lifecycle | grep -q "^stopping; the ledger is closed cleanly" || fail "stopping line"
 echo "journal: OK"
