@@ -21,7 +21,10 @@ fn setup(dir: &Path, bus: &Bus) -> (Daemon, u16) {
     let port = free_port();
     std::fs::write(
         dir.join("node.toml"),
-        format!("[inventory]\nrefresh_seconds = 0.2\n[http]\nlisten = \"{port}\"\n"),
+        format!(
+            "[inventory]\nrefresh_seconds = 0.2\n[http]\nlisten = \"{port}\"\n\
+             [runtime]\nlibvirt_uri = \"test:///default\"\n"
+        ),
     )
     .unwrap();
     std::fs::write(dir.join("majin.toml"), MAJIN_TOML).unwrap();
@@ -66,6 +69,40 @@ fn a_port_in_use_stops_the_start_said_once() {
     let said = format!("cannot start: Backend: http.listen: cannot listen on 127.0.0.1:{port}");
     assert_eq!(err.matches(&said).count(), 1, "{err}");
     assert!(!err.contains("InvalidRequest"), "{err}");
+}
+
+/// A template with a slice every day from 09:00 to 17:00 (the daemon's zone).
+fn daily_slices(bus: &Bus) {
+    let template = serde_json::json!({
+        "name": "research",
+        "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "lab"},
+        "vm": {"domain_xml": "<domain type='test'><name>page-research</name><memory>65536</memory><os><type>hvm</type></os></domain>"},
+        "baseboard": [],
+    });
+    let o = manager(
+        &bus.address,
+        None,
+        "CreateTemplate",
+        &["s", &template.to_string()],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let o = ctl(
+        &bus.address,
+        None,
+        &[
+            "schedule", "set", "research", "--weekly", "mon-sun", "--from", "09:00", "--to",
+            "17:00",
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+}
+
+/// The slices row as the page shows it: the template, its state, now and next.
+fn slices_row(browser: &webdriver::Browser) -> String {
+    browser
+        .texts("#slices tr[data-template=research]")
+        .join(" | ")
 }
 
 #[test]
@@ -176,6 +213,7 @@ fn chromium_without_javascript_reads_the_servers_first_paint() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let (_d, port) = setup(dir.path(), &bus);
+    daily_slices(&bus);
     let browser = webdriver::Browser::start_without_javascript().unwrap();
     browser
         .navigate(&format!("http://127.0.0.1:{port}/"))
@@ -236,6 +274,10 @@ fn chromium_without_javascript_reads_the_servers_first_paint() {
         browser.text("#tz").unwrap_or_default(),
         format!("times in {zone}")
     );
+    // The rotation: research's slice, 09:00 to 17:00 (now, or next).
+    let row = slices_row(&browser);
+    assert!(row.starts_with("research"), "{row}");
+    assert!(row.contains("09:00 – 17:00"), "{row}");
 }
 
 #[test]
@@ -246,6 +288,7 @@ fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let (_d, port) = setup(dir.path(), &bus);
+    daily_slices(&bus);
     let browser = webdriver::Browser::start().unwrap();
     browser
         .navigate(&format!("http://127.0.0.1:{port}/"))
@@ -265,6 +308,20 @@ fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
     let rows = browser.texts("#workers tbody tr");
     let listen = rows.iter().find(|r| r.starts_with("listen")).unwrap();
     assert!(listen.contains("1 · shared 2.2 GB"), "{rows:?}");
+    // The memory bar: each sharer, the desktop's part, what is free.
+    assert_eq!(
+        browser.texts(".gpu .seg"),
+        [
+            "listen 2.2 GB",
+            "voice 4.2 GB",
+            "outside 1 GB",
+            "free 0.6 GB"
+        ]
+    );
+    // The rotation, drawn by the script (in the machine's zone).
+    let row = slices_row(&browser);
+    assert!(row.starts_with("research"), "{row}");
+    assert!(row.contains("09:00 – 17:00"), "{row}");
     assert_eq!(
         browser.texts("#pending li"),
         ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 3"]
