@@ -987,3 +987,52 @@ fn memory_health_is_read_from_each_source_the_board_has() {
     fixture(&fx, &boards("retired=notsup remap=none ecc=0", true), &[]);
     eventually("the L4 back", || health(4).0 == "b true\n");
 }
+
+/// With no `nvml_library` set, the driver's library is found by its name the
+/// way the dynamic loader finds it (here: LD_LIBRARY_PATH), as on a host
+/// with the driver installed.
+#[test]
+fn nvml_is_found_by_name_when_no_path_is_set() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    fixture(&fx, &[rtx(GB, 0)], &[]);
+    let libdir = dir.path().join("lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    std::fs::copy(fake_lib(false), libdir.join("libnvidia-ml.so.1")).unwrap();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "machine = \"majin\"\n[inventory]\nrefresh_seconds = 0.2\nwsl = false\n",
+    )
+    .unwrap();
+    let bus = Bus::session();
+    let _d = Daemon::start_with(
+        &bus,
+        dir.path(),
+        None,
+        &[
+            ("FAKE_NVML_FIXTURE", fx.to_str().unwrap()),
+            ("LD_LIBRARY_PATH", libdir.to_str().unwrap()),
+        ],
+    );
+    let o = ctl(&bus.address, None, &["--no-legend", "gpus"]);
+    assert!(
+        o.stdout.starts_with("0    NVIDIA GeForce RTX 4060  8 GB"),
+        "{}",
+        o.stdout
+    );
+    // Without it there, the search is named: the name, then WSL's directory.
+    let out = Command::new(env!("CARGO_BIN_EXE_astraeusd"))
+        .args(["--bus-address", &Bus::session().address, "--state-dir"])
+        .arg(dir.path().join("state2"))
+        .arg("--config")
+        .arg(dir.path().join("node.toml"))
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tried: libnvidia-ml.so.1 (")
+            && err.contains("/usr/lib/wsl/lib/libnvidia-ml.so.1 ("),
+        "{err}"
+    );
+}
