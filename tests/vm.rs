@@ -1086,3 +1086,54 @@ fn the_vm_event_check_catches_an_overlap_and_a_short_buffer() {
     .concat();
     assert!(check(&overlap, 0).is_err());
 }
+
+/// A domain named like a worker's but without the daemon's mark is never
+/// taken for it: after a restart that finds `astraeus-w` running but
+/// unmarked (its own VM gone while the daemon was down), w ends as gone and
+/// the stranger runs on, untouched.
+#[test]
+fn an_unmarked_domain_with_a_workers_name_is_not_taken_for_it() {
+    let Some(_lock) = libvirtd() else { return };
+    let uri = format!(
+        "test+unix:///default?socket={}/run/libvirt-sock",
+        libvirt_root().display()
+    );
+    // The test's own connection keeps the shared test driver's state.
+    let conn = libvirt::open(&uri).expect("the suite's libvirtd serves the test driver");
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let mut d = daemon(dir.path(), &bus, &uri, &[]);
+    let a = bus.address.clone();
+    let o = manager(
+        &a,
+        None,
+        "SubmitWorker",
+        &["s", &vm_spec("w", 0, TEST_DOMAIN)],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("w running", || state(&a, "w") == "s \"running\"\n");
+    // The daemon dies; its VM goes; a stranger takes the name.
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    conn.lookup_domain_by_name("astraeus-w")
+        .expect("w's domain")
+        .destroy()
+        .expect("w's domain stops");
+    let stranger = conn
+        .create_domain_xml(
+            "<domain type='test'><name>astraeus-w</name><memory>65536</memory>\
+             <os><type>hvm</type></os></domain>",
+            0,
+        )
+        .expect("the stranger runs");
+    let d = daemon(dir.path(), &bus, &uri, &[]);
+    eventually("w ended", || gone(&a, "w"));
+    assert!(
+        stranger.is_active().expect("the stranger answers"),
+        "the stranger was stopped: {}",
+        d.log_text()
+    );
+    stranger.destroy().expect("the stranger stops");
+    drop(d);
+    std::mem::forget(conn);
+}
