@@ -1036,3 +1036,73 @@ fn nvml_is_found_by_name_when_no_path_is_set() {
         "{err}"
     );
 }
+
+/// Critical XID events, read at every refresh: an application's fault (13,
+/// 31) leaves the GPU's health alone; one that means the GPU needs a reset
+/// (79: fallen off the bus) makes it unhealthy, and it stays so; a board
+/// without events is said once.
+#[test]
+fn a_gpu_that_reports_a_fatal_xid_is_unhealthy_within_a_refresh() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let with = |gpu1: &'static str| {
+        fixture(
+            &fx,
+            &[
+                Gpu {
+                    extra: "events=notsup",
+                    ..rtx(GB, 0)
+                },
+                Gpu {
+                    extra: gpu1,
+                    ..l4(0)
+                },
+            ],
+            &[],
+        )
+    };
+    with("");
+    let bus = Bus::session();
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let health = || {
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/1",
+            "org.astraeus.Node1.Gpu",
+            "Health",
+        )
+    };
+    eventually("GPU 0 said to have no events", || {
+        d.log_text().contains("GPU 0 reports no XID events")
+    });
+    assert_eq!(health(), "s \"ok\"\n");
+    // An application's fault.
+    with("xid=13");
+    eventually("XID 13 read", || {
+        d.log_text()
+            .contains("GPU 1 reported XID 13 (an application's fault, not the GPU's)")
+    });
+    assert_eq!(health(), "s \"ok\"\n");
+    // The GPU itself fails.
+    with("xid=13,79");
+    eventually("GPU 1 unhealthy", || {
+        health()
+            == "s \"it reported XID 79 (it fell off the bus); reset it, then restart astraeusd\"\n"
+    });
+    assert!(d
+        .log_text()
+        .contains("GPU 1 reported XID 79 (it fell off the bus): it takes no new work"));
+    // It stays so: a later event is read, and the GPU is still unhealthy.
+    with("xid=13,79,31");
+    eventually("XID 31 read", || {
+        d.log_text().contains("GPU 1 reported XID 31")
+    });
+    assert!(health().contains("XID 79"), "{}", health());
+    let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("after", "20")]);
+    assert!(
+        o.stdout.contains("pending"),
+        "no new work on it: {}",
+        o.stdout
+    );
+}

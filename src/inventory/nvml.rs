@@ -40,7 +40,46 @@ pub struct NvmlSource {
     last: HashMap<String, Gpu>,
     /// What was said once already: (GPU index, which note).
     noted: HashSet<(u32, &'static str)>,
+    /// Critical XID events, read at every refresh (so within seconds).
+    xids: XidEvents,
 }
+
+/// XIDs that mean the GPU itself is in trouble and needs a reset (NVIDIA's
+/// list of XIDs that require one: double-bit ECC, row remapping, NVLink,
+/// fallen off the bus, contained/uncontained ECC, GSP, …). Other critical
+/// XIDs (13, 31, 43: an application's fault) leave its health alone.
+const XIDS_NEEDING_RESET: &[(u64, &str)] = &[
+    (48, "a double-bit ECC error"),
+    (63, "a row remapping event"),
+    (64, "a row remapping failure"),
+    (74, "an NVLink error"),
+    (79, "it fell off the bus"),
+    (92, "a high single-bit ECC error rate"),
+    (94, "a contained ECC error"),
+    (95, "an uncontained ECC error"),
+    (119, "a GSP RPC timeout"),
+    (120, "a GSP error"),
+    (136, "a link training failure"),
+    (140, "an unrecovered ECC error"),
+    (154, "a recovery action required by the driver"),
+];
+
+/// NVML's event set for critical XIDs (nvmlEventSet), polled without waiting:
+/// `set` is the library's opaque handle (null when events are not offered).
+struct XidEvents {
+    set: *mut std::ffi::c_void,
+    tried: bool,
+    /// GPUs (by UUID) whose XIDs are recorded in the set.
+    registered: HashSet<String>,
+    /// A GPU's XID that needs a reset, by UUID: unhealthy until the daemon restarts.
+    seen: HashMap<String, (u64, &'static str)>,
+}
+
+// SAFETY: the handle is only used by the source's owner, one call at a time
+// (the source moves between threads, it is never shared).
+unsafe impl Send for XidEvents {}
+
+const EVENT_TYPE_XID_CRITICAL: u64 = 0x8;
 
 /// What NVML tells of a GPU's memory health, each source where the board
 /// has it: boards before Ampere retire pages; A100, H100 and later remap
@@ -137,6 +176,12 @@ impl NvmlSource {
                         uuid_at: HashMap::new(),
                         last: HashMap::new(),
                         noted: HashSet::new(),
+                        xids: XidEvents {
+                            set: std::ptr::null_mut(),
+                            tried: false,
+                            registered: HashSet::new(),
+                            seen: HashMap::new(),
+                        },
                     });
                 }
                 Err(e) => tried.push(format!("{} ({e})", path.display())),
@@ -195,6 +240,100 @@ impl NvmlSource {
             );
         }
         Ok(health)
+    }
+
+    /// Registers a GPU for critical XID events, once (the set is made on
+    /// first use); a board or driver without them is said once.
+    fn watch_xids(&mut self, index: u32, uuid: &str) {
+        if self.xids.registered.contains(uuid) {
+            return;
+        }
+        let lib = self.nvml.lib();
+        if !self.xids.tried {
+            self.xids.tried = true;
+            let made =
+                nvml_wrapper::error::nvml_sym(lib.nvmlEventSetCreate.as_ref()).and_then(|create| {
+                    let mut set = std::ptr::null_mut();
+                    // SAFETY: NVML writes the new set's handle into `set`.
+                    nvml_wrapper::error::nvml_try(unsafe { create(&mut set) })?;
+                    Ok(set)
+                });
+            match made {
+                Ok(set) => self.xids.set = set.cast(),
+                Err(e) => tracing::info!(
+                    "NVML offers no XID events ({e}): GPU faults are seen by their queries only"
+                ),
+            }
+        }
+        if self.xids.set.is_null() {
+            return;
+        }
+        let registered = nvml_wrapper::error::nvml_sym(lib.nvmlDeviceRegisterEvents.as_ref())
+            .and_then(|register| {
+                let d = self.nvml.device_by_index(index)?;
+                // SAFETY: a valid device handle and the set made above.
+                let rc =
+                    unsafe { register(d.handle(), EVENT_TYPE_XID_CRITICAL, self.xids.set.cast()) };
+                nvml_wrapper::error::nvml_try(rc)
+            });
+        match registered {
+            Ok(()) => {
+                self.xids.registered.insert(uuid.to_string());
+            }
+            Err(e) => {
+                if self.noted.insert((index, "no xid events")) {
+                    tracing::info!(gpu = index, "GPU {index} reports no XID events ({e})");
+                }
+            }
+        }
+    }
+
+    /// Takes every critical XID NVML holds for us, without waiting.
+    fn drain_xids(&mut self) {
+        if self.xids.set.is_null() {
+            return;
+        }
+        let lib = self.nvml.lib();
+        let Ok(wait) = nvml_wrapper::error::nvml_sym(lib.nvmlEventSetWait_v2.as_ref()) else {
+            return;
+        };
+        let Ok(index_of) = nvml_wrapper::error::nvml_sym(lib.nvmlDeviceGetIndex.as_ref()) else {
+            return;
+        };
+        // A bound: NVML hands events one at a time; a storm must not hold a refresh.
+        for _ in 0..64 {
+            // SAFETY: NVML fills the event data, a plain C struct, zeroed here.
+            let mut data = unsafe { std::mem::zeroed() };
+            let rc = unsafe { wait(self.xids.set.cast(), &mut data, 0) };
+            if nvml_wrapper::error::nvml_try(rc).is_err() {
+                break; // NVML_ERROR_TIMEOUT: nothing more, now.
+            }
+            if data.eventType & EVENT_TYPE_XID_CRITICAL == 0 {
+                continue;
+            }
+            let mut index = 0;
+            // SAFETY: the event's device handle, as NVML gave it.
+            if nvml_wrapper::error::nvml_try(unsafe { index_of(data.device, &mut index) }).is_err()
+            {
+                continue;
+            }
+            let xid = data.eventData;
+            let uuid = self.uuid_at.get(&index).cloned().unwrap_or_default();
+            match XIDS_NEEDING_RESET.iter().find(|(x, _)| *x == xid) {
+                Some(&(_, what)) => {
+                    tracing::error!(
+                        gpu = index,
+                        "GPU {index} reported XID {xid} ({what}): it takes no new work \
+                         until it is reset and astraeusd is restarted"
+                    );
+                    self.xids.seen.insert(uuid, (xid, what));
+                }
+                None => tracing::warn!(
+                    gpu = index,
+                    "GPU {index} reported XID {xid} (an application's fault, not the GPU's): its health is unchanged"
+                ),
+            }
+        }
     }
 
     fn read_one(&self, index: u32, own: &Own) -> std::result::Result<Gpu, String> {
@@ -272,18 +411,38 @@ impl NvmlSource {
     }
 }
 
+impl Drop for NvmlSource {
+    fn drop(&mut self) {
+        if self.xids.set.is_null() {
+            return;
+        }
+        if let Ok(free) = nvml_wrapper::error::nvml_sym(self.nvml.lib().nvmlEventSetFree.as_ref()) {
+            // SAFETY: the set made in watch_xids, freed once, before NVML shuts down.
+            unsafe { free(self.xids.set.cast()) };
+        }
+    }
+}
+
 impl GpuSource for NvmlSource {
     fn read(&mut self, own: &Own) -> Result<Machine> {
         let count = self
             .nvml
             .device_count()
             .map_err(|e| Error::Backend(format!("NVML device count: {e}")))?;
+        // XIDs first: a GPU that just failed is judged so in this same reading.
+        self.drain_xids();
         let mut gpus = Vec::new();
         // Every GPU NVML listed this time, whether it answered or not.
         let mut listed = HashSet::new();
         for index in 0..count {
             let reading = self.read_one(index, own).and_then(|mut gpu| {
-                let problems = self.memory_health(index)?.problems();
+                self.watch_xids(index, &gpu.uuid);
+                let mut problems = self.memory_health(index)?.problems();
+                if let Some((xid, what)) = self.xids.seen.get(&gpu.uuid) {
+                    problems.push(format!(
+                        "it reported XID {xid} ({what}); reset it, then restart astraeusd"
+                    ));
+                }
                 if !problems.is_empty() {
                     gpu.healthy = false;
                     gpu.problem = Some(problems.join("; "));

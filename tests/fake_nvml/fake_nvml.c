@@ -9,6 +9,9 @@
  *       [remap=none|pending|failed]  row remapping (absent: NOT_SUPPORTED, as before Ampere)
  *       [ecc=N]                      volatile uncorrected ECC errors (absent: NOT_SUPPORTED)
  *       [procs=notsup|noperm|unknown] process listings fail so (notsup: as under WSL2)
+ *       [xid=N,M,...]                critical XID events, each delivered once, in order,
+ *                                    to an event set the device is registered with
+ *       [events=notsup]              the device offers no events
  *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
  * (one gpu line per device, in index order; '_' in name stands for a space).
  * fail=1 makes every call about the device answer GPU_IS_LOST. The memory
@@ -33,7 +36,7 @@ typedef struct { unsigned int gpu, memory; } util_t;
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
 
 /* *_rc: what the query answers (OK or an error); remap: 0 none, 1 pending, 2 failed. */
-struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, retired_rc, remap, remap_rc, ecc_rc, procs_rc; };
+struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid; unsigned long long xid[8]; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
 static struct gpu G[MAXG];
 static struct proc P[MAXP];
@@ -89,6 +92,12 @@ static void load(void) {
       }
       g->ecc_rc = NOTSUP;
       if ((v = val(l, "ecc"))) { g->ecc_rc = OK; g->ecc = strtoull(v, NULL, 10); }
+      g->events_rc = OK;
+      if ((v = val(l, "events")) && !strcmp(v, "notsup")) g->events_rc = NOTSUP;
+      if ((v = val(l, "xid"))) {
+        char list[128]; snprintf(list, sizeof list, "%s", v);
+        for (char *t = strtok(list, ","); t && g->nxid < 8; t = strtok(NULL, ",")) g->xid[g->nxid++] = strtoull(t, NULL, 10);
+      }
       g->procs_rc = OK;
       if ((v = val(l, "procs")))
         g->procs_rc = !strcmp(v, "notsup") ? NOTSUP : !strcmp(v, "noperm") ? NOPERM : UNKNOWN;
@@ -194,5 +203,33 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int type, int counter, 
   if (g->ecc_rc != OK) return g->ecc_rc;
   *n = (type == 1 && counter == 0) ? g->ecc : 0;
   return OK;
+}
+/* Events: one set; a device registered for critical XIDs gets each XID its
+ * fixture lists delivered once, in order (delivered[] survives re-reads). */
+typedef struct { nvmlDevice_t device; unsigned long long eventType, eventData; unsigned int gi, ci; } event_t;
+static int registered[MAXG], delivered[MAXG];
+static int the_set;
+nvmlReturn_t nvmlEventSetCreate(void **set) { if (!inited) return UNINIT; *set = &the_set; return OK; }
+nvmlReturn_t nvmlEventSetFree(void *set) { (void)set; return OK; }
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, void *set) {
+  DEV(d);
+  (void)set;
+  if (g->events_rc != OK) return g->events_rc;
+  if (types & 0x8) registered[g - G] = 1;
+  return OK;
+}
+nvmlReturn_t nvmlEventSetWait_v2(void *set, event_t *data, unsigned int timeout) {
+  (void)set; (void)timeout;
+  load();
+  for (int i = 0; i < ng; i++) {
+    if (registered[i] && delivered[i] < G[i].nxid) {
+      data->device = (nvmlDevice_t)(intptr_t)(i + 1);
+      data->eventType = 0x8;
+      data->eventData = G[i].xid[delivered[i]++];
+      data->gi = data->ci = 0;
+      return OK;
+    }
+  }
+  return 10; /* NVML_ERROR_TIMEOUT */
 }
 #endif
