@@ -1137,3 +1137,61 @@ fn an_unmarked_domain_with_a_workers_name_is_not_taken_for_it() {
     drop(d);
     std::mem::forget(conn);
 }
+
+/// Never two on, even across a restart: two template VMs found on when the
+/// daemon starts (started behind its back while it was down), one is
+/// destroyed at once, the step recorded with why.
+#[test]
+fn two_template_vms_found_on_at_start_leave_one() {
+    let Some(_lock) = libvirtd() else { return };
+    let uri = format!(
+        "test+unix:///default?socket={}/run/libvirt-sock",
+        libvirt_root().display()
+    );
+    let conn = libvirt::open(&uri).expect("the suite's libvirtd serves the test driver");
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let config =
+        format!("[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{uri}\"\n");
+    let mut d = start_majin(&bus, dir.path(), &config, &[]);
+    let a = bus.address.clone();
+    define_template(&a, "a");
+    define_template(&a, "b");
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let on = |name: &str| {
+        conn.lookup_domain_by_name(name)
+            .and_then(|d| d.is_active())
+            .unwrap_or(false)
+    };
+    for name in ["tmpl-a", "tmpl-b"] {
+        conn.lookup_domain_by_name(name)
+            .expect("defined by the daemon")
+            .create()
+            .expect("started behind its back");
+    }
+    assert!(on("tmpl-a") && on("tmpl-b"));
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    eventually("one of them off", || !(on("tmpl-a") && on("tmpl-b")));
+    assert!(on("tmpl-a") || on("tmpl-b"), "one stays on");
+    let forced: String = rusqlite::Connection::open(d.state.join("ledger.db"))
+        .unwrap()
+        .query_row(
+            "SELECT detail FROM handoff_steps WHERE step = 'forced' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        forced.contains("exactly one template VM may be on"),
+        "{forced}"
+    );
+    for name in ["tmpl-a", "tmpl-b"] {
+        if let Ok(d) = conn.lookup_domain_by_name(name) {
+            let _ = d.destroy();
+            let _ = d.undefine();
+        }
+    }
+    drop(d);
+    std::mem::forget(conn);
+}
