@@ -3,41 +3,14 @@
 //! devices each test describes in a fixture file it rewrites as "hardware" changes.
 
 mod common;
+#[path = "common/fake_nvml.rs"]
+mod fake_nvml;
 use common::*;
+use fake_nvml::fake_lib;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::OnceLock;
 
 const GB: u64 = 1 << 30;
-
-/// Builds the fake library (full, and without optional symbols) once per run.
-fn fake_lib(minimal: bool) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("astraeus-fake-nvml-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("min")).unwrap();
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
-        for (out, extra) in [
-            ("libnvidia-ml.so.1", None),
-            ("min/libnvidia-ml.so.1", Some("-DOMIT_OPTIONAL")),
-        ] {
-            let st = Command::new("gcc")
-                .args(["-shared", "-fPIC", "-o"])
-                .arg(dir.join(out))
-                .args(extra)
-                .arg(src)
-                .status()
-                .expect("gcc runs");
-            assert!(st.success(), "building the fake NVML library");
-        }
-        dir
-    });
-    if minimal {
-        dir.join("min/libnvidia-ml.so.1")
-    } else {
-        dir.join("libnvidia-ml.so.1")
-    }
-}
 
 struct Gpu<'a> {
     uuid: &'a str,

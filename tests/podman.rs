@@ -4,6 +4,8 @@
 //! when podman is missing.
 
 mod common;
+#[path = "common/fake_nvml.rs"]
+mod fake_nvml;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -517,4 +519,91 @@ fn podman_gone_at_launch_fails_the_worker_and_frees_its_share() {
         .contains("astraeus-late"));
     assert!(manager(a, None, "StopWorker", &["s", "next"]).ok);
     eventually("next gone", || gone(a, "next"));
+}
+
+/// A container's processes are its worker's own: the GPU memory a process
+/// in its control group uses counts as the worker's use, never as memory
+/// held outside Astraeus (the fake NVML lists the container's own pid).
+#[test]
+fn a_containers_gpu_memory_is_its_own_not_held_outside() {
+    if !available() {
+        return;
+    }
+    const GB: u64 = 1 << 30;
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let fx = dir.path().join("gpus.txt");
+    let hardware = |used: u64, procs: &str| {
+        let text = format!(
+            "gpu uuid={UUID} name=NVIDIA_L4 total={} used={used} reserved=0 \
+             bus=00000000:01:00.0 power=60000 energy=1000 util=3\n{procs}",
+            24 * GB
+        );
+        let tmp = fx.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, &fx).unwrap();
+    };
+    hardware(0, "");
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "machine = \"majin\"\n[inventory]\nrefresh_seconds = 0.5\nwsl = false\nnvml_library = \"{}\"\n\
+             [runtime]\npodman_socket = \"{}\"\nstop_timeout_seconds = 1\n",
+            fake_nvml::fake_lib(false).display(),
+            pm.socket().display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start_with(
+        &bus,
+        dir.path(),
+        None,
+        &[("FAKE_NVML_FIXTURE", fx.to_str().unwrap())],
+    );
+    let a = &bus.address;
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &container("c", Some("4"), "sleep 600")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("c running", || state(a, "c") == "s \"running\"\n");
+    let pid = pm
+        .run(&["inspect", "--format", "{{.State.Pid}}", "astraeus-c"])
+        .trim()
+        .to_string();
+    assert!(pid.parse::<u32>().is_ok(), "{pid}");
+    // The container's process takes 3 GB of its 4 GB share.
+    hardware(
+        3 * GB,
+        &format!("proc gpu=0 pid={pid} mem={} kind=compute\n", 3 * GB),
+    );
+    let prop = |path: &str, iface: &str, name: &str| {
+        busctl(
+            a,
+            &["get-property", "org.astraeus.Node1", path, iface, name],
+        )
+        .stdout
+    };
+    eventually("its use read as its own", || {
+        prop(
+            "/org/astraeus/Node1/worker/c",
+            "org.astraeus.Node1.Worker",
+            "GpuUsedGb",
+        ) == "d 3\n"
+    });
+    assert_eq!(
+        prop(
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "HeldOutsideGb"
+        ),
+        "d 0\n",
+        "{}",
+        d.log_text()
+    );
+    assert!(manager(a, None, "StopWorker", &["s", "c"]).ok);
+    eventually("c gone", || gone(a, "c"));
 }
