@@ -7,7 +7,7 @@ mod common;
 mod fake_nvml;
 use common::*;
 use fake_nvml::fake_lib;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 
 const GB: u64 = 1 << 30;
