@@ -431,16 +431,7 @@ fn the_daemon_itself_keeps_the_baseboard_for_root() {
     assert!(is_root(), "run the suite as root (as CI does)");
     ensure_user("astraeus-test-a");
     let dir = open_tempdir();
-    let open = dir.path().join("open.conf");
-    std::fs::write(
-        &open,
-        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig><policy user="root"><allow own="org.astraeus.Node1"/></policy>
-<policy context="default"><allow send_destination="org.astraeus.Node1"/></policy></busconfig>
-"#,
-    )
-    .unwrap();
+    let open = careless_policy(dir.path());
     let bus = Bus::system_like(dir.path(), Some(&open));
     let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
     let a = &bus.address;
@@ -489,4 +480,51 @@ fn the_daemon_itself_keeps_the_baseboard_for_root() {
         "{}",
         o.stderr
     );
+}
+
+/// Containers are root's unless `access.containers_for_group` extends them
+/// to the group (a container can mount the host): the daemon's own check,
+/// on a bus that lets anyone call.
+#[test]
+fn only_root_may_run_a_container_unless_config_extends_it_to_the_group() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    ensure_user("astraeus-test-a");
+    let spec = r#"{"name":"c","run":{"container":{"image":"localhost/none","command":["true"]}}}"#;
+    for (extended, refused) in [(false, true), (true, false)] {
+        let dir = open_tempdir();
+        let open = careless_policy(dir.path());
+        let bus = Bus::system_like(dir.path(), Some(&open));
+        std::fs::write(
+            dir.path().join("node.toml"),
+            format!(
+                "[access]\ncontainers_for_group = {extended}\n[runtime]\npodman_socket = \"{}\"\n",
+                dir.path().join("no-podman.sock").display()
+            ),
+        )
+        .unwrap();
+        let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+        let o = gdbus_as(
+            Some("astraeus-test-a"),
+            &bus.address,
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            &[spec],
+        );
+        assert_eq!(
+            o.stderr.contains("org.astraeus.Node1.Error.AccessDenied"),
+            refused,
+            "containers_for_group = {extended}: {} {}",
+            o.stdout,
+            o.stderr
+        );
+        if refused {
+            assert!(
+                o.stderr.contains("access.containers_for_group"),
+                "{}",
+                o.stderr
+            );
+        } else {
+            assert!(o.ok, "{}", o.stderr);
+        }
+    }
 }
