@@ -571,6 +571,10 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
         let (mut s, _) = listener.accept().unwrap();
         writeln!(s, "0, 20, 1000, 100").unwrap();
         std::thread::sleep(Duration::from_secs(1));
+        // The guest side closes (nvidia-smi restarted, say): the daemon
+        // connects again, and what is written then counts too.
+        drop(s);
+        let (mut s, _) = listener.accept().unwrap();
         writeln!(s, "not a row").unwrap();
         writeln!(s, "0, 60 %, 2000 MiB, 300 W").unwrap();
         s
