@@ -48,12 +48,12 @@ echo "== a unit gets its environment and limits, and its exit frees the share"
 cat > "$rt/job.json" <<JSON
 {"name":"job","requested_resources":{"cpu_cores":0.5,"memory_bytes":268435456,
  "gpu_requests":{"shared":true,"memory_gb":2.5}},
- "run":{"unit":{"exec":["/bin/sh","-c","echo GB=\$ASTRAEUS_GPU_MEMORY_GB CUDA=\$CUDA_VISIBLE_DEVICES K=\$K > $rt/out.txt; sleep 3; exit 4"],"env":{"K":"V"}}}}
+ "run":{"unit":{"exec":["/bin/sh","-c","echo GB=\$ASTRAEUS_GPU_MEMORY_GB CUDA=\$CUDA_VISIBLE_DEVICES NVIDIA=\$NVIDIA_VISIBLE_DEVICES K=\$K > $rt/out.txt; sleep 3; exit 4"],"env":{"K":"V"}}}}
 JSON
 "$ctl" --session submit "$rt/job.json"
 wait_for job 's "running"'
 for _ in $(seq 300); do [ -s "$rt/out.txt" ] && break; sleep 0.1; done
-grep -qx "GB=2.5 CUDA=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000 K=V" "$rt/out.txt" || fail "environment: $(cat "$rt/out.txt")"
+grep -qx "GB=2.5 CUDA=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000 NVIDIA=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000 K=V" "$rt/out.txt" || fail "environment: $(cat "$rt/out.txt")"
 [ "$(systemctl --user show astraeus-worker-job.service -p MemoryMax --value)" = 268435456 ] || fail "MemoryMax"
 [ "$(systemctl --user show astraeus-worker-job.service -p CPUQuotaPerSecUSec --value)" = 500ms ] || fail "CPUQuota"
 [ "$(systemctl --user show astraeus-worker-job.service -p NoNewPrivileges --value)" = yes ] || fail "NoNewPrivileges"
