@@ -607,3 +607,33 @@ fn a_containers_gpu_memory_is_its_own_not_held_outside() {
     assert!(manager(a, None, "StopWorker", &["s", "c"]).ok);
     eventually("c gone", || gone(a, "c"));
 }
+
+/// A container given a whole GPU gets that GPU's device (through CDI) and
+/// its whole memory in ASTRAEUS_GPU_MEMORY_GB (8 GB on majin).
+#[test]
+fn a_whole_gpu_container_gets_the_device_and_its_whole_memory() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let _d = setup(dir.path(), &pm, &bus);
+    let a = &bus.address;
+    let spec = serde_json::json!({
+        "name": "whole",
+        "requested_resources": {"gpu_requests": {"count": 1}, "cpu_cores": 1},
+        "run": {"container": {"image": "localhost/bb", "command": ["sh", "-c",
+            "echo GB=$ASTRAEUS_GPU_MEMORY_GB CDI=$SEEN_CDI; sleep 600"]}},
+    });
+    let o = manager(a, None, "SubmitWorker", &["s", &spec.to_string()]);
+    assert!(o.ok, "{}", o.stderr);
+    let mut logs = String::new();
+    eventually("its output", || {
+        logs = pm.run(&["logs", "astraeus-whole"]);
+        logs.contains("GB=")
+    });
+    assert!(logs.contains(&format!("GB=8 CDI={UUID}")), "{logs}");
+    assert!(manager(a, None, "StopWorker", &["s", "whole"]).ok);
+    eventually("whole gone", || gone(a, "whole"));
+}
