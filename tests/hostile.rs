@@ -177,7 +177,9 @@ async fn timed(conn: &zbus::Connection, method: &str) -> (Result<(), String>, st
         .await;
     let outcome = match r {
         Ok(_) => Ok(()),
-        Err(zbus::Error::MethodError(name, _, _)) => Err(name.to_string()),
+        Err(zbus::Error::MethodError(name, msg, _)) => {
+            Err(format!("{name}: {}", msg.unwrap_or_default()))
+        }
         Err(e) => Err(e.to_string()),
     };
     (outcome, t.elapsed())
@@ -214,8 +216,14 @@ fn a_flooding_client_does_not_starve_another() {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     match timed(&c, "ListGpus").await.0 {
                         Ok(()) => ok += 1,
-                        // Refused for its client's limit, and only that.
-                        Err(e) if e == "org.astraeus.Node1.Error.Busy" => busy += 1,
+                        // Refused for its client's limit (16 waiting), and only that.
+                        Err(e)
+                            if e.starts_with(
+                                "org.astraeus.Node1.Error.Busy: 16 calls of this client are already waiting",
+                            ) =>
+                        {
+                            busy += 1
+                        }
                         Err(e) => panic!("a flooding call failed otherwise than Busy: {e}"),
                     }
                 }
