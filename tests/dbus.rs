@@ -630,6 +630,32 @@ fn astraeusctl_follows_events_and_lists_the_history() {
             "GPU 0: 6 GB taken",
         ]
     );
+    // Read by `head -1`: once the reader is gone, the follower ends, quietly.
+    let mut piped = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "set -o pipefail; {} --bus-address '{a}' events | head -1",
+                env!("CARGO_BIN_EXE_astraeusctl")
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its first line is out (head has it) before anything else happens.
+    let mut piped_out = std::io::BufReader::new(piped.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut piped_out, &mut first).unwrap();
+    assert!(first.starts_with("following "), "{first}");
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("ping", "0.1")]).ok);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut piped.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(err, "", "the follower complained when its reader left");
+    assert!(
+        piped.wait().unwrap().success(),
+        "the follower failed when its reader left"
+    );
     let d_state = d.state.clone();
     // The daemon goes: both followers say so and end with 69.
     d.stop();

@@ -27,11 +27,12 @@ pub async fn follow(c: &Client, json_out: bool) -> Result<(), String> {
             local.name
         );
     }
-    // Stdout may be a pipe read line by line: each line goes out as it comes.
-    use std::io::Write;
     loop {
-        let Some(Ok(msg)) = signals.next().await else {
-            return Err("Unreachable: the bus connection ended".into());
+        let msg = match signals.next().await {
+            Some(Ok(msg)) => msg,
+            // One message that did not read: the stream goes on.
+            Some(Err(_)) => continue,
+            None => return Err("Unreachable: the bus connection ended".into()),
         };
         let header = msg.header();
         let member = header.member().map(|m| m.to_string()).unwrap_or_default();
@@ -43,20 +44,31 @@ pub async fn follow(c: &Client, json_out: bool) -> Result<(), String> {
             continue;
         };
         let now = jiff::Timestamp::now();
-        if json_out {
+        let line = if json_out {
             let mut data = event.data;
             data["event"] = json!(event.kind);
             data["at_ms"] = json!(now.as_millisecond());
-            outln!("{data}");
+            data.to_string()
         } else {
             let at = now
                 .to_zoned(local.tz.clone())
                 .strftime("%H:%M:%S")
                 .to_string();
-            outln!("{at}  {}", event.line);
+            format!("{at}  {}", event.line)
+        };
+        if !emit(&line) {
+            // The reader went away (`| head`, a closed pipe): done, quietly.
+            return Ok(());
         }
-        let _ = std::io::stdout().flush();
     }
+}
+
+/// One line out, printable, at once (stdout may be a pipe read line by
+/// line); false when stdout is closed.
+fn emit(line: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", astraeusd::text::printable_lines(line)).is_ok() && out.flush().is_ok()
 }
 
 /// The name in a worker's or template's path (`_xx` is the byte 0xxx).

@@ -111,21 +111,21 @@ pub async fn gpus(c: &Client, form: Form) -> Result<(), String> {
         } else {
             paint(&r[7], "1;31")
         };
-        println!(
+        super::out_line(&format!(
             "{}  {}  {}  {health}",
             left.join("  "),
             // Padded outside the colour: only the word is painted.
             paint(&r[5], mode_colour(&r[5])) + &" ".repeat(w[5] - r[5].chars().count()),
             pad(&r[6], w[6]),
-        );
+        ));
         if !g.draining_for.is_empty() {
-            println!(
+            super::out_line(&format!(
                 "  {}",
                 paint(&format!("draining for {}", g.draining_for), "33")
-            );
+            ));
         }
         if !g.warning.is_empty() {
-            println!("  {}", paint(&format!("! {}", g.warning), "1;33"));
+            super::out_line(&format!("  {}", paint(&format!("! {}", g.warning), "1;33")));
         }
     }
     if form.legend {

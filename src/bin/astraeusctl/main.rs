@@ -17,8 +17,17 @@ const MANAGER: &str = "org.astraeus.Node1.Manager";
 /// (reasons, names, messages) never reaches the terminal with control
 /// characters in it (line breaks and tabs aside), whatever the daemon did.
 macro_rules! outln {
-    () => { println!() };
-    ($($t:tt)*) => { println!("{}", astraeusd::text::printable_lines(&format!($($t)*))) };
+    () => { $crate::out_line("") };
+    ($($t:tt)*) => { $crate::out_line(&astraeusd::text::printable_lines(&format!($($t)*))) };
+}
+
+/// One line to stdout; when the reader has gone (`| head`), the rest would
+/// go nowhere: stop quietly, as systemd's tools do, instead of panicking.
+fn out_line(line: &str) {
+    use std::io::Write;
+    if writeln!(std::io::stdout(), "{line}").is_err() {
+        std::process::exit(0);
+    }
 }
 macro_rules! errln {
     ($($t:tt)*) => { eprintln!("{}", astraeusd::text::printable_lines(&format!($($t)*))) };
