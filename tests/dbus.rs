@@ -747,6 +747,7 @@ fn astraeusctl_follows_events_and_lists_the_history() {
     assert_eq!(v[0]["name"], "listen");
     assert_eq!(v[0]["ended_ms"], ended_ms);
     assert_eq!(v[0]["gpus"], serde_json::json!([0]));
+    assert_eq!(v[0]["gpu_shared_gb"], 2.2);
     assert_eq!(v[0]["exit_status"], serde_json::Value::Null);
     assert_eq!(v[0]["ended_by"], "stopped");
     assert_eq!(v.as_array().unwrap().len(), 1, "big still runs");

@@ -95,8 +95,8 @@ impl Manager {
 
     /// Workers that ended at or after `since` (epoch seconds), newest first,
     /// at most `limit` (1 to 10,000): (name, owner uid, the GPUs column,
-    /// GPU indices, submitted, placed (0: never) and ended in epoch ms, exit
-    /// status or -1, how it ended).
+    /// GPU indices, GB shared on each or 0, submitted, placed (0: never) and
+    /// ended in epoch ms, exit status or -1, how it ended).
     #[zbus(out_args("workers"))]
     async fn list_ended(
         &self,

@@ -22,7 +22,7 @@ pub struct WorkerRow {
     pub gpu_shared_gb: f64,
 }
 
-/// One row of ListEnded: `(susauxxxis)`, a worker that ended.
+/// One row of ListEnded: `(susaudxxxis)`, a worker that ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Type)]
 pub struct EndedRow {
     pub name: String,
@@ -30,6 +30,8 @@ pub struct EndedRow {
     /// The GPUs column it had: `1 · shared 2.5 GB`, `0 · whole`, `—`.
     pub gpus: String,
     pub gpu_indices: Vec<u32>,
+    /// GB of each GPU it shared; 0 when whole or none.
+    pub gpu_shared_gb: f64,
     /// Epoch milliseconds: submitted, placed (0 when it never was), ended.
     pub submitted_ms: i64,
     pub started_ms: i64,
@@ -150,7 +152,7 @@ mod tests {
     #[test]
     fn rows_keep_the_documented_signatures() {
         assert_eq!(WorkerRow::SIGNATURE.to_string(), "(ssusdaud)");
-        assert_eq!(EndedRow::SIGNATURE.to_string(), "(susauxxxis)");
+        assert_eq!(EndedRow::SIGNATURE.to_string(), "(susaudxxxis)");
         assert_eq!(GpuRow::SIGNATURE.to_string(), "(usssddddsss)");
         assert_eq!(SliceRow::SIGNATURE.to_string(), "(sxxs)");
         assert_eq!(TemplateRow::SIGNATURE.to_string(), "(ssss)");

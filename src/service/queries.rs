@@ -39,6 +39,11 @@ impl Service {
             .map(|w| EndedRow {
                 gpus: crate::placement::gpus_column(&w.grants),
                 gpu_indices: w.grants.iter().map(|g| g.gpu_index).collect(),
+                gpu_shared_gb: w
+                    .grants
+                    .first()
+                    .and_then(|g| g.share)
+                    .map_or(0.0, crate::quantity::Amount::as_f64),
                 name: w.name,
                 owner_uid: w.owner_uid,
                 submitted_ms: w.submitted_ms,

@@ -220,7 +220,9 @@ pub async fn history(
             .map(|r| {
                 json!({"name": r.name, "owner": r.owner_uid,
                    "owner_name": astraeusd::auth::user_name(r.owner_uid),
-                   "gpus": r.gpu_indices, "submitted_ms": r.submitted_ms,
+                   "gpus": r.gpu_indices,
+                   "gpu_shared_gb": (r.gpu_shared_gb > 0.0).then_some(r.gpu_shared_gb),
+                   "submitted_ms": r.submitted_ms,
                    "started_ms": ms(r.started_ms), "ended_ms": r.ended_ms,
                    "exit_status": (r.exit_status >= 0).then_some(r.exit_status),
                    "ended_by": r.end_reason})
@@ -232,14 +234,7 @@ pub async fn history(
     let table: Vec<[String; 6]> = rows
         .iter()
         .map(|r| {
-            // The share is not kept per row here; the column says how many.
-            let gpus = if r.gpu_indices.is_empty() {
-                "—".to_string()
-            } else {
-                let list: Vec<String> = r.gpu_indices.iter().map(u32::to_string).collect();
-                let kind = r.gpus.split_once(" · ").map_or("", |(_, k)| k);
-                format!("{} · {kind}", list.join(","))
-            };
+            let gpus = gpus_cell(&r.gpu_indices, r.gpu_shared_gb);
             [
                 r.name.clone(),
                 owner_name(r.owner_uid),
