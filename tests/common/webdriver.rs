@@ -296,9 +296,13 @@ fn http(
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
-        let n = stream
-            .read(&mut buf)
-            .map_err(|e| format!("{what}: read: {e} (after {} bytes)", raw.len()))?;
+        let n = match stream.read(&mut buf) {
+            Ok(n) => n,
+            // A signal for this process (another test's child exiting)
+            // interrupted the wait: nothing was read, wait again.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("{what}: read: {e} (after {} bytes)", raw.len())),
+        };
         raw.extend_from_slice(&buf[..n]);
         if let Some((status, body)) =
             parse_response(&raw, n == 0).map_err(|e| format!("{what}: {e}"))?
