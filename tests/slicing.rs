@@ -96,11 +96,15 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     eventually("b running", || template_state(a, "b") == "running");
     assert_eq!(template_state(a, "a"), "off");
     let mut followed: Vec<serde_json::Value> = Vec::new();
+    // Until the last step (ready) and b's VM running have both been told.
+    let (mut ready, mut running) = (false, false);
     for l in lines.by_ref() {
         let v: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
-        let done = v["event"] == "handoff-step" && v["step"] == "ready";
+        ready |= v["event"] == "handoff-step" && v["step"] == "ready";
+        running |=
+            v["event"] == "template-state" && v["template"] == "b" && v["state"] == "running";
         followed.push(v);
-        if done {
+        if ready && running {
             break;
         }
     }
@@ -175,10 +179,14 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     let kinds: Vec<String> = followed
         .iter()
         .map(|v| match v["event"].as_str().unwrap() {
-            "slice-started" | "slice-ended" => format!(
-                "{} {}",
+            "slice-started" | "slice-ended" | "template-state" => format!(
+                "{} {}{}",
                 v["event"].as_str().unwrap(),
-                v["template"].as_str().unwrap()
+                v["template"].as_str().unwrap(),
+                v["state"]
+                    .as_str()
+                    .map(|s| format!(" {s}"))
+                    .unwrap_or_default()
             ),
             other => other.to_string(),
         })
@@ -190,6 +198,15 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
             .unwrap_or_else(|| panic!("no {k} in {kinds:?}"))
     };
     assert!(at("slice-ended a") < at("slice-started b"), "{kinds:?}");
+    // Each VM's state as it changed: a goes off before b runs.
+    assert!(
+        at("template-state a stopping") < at("template-state a off"),
+        "{kinds:?}"
+    );
+    assert!(
+        at("template-state a off") < at("template-state b running"),
+        "{kinds:?}"
+    );
 
     // The schedule hands it back to a in two seconds.
     let o = manager(

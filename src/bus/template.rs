@@ -39,7 +39,7 @@ impl TemplateObject {
     }
     /// Its VM now: off, stopping, waiting (for the release or the buffer),
     /// starting, running or failed; "undefined" for a schedule without a template.
-    #[zbus(property(emits_changed_signal = "false"))]
+    #[zbus(property)]
     async fn state(&self) -> String {
         match self.slicing.read().state_of(&self.name) {
             Some(state) => state.as_str().into(),

@@ -457,7 +457,28 @@ impl Service {
             self.node.rotation().into_iter().map(|(t, _)| t).collect();
         let view = self.slicing.as_ref().map(|s| s.view()).unwrap_or_default();
         names.extend(view.info.keys().cloned());
+        // Each template whose VM changed state says so (PropertiesChanged).
+        let changed: Vec<(String, String)> = {
+            let old = self.published.slicing.read();
+            names
+                .intersection(&self.published.templates)
+                .filter(|t| old.state_of(t) != view.state_of(t))
+                .map(|t| {
+                    let state = view.state_of(t).map_or("undefined", |s| s.as_str());
+                    (t.clone(), state.to_string())
+                })
+                .collect()
+        };
         self.published.slicing.replace(view);
+        for (name, state) in changed {
+            let mut delta = crate::bus::Delta::new("org.astraeus.Node1.Template");
+            delta.set(true, "State", state);
+            self.signal(
+                "PropertiesChanged",
+                template_path(&name),
+                move |e| async move { delta.emit(&e).await },
+            );
+        }
         for name in self.published.templates.difference(&names) {
             self.published.objects.remove_template(name);
             let p = template_path(name);

@@ -173,8 +173,7 @@ async fn read(c: &Client, member: &str, path: &str, msg: &zbus::Message) -> Opti
     }
 }
 
-/// State changes of workers and GPUs, and why a worker waits (a template's
-/// state is not signalled: its handoff steps and slices are).
+/// State changes of workers, GPUs and templates' VMs, and why a worker waits.
 async fn properties(
     c: &Client,
     iface: &str,
@@ -234,6 +233,15 @@ async fn properties(
                 kind: "gpu",
                 line,
                 data: json!({"gpu": index, "mode": mode, "taken_gb": taken}),
+            })
+        }
+        "org.astraeus.Node1.Template" => {
+            let name = name_of(path, "template")?;
+            let state = text("State")?;
+            Some(Event {
+                kind: "template-state",
+                line: format!("template {name} is {state}"),
+                data: json!({"template": name, "state": state}),
             })
         }
         _ => None,
