@@ -708,15 +708,11 @@ fn astraeusctl_follows_events_and_lists_the_history() {
             .to_string()
     };
     let history = |zone: &str, args: &[&str]| {
-        let mut all = vec!["--bus-address", a, "history"];
+        let mut all = vec!["history"];
         all.extend_from_slice(args);
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
-            .args(&all)
-            .env("TZ", zone)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout).unwrap()
+        let o = ctl_tz(a, zone, &all);
+        assert!(o.ok, "{}", o.stderr);
+        o.stdout
     };
     let shown = history("Asia/Tokyo", &["--since", "1h"]);
     let lines: Vec<&str> = shown.lines().collect();

@@ -360,7 +360,8 @@ fn sample(m: &serde_json::Value, family: &str, want: &[(&str, &str)]) -> Option<
     })
 }
 
-fn ledger_f64(dir: &std::path::Path, sql: &str) -> f64 {
+/// One value the ledger holds, read with the sqlite3 tool (not the daemon).
+fn ledger_value<T: std::str::FromStr>(dir: &std::path::Path, sql: &str) -> T {
     let o = std::process::Command::new("sqlite3")
         .arg(dir.join("ledger.db"))
         .arg(sql)
@@ -374,16 +375,7 @@ fn ledger_f64(dir: &std::path::Path, sql: &str) -> f64 {
 }
 
 fn ledger_i64(dir: &std::path::Path, sql: &str) -> i64 {
-    let o = std::process::Command::new("sqlite3")
-        .arg(dir.join("ledger.db"))
-        .arg(sql)
-        .output()
-        .unwrap();
-    String::from_utf8(o.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{sql}: {}", String::from_utf8_lossy(&o.stderr)))
+    ledger_value(dir, sql)
 }
 
 /// The metrics' counters are Prometheus counters that add up: per GPU the
@@ -468,7 +460,7 @@ fn metrics_count_gpu_time_and_energy_across_restarts() {
         );
         // Its quarter of the energy the ledger's measured intervals hold
         // for the time it held the GPU (each interval prorated by overlap).
-        let measured_mj = ledger_f64(
+        let measured_mj: f64 = ledger_value(
             &state,
             &format!(
                 "SELECT sum(energy_mj * 1.0 * (min(to_ms, {until_ms}) - max(from_ms, {held_from})) \

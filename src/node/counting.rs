@@ -56,8 +56,7 @@ impl Node {
                 // Not counted since the start: the ledger's total, this
                 // window included (a name used before goes on from there).
                 None => {
-                    let mut known = self.store.load_counters(std::iter::once(name.as_str()))?;
-                    let total = known.worker.remove(&name).unwrap_or(c);
+                    let total = self.store.worker_counter(&name)?.unwrap_or(c);
                     counters.worker.insert(name, total);
                 }
             }

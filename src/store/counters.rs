@@ -47,24 +47,28 @@ impl Store {
             ))
         })?;
         out.gpu = rows.collect::<rusqlite::Result<_>>()?;
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT gpu_ms, energy_mj FROM usage_counters
-             WHERE scope = 'worker' AND key = ?1 AND kind = ''",
-        )?;
         for name in workers {
-            let c = stmt
-                .query_row(params![name], |r| {
-                    Ok(Counted {
-                        gpu_ms: r.get::<_, i64>(0)? as u64,
-                        energy_mj: r.get::<_, i64>(1)? as u64,
-                    })
-                })
-                .optional()?;
-            if let Some(c) = c {
+            if let Some(c) = self.worker_counter(name)? {
                 out.worker.insert(name.to_string(), c);
             }
         }
         Ok(out)
+    }
+
+    /// One worker name's counter, if it was ever counted.
+    pub fn worker_counter(&self, name: &str) -> Result<Option<Counted>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT gpu_ms, energy_mj FROM usage_counters
+             WHERE scope = 'worker' AND key = ?1 AND kind = ''",
+        )?;
+        Ok(stmt
+            .query_row(params![name], |r| {
+                Ok(Counted {
+                    gpu_ms: r.get::<_, i64>(0)? as u64,
+                    energy_mj: r.get::<_, i64>(1)? as u64,
+                })
+            })
+            .optional()?)
     }
 
     /// Adds one window's amounts and moves the mark to its end, at once.

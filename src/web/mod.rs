@@ -565,55 +565,39 @@ type Family<'a> = dyn FnMut(&str, &str, &str, Vec<(String, String)>) + 'a;
 fn counters(snap: &Snapshot, typed: &mut Family) {
     let c = &snap.counters;
     let m = label(&snap.machine);
-    let mut seconds = Vec::new();
-    let mut joules = Vec::new();
-    for ((uuid, kind), n) in &c.gpu {
-        // GPUs no longer on the machine are left out (their series end).
-        let Some(g) = snap.gpus.iter().find(|g| g.view.uuid == *uuid) else {
-            continue;
-        };
+    // GPUs no longer on the machine are left out (their series end).
+    let per_gpu = c.gpu.iter().filter_map(|((uuid, kind), n)| {
+        let g = snap.gpus.iter().find(|g| g.view.uuid == *uuid)?;
         let labels = format!(
             "{{machine=\"{m}\",gpu=\"{}\",uuid=\"{}\",kind=\"{}\"}}",
             g.view.index,
             label(uuid),
             label(kind)
         );
-        seconds.push((labels.clone(), format!("{:.3}", n.gpu_ms as f64 / 1000.0)));
-        joules.push((labels, format!("{:.3}", n.energy_mj as f64 / 1000.0)));
-    }
-    typed(
-        "counter",
-        "astraeus_gpu_seconds_total",
-        "GPU-seconds by what they went to: worker, slice, outside, idle, downtime (a shared GPU counts for each sharer by its share of the memory; per GPU the kinds add up to the time counted).",
-        seconds,
+        Some((labels, *n))
+    });
+    time_and_energy(
+        typed,
+        per_gpu.collect(),
+        ("astraeus_gpu_seconds_total", "GPU-seconds by what they went to: worker, slice, outside, idle, downtime (a shared GPU counts for each sharer by its share of the memory; per GPU the kinds add up to the time counted)."),
+        ("astraeus_gpu_energy_joules_total", "Energy the GPU drew, by what it went to (as the GPU-seconds)."),
     );
-    typed(
-        "counter",
-        "astraeus_gpu_energy_joules_total",
-        "Energy the GPU drew, by what it went to (as the GPU-seconds).",
-        joules,
-    );
-    let mut seconds = Vec::new();
-    let mut joules = Vec::new();
-    for w in &snap.workers {
-        let Some(n) = c.worker.get(&w.view.name) else {
-            continue;
-        };
+    let per_worker = snap.workers.iter().filter_map(|w| {
+        let n = c.worker.get(&w.view.name)?;
         let labels = format!("{{machine=\"{m}\",worker=\"{}\"}}", label(&w.view.name));
-        seconds.push((labels.clone(), format!("{:.3}", n.gpu_ms as f64 / 1000.0)));
-        joules.push((labels, format!("{:.3}", n.energy_mj as f64 / 1000.0)));
-    }
-    typed(
-        "counter",
-        "astraeus_worker_gpu_seconds_total",
-        "GPU-seconds a live worker was given (its share of each GPU's memory when shared).",
-        seconds,
-    );
-    typed(
-        "counter",
-        "astraeus_worker_energy_joules_total",
-        "Energy billed to a live worker (its share of each GPU's energy).",
-        joules,
+        Some((labels, *n))
+    });
+    time_and_energy(
+        typed,
+        per_worker.collect(),
+        (
+            "astraeus_worker_gpu_seconds_total",
+            "GPU-seconds a live worker was given (its share of each GPU's memory when shared).",
+        ),
+        (
+            "astraeus_worker_energy_joules_total",
+            "Energy billed to a live worker (its share of each GPU's energy).",
+        ),
     );
     typed(
         "gauge",
@@ -624,6 +608,27 @@ fn counters(snap: &Snapshot, typed: &mut Family) {
             format!("{:.3}", c.until_ms as f64 / 1000.0),
         )],
     );
+}
+
+/// Two counter families from one set of rows: seconds and joules, each
+/// (name, help).
+fn time_and_energy(
+    typed: &mut Family,
+    rows: Vec<(String, crate::usage::Counted)>,
+    seconds: (&str, &str),
+    joules: (&str, &str),
+) {
+    let as_unit = |v: u64| format!("{:.3}", v as f64 / 1000.0);
+    let secs = rows
+        .iter()
+        .map(|(l, n)| (l.clone(), as_unit(n.gpu_ms)))
+        .collect();
+    typed("counter", seconds.0, seconds.1, secs);
+    let energy = rows
+        .into_iter()
+        .map(|(l, n)| (l, as_unit(n.energy_mj)))
+        .collect();
+    typed("counter", joules.0, joules.1, energy);
 }
 
 /// A Prometheus label value, escaped.

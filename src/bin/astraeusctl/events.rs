@@ -44,31 +44,21 @@ pub async fn follow(c: &Client, json_out: bool) -> Result<(), String> {
             continue;
         };
         let now = jiff::Timestamp::now();
-        let line = if json_out {
+        if json_out {
             let mut data = event.data;
             data["event"] = json!(event.kind);
             data["at_ms"] = json!(now.as_millisecond());
-            data.to_string()
+            outln!("{data}");
         } else {
-            let at = now
-                .to_zoned(local.tz.clone())
-                .strftime("%H:%M:%S")
-                .to_string();
-            format!("{at}  {}", event.line)
-        };
-        if !emit(&line) {
-            // The reader went away (`| head`, a closed pipe): done, quietly.
-            return Ok(());
+            // A line each, flushed by stdout's line buffering; a reader gone
+            // (`| head`) ends the follower quietly (see out_line).
+            outln!(
+                "{}  {}",
+                local.format(now.as_second(), "%H:%M:%S"),
+                event.line
+            );
         }
     }
-}
-
-/// One line out, printable, at once (stdout may be a pipe read line by
-/// line); false when stdout is closed.
-fn emit(line: &str) -> bool {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", astraeusd::text::printable_lines(line)).is_ok() && out.flush().is_ok()
 }
 
 /// The name in a worker's or template's path (`_xx` is the byte 0xxx).
@@ -252,18 +242,9 @@ async fn properties(
 async fn worker_property<T>(c: &Client, path: &str, name: &str) -> Option<T>
 where
     T: TryFrom<OwnedValue>,
+    T::Error: std::fmt::Display,
 {
-    let reply = c
-        .conn
-        .call_method(
-            Some(BUS_NAME),
-            path,
-            Some("org.freedesktop.DBus.Properties"),
-            "Get",
-            &("org.astraeus.Node1.Worker", name),
-        )
+    c.property(path, "org.astraeus.Node1.Worker", name)
         .await
-        .ok()?;
-    let v: OwnedValue = reply.body().deserialize().ok()?;
-    T::try_from(v).ok()
+        .ok()
 }

@@ -131,12 +131,13 @@ impl Local {
 
     /// Epoch seconds as `2026-12-04 10:31:05`.
     fn time(&self, secs: i64) -> String {
+        self.format(secs, "%Y-%m-%d %H:%M:%S")
+    }
+
+    /// Epoch seconds in this zone, as `form` (strftime) writes them.
+    fn format(&self, secs: i64, form: &str) -> String {
         jiff::Timestamp::from_second(secs)
-            .map(|t| {
-                t.to_zoned(self.tz.clone())
-                    .strftime("%Y-%m-%d %H:%M:%S")
-                    .to_string()
-            })
+            .map(|t| t.to_zoned(self.tz.clone()).strftime(form).to_string())
             .unwrap_or_else(|_| secs.to_string())
     }
 }
@@ -242,14 +243,23 @@ impl Client {
         T: TryFrom<zbus::OwnedVariant>,
         T::Error: std::fmt::Display,
     {
+        self.property(BASE_PATH, MANAGER, name).await
+    }
+
+    /// One property of one of the daemon's objects.
+    async fn property<T>(&self, path: &str, interface: &str, name: &str) -> Result<T, String>
+    where
+        T: TryFrom<zbus::OwnedVariant>,
+        T::Error: std::fmt::Display,
+    {
         let msg = self
             .conn
             .call_method(
                 Some(BUS_NAME),
-                BASE_PATH,
+                path,
                 Some("org.freedesktop.DBus.Properties"),
                 "Get",
-                &(MANAGER, name),
+                &(interface, name),
             )
             .await
             .map_err(describe)?;

@@ -112,15 +112,7 @@ pub fn print_slices(rows: &[SliceRow], notes: &[String], local: &Local, form: li
         outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return;
     }
-    let at = |secs: i64| {
-        jiff::Timestamp::from_second(secs)
-            .map(|t| {
-                t.to_zoned(local.tz.clone())
-                    .strftime("%a %Y-%m-%d %H:%M")
-                    .to_string()
-            })
-            .unwrap_or_else(|_| secs.to_string())
-    };
+    let at = |secs: i64| local.format(secs, "%a %Y-%m-%d %H:%M");
     let w = rows
         .iter()
         .map(|r| r.template.len())
@@ -197,15 +189,7 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
         outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return;
     }
-    let local = |secs: i64| {
-        jiff::Timestamp::from_second(secs)
-            .map(|t| {
-                t.to_zoned(zone.tz.clone())
-                    .strftime("%Y-%m-%d %H:%M")
-                    .to_string()
-            })
-            .unwrap_or_default()
-    };
+    let local = |secs: i64| zone.format(secs, "%Y-%m-%d %H:%M");
     if form.legend {
         outln!("times in {}", zone.name);
         outln!(
