@@ -645,9 +645,14 @@ fn flooder_of_big_messages() {
 /// connection) while a member makes 30 calls. The red team saw 6 of 30 fail
 /// with "destination has a full message queue". Each big call is refused in
 /// the adaptor by size, before it is parsed or queued for the loop. FIGURES
-/// go to docs/reliability.md; the test asserts what the daemon controls:
-/// the oversized calls get InvalidRequest naming the field, and the
-/// daemon's memory does not keep what they sent.
+/// go to docs/reliability.md. Asserted: the oversized calls get
+/// InvalidRequest naming the field, the daemon's memory does not keep what
+/// they sent, and — in an optimised build, as packaged — none of the
+/// member's calls fails. `.ci/run` runs this test once more with
+/// `--release` for that: unoptimised, zbus zero-fills each 30 MiB buffer
+/// byte by byte (its reader is instantiated in our crate, so optimising the
+/// dependencies does not help) and reads slower than dbus-daemon routes, so
+/// the bus's queue to the daemon fills whatever the daemon does after.
 #[test]
 fn a_flood_of_big_messages_is_refused_by_size() {
     use std::time::{Duration, Instant};
@@ -754,4 +759,12 @@ fn a_flood_of_big_messages_is_refused_by_size() {
         rss_after < rss_before + 128 * 1024,
         "the daemon kept what the flood sent: {rss_before} KiB before, {rss_after} KiB after"
     );
+    if !cfg!(debug_assertions) {
+        assert!(
+            failed.is_empty(),
+            "{} of a member's 30 calls failed under the flood: {:?}",
+            failed.len(),
+            failed.first()
+        );
+    }
 }
