@@ -18,6 +18,9 @@ use rusqlite::{params, Connection};
 use std::path::Path;
 
 /// Versioned migrations: entry N brings the schema from version N to N+1.
+/// The oldest SQLite the ledger's SQL runs on, as a number and in words.
+const MIN_SQLITE: (i32, &str) = (3_024_000, "3.24");
+
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE workers (
@@ -265,6 +268,15 @@ impl Store {
     }
 
     fn setup(mut conn: Connection) -> Result<Store> {
+        // The packages link the system's SQLite: the ledger's upserts
+        // (ON CONFLICT … DO UPDATE) need 3.24 or later.
+        if rusqlite::version_number() < MIN_SQLITE.0 {
+            return Err(Error::Backend(format!(
+                "ledger: SQLite {} is too old; astraeusd needs {} or later",
+                rusqlite::version(),
+                MIN_SQLITE.1
+            )));
+        }
         // WAL for concurrent readers; FULL so a commit survives power loss.
         // Every statement is prepared once and kept (parsing SQL was a seventh
         // of a submit's instructions under callgrind).
