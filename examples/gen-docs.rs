@@ -80,6 +80,11 @@ the ledger (SQLite; placements, history, usage, schedules).
 .TP
 /usr/share/dbus-1/system.d/org.astraeus.Node1.conf
 the bus policy: who may call what.
+.TP
+/usr/libexec/astraeusd/astraeus\-libvirt
+the helper that does every libvirt call, started at the first VM worker or
+template; the only program of the package that links libvirt, so libvirt
+(libvirt0, libvirt\-libs) need be installed only where VMs run.
 .SH EXAMPLES
 .nf
 astraeusd \-\-session \-\-sim          # try it without a GPU

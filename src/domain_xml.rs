@@ -52,7 +52,7 @@ pub fn check(xml: &str, field: &str) -> Result<()> {
 }
 
 /// A PCI address as NVML writes it (`00000000:65:00.0`) or lspci (`0000:65:00.0`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PciAddress {
     pub domain: u32,
     pub bus: u8,

@@ -76,7 +76,7 @@ pub enum Run {
     Vm(VmSource),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum VmSource {
     Domain(String),
     DomainXml(String),

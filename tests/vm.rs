@@ -1,5 +1,6 @@
-//! VM workers through libvirt. The runtime itself against libvirt's
-//! in-process test driver (the domain it made is read back), and the daemon
+//! VM workers through libvirt. The runtime itself (and so its helper process,
+//! astraeus-libvirt) against the test driver of the suite's libvirtd (the
+//! domain it made is read back on a connection of the test's own), the daemon
 //! over a real bus against the test driver and against a real libvirtd with
 //! QEMU (TCG), started here in a private mount namespace (kill -9 and
 //! restart, crash at each named failpoint). Set ASTRAEUS_REQUIRE_COMPONENTS=1
@@ -30,6 +31,20 @@ fn launch(worker: &str, source: VmSource) -> Launch {
     }
 }
 
+/// The suite's libvirtd's test driver, which it shares between connections
+/// (the runtime's helper process and this test's own) while any is open.
+fn shared_test_driver() -> String {
+    format!(
+        "test+unix:///default?socket={}/run/libvirt-sock",
+        libvirt_root().display()
+    )
+}
+
+/// The VM runtime, its helper the one this build made.
+fn runtime(uri: &str) -> Libvirt {
+    Libvirt::with_helper(uri, env!("CARGO_BIN_EXE_astraeus-libvirt"))
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -39,10 +54,12 @@ fn rt() -> tokio::runtime::Runtime {
 
 #[test]
 fn a_vm_gets_its_gpus_as_hostdevs_and_its_memory_as_oem_strings() {
+    let Some(_lock) = libvirtd() else { return };
+    let uri = shared_test_driver();
     rt().block_on(async {
-        let vms = Libvirt::new("test:///default");
-        // A second connection to the same in-process driver reads back what it made.
-        let c = libvirt::open("test:///default").unwrap();
+        let vms = runtime(&uri);
+        // A second connection to the same driver reads back what it made.
+        let c = libvirt::direct::open(&uri).unwrap();
         let id = vms
             .start(&launch("listen", VmSource::DomainXml(TEST_DOMAIN.into())))
             .await
@@ -84,9 +101,11 @@ fn a_vm_gets_its_gpus_as_hostdevs_and_its_memory_as_oem_strings() {
 
 #[test]
 fn a_running_guest_tells_its_addresses_agent_and_channels() {
+    let Some(_lock) = libvirtd() else { return };
+    let uri = shared_test_driver();
     rt().block_on(async {
-        let vms = Libvirt::new("test:///default");
-        let c = libvirt::open("test:///default").unwrap();
+        let vms = runtime(&uri);
+        let c = libvirt::direct::open(&uri).unwrap();
         let xml = "<domain type='test'><name>probed</name><memory>65536</memory>\
             <os><type>hvm</type></os><devices>\
             <interface type='network'><source network='default'/><mac address='52:54:00:aa:bb:01'/></interface>\
@@ -118,9 +137,11 @@ fn a_running_guest_tells_its_addresses_agent_and_channels() {
 
 #[test]
 fn an_existing_domain_is_copied_and_must_be_off() {
+    let Some(_lock) = libvirtd() else { return };
+    let uri = shared_test_driver();
     rt().block_on(async {
-        let vms = Libvirt::new("test:///default");
-        let c = libvirt::open("test:///default").unwrap();
+        let vms = runtime(&uri);
+        let c = libvirt::direct::open(&uri).unwrap();
         let base = TEST_DOMAIN.replace("<name>base</name>", "<name>voice-base</name>");
         let d = c.define_domain_xml(&base).unwrap();
         let id = vms
@@ -158,7 +179,7 @@ fn an_existing_domain_is_copied_and_must_be_off() {
             .unwrap_err();
         assert_eq!(
             e.message(),
-            "run.vm.domain: no domain named nope in test:///default"
+            format!("run.vm.domain: no domain named nope in {uri}")
         );
         d.destroy().unwrap();
     });
@@ -187,7 +208,7 @@ fn daemon(dir: &Path, bus: &Bus, uri: &str, env: &[(&str, &str)]) -> Daemon {
 
 #[test]
 fn over_the_bus_a_vm_takes_its_gpu_whole_and_stopping_it_places_the_next() {
-    // libvirt's test driver lives inside the daemon's process.
+    // libvirt's test driver lives inside the daemon's libvirt helper.
     let dir = open_tempdir();
     let bus = Bus::session();
     let _d = daemon(dir.path(), &bus, "test:///default", &[]);
@@ -998,13 +1019,10 @@ fn real_qemu_a_target_undefined_mid_handoff_frees_the_baseboard() {
 #[test]
 fn a_foreign_domain_holds_the_baseboard_until_it_goes() {
     let Some(_lock) = libvirtd() else { return };
-    let uri = format!(
-        "test+unix:///default?socket={}/run/libvirt-sock",
-        libvirt_root().display()
-    );
+    let uri = shared_test_driver();
     // The test's own connection: libvirtd keeps the shared test driver's
     // state only while some connection to it is open.
-    let conn = libvirt::open(&uri).expect("the suite's libvirtd serves the test driver");
+    let conn = libvirt::direct::open(&uri).expect("the suite's libvirtd serves the test driver");
     let intruder = conn
         .create_domain_xml(
             "<domain type='test'><name>intruder</name><memory>65536</memory>\
@@ -1094,12 +1112,9 @@ fn the_vm_event_check_catches_an_overlap_and_a_short_buffer() {
 #[test]
 fn an_unmarked_domain_with_a_workers_name_is_not_taken_for_it() {
     let Some(_lock) = libvirtd() else { return };
-    let uri = format!(
-        "test+unix:///default?socket={}/run/libvirt-sock",
-        libvirt_root().display()
-    );
+    let uri = shared_test_driver();
     // The test's own connection keeps the shared test driver's state.
-    let conn = libvirt::open(&uri).expect("the suite's libvirtd serves the test driver");
+    let conn = libvirt::direct::open(&uri).expect("the suite's libvirtd serves the test driver");
     let dir = open_tempdir();
     let bus = Bus::session();
     let mut d = daemon(dir.path(), &bus, &uri, &[]);
@@ -1144,11 +1159,8 @@ fn an_unmarked_domain_with_a_workers_name_is_not_taken_for_it() {
 #[test]
 fn two_template_vms_found_on_at_start_leave_one() {
     let Some(_lock) = libvirtd() else { return };
-    let uri = format!(
-        "test+unix:///default?socket={}/run/libvirt-sock",
-        libvirt_root().display()
-    );
-    let conn = libvirt::open(&uri).expect("the suite's libvirtd serves the test driver");
+    let uri = shared_test_driver();
+    let conn = libvirt::direct::open(&uri).expect("the suite's libvirtd serves the test driver");
     let dir = open_tempdir();
     let bus = Bus::session();
     let config =
