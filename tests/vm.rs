@@ -1207,3 +1207,55 @@ fn two_template_vms_found_on_at_start_leave_one() {
     drop(d);
     std::mem::forget(conn);
 }
+
+/// The daemon's libvirt helper killed under a running VM worker: the worker
+/// is not lost (a new helper finds its domain on the same libvirtd), and
+/// stopping it goes through the new helper and ends it as the guest did.
+#[test]
+fn a_killed_libvirt_helper_is_started_again_and_loses_no_vm() {
+    let Some(_lock) = libvirtd() else { return };
+    let uri = shared_test_driver();
+    // Keeps the shared test driver's state while the helpers come and go.
+    let conn = libvirt::direct::open(&uri).expect("the suite's libvirtd serves the test driver");
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = daemon(dir.path(), &bus, &uri, &[]);
+    let a = &bus.address;
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &vm_spec("kept", 1, TEST_DOMAIN)],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("kept running", || state(a, "kept") == "s \"running\"\n");
+    let helper = || {
+        let o = Command::new("pgrep")
+            .args(["-P", &d.child.id().to_string(), "-f", "astraeus-libvirt"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse::<i32>()
+            .ok()
+    };
+    let first = helper().expect("a helper runs the VM");
+    // SAFETY: a plain kill(2) of the helper this test found.
+    assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+    let o = manager(a, None, "StopWorker", &["s", "kept"]);
+    assert!(o.ok, "{}", o.stderr);
+    eventually("kept gone", || gone(a, "kept"));
+    let second = helper().expect("a new helper did the stop");
+    assert_ne!(first, second);
+    let o = manager(a, None, "ListEnded", &["xu", "0", "10"]);
+    assert!(o.stdout.contains("\"kept\""), "{}", o.stdout);
+    assert!(
+        !o.stdout.contains("could not be seen") && !o.stdout.contains("failed"),
+        "the worker ended as if its VM were lost: {}",
+        o.stdout
+    );
+    assert!(
+        conn.lookup_domain_by_name("astraeus-kept").is_err(),
+        "the stopped VM is gone from libvirt"
+    );
+}
