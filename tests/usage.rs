@@ -254,8 +254,24 @@ fn usage_report_over_the_bus_adds_up_and_astraeusctl_prints_it() {
     for kind in ["worker", "outside", "idle", "downtime"] {
         assert!(kinds.contains(&kind), "{kind} missing: {}", o.stdout);
     }
+    // The sim GPU draws a steady 60 W while the daemon watches it, so the
+    // energy is 60 mJ for each ms not in `downtime`: worked out here from the
+    // report's own times, not from how the daemon integrates power.
     let energy: u64 = rows.iter().map(|r| r[4].parse::<u64>().unwrap()).sum();
-    assert!(energy > 0, "60 W were drawn: {}", o.stdout);
+    let up_ms: u64 = rows
+        .iter()
+        .filter(|r| r[1] != "downtime")
+        .map(|r| r[3].parse::<u64>().unwrap())
+        .sum();
+    // Each stretch between two readings (one per 0.2 s refresh) is kept in
+    // whole ms, so each may be up to 1 ms (60 mJ) short.
+    let stretches = up_ms / 200 + rows.len() as u64 + 1;
+    assert!(
+        energy.abs_diff(60 * up_ms) <= 60 * stretches,
+        "60 W for {up_ms} ms is {} mJ, not {energy}: {}",
+        60 * up_ms,
+        o.stdout
+    );
 
     // The table and JSON forms; a bad grouping names its field.
     let o = ctl(a, None, &["usage", "--by", "worker"]);
@@ -495,4 +511,66 @@ fn metrics_count_gpu_time_and_energy_across_restarts() {
         &[("gpu", "0"), ("kind", "downtime")]
     )
     .is_some_and(|s| s > 0.0));
+}
+
+/// docs/architecture.md: "a run counts as up until its last usage interval
+/// (a kill loses at most `usage.interval_seconds` of up-time to downtime)".
+/// A daemon metering every second is SIGKILLed after four seconds up and
+/// restarted on the same ledger: the report's downtime is the time it was
+/// really down plus at most one interval (and a timer's lateness, 0.5 s
+/// allowed). Were the killed run's time not kept, four seconds would be lost.
+#[test]
+fn a_kill_loses_at_most_one_interval_of_up_time() {
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let mut first = metered_majin(&bus, dir.path(), 1);
+    let a = &bus.address;
+    let since = now_ms().div_ceil(1000);
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("listen", "2")]).ok);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let killed_ms = now_ms();
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let _second = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let restarted_ms = now_ms();
+    // The window ends between the kill and the restart's READY, so no time
+    // after the report (counted as not up yet) falls in it.
+    let until = restarted_ms / 1000;
+    let o = ctl(
+        a,
+        None,
+        &[
+            "usage",
+            "--since",
+            &since.to_string(),
+            "--until",
+            &until.to_string(),
+            "--by",
+            "gpu",
+            "--csv",
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let downtime: u64 = o
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r[1] == "downtime")
+        .map(|r| r[3].parse::<u64>().unwrap())
+        .sum();
+    let down = until * 1000 - killed_ms;
+    assert!(downtime > 0, "the kill left no downtime: {}", o.stdout);
+    assert!(
+        downtime <= down + 1_000 + 500,
+        "down {down} ms, yet {downtime} ms of downtime: more than one interval of up-time lost\n{}",
+        o.stdout
+    );
 }
