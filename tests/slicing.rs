@@ -453,8 +453,16 @@ fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
             .unwrap()
             == 2
     });
-    // Converged to now (no slice): nothing was started late.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Converged to now, and the timeline holds no slice from now on, so
+    // nothing can start late (a state to read, not a wait that hopes).
+    let now = jiff::Timestamp::now().as_second();
+    let o = manager(
+        &a,
+        None,
+        "ListSlices",
+        &["xx", &(now - 1).to_string(), &(now + 86_400).to_string()],
+    );
+    assert_eq!(o.stdout.trim(), "a(sxxs) 0", "{}", o.stderr);
     assert!(
         !steps(&db).iter().any(|s| s.starts_with("start-issued")),
         "{:?}",
@@ -776,9 +784,18 @@ fn schedules_belong_to_templates_that_exist() {
     assert!(!manager(&a, None, "GetSchedule", &["s", "ghost"]).ok);
     let tree = busctl(&a, &["tree", "--list", "org.astraeus.Node1"]).stdout;
     assert!(!tree.contains("template/ghost"), "{tree}");
-    std::thread::sleep(std::time::Duration::from_secs(4));
-    assert_eq!(template_state(&a, "b"), "running");
+    // Nothing was kept that could fire: no schedule row, no slice ahead.
     let db = d.state.join("ledger.db");
+    assert_eq!(schedule_rows(&db, "ghost"), 0);
+    let now = jiff::Timestamp::now().as_second();
+    let o = manager(
+        &a,
+        None,
+        "ListSlices",
+        &["xx", &now.to_string(), &(now + 86_400).to_string()],
+    );
+    assert!(!o.stdout.contains("ghost"), "{}", o.stdout);
+    assert_eq!(template_state(&a, "b"), "running");
     assert!(
         !steps(&db).iter().any(|s| s.contains("ghost")),
         "{:?}",
@@ -806,15 +823,8 @@ fn schedules_belong_to_templates_that_exist() {
     let o = manager(&a, None, "RemoveTemplate", &["s", "a"]);
     assert!(o.ok, "{}", o.stderr);
     assert!(!manager(&a, None, "GetSchedule", &["s", "a"]).ok);
+    assert_eq!(schedule_rows(&db, "a"), 0);
     let c = rusqlite::Connection::open(&db).unwrap();
-    let left: i64 = c
-        .query_row(
-            "SELECT count(*) FROM schedules WHERE template = 'a'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(left, 0);
 
     // A ledger from before this rule holds a schedule for a template that
     // does not exist, due in 2 s: dropped on start, never fired.
@@ -833,12 +843,26 @@ fn schedules_belong_to_templates_that_exist() {
         "{}",
         d.log_text()
     );
-    std::thread::sleep(std::time::Duration::from_secs(4));
+    // Dropped from the ledger before the daemon served anything, so there
+    // is nothing left that could fire (read, not waited for).
+    assert_eq!(schedule_rows(&db, "ghost"), 0);
     assert!(
         !steps(&db).iter().any(|s| s.contains("ghost")),
         "{:?}",
         steps(&db)
     );
+}
+
+/// How many schedule rows the ledger holds for `template`.
+fn schedule_rows(db: &Path, template: &str) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM schedules WHERE template = ?1",
+            [template],
+            |r| r.get(0),
+        )
+        .unwrap()
 }
 
 /// The release interlock, over libvirt (a test-driver node file): a domain
