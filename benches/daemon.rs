@@ -163,12 +163,27 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
 /// 4. Restart → READY=1 with `workers` live workers and `history` history rows.
 fn restart(workers: usize, history: usize, out: &mut Vec<String>) {
     let (dir, sim_file) = daemon_dir(64);
-    std::fs::create_dir_all(dir.path().join("state")).unwrap();
+    fill_ledger(dir.path(), workers, history);
+    let bus = Bus::start();
+    let (mut child, ready) = start_daemon(&bus, dir.path(), &sim_file);
+    let _ = child.kill();
+    let _ = child.wait();
+    out.push("## Restart to READY=1".into());
+    out.push(format!(
+        "{workers} live workers and {history} history rows: READY=1 after **{:.0} ms** (target under 1 s).",
+        ready.as_secs_f64() * 1e3
+    ));
+}
+
+/// A ledger for a 64-GPU sim machine with `workers` running workers (0.01 GB
+/// each) and `history` history rows.
+fn fill_ledger(dir: &Path, workers: usize, history: usize) {
+    std::fs::create_dir_all(dir.join("state")).unwrap();
     // Create the schema, then fill it in one transaction (the daemon's own
     // commits are one per operation; building the fixture that way would take
     // minutes and measure nothing of interest).
-    drop(Store::open(&dir.path().join("state/ledger.db")).unwrap());
-    let mut db = rusqlite::Connection::open(dir.path().join("state/ledger.db")).unwrap();
+    drop(Store::open(&dir.join("state/ledger.db")).unwrap());
+    let mut db = rusqlite::Connection::open(dir.join("state/ledger.db")).unwrap();
     let tx = db.transaction().unwrap();
     let m = sim::parse(&machine_toml(64)).unwrap();
     for i in 0..workers {
@@ -193,15 +208,118 @@ fn restart(workers: usize, history: usize, out: &mut Vec<String>) {
         .unwrap();
     }
     tx.commit().unwrap();
-    let bus = Bus::start();
-    let (mut child, ready) = start_daemon(&bus, dir.path(), &sim_file);
-    let _ = child.kill();
-    let _ = child.wait();
-    out.push("## Restart to READY=1".into());
-    out.push(format!(
-        "{workers} live workers and {history} history rows: READY=1 after **{:.0} ms** (target under 1 s).",
-        ready.as_secs_f64() * 1e3
-    ));
+}
+
+/// CPU time a process has used (user + system), from /proc/PID/stat.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // utime and stime are fields 14 and 15 (11 and 12 after the comm), in 1/100 s.
+    Duration::from_millis((f.get(11).unwrap_or(&0) + f.get(12).unwrap_or(&0)) * 10)
+}
+
+/// Costs with size (#25): at each size, a daemon started on a ledger of that
+/// many live workers; its resident memory, one SubmitWorker + StopWorker
+/// round trip (p50 of 20), ListWorkers and GetManagedObjects (time, reply
+/// bytes), and the CPU of an idle refresh (1 s refresh, 10 s watched).
+fn scale(sizes: &[usize], idle_window: Duration, out: &mut Vec<String>) {
+    out.push("## Costs with size (64 GPUs, live workers running 0.01 GB each)".into());
+    out.push("| live workers | resident (own) | own per worker | submit+stop p50 | ListWorkers | GetManagedObjects | idle CPU per refresh |".into());
+    out.push("|---|---|---|---|---|---|---|".into());
+    let mut own_empty = None;
+    for &n in sizes {
+        let (dir, sim_file) = daemon_dir(64);
+        std::fs::write(
+            dir.path().join("node.toml"),
+            "[runtime]\npodman_socket = \"/nonexistent\"\n[inventory]\nrefresh_seconds = 1\n",
+        )
+        .unwrap();
+        fill_ledger(dir.path(), n, 0);
+        let bus = Bus::start();
+        let (mut child, _) = start_daemon(&bus, dir.path(), &sim_file);
+        let pid = child.id();
+        std::thread::sleep(Duration::from_secs(1));
+        let c0 = cpu_time(pid);
+        std::thread::sleep(idle_window);
+        let per_refresh = (cpu_time(pid) - c0).as_secs_f64() * 1e3 / idle_window.as_secs_f64();
+        let (rss, own) = (status_kb(pid, "VmRSS:"), status_kb(pid, "RssAnon:"));
+        let own_empty_kb = *own_empty.get_or_insert(own);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (round_trip, list, managed) = rt.block_on(async {
+            let c = zbus::connection::Builder::address(bus.address.as_str())
+                .build()
+                .await
+                .unwrap();
+            let mut trips = Vec::new();
+            for i in 0..20 {
+                let t = Instant::now();
+                let name = format!("probe{i}");
+                for (method, arg) in [
+                    ("SubmitWorker", shared(&name, 1)),
+                    ("StopWorker", name.clone()),
+                ] {
+                    c.call_method(
+                        Some("org.astraeus.Node1"),
+                        "/org/astraeus/Node1",
+                        Some("org.astraeus.Node1.Manager"),
+                        method,
+                        &(arg.as_str(),),
+                    )
+                    .await
+                    .unwrap();
+                }
+                trips.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            trips.sort_by(f64::total_cmp);
+            let timed = |interface: &'static str, method: &'static str| {
+                let c = c.clone();
+                async move {
+                    let t = Instant::now();
+                    let reply = c
+                        .call_method(
+                            Some("org.astraeus.Node1"),
+                            "/org/astraeus/Node1",
+                            Some(interface),
+                            method,
+                            &(),
+                        )
+                        .await
+                        .unwrap();
+                    (t.elapsed().as_secs_f64() * 1e3, reply.data().len())
+                }
+            };
+            let list = timed("org.astraeus.Node1.Manager", "ListWorkers").await;
+            let managed = timed("org.freedesktop.DBus.ObjectManager", "GetManagedObjects").await;
+            (pct(&trips, 0.5), list, managed)
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let per_worker = if n == 0 {
+            "—".to_string()
+        } else {
+            format!(
+                "{:.0} B",
+                (own.saturating_sub(own_empty_kb) * 1024) as f64 / n as f64
+            )
+        };
+        out.push(format!(
+            "| {n} | {:.1} MB ({:.1} MB) | {per_worker} | {round_trip:.2} ms | {:.1} ms ({:.2} MB) | {:.1} ms ({:.2} MB) | {:.2} ms |",
+            rss as f64 / 1024.0,
+            own as f64 / 1024.0,
+            list.0,
+            list.1 as f64 / 1e6,
+            managed.0,
+            managed.1 as f64 / 1e6,
+            per_refresh
+        ));
+    }
 }
 
 /// A bare zbus echo service: the floor's bus half.
@@ -702,6 +820,7 @@ fn main() {
         handoff_dead_time(4, &mut out);
         throughput(5, 40, &mut out);
         schedule_check(2, &mut out);
+        scale(&[0, 50], Duration::from_secs(1), &mut out);
         println!("{}", out.join("\n"));
         println!("bench smoke: OK");
         return;
@@ -721,7 +840,8 @@ fn main() {
             "handoff" => handoff_dead_time(50, &mut out),
             "throughput" => throughput(50, 20_000, &mut out),
             "schedules" => schedule_check(400, &mut out),
-            other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules"),
+            "scale" => scale(&[0, 10_000, 100_000], Duration::from_secs(10), &mut out),
+            other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules, scale"),
         }
         println!("{}", out.join("\n"));
         return;
@@ -733,6 +853,7 @@ fn main() {
     handoff_dead_time(50, &mut out);
     throughput(50, 20_000, &mut out);
     schedule_check(400, &mut out);
+    scale(&[0, 10_000, 100_000], Duration::from_secs(10), &mut out);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
