@@ -726,15 +726,25 @@ pub fn offers_line(g: &Gpu) -> String {
     }
 }
 
+/// Sharers a GPU's summary names; the rest are counted. A line naming a
+/// thousand sharers helps no reader (the list is the Sharers property), and
+/// rebuilding it on every change made a submit cost linear in them
+/// (docs/benchmarks.md, costs with size).
+pub const SUMMARY_NAMES: usize = 8;
+
 pub fn sharers_line(usage: Option<&GpuUse>) -> String {
     match usage {
         Some(u) if u.whole.is_some() => format!("whole: {}", u.whole.as_ref().unwrap()),
         Some(u) if !u.sharers.is_empty() => {
-            let list: Vec<String> = u
+            let mut list: Vec<String> = u
                 .sharers
                 .iter()
+                .take(SUMMARY_NAMES)
                 .map(|(n, gb)| format!("{n} {gb} GB"))
                 .collect();
+            if u.sharers.len() > SUMMARY_NAMES {
+                list.push(format!("and {} more", u.sharers.len() - SUMMARY_NAMES));
+            }
             format!("shared: {} — {} GB taken", list.join(", "), u.taken())
         }
         _ => "free".to_string(),

@@ -293,6 +293,21 @@ fn host_cores_and_memory_are_promised_too() {
 }
 
 #[test]
+fn a_summary_names_at_most_eight_sharers_and_counts_the_rest() {
+    let m = machine(vec![gpu(0, "L4", "24", "0")]);
+    let mut book = Book::default();
+    for i in 0..11 {
+        run(&m, &mut book, &format!("w{i:02}"), &shared(1, "0.5")).unwrap();
+    }
+    let line = placement::sharers_line(book.usage("GPU-0"));
+    assert_eq!(
+        line,
+        "shared: w00 0.5 GB, w01 0.5 GB, w02 0.5 GB, w03 0.5 GB, w04 0.5 GB, w05 0.5 GB, \
+         w06 0.5 GB, w07 0.5 GB, and 3 more — 5.5 GB taken"
+    );
+}
+
+#[test]
 fn seed_lines() {
     let m = machine(vec![gpu(0, "NVIDIA GeForce RTX 4060", "8", "1")]);
     let mut book = Book::default();
