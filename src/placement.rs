@@ -87,7 +87,9 @@ pub struct Grant {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuUse {
     pub whole: Option<String>,
-    pub sharers: BTreeMap<String, Amount>,
+    /// Names shared (not copied) with the views built from them: a GPU with
+    /// a thousand sharers is rebuilt on every change to it.
+    pub sharers: BTreeMap<Arc<str>, Amount>,
 }
 
 impl GpuUse {
@@ -161,7 +163,7 @@ impl Book {
             let u = Arc::make_mut(self.gpus.entry(g.gpu_uuid.clone()).or_default());
             match g.share {
                 Some(share) => {
-                    u.sharers.insert(worker.to_string(), share);
+                    u.sharers.insert(Arc::from(worker), share);
                 }
                 None => u.whole = Some(worker.to_string()),
             }

@@ -62,7 +62,8 @@ pub struct GpuView {
     pub offered_gb: f64,
     pub held_outside_gb: f64,
     pub taken_gb: f64,
-    pub sharers: Vec<(String, f64)>,
+    /// Each sharer and its share (GB); names shared with the placement book.
+    pub sharers: Vec<(Arc<str>, f64)>,
     /// The worker holding it whole; empty when none does.
     pub held_whole_by: String,
     /// The whole request it is drained (kept) for; empty when none.
@@ -266,7 +267,10 @@ pub fn sharers(v: GpuView) -> Sharers {
         sharers: v
             .sharers
             .into_iter()
-            .map(|(name, gb)| Sharer { name, gb })
+            .map(|(name, gb)| Sharer {
+                name: name.to_string(),
+                gb,
+            })
             .collect(),
         summary: v.summary,
     }

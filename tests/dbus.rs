@@ -82,9 +82,13 @@ fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
             "OfferedGb",
             "TakenGb",
             "Mode",
+            "Sharers",
         ],
     );
-    assert_eq!(o.stdout, "d 7\nd 6.4\ns \"shared\"\n");
+    assert_eq!(
+        o.stdout,
+        "d 7\nd 6.4\ns \"shared\"\na(sd) 2 \"listen\" 2.2 \"voice\" 4.2\n"
+    );
 
     // Typed errors with the foundation's messages.
     let o = gdbus_manager(

@@ -58,9 +58,16 @@ impl GpuObject {
     async fn taken_gb(&self) -> f64 {
         self.view.read().taken_gb
     }
-    #[zbus(property)]
+    /// Every sharer and its share (GB). PropertiesChanged only invalidates
+    /// it: with a thousand sharers, sending the list on every change to the
+    /// GPU made each submit cost the whole list (docs/benchmarks.md).
+    #[zbus(property(emits_changed_signal = "invalidates"))]
     async fn sharers(&self) -> Vec<(String, f64)> {
-        self.view.read().sharers.clone()
+        let v = self.view.read();
+        v.sharers
+            .iter()
+            .map(|(n, gb)| (n.to_string(), *gb))
+            .collect()
     }
     /// The whole request this GPU drains for (no new work goes on it until
     /// that request is placed); empty when none.
@@ -116,7 +123,7 @@ impl GpuObject {
             n.held_outside_gb,
         );
         d.set(old.taken_gb != n.taken_gb, "TakenGb", n.taken_gb);
-        d.set(old.sharers != n.sharers, "Sharers", n.sharers);
+        d.invalidate(old.sharers != n.sharers, "Sharers");
         d.set(old.summary != n.summary, "Summary", n.summary);
         d.set(
             old.draining_for != n.draining_for,

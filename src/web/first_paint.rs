@@ -117,7 +117,7 @@ fn gpu(g: &GpuSnap) -> String {
     let (total, outside) = (v.total_gb, v.held_outside_gb);
     let taken: f64 = v.sharers.iter().map(|(_, gb)| gb).sum();
     let scale = total.max(outside + taken).max(0.001);
-    let names: Vec<&str> = v.sharers.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = v.sharers.iter().map(|(n, _)| &**n).collect();
     let colour = colours(&names);
     let seg = |class: &str, gbs: f64, label: &str, colour: Option<&str>| {
         if gbs <= 0.0 {

@@ -349,7 +349,7 @@ pub fn machine_json(snap: &Snapshot) -> Value {
                 "healthy": v.healthy, "health": v.health,
                 "total_gb": v.total_gb, "offered_gb": v.offered_gb,
                 "held_outside_gb": v.held_outside_gb, "taken_gb": v.taken_gb,
-                "sharers": v.sharers.iter().map(|(w, gb)| json!({"worker": w, "gb": gb})).collect::<Vec<_>>(),
+                "sharers": v.sharers.iter().map(|(w, gb)| json!({"worker": &**w, "gb": gb})).collect::<Vec<_>>(),
                 "held_whole_by": (!v.held_whole_by.is_empty()).then_some(&v.held_whole_by),
                 "draining_for": (!v.draining_for.is_empty()).then_some(&v.draining_for),
                 "summary": v.summary, "offers": g.offers, "used_gb": g.used_gb,
