@@ -63,40 +63,40 @@ done
 line=$(journalctl --no-pager -o cat MESSAGE_ID=$pending WORKER=small)
 [ "$line" = "worker small waits: GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5" ] \
     || fail "pending line: '$line'"
-journalctl --no-pager -o cat MESSAGE_ID=$placed WORKER=voice | grep -qx "worker voice placed: 1 · shared 4.2 GB" \
+grep -qx "worker voice placed: 1 · shared 4.2 GB" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$placed WORKER=voice)" \
     || fail "placed line"
-journalctl --no-pager -o cat MESSAGE_ID=$exited WORKER=voice | grep -q "worker voice ended" || fail "exited line"
+grep -q "worker voice ended" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$exited WORKER=voice)" || fail "exited line"
 # small is placed once voice is gone, on GPU 0.
-journalctl --no-pager -o verbose MESSAGE_ID=$placed WORKER=small | grep -qx "    GPU=0" || fail "GPU= field"
+grep -qx "    GPU=0" <<<"$(journalctl --no-pager -o verbose MESSAGE_ID=$placed WORKER=small)" || fail "GPU= field"
 # No field carries tracing-journald's default prefix.
-if journalctl --no-pager -o verbose SYSLOG_IDENTIFIER=astraeusd | grep -q "^    F_"; then fail "F_ prefixed fields"; fi
+if grep -q "^    F_" <<<"$(journalctl --no-pager -o verbose SYSLOG_IDENTIFIER=astraeusd)"; then fail "F_ prefixed fields"; fi
 # Info is priority 6, as systemd maps it.
 prio=$(journalctl --no-pager -o verbose MESSAGE_ID=$placed WORKER=listen | sed -n 's/^    PRIORITY=//p')
 [ "$prio" = 6 ] || fail "info logged at PRIORITY=$prio"
 # journalctl -x explains the message from the shipped catalog.
-journalctl --no-pager -x MESSAGE_ID=$pending WORKER=small | grep -q "A worker waits for room on the GPUs" \
+grep -q "A worker waits for room on the GPUs" <<<"$(journalctl --no-pager -x MESSAGE_ID=$pending WORKER=small)" \
     || fail "catalog text: $(journalctl --no-pager -x MESSAGE_ID=$pending | tail -5)"
 
 over=4a1865c810c44f068ad2733be5769b90 warning=17583ccc74d7438ab6bb45c9550a4eaa
 handoff=eecdf24d752a41ea87b048282b74d465 lifecycle=c5b1cceda2054a4e9ca28d2406f9753b
 seen() { for _ in $(seq 300); do [ -n "$(journalctl --no-pager -o cat "$@")" ] && return 0; sleep 0.1; done; return 1; }
-journalctl --no-pager -o cat MESSAGE_ID=$lifecycle | grep -q "^ready on org.astraeus.Node1: " || fail "ready line"
+grep -q "^ready on org.astraeus.Node1: " <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$lifecycle)" || fail "ready line"
 # The desktop takes 4 GB more: listen's 2.2 and small's 1.5 no longer fit
 # the 3 GB offered (SIGHUP re-reads the GPUs).
 sed -i 's/^outside_gb = 1$/outside_gb = 5/' "$rt/majin.toml"
 kill -HUP "$daemon_pid"
 seen MESSAGE_ID=$over GPU=0 || fail "no over-promised line"
-journalctl --no-pager -o cat MESSAGE_ID=$over GPU=0 | grep -q "^GPU 0 of majin is over-promised: 3.7 GB promised to sharers" \
+grep -q "^GPU 0 of majin is over-promised: 3.7 GB promised to sharers" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$over GPU=0)" \
     || fail "over-promised line: $(journalctl --no-pager -o cat MESSAGE_ID=$over)"
 seen MESSAGE_ID=$warning WORKER=listen || fail "no worker warning for listen"
 # A template's steps carry TEMPLATE=.
 call CreateTemplate s '{"name":"t","workload":{"model":"m","runtime":"r"},"user":{"kind":"internal","name":"u"},"vm":{"domain_xml":"<domain type='"'"'test'"'"'><name>jt</name><memory>65536</memory><os><type>hvm</type></os></domain>"},"baseboard":[]}' >/dev/null
 call Resume sb t false >/dev/null
 seen MESSAGE_ID=$handoff TEMPLATE=t || fail "no handoff step for t"
-journalctl --no-pager -o cat MESSAGE_ID=$handoff TEMPLATE=t | grep -q "^handoff: start-issued (from none to t)" \
+grep -q "^handoff: start-issued (from none to t)" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$handoff TEMPLATE=t)" \
     || fail "handoff line: $(journalctl --no-pager -o cat MESSAGE_ID=$handoff)"
 # A clean stop says so.
 kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
 seen MESSAGE_ID=$lifecycle || fail "lifecycle"
-journalctl --no-pager -o cat MESSAGE_ID=$lifecycle | grep -q "^stopping; the ledger is closed cleanly" || fail "stopping line"
+grep -q "^stopping; the ledger is closed cleanly" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$lifecycle)" || fail "stopping line"
 echo "journal: OK"
