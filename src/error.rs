@@ -43,6 +43,22 @@ impl Error {
         }
     }
 
+    /// The error of kind `kind` (as [`Error::kind`] names it) with `message`;
+    /// an unknown kind is a backend failure.
+    pub fn from_kind(kind: &str, message: String) -> Error {
+        match kind {
+            "InvalidRequest" => Error::InvalidRequest(message),
+            "NotFound" => Error::NotFound(message),
+            "Exists" => Error::Exists(message),
+            "AccessDenied" => Error::AccessDenied(message),
+            "Conflict" => Error::Conflict(message),
+            "Busy" => Error::Busy(message),
+            "QuotaExceeded" => Error::QuotaExceeded(message),
+            "Unsatisfiable" => Error::Unsatisfiable(message),
+            _ => Error::Backend(message),
+        }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             Error::InvalidRequest(m)

@@ -67,15 +67,6 @@ fn maps_libvirt(pid: u32) -> bool {
         .contains("libvirt")
 }
 
-fn vm_spec(name: &str) -> String {
-    let xml = "<domain type='test'><name>base</name><memory>65536</memory>\
-               <os><type>hvm</type></os><devices/></domain>";
-    format!(
-        r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1}}}},"run":{{"vm":{{"domain_xml":{}}}}}}}"#,
-        serde_json::to_string(xml).unwrap()
-    )
-}
-
 fn config() -> &'static str {
     "[inventory]\nrefresh_seconds = 0.5\n[runtime]\nlibvirt_uri = \"test:///default\"\n"
 }
@@ -101,7 +92,12 @@ fn a_daemon_that_runs_no_vm_never_maps_libvirt() {
     // The first VM starts the helper, and still the daemon maps no libvirt.
     let o = manager(a, None, "StopWorker", &["s", "small"]);
     assert!(o.ok, "{}", o.stderr);
-    let o = manager(a, None, "SubmitWorker", &["s", &vm_spec("vm")]);
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &vm_spec("vm", 1, TEST_DOMAIN)],
+    );
     assert!(o.ok, "{}", o.stderr);
     eventually("vm running", || state(a, "vm") == "s \"running\"\n");
     assert!(
@@ -126,7 +122,12 @@ fn without_libvirt_a_vm_fails_naming_what_to_install_and_the_rest_goes_on() {
     let path = broken.to_str().unwrap();
     let d = start_majin(&bus, dir.path(), config(), &[("LD_LIBRARY_PATH", path)]);
     let a = &bus.address;
-    let o = manager(a, None, "SubmitWorker", &["s", &vm_spec("vm")]);
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &vm_spec("vm", 1, TEST_DOMAIN)],
+    );
     assert!(o.ok, "{}", o.stderr);
     eventually("vm ended", || gone(a, "vm"));
     let o = manager(a, None, "ListEnded", &["xu", "0", "10"]);

@@ -213,6 +213,18 @@ fn metered_majin(bus: &Bus, dir: &std::path::Path, interval: u32) -> Daemon {
     Daemon::start(bus, dir, &dir.join("majin.toml"), &[])
 }
 
+/// `astraeusctl usage --by gpu --csv` over [since, until) (epoch seconds).
+fn usage_by_gpu_csv(a: &str, since: u64, until: u64) -> Out {
+    let (since, until) = (since.to_string(), until.to_string());
+    ctl(
+        a,
+        None,
+        &[
+            "usage", "--since", &since, "--until", &until, "--by", "gpu", "--csv",
+        ],
+    )
+}
+
 #[test]
 fn usage_report_over_the_bus_adds_up_and_astraeusctl_prints_it() {
     let dir = open_tempdir();
@@ -227,20 +239,7 @@ fn usage_report_over_the_bus_adds_up_and_astraeusctl_prints_it() {
     assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("listen", "2")]).ok);
     std::thread::sleep(std::time::Duration::from_millis(2500));
     let until = since + 10;
-    let o = ctl(
-        a,
-        None,
-        &[
-            "usage",
-            "--since",
-            &since.to_string(),
-            "--until",
-            &until.to_string(),
-            "--by",
-            "gpu",
-            "--csv",
-        ],
-    );
+    let o = usage_by_gpu_csv(a, since, until);
     assert!(o.ok, "{}", o.stderr);
     let mut lines = o.stdout.lines();
     assert_eq!(
@@ -543,20 +542,7 @@ fn a_kill_loses_at_most_one_interval_of_up_time() {
     // The window ends between the kill and the restart's READY, so no time
     // after the report (counted as not up yet) falls in it.
     let until = restarted_ms / 1000;
-    let o = ctl(
-        a,
-        None,
-        &[
-            "usage",
-            "--since",
-            &since.to_string(),
-            "--until",
-            &until.to_string(),
-            "--by",
-            "gpu",
-            "--csv",
-        ],
-    );
+    let o = usage_by_gpu_csv(a, since, until);
     assert!(o.ok, "{}", o.stderr);
     let downtime: u64 = o
         .stdout

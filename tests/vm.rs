@@ -15,9 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const TEST_DOMAIN: &str = "<domain type='test'><name>base</name><memory>65536</memory>\
-    <os><type>hvm</type></os><devices/></domain>";
-
 fn launch(worker: &str, source: VmSource) -> Launch {
     Launch {
         worker: worker.into(),
@@ -186,18 +183,6 @@ fn an_existing_domain_is_copied_and_must_be_off() {
 }
 
 // ---- the daemon, over a real bus ----
-
-fn vm_spec(name: &str, gpus: u32, xml: &str) -> String {
-    let gpu = if gpus > 0 {
-        format!(r#""gpu_requests":{{"count":{gpus}}},"#)
-    } else {
-        String::new()
-    };
-    format!(
-        r#"{{"name":"{name}","requested_resources":{{{gpu}"cpu_cores":1}},"run":{{"vm":{{"domain_xml":{}}}}}}}"#,
-        serde_json::to_string(xml).unwrap()
-    )
-}
 
 fn daemon(dir: &Path, bus: &Bus, uri: &str, env: &[(&str, &str)]) -> Daemon {
     let config = format!(

@@ -17,10 +17,10 @@ use crate::time::EpochMs;
 use rusqlite::{params, Connection};
 use std::path::Path;
 
-/// Versioned migrations: entry N brings the schema from version N to N+1.
 /// The oldest SQLite the ledger's SQL runs on, as a number and in words.
 const MIN_SQLITE: (i32, &str) = (3_024_000, "3.24");
 
+/// Versioned migrations: entry N brings the schema from version N to N+1.
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE workers (

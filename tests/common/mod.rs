@@ -308,6 +308,23 @@ pub fn ctl_tz(address: &str, zone: &str, args: &[&str]) -> Out {
         .unwrap())
 }
 
+/// A domain for libvirt's test driver.
+pub const TEST_DOMAIN: &str = "<domain type='test'><name>base</name><memory>65536</memory>\
+    <os><type>hvm</type></os><devices/></domain>";
+
+/// A VM worker's request: `gpus` whole GPUs (none when 0), one core, `xml`.
+pub fn vm_spec(name: &str, gpus: u32, xml: &str) -> String {
+    let gpu = if gpus > 0 {
+        format!(r#""gpu_requests":{{"count":{gpus}}},"#)
+    } else {
+        String::new()
+    };
+    format!(
+        r#"{{"name":"{name}","requested_resources":{{{gpu}"cpu_cores":1}},"run":{{"vm":{{"domain_xml":{}}}}}}}"#,
+        serde_json::to_string(xml).unwrap()
+    )
+}
+
 pub fn shared_spec(name: &str, gb: &str) -> String {
     format!(
         r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#

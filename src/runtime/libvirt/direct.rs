@@ -126,9 +126,8 @@ fn backend(uri: &str, e: virt::error::Error) -> Error {
     Error::Backend(format!("libvirt at {uri}: {}", e.message()))
 }
 
-/// The domain named `name`; libvirt's error names the domain.
 /// A domain by name; NotFound when libvirt has no such domain (so callers
-/// can tell "gone" from "libvirt failed").
+/// can tell "gone" from "libvirt failed"), libvirt's words either way.
 fn lookup(c: &Connect, uri: &str, name: &str) -> Result<Domain> {
     c.lookup_domain_by_name(name).map_err(|e| {
         let text = format!("libvirt at {uri}: domain {name}: {}", e.message());

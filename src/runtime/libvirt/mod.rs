@@ -30,6 +30,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::ChildStdin;
 use tokio::sync::{broadcast, oneshot};
+// libvirt's event numbers only: constants, so nothing of libvirt is linked.
 use virt::sys;
 pub use wire::Lifecycle;
 use wire::{Call, Out, Request};

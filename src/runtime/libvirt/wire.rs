@@ -121,18 +121,7 @@ impl From<&Error> for WireError {
 
 impl From<WireError> for Error {
     fn from(w: WireError) -> Error {
-        let m = w.message;
-        match w.kind.as_str() {
-            "InvalidRequest" => Error::InvalidRequest(m),
-            "NotFound" => Error::NotFound(m),
-            "Exists" => Error::Exists(m),
-            "AccessDenied" => Error::AccessDenied(m),
-            "Conflict" => Error::Conflict(m),
-            "Busy" => Error::Busy(m),
-            "QuotaExceeded" => Error::QuotaExceeded(m),
-            "Unsatisfiable" => Error::Unsatisfiable(m),
-            _ => Error::Backend(m),
-        }
+        Error::from_kind(&w.kind, w.message)
     }
 }
 
