@@ -60,6 +60,8 @@ pub fn hit(name: &str) {
     if p.hits.fetch_add(1, Ordering::SeqCst) + 1 != p.on {
         return;
     }
+    // A test waits for this line to know the process is held here.
+    tracing::warn!("failpoint {name} reached");
     match p.action {
         // SIGKILL, not abort: no destructor, no flush, exactly like a power cut
         // as far as the process is concerned.

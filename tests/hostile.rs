@@ -768,3 +768,59 @@ fn a_flood_of_big_messages_is_refused_by_size() {
         );
     }
 }
+
+/// A usage report reads the ledger on its own connection, away from the
+/// service loop: a caller asking for a year of rows (seconds of work) holds
+/// no one else. Held inside the report by a failpoint, a submit is answered
+/// meanwhile, and the report after it.
+#[test]
+fn a_long_usage_report_holds_no_one_else() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "",
+        &[("ASTRAEUS_FAILPOINTS", "usage.report=pause10000")],
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (a, from, to) = (
+        bus.address.clone(),
+        (now - 3600).to_string(),
+        now.to_string(),
+    );
+    let report = std::thread::spawn(move || {
+        manager(&a, None, "UsageReport", &["xxs", &from, &to, "worker"])
+    });
+    eventually("the report is held inside", || {
+        d.log_text().contains("failpoint usage.report reached")
+    });
+    let submit = busctl(
+        &bus.address,
+        &[
+            "--timeout=5",
+            "call",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager",
+            "SubmitWorker",
+            "s",
+            &shared_spec("meanwhile", "1"),
+        ],
+    );
+    assert!(
+        submit.ok,
+        "a submit waited on a usage report: {}",
+        submit.stderr
+    );
+    assert!(
+        !report.is_finished(),
+        "the report was answered before the failpoint let it go"
+    );
+    let report = report.join().unwrap();
+    assert!(report.ok, "{}", report.stderr);
+    assert!(report.stdout.starts_with("a(sssttx)"), "{}", report.stdout);
+}

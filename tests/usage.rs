@@ -560,3 +560,34 @@ fn a_kill_loses_at_most_one_interval_of_up_time() {
         o.stdout
     );
 }
+
+/// A report taken off the loop reads the ledger a moment after the live
+/// run's facts were taken: the loop may have closed the open interval into
+/// the ledger meanwhile. That stretch counts once, not twice (its energy
+/// from the ledger's rows as written, by hand: 600 + 600 + 600 + 1200 + 601 J).
+#[test]
+fn an_interval_closed_after_the_facts_were_taken_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger(dir.path());
+    let store = Store::open(&path).unwrap();
+    let current = astraeusd::store::CurrentRun {
+        started_ms: 40 * MIN,
+        now_ms: 60 * MIN,
+        // What the loop still held open when the report was asked for.
+        open: vec![interval(50, 60, 601, 2)],
+    };
+    let gpus = vec![astraeusd::report::GpuFacts {
+        uuid: UUID.into(),
+        index: 0,
+        total_bytes: 8 * GB_BYTES,
+    }];
+    let rows = store
+        .usage_report(0, 60 * MIN, GroupBy::Gpu, Some(current), gpus, |u| {
+            u.to_string()
+        })
+        .unwrap();
+    let energy: u64 = rows.iter().map(|r| r.energy_mj).sum();
+    assert_eq!(energy, 3_601_000, "{rows:#?}");
+    let time: u64 = rows.iter().map(|r| r.gpu_ms).sum();
+    assert_eq!(time, 60 * MIN as u64, "the GPU's rows add up to the hour");
+}

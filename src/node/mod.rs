@@ -771,6 +771,23 @@ impl Node {
         live: &[crate::usage::Interval],
         owner_name: impl Fn(u32) -> String,
     ) -> Result<Vec<crate::report::Row>> {
+        let (current, gpus) = self.report_facts(now_ms, live.to_vec());
+        self.store
+            .usage_report(from_ms, to_ms, by, current, gpus, owner_name)
+    }
+
+    /// What a usage report needs of the live daemon besides the ledger: this
+    /// run (up until `now_ms`, with `live`, what it measured since its last
+    /// interval closed) and the GPUs the machine has now. Cheap: taken on
+    /// the loop for a report that runs on [`Store::reader`].
+    pub fn report_facts(
+        &self,
+        now_ms: i64,
+        live: Vec<crate::usage::Interval>,
+    ) -> (
+        Option<crate::store::CurrentRun>,
+        Vec<crate::report::GpuFacts>,
+    ) {
         let gpus = self
             .machine
             .gpus
@@ -786,8 +803,7 @@ impl Node {
             now_ms,
             open: live,
         });
-        self.store
-            .usage_report(from_ms, to_ms, by, current, gpus, owner_name)
+        (current, gpus)
     }
 
     /// Every template's actions, by template name.

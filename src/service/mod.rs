@@ -113,6 +113,9 @@ pub struct Service {
     held: Held,
     /// Everything the loop sends on the bus, in order, without waiting.
     outbox: crate::bus::outbox::Outbox,
+    /// A read-only connection to the ledger for usage reports, one at a
+    /// time, off the loop (None for a ledger in memory).
+    report_reader: Option<Arc<tokio::sync::Mutex<crate::store::Store>>>,
 }
 
 /// A reply to send once its group is synced: told the sync's error, if any.
@@ -152,6 +155,10 @@ impl Service {
         let published = Published::register(&conn, &node, &lp, &settings.slice_rules.tz)
             .await
             .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
+        let report_reader = node
+            .store()
+            .reader()?
+            .map(|r| Arc::new(tokio::sync::Mutex::new(r)));
         let mut service = Service {
             node,
             source,
@@ -181,6 +188,7 @@ impl Service {
             published,
             held: Held::default(),
             outbox: crate::bus::outbox::Outbox::start(),
+            report_reader,
         };
         service.publish_templates();
         Ok(service)
@@ -475,9 +483,7 @@ impl Service {
                 window,
                 group_by,
                 reply,
-            } => {
-                let _ = reply.send(self.usage_report(window, &group_by));
-            }
+            } => self.usage_report(window, &group_by, reply),
             Command::Snapshot { reply } => {
                 let _ = reply.send(self.page_snapshot());
             }

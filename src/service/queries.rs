@@ -5,7 +5,7 @@ use super::Service;
 use crate::bus::wire::{
     EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
 };
-use crate::command::Window;
+use crate::command::{Reply, Window};
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
 use crate::views::{self, RotationView, SlicingView};
@@ -90,30 +90,51 @@ impl Service {
         })
     }
 
-    /// The usage report over the window, as UsageReport rows.
-    pub(super) fn usage_report(&self, window: Window, group_by: &str) -> Result<Vec<UsageRow>> {
-        let by: crate::report::GroupBy = group_by.parse()?;
-        let (from, to) = checked_window(window)?;
+    /// The usage report over the window, as UsageReport rows. The arguments
+    /// are checked and the live run's facts taken here; the ledger is read
+    /// and the report computed on the report reader, away from the loop (a
+    /// year of rows takes seconds), one report at a time.
+    pub(super) fn usage_report(
+        &self,
+        window: Window,
+        group_by: &str,
+        reply: Reply<Result<Vec<UsageRow>>>,
+    ) {
+        let checked = group_by
+            .parse::<crate::report::GroupBy>()
+            .map_err(Error::from)
+            .and_then(|by| Ok((by, checked_window(window)?)));
+        let (by, (from, to)) = match checked {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let (from, to) = (from.as_millisecond(), to.as_millisecond());
         let now = EpochMs::now().as_i64();
-        let rows = self.node.usage_report(
-            from.as_millisecond(),
-            to.as_millisecond(),
-            by,
-            now,
-            &self.sampler.open_intervals(now),
-            user_name,
-        )?;
-        Ok(rows
-            .into_iter()
-            .map(|r| UsageRow {
-                busy_gpu_ms: r.busy_gpu_ms.map_or(-1, |b| b as i64),
-                kind: r.kind.as_str().to_string(),
-                key: r.key,
-                gpu_uuid: r.gpu_uuid,
-                gpu_ms: r.gpu_ms,
-                energy_mj: r.energy_mj,
-            })
-            .collect())
+        let (current, gpus) = self
+            .node
+            .report_facts(now, self.sampler.open_intervals(now));
+        let report = move |store: &crate::store::Store| {
+            // A test holds a report here, as a year of rows would.
+            crate::failpoint::hit("usage.report");
+            store
+                .usage_report(from, to, by, current, gpus, user_name)
+                .map(|rows| rows.into_iter().map(usage_row).collect())
+        };
+        let Some(reader) = self.report_reader.clone() else {
+            // A ledger in memory (tests) has no second connection.
+            let _ = reply.send(report(self.node.store()));
+            return;
+        };
+        tokio::spawn(async move {
+            let reader = reader.lock_owned().await;
+            let rows = tokio::task::spawn_blocking(move || report(&reader))
+                .await
+                .unwrap_or_else(|e| Err(Error::Backend(format!("the usage report failed: {e}"))));
+            let _ = reply.send(rows);
+        });
     }
 
     pub(super) fn page_snapshot(&self) -> views::Snapshot {
@@ -225,6 +246,17 @@ impl Service {
 }
 
 /// A user's name for reports and the page (NSS), or the uid when unknown.
+fn usage_row(r: crate::report::Row) -> UsageRow {
+    UsageRow {
+        busy_gpu_ms: r.busy_gpu_ms.map_or(-1, |b| b as i64),
+        kind: r.kind.as_str().to_string(),
+        key: r.key,
+        gpu_uuid: r.gpu_uuid,
+        gpu_ms: r.gpu_ms,
+        energy_mj: r.energy_mj,
+    }
+}
+
 fn user_name(uid: u32) -> String {
     crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string())
 }

@@ -204,6 +204,8 @@ fn private_files(path: &Path) -> Result<()> {
 
 pub struct Store {
     conn: Connection,
+    /// The ledger's file (None in memory), for [`Store::reader`].
+    path: Option<std::path::PathBuf>,
     /// The write-ahead log, for the one fsync that ends a group of commits.
     wal: Option<std::path::PathBuf>,
     /// Commits since [`Store::defer_sync`] are written but not yet synced.
@@ -222,7 +224,34 @@ impl Store {
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         store.wal = Some(wal.into());
+        store.path = Some(path.to_path_buf());
         Ok(store)
+    }
+
+    /// A second, read-only connection to the same ledger (None for one in
+    /// memory): long reads (a usage report over a year) run on it away from
+    /// the service loop, which goes on writing (WAL lets a reader see the
+    /// last commit while the writer adds more). Its schema is the one this
+    /// store brought up to date.
+    pub fn reader(&self) -> Result<Option<Store>> {
+        let Some(path) = &self.path else {
+            return Ok(None);
+        };
+        use rusqlite::OpenFlags;
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
+        conn.set_prepared_statement_cache_capacity(64);
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(Some(Store {
+            conn,
+            path: None,
+            wal: None,
+            deferred: false,
+            broken: Default::default(),
+        }))
     }
 
     /// Group commit: until [`Store::sync`], commits are written to the log but
@@ -306,6 +335,7 @@ impl Store {
         }))?;
         Ok(Store {
             conn,
+            path: None,
             wal: None,
             deferred: false,
             broken,

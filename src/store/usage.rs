@@ -32,11 +32,12 @@ pub struct UsageInputs {
 
 /// The daemon's current run, for a report that reaches into it: up from
 /// `started_ms` until `now_ms`, with what it measured since its last
-/// interval closed.
-pub struct CurrentRun<'a> {
+/// interval closed. Owned: taken on the loop, used wherever the report runs.
+#[derive(Clone, Debug)]
+pub struct CurrentRun {
     pub started_ms: i64,
     pub now_ms: i64,
-    pub open: &'a [crate::usage::Interval],
+    pub open: Vec<crate::usage::Interval>,
 }
 
 impl Store {
@@ -181,13 +182,36 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
         by: crate::report::GroupBy,
-        current: Option<CurrentRun<'_>>,
+        current: Option<CurrentRun>,
         mut gpus: Vec<crate::report::GpuFacts>,
         owner_name: impl Fn(u32) -> String,
     ) -> Result<Vec<crate::report::Row>> {
         use crate::report::{GpuFacts, Holding, Ledger, Up};
+        // One read transaction: every table as of the same commit.
+        let read = self.conn.unchecked_transaction()?;
         let mut inputs = self.usage_inputs(from_ms, to_ms)?;
-        let live = current.as_ref().map_or(&[][..], |c| c.open);
+        let live = current.as_ref().map_or(&[][..], |c| &c.open[..]);
+        // The report may run after the facts were taken (off the loop):
+        // what the loop wrote since then is left out, so that a stretch is
+        // not counted both as closed in the ledger and as open here, and
+        // nothing after `now_ms` counts.
+        if let Some(c) = &current {
+            let open_from: std::collections::HashMap<&str, i64> = live
+                .iter()
+                .map(|i| (i.gpu_uuid.as_str(), i.from_ms))
+                .collect();
+            inputs.measured.retain(|m| {
+                open_from
+                    .get(m.gpu_uuid.as_str())
+                    .is_none_or(|&f| m.from_ms < f)
+            });
+            inputs.holds.retain(|h| h.from_ms < c.now_ms);
+            for h in &mut inputs.holds {
+                if h.to_ms.is_some_and(|t| t > c.now_ms) {
+                    h.to_ms = None;
+                }
+            }
+        }
         // What the live daemon measured since its last interval closed.
         inputs
             .measured
@@ -223,12 +247,18 @@ impl Store {
                 }
             }
         }
+        // A name is looked up once per owner, not per hold (a lookup reads
+        // the user database: a year has tens of thousands of holds).
+        let mut owners = std::collections::HashMap::new();
         let holds: Vec<Holding> = inputs
             .holds
             .iter()
             .map(|h| Holding {
                 worker: h.worker.clone(),
-                owner: owner_name(h.owner_uid),
+                owner: owners
+                    .entry(h.owner_uid)
+                    .or_insert_with(|| owner_name(h.owner_uid))
+                    .clone(),
                 gpu_uuid: h.gpu_uuid.clone(),
                 share_bytes: h
                     .share_hundredths
@@ -263,6 +293,7 @@ impl Store {
                 to_ms: s.end_ms,
             });
         }
+        read.commit()?;
         let ledger = Ledger {
             gpus: &gpus,
             holds: &holds,
