@@ -267,7 +267,12 @@ async fn run(args: Args) -> Result<(), Error> {
         let mut names = config.http.names.clone();
         names.push(inventory::host_name());
         let hosts = astraeusd::web::Hosts { names };
-        tokio::spawn(astraeusd::web::serve(listener, service.commands(), hosts));
+        tokio::spawn(astraeusd::web::serve(
+            listener,
+            service.commands(),
+            service.objects(),
+            hosts,
+        ));
     }
     // The name last: once it is owned, every object is already there.
     conn.request_name_with_flags(BUS_NAME, zbus::fdo::RequestNameFlags::DO_NOT_QUEUE)

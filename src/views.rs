@@ -12,7 +12,7 @@ use crate::rotation::Slice;
 use crate::schedule::ScheduledAction;
 use crate::slicing::handoff::{self, VmState};
 use crate::worker::State;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 /// A view shared between its object (reads) and the service loop (replaces).
@@ -390,32 +390,16 @@ pub struct SliceSnap {
     pub next: Option<SliceTriple>,
 }
 
-/// The page's snapshot; `user_name` names owners (NSS, looked up once each).
+/// What the page needs of the loop: everything but the workers, which the
+/// page reads from the objects' views off the loop
+/// ([`crate::bus::tree::Objects::worker_snaps`]).
 pub fn page_snapshot(
     node: &Node,
     rotation: &RotationView,
     slicing: &SlicingView,
     now: jiff::Timestamp,
-    user_name: impl Fn(u32) -> String,
 ) -> Snapshot {
     let manager = manager_view(node, &rotation.tz);
-    let mut owners: HashMap<u32, String> = HashMap::new();
-    let workers = node
-        .workers()
-        .map(|w| WorkerSnap {
-            view: worker_view(node, w),
-            owner: owners
-                .entry(w.owner_uid)
-                .or_insert_with(|| user_name(w.owner_uid))
-                .clone(),
-            shared_gb: w
-                .spec
-                .shared_gb()
-                .filter(|_| w.state() != State::Pending)
-                .map(Amount::as_f64),
-            pending_reasons: node.reasons(w.name()),
-        })
-        .collect();
     // Every template defined or scheduled.
     let mut names: BTreeSet<&String> = rotation.templates.iter().map(|(t, _)| t).collect();
     names.extend(slicing.info.keys());
@@ -453,7 +437,8 @@ pub fn page_snapshot(
                 }),
             })
             .collect(),
-        workers,
+        // Filled by the page from the objects' views, off the loop.
+        workers: Vec::new(),
         slices,
         counters: node.counters().clone(),
     }

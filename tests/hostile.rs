@@ -769,34 +769,27 @@ fn a_flood_of_big_messages_is_refused_by_size() {
     }
 }
 
-/// A usage report reads the ledger on its own connection, away from the
-/// service loop: a caller asking for a year of rows (seconds of work) holds
-/// no one else. Held inside the report by a failpoint, a submit is answered
-/// meanwhile, and the report after it.
-#[test]
-fn a_long_usage_report_holds_no_one_else() {
+/// A daemon held for 10 s at `failpoint` by `ask` (on a thread, given the
+/// bus address): a submit is answered meanwhile, before `ask` gets its
+/// answer — so whatever `ask` made the daemon do, it did it off the loop.
+fn held_at_holds_no_one_else(
+    failpoint: &str,
+    config: &str,
+    ask: impl FnOnce(String) -> Result<(), String> + Send + 'static,
+) {
     let dir = open_tempdir();
     let bus = Bus::session();
     let d = start_majin(
         &bus,
         dir.path(),
-        "",
-        &[("ASTRAEUS_FAILPOINTS", "usage.report=pause10000")],
+        config,
+        &[("ASTRAEUS_FAILPOINTS", &format!("{failpoint}=pause10000"))],
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let (a, from, to) = (
-        bus.address.clone(),
-        (now - 3600).to_string(),
-        now.to_string(),
-    );
-    let report = std::thread::spawn(move || {
-        manager(&a, None, "UsageReport", &["xxs", &from, &to, "worker"])
-    });
-    eventually("the report is held inside", || {
-        d.log_text().contains("failpoint usage.report reached")
+    let a = bus.address.clone();
+    let asked = std::thread::spawn(move || ask(a));
+    eventually("the request is held inside", || {
+        d.log_text()
+            .contains(&format!("failpoint {failpoint} reached"))
     });
     let submit = busctl(
         &bus.address,
@@ -813,14 +806,46 @@ fn a_long_usage_report_holds_no_one_else() {
     );
     assert!(
         submit.ok,
-        "a submit waited on a usage report: {}",
+        "a submit waited on what {failpoint} holds: {}",
         submit.stderr
     );
     assert!(
-        !report.is_finished(),
-        "the report was answered before the failpoint let it go"
+        !asked.is_finished(),
+        "answered before the failpoint let it go"
     );
-    let report = report.join().unwrap();
-    assert!(report.ok, "{}", report.stderr);
-    assert!(report.stdout.starts_with("a(sssttx)"), "{}", report.stdout);
+    asked.join().unwrap().unwrap();
+}
+
+/// A usage report reads the ledger on its own connection, away from the
+/// service loop: a caller asking for a year of rows (seconds of work) holds
+/// no one else.
+#[test]
+fn a_long_usage_report_holds_no_one_else() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    held_at_holds_no_one_else("usage.report", "", move |a| {
+        let (from, to) = ((now - 3600).to_string(), now.to_string());
+        let o = manager(&a, None, "UsageReport", &["xxs", &from, &to, "worker"]);
+        match o.ok && o.stdout.starts_with("a(sssttx)") {
+            true => Ok(()),
+            false => Err(format!("{} {}", o.stdout, o.stderr)),
+        }
+    });
+}
+
+/// The machine page gathers its workers from the objects' views, off the
+/// loop (100,000 workers take seconds): anyone who can reach the page holds
+/// no one else.
+#[test]
+fn a_page_of_many_workers_holds_no_one_else() {
+    let port = free_port();
+    let config = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    held_at_holds_no_one_else("page.workers", &config, move |_| {
+        match get(port, "/machines/majin/workers") {
+            (200, _, body) if body.contains("\"workers\"") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
 }

@@ -21,6 +21,7 @@ use super::template::TemplateObject;
 use super::wire::WorkerRow;
 use super::worker::WorkerObject;
 use super::{escape_label, gpu_path, template_path, worker_path, BASE_PATH};
+use crate::views::WorkerSnap;
 use crate::worker::State;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -126,6 +127,36 @@ impl Objects {
         }
         give_back_memory();
         rows
+    }
+
+    /// The machine page's workers, from the same views, off the loop like
+    /// the lists: an owner's name is looked up once.
+    pub async fn worker_snaps(&self, owner_name: impl Fn(u32) -> String) -> Vec<WorkerSnap> {
+        let _turn = self.turn().await;
+        // A test holds the page here, as 100,000 workers would.
+        crate::failpoint::hit("page.workers");
+        let mut owners: HashMap<u32, String> = HashMap::new();
+        let mut out = Vec::new();
+        for (i, w) in self.workers().iter().enumerate() {
+            pause(i).await;
+            let view = w.view.read().clone();
+            let pending = view.state == State::Pending;
+            out.push(WorkerSnap {
+                owner: owners
+                    .entry(view.owner)
+                    .or_insert_with(|| owner_name(view.owner))
+                    .clone(),
+                shared_gb: (!pending && view.gpu_shared_gb > 0.0).then_some(view.gpu_shared_gb),
+                pending_reasons: if pending {
+                    w.waits.explain(&view.name, &w.resources)
+                } else {
+                    Vec::new()
+                },
+                view,
+            });
+        }
+        give_back_memory();
+        out
     }
 
     /// ListPending: every pending worker with its reasons, oldest first.

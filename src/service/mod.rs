@@ -199,6 +199,11 @@ impl Service {
         self.lp.tx.clone()
     }
 
+    /// The index of the bus objects, whose views the page reads off the loop.
+    pub fn objects(&self) -> crate::bus::tree::Objects {
+        self.published.objects()
+    }
+
     pub fn status_line(&self) -> String {
         crate::views::status_line(&self.node)
     }

@@ -47,6 +47,10 @@ pub(super) struct Published {
 }
 
 impl Published {
+    pub fn objects(&self) -> Objects {
+        self.objects.clone()
+    }
+
     /// The Manager, the ObjectManager, the paths down to the objects, and one
     /// object per GPU and worker.
     pub async fn register(

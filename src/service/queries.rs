@@ -143,13 +143,7 @@ impl Service {
             tz: self.slice_rules.tz.clone(),
         };
         let slicing: SlicingView = self.slicing.as_ref().map(|s| s.view()).unwrap_or_default();
-        views::page_snapshot(
-            &self.node,
-            &rotation,
-            &slicing,
-            jiff::Timestamp::now(),
-            user_name,
-        )
+        views::page_snapshot(&self.node, &rotation, &slicing, jiff::Timestamp::now())
     }
 
     pub(super) fn get_schedule(&self, template: &str) -> Result<String> {

@@ -6,6 +6,7 @@
 
 mod first_paint;
 
+use crate::bus::tree::Objects;
 use crate::bus::wire::SliceTriple;
 use crate::command::Command;
 use crate::views::GpuView;
@@ -68,7 +69,15 @@ impl Hosts {
 }
 
 /// Serves until the listener fails; each connection in a task of its own.
-pub async fn serve(listener: TcpListener, tx: mpsc::Sender<Command>, hosts: Hosts) {
+/// Serves the page: `tx` reaches the service loop (for what only it knows:
+/// the GPUs, slices, counters); `objects` gives the workers, read off the
+/// loop (at 100,000 workers they take seconds to gather).
+pub async fn serve(
+    listener: TcpListener,
+    tx: mpsc::Sender<Command>,
+    objects: Objects,
+    hosts: Hosts,
+) {
     let reading = Arc::new(std::sync::Mutex::new(Reading::default()));
     let hosts = Arc::new(hosts);
     let mut next_id = 0u64;
@@ -96,7 +105,8 @@ pub async fn serve(listener: TcpListener, tx: mpsc::Sender<Command>, hosts: Host
             }
             r.open += 1;
         }
-        let (tx, hosts, guard_reading) = (tx.clone(), hosts.clone(), reading.clone());
+        let (tx, objects, hosts, guard_reading) =
+            (tx.clone(), objects.clone(), hosts.clone(), reading.clone());
         let task_reading = reading.clone();
         // The task starts once it is listed as reading (so that having read
         // its head always takes it off the list).
@@ -114,7 +124,7 @@ pub async fn serve(listener: TcpListener, tx: mpsc::Sender<Command>, hosts: Host
             }
             let _ = tokio::time::timeout(
                 CONNECTION_TIMEOUT,
-                connection(stream, tx, &hosts, || {
+                connection(stream, tx, objects, &hosts, || {
                     let mut r = task_reading.lock().unwrap_or_else(|e| e.into_inner());
                     r.heads.retain(|(i, _)| *i != id);
                 }),
@@ -147,6 +157,7 @@ impl Drop for Place {
 async fn connection(
     mut stream: TcpStream,
     tx: mpsc::Sender<Command>,
+    objects: Objects,
     hosts: &Hosts,
     head_read: impl FnOnce(),
 ) -> std::io::Result<()> {
@@ -191,7 +202,7 @@ async fn connection(
             421,
             "this page answers to its IP addresses, localhost and the names in http.names",
         ),
-        "GET" | "HEAD" => route(target, &tx).await,
+        "GET" | "HEAD" => route(target, &tx, &objects).await,
         _ => Response::error(
             405,
             &format!("{method} is not served here: the page is read-only"),
@@ -258,11 +269,18 @@ async fn snapshot(tx: &mpsc::Sender<Command>) -> Option<Snapshot> {
     rx.await.ok()
 }
 
-async fn route(target: &str, tx: &mpsc::Sender<Command>) -> Response {
+async fn route(target: &str, tx: &mpsc::Sender<Command>, objects: &Objects) -> Response {
     let path = target.split(['?', '#']).next().unwrap_or("");
-    let Some(snap) = snapshot(tx).await else {
+    let Some(mut snap) = snapshot(tx).await else {
         return Response::error(503, "the daemon is busy or stopping; try again");
     };
+    // Every page shows the workers; a path that is not one is answered without them.
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    if matches!(first, "" | "metrics" | "machines") {
+        snap.workers = objects
+            .worker_snaps(|uid| crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string()))
+            .await;
+    }
     respond(path, &snap)
 }
 
