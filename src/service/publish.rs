@@ -18,7 +18,6 @@ use crate::views::{
     Waits, WorkerView,
 };
 use crate::worker::State;
-use sd_notify::NotifyState;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -338,8 +337,9 @@ impl Service {
                 });
             }
         }
-        let status = crate::views::status_line(&self.node);
-        let _ = sd_notify::notify(&[NotifyState::Status(&status)]);
+        // Told to systemd once per turn of the loop (a group of 64 calls
+        // would otherwise open a socket 64 times): see `Service::run`.
+        self.status_stale = true;
     }
 
     /// PendingReasons invalidated for `names`, coalesced: one job sends
