@@ -224,9 +224,9 @@ fn cpu_time(pid: u32) -> Duration {
 
 /// Costs with size (#25): at each size, a daemon started on a ledger of that
 /// many live workers; its resident memory, one SubmitWorker + StopWorker
-/// round trip (p50 of 20), ListWorkers and GetManagedObjects (time, reply
+/// round trip (p50 of `trips`), ListWorkers and GetManagedObjects (time, reply
 /// bytes), and the CPU of an idle refresh (1 s refresh, 10 s watched).
-fn scale(sizes: &[usize], idle_window: Duration, out: &mut Vec<String>) {
+fn scale(sizes: &[usize], trips: usize, idle_window: Duration, out: &mut Vec<String>) {
     out.push("## Costs with size (64 GPUs, live workers running 0.01 GB each)".into());
     out.push("| live workers | resident (own) | own per worker | submit+stop p50 | ListWorkers | GetManagedObjects | GET /machines/bench/workers | `astraeusctl workers` | idle CPU per refresh | idle wake-ups a minute |".into());
     out.push("|---|---|---|---|---|---|---|---|---|---|".into());
@@ -263,8 +263,8 @@ fn scale(sizes: &[usize], idle_window: Duration, out: &mut Vec<String>) {
                 .build()
                 .await
                 .unwrap();
-            let mut trips = Vec::new();
-            for i in 0..20 {
+            let mut times = Vec::new();
+            for i in 0..trips {
                 let t = Instant::now();
                 let name = format!("probe{i}");
                 for (method, arg) in [
@@ -281,9 +281,9 @@ fn scale(sizes: &[usize], idle_window: Duration, out: &mut Vec<String>) {
                     .await
                     .unwrap();
                 }
-                trips.push(t.elapsed().as_secs_f64() * 1e3);
+                times.push(t.elapsed().as_secs_f64() * 1e3);
             }
-            trips.sort_by(f64::total_cmp);
+            times.sort_by(f64::total_cmp);
             let timed = |interface: &'static str, method: &'static str| {
                 let c = c.clone();
                 async move {
@@ -303,7 +303,7 @@ fn scale(sizes: &[usize], idle_window: Duration, out: &mut Vec<String>) {
             };
             let list = timed("org.astraeus.Node1.Manager", "ListWorkers").await;
             let managed = timed("org.freedesktop.DBus.ObjectManager", "GetManagedObjects").await;
-            (pct(&trips, 0.5), list, managed)
+            (pct(&times, 0.5), list, managed)
         });
         let page = http_get(port, "/machines/bench/workers");
         let t = Instant::now();
@@ -1061,7 +1061,7 @@ fn main() {
         handoff_dead_time(4, &mut out);
         throughput(5, 40, &mut out);
         schedule_check(2, &mut out);
-        scale(&[0, 50], Duration::from_secs(1), &mut out);
+        scale(&[0, 50], 20, Duration::from_secs(1), &mut out);
         usage_year(5, 3, &mut out);
         println!("{}", out.join("\n"));
         println!("bench smoke: OK");
@@ -1087,7 +1087,7 @@ fn main() {
             "handoff" => handoff_dead_time(50, &mut out),
             "throughput" => throughput(50, 20_000, &mut out),
             "schedules" => schedule_check(400, &mut out),
-            "scale" => scale(&[0, 10_000, 100_000], Duration::from_secs(10), &mut out),
+            "scale" => scale(&[0, 10_000, 100_000], calls.unwrap_or(20), Duration::from_secs(10), &mut out),
             "usage" => usage_year(100, 365, &mut out),
             other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules, scale, usage"),
         }
@@ -1101,7 +1101,7 @@ fn main() {
     handoff_dead_time(50, &mut out);
     throughput(50, 20_000, &mut out);
     schedule_check(400, &mut out);
-    scale(&[0, 10_000, 100_000], Duration::from_secs(10), &mut out);
+    scale(&[0, 10_000, 100_000], 20, Duration::from_secs(10), &mut out);
     usage_year(100, 365, &mut out);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

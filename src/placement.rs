@@ -83,18 +83,40 @@ pub struct Grant {
     pub share: Option<Amount>,
 }
 
-/// How one GPU is used by Astraeus workers.
+/// A GPU's sharers and their shares: a persistent map, so that a copy (the
+/// book's snapshot for the bus, a GPU's view) is a pointer and a change
+/// copies one path of the tree (O(log n)), not a thousand names.
+pub type SharerMap = rpds::RedBlackTreeMapSync<Arc<str>, Amount>;
+
+/// How one GPU is used by Astraeus workers. Cloned on every change to it
+/// while the bus's snapshot holds the old one: cheap, whatever its sharers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuUse {
     pub whole: Option<String>,
-    /// Names shared (not copied) with the views built from them: a GPU with
-    /// a thousand sharers is rebuilt on every change to it.
-    pub sharers: BTreeMap<Arc<str>, Amount>,
+    sharers: SharerMap,
+    /// The sum of the shares, kept as they come and go.
+    taken: Amount,
 }
 
 impl GpuUse {
     pub fn taken(&self) -> Amount {
-        self.sharers.values().copied().sum()
+        self.taken
+    }
+    pub fn sharers(&self) -> &SharerMap {
+        &self.sharers
+    }
+    pub fn share(&mut self, worker: &str, share: Amount) {
+        if let Some(&before) = self.sharers.get(worker) {
+            self.taken = self.taken.saturating_sub(before);
+        }
+        self.sharers.insert_mut(Arc::from(worker), share);
+        self.taken = self.taken + share;
+    }
+    pub fn unshare(&mut self, worker: &str) {
+        if let Some(&before) = self.sharers.get(worker) {
+            self.sharers.remove_mut(worker);
+            self.taken = self.taken.saturating_sub(before);
+        }
     }
     pub fn is_free(&self) -> bool {
         self.whole.is_none() && self.sharers.is_empty()
@@ -162,9 +184,7 @@ impl Book {
         for g in grants {
             let u = Arc::make_mut(self.gpus.entry(g.gpu_uuid.clone()).or_default());
             match g.share {
-                Some(share) => {
-                    u.sharers.insert(Arc::from(worker), share);
-                }
+                Some(share) => u.share(worker, share),
                 None => u.whole = Some(worker.to_string()),
             }
         }
@@ -177,7 +197,7 @@ impl Book {
         for g in grants {
             if let Some(u) = self.gpus.get_mut(&g.gpu_uuid) {
                 let u = Arc::make_mut(u);
-                u.sharers.remove(worker);
+                u.unshare(worker);
                 if u.whole.as_deref() == Some(worker) {
                     u.whole = None;
                 }
@@ -541,7 +561,7 @@ fn place_gpus(
                 } else if let Some(keeper) = kept_for_other(g) {
                     notes.add(|| kept_reason(m, g, keeper));
                 } else if let Some(u) = usage.filter(|u| !u.sharers.is_empty()) {
-                    let n = u.sharers.len();
+                    let n = u.sharers.size();
                     let workers = if n == 1 { "worker" } else { "workers" };
                     notes.add(|| {
                         format!(
@@ -713,7 +733,6 @@ pub fn gpus_column(grants: &[Grant]) -> String {
     }
 }
 
-/// The seed's sharers line: `shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken`.
 /// Both figures of a GPU: `offers 7 of its 8 GB (1 GB held outside Astraeus)`.
 pub fn offers_line(g: &Gpu) -> String {
     if g.outside.is_zero() {
@@ -734,6 +753,7 @@ pub fn offers_line(g: &Gpu) -> String {
 /// (docs/benchmarks.md, costs with size).
 pub const SUMMARY_NAMES: usize = 8;
 
+/// The seed's sharers line: `shared: listen 2.2 GB, voice 4.2 GB — 6.4 GB taken`.
 pub fn sharers_line(usage: Option<&GpuUse>) -> String {
     match usage {
         Some(u) if u.whole.is_some() => format!("whole: {}", u.whole.as_ref().unwrap()),
@@ -744,8 +764,8 @@ pub fn sharers_line(usage: Option<&GpuUse>) -> String {
                 .take(SUMMARY_NAMES)
                 .map(|(n, gb)| format!("{n} {gb} GB"))
                 .collect();
-            if u.sharers.len() > SUMMARY_NAMES {
-                list.push(format!("and {} more", u.sharers.len() - SUMMARY_NAMES));
+            if u.sharers.size() > SUMMARY_NAMES {
+                list.push(format!("and {} more", u.sharers.size() - SUMMARY_NAMES));
             }
             format!("shared: {} — {} GB taken", list.join(", "), u.taken())
         }

@@ -62,8 +62,9 @@ pub struct GpuView {
     pub offered_gb: f64,
     pub held_outside_gb: f64,
     pub taken_gb: f64,
-    /// Each sharer and its share (GB); names shared with the placement book.
-    pub sharers: Vec<(Arc<str>, f64)>,
+    /// Each sharer and its share: the placement book's own map (a pointer:
+    /// the list is built only when someone reads it).
+    pub sharers: placement::SharerMap,
     /// The worker holding it whole; empty when none does.
     pub held_whole_by: String,
     /// The whole request it is drained (kept) for; empty when none.
@@ -221,14 +222,7 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
         offered_gb: g.offered().as_f64(),
         held_outside_gb: g.outside.as_f64(),
         taken_gb: node.book().taken(&g.uuid).as_f64(),
-        sharers: usage
-            .map(|u| {
-                u.sharers
-                    .iter()
-                    .map(|(n, a)| (n.clone(), a.as_f64()))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        sharers: usage.map(|u| u.sharers().clone()).unwrap_or_default(),
         held_whole_by: usage.and_then(|u| u.whole.clone()).unwrap_or_default(),
         draining_for: node
             .book()
@@ -266,10 +260,10 @@ pub fn sharers(v: GpuView) -> Sharers {
     Sharers {
         sharers: v
             .sharers
-            .into_iter()
+            .iter()
             .map(|(name, gb)| Sharer {
                 name: name.to_string(),
-                gb,
+                gb: gb.as_f64(),
             })
             .collect(),
         summary: v.summary,

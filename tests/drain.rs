@@ -74,14 +74,14 @@ fn running(n: &Node, name: &str) -> bool {
 fn check(n: &Node) -> Result<(), TestCaseError> {
     for g in &n.machine().gpus {
         if let Some(u) = n.book().usage(&g.uuid) {
-            let bytes: u64 = u.sharers.values().map(|a| a.bytes()).sum();
+            let bytes: u64 = u.sharers().values().map(|a| a.bytes()).sum();
             prop_assert!(
                 bytes <= g.offered().bytes(),
                 "GPU {}: {bytes} promised of {}",
                 g.index,
                 g.offered().bytes()
             );
-            prop_assert!(u.whole.is_none() || u.sharers.is_empty());
+            prop_assert!(u.whole.is_none() || u.sharers().is_empty());
         }
         if let Some(k) = n.book().kept_for(&g.uuid) {
             prop_assert_eq!(&n.worker(k).unwrap().status, &Status::Pending);

@@ -218,3 +218,61 @@ fn a_new_reading_reexamines_only_the_gpus_that_changed() {
     assert_eq!(n.worker("p0").unwrap().grants()[0].gpu_index, 2);
     assert!(n.audit().is_empty(), "{:?}", n.audit());
 }
+
+/// Ops of the quota tallies' property test: submit a sharer of `gb` tenths
+/// for owner `owner`, stop the `i`th live worker, or restart on the ledger.
+#[derive(Clone, Debug)]
+enum Op {
+    Submit { owner: u32, tenths: u8 },
+    Stop(usize),
+    Restart,
+}
+
+fn ops() -> impl proptest::strategy::Strategy<Value = Vec<Op>> {
+    use proptest::prelude::*;
+    proptest::collection::vec(
+        prop_oneof![
+            4 => (0u32..3, 1u8..80).prop_map(|(owner, tenths)| Op::Submit { owner, tenths }),
+            3 => any::<usize>().prop_map(Op::Stop),
+            1 => Just(Op::Restart),
+        ],
+        1..60,
+    )
+}
+
+proptest::proptest! {
+    /// The (live, pending) tallies the quotas read, kept as workers come,
+    /// are placed (a stop frees room for a pending one) and go, agree with a
+    /// count over the live workers after every step and across restarts.
+    #[test]
+    fn quota_tallies_match_a_count_of_the_live_workers(ops in ops()) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let open = || Node::open(Store::open(&path).unwrap(), sim::parse(sim::MAJIN).unwrap()).unwrap();
+        let mut n = open();
+        for (k, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Submit { owner, tenths } => {
+                    let gb = format!("{}.{}", tenths / 10, tenths % 10);
+                    n.submit(&shared(&format!("w{k}"), &gb), owner).unwrap();
+                }
+                Op::Stop(i) => {
+                    let names: Vec<String> = n.workers().map(|w| w.name().to_string()).collect();
+                    if !names.is_empty() {
+                        n.stop(&names[i % names.len()], 0).unwrap();
+                    }
+                }
+                Op::Restart => {
+                    drop(n);
+                    n = open();
+                }
+            }
+            for uid in 0..3 {
+                let counted = n.workers().filter(|w| w.owner_uid == uid).fold((0, 0), |(l, p), w| {
+                    (l + 1, p + usize::from(w.state() == astraeusd::worker::State::Pending))
+                });
+                proptest::prop_assert_eq!(n.held_by(uid), counted, "owner {}", uid);
+            }
+        }
+    }
+}

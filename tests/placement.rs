@@ -473,7 +473,10 @@ proptest! {
             for g in &m.gpus {
                 let u = book.usage(&g.uuid);
                 if let Some(u) = u {
-                    prop_assert!(u.whole.is_none() || u.sharers.is_empty(), "whole XOR shared");
+                    prop_assert!(u.whole.is_none() || u.sharers().is_empty(), "whole XOR shared");
+                    // The total kept as sharers come and go is their sum.
+                    let sum = u.sharers().values().fold(Amount::ZERO, |a, &b| a + b);
+                    prop_assert_eq!(u.taken(), sum, "taken is the sum of the shares");
                 }
             }
             for (name, res) in &pending {

@@ -66,7 +66,7 @@ impl GpuObject {
         let v = self.view.read();
         v.sharers
             .iter()
-            .map(|(n, gb)| (n.to_string(), *gb))
+            .map(|(n, gb)| (n.to_string(), gb.as_f64()))
             .collect()
     }
     /// The whole request this GPU drains for (no new work goes on it until
@@ -123,7 +123,9 @@ impl GpuObject {
             n.held_outside_gb,
         );
         d.set(old.taken_gb != n.taken_gb, "TakenGb", n.taken_gb);
-        d.invalidate(old.sharers != n.sharers, "Sharers");
+        // A changed map is a new tree: comparing pointers is exact for
+        // "unchanged", and costs nothing however many share the GPU.
+        d.invalidate(!old.sharers.ptr_eq(&n.sharers), "Sharers");
         d.set(old.summary != n.summary, "Summary", n.summary);
         d.set(
             old.draining_for != n.draining_for,

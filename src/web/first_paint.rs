@@ -115,7 +115,7 @@ fn gpu(g: &GpuSnap) -> String {
         );
     }
     let (total, outside) = (v.total_gb, v.held_outside_gb);
-    let taken: f64 = v.sharers.iter().map(|(_, gb)| gb).sum();
+    let taken = v.taken_gb;
     let scale = total.max(outside + taken).max(0.001);
     let names: Vec<&str> = v.sharers.iter().map(|(n, _)| &**n).collect();
     let colour = colours(&names);
@@ -138,7 +138,8 @@ fn gpu(g: &GpuSnap) -> String {
     };
     h += &format!(r#"<div class="bar{over}">"#);
     for ((name, gbs), c) in v.sharers.iter().zip(&colour) {
-        h += &seg("sharer", *gbs, &format!("{name} {} GB", gb(*gbs)), Some(c));
+        let gbs = gbs.as_f64();
+        h += &seg("sharer", gbs, &format!("{name} {} GB", gb(gbs)), Some(c));
     }
     h += &seg(
         "outside",
