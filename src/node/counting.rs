@@ -1,10 +1,57 @@
-//! The metrics' counters: the usage report counted window after window into
-//! the ledger (see `Store::add_counters`), so that they survive restarts.
+//! The usage report and the metrics' counters: the report counted window
+//! after window into the ledger (see `Store::add_counters`), so that they
+//! survive restarts.
 
 use super::Node;
 use crate::error::Result;
 
 impl Node {
+    /// The usage report of [from_ms, to_ms), computed from the ledger (so a
+    /// restart loses nothing). This run counts as up until `now_ms`.
+    pub fn usage_report(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        by: crate::report::GroupBy,
+        now_ms: i64,
+        live: &[crate::usage::Interval],
+        owner_name: impl Fn(u32) -> String,
+    ) -> Result<Vec<crate::report::Row>> {
+        let (current, gpus) = self.report_facts(now_ms, live.to_vec());
+        self.store
+            .usage_report(from_ms, to_ms, by, current, gpus, owner_name)
+    }
+
+    /// What a usage report needs of the live daemon besides the ledger: this
+    /// run (up until `now_ms`, with `live`, what it measured since its last
+    /// interval closed) and the GPUs the machine has now. Cheap: taken on
+    /// the loop for a report that runs on [`crate::store::Store::reader`].
+    pub fn report_facts(
+        &self,
+        now_ms: i64,
+        live: Vec<crate::usage::Interval>,
+    ) -> (
+        Option<crate::store::CurrentRun>,
+        Vec<crate::report::GpuFacts>,
+    ) {
+        let gpus = self
+            .machine
+            .gpus
+            .iter()
+            .map(|g| crate::report::GpuFacts {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                total_bytes: g.total.bytes(),
+            })
+            .collect();
+        let current = self.run.map(|started_ms| crate::store::CurrentRun {
+            started_ms,
+            now_ms,
+            open: live,
+        });
+        (current, gpus)
+    }
+
     /// The metrics' counters so far.
     pub fn counters(&self) -> &crate::usage::UsageCounters {
         &self.counters

@@ -21,7 +21,23 @@ fn count_line(n: usize, one: &str, many: &str) {
 
 /// Owners by name, as this host knows them (the uid when it does not).
 fn owner_name(uid: u32) -> String {
-    astraeusd::auth::user_name(uid).unwrap_or(uid.to_string())
+    user_name(uid).unwrap_or(uid.to_string())
+}
+
+/// A user's name, looked up once per uid: a listing of 100,000 workers has
+/// a handful of owners, and each lookup reads the user database.
+fn user_name(uid: u32) -> Option<String> {
+    thread_local! {
+        static NAMES: std::cell::RefCell<std::collections::HashMap<u32, Option<String>>> =
+            Default::default();
+    }
+    NAMES.with(|names| {
+        names
+            .borrow_mut()
+            .entry(uid)
+            .or_insert_with(|| astraeusd::auth::user_name(uid))
+            .clone()
+    })
 }
 
 /// `0,2 · shared 2.2 GB`, `1 · whole`, `—`: the GPUs a worker holds, by index.
@@ -149,7 +165,7 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
             .iter()
             .map(|r| {
                 json!({"name": r.name, "state": r.state, "owner": r.owner_uid,
-                   "owner_name": astraeusd::auth::user_name(r.owner_uid),
+                   "owner_name": user_name(r.owner_uid),
                    "gpus": r.gpu_indices,
                    "gpu_shared_gb": (r.gpu_shared_gb > 0.0).then_some(r.gpu_shared_gb),
                    "gpu_used_gb": (r.gpu_used_gb >= 0.0).then_some(r.gpu_used_gb),
@@ -219,7 +235,7 @@ pub async fn history(
             .iter()
             .map(|r| {
                 json!({"name": r.name, "owner": r.owner_uid,
-                   "owner_name": astraeusd::auth::user_name(r.owner_uid),
+                   "owner_name": user_name(r.owner_uid),
                    "gpus": r.gpu_indices,
                    "gpu_shared_gb": (r.gpu_shared_gb > 0.0).then_some(r.gpu_shared_gb),
                    "submitted_ms": r.submitted_ms,
