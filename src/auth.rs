@@ -56,6 +56,11 @@ pub fn is_member(uid: u32, group: &str) -> bool {
     }
 }
 
+/// A user's name, or the uid in digits when it has none (as `ls -l` shows it).
+pub fn user_name_or_uid(uid: u32) -> String {
+    user_name(uid).unwrap_or_else(|| uid.to_string())
+}
+
 /// The user name of a uid, when NSS knows it.
 pub fn user_name(uid: u32) -> Option<String> {
     let mut buf = vec![0u8; 16384];

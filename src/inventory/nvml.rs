@@ -526,7 +526,7 @@ fn describe_pid(pid: u32) -> String {
         .unwrap_or_else(|_| "unknown".into());
     match crate::auth::process(pid).map(|p| p.uid) {
         Some(uid) => {
-            let user = crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string());
+            let user = crate::auth::user_name_or_uid(uid);
             format!("{comm}, user {}", crate::text::printable(&user))
         }
         None => comm,

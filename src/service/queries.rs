@@ -120,7 +120,7 @@ impl Service {
             // A test holds a report here, as a year of rows would.
             crate::failpoint::hit("usage.report");
             store
-                .usage_report(from, to, by, current, gpus, user_name)
+                .usage_report(from, to, by, current, gpus, crate::auth::user_name_or_uid)
                 .map(|rows| rows.into_iter().map(usage_row).collect())
         };
         let Some(reader) = self.report_reader.clone() else {
@@ -249,10 +249,6 @@ fn usage_row(r: crate::report::Row) -> UsageRow {
         gpu_ms: r.gpu_ms,
         energy_mj: r.energy_mj,
     }
-}
-
-fn user_name(uid: u32) -> String {
-    crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string())
 }
 
 /// A report or slice window: epoch seconds, from before to, at most 400 days.

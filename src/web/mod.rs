@@ -277,9 +277,7 @@ async fn route(target: &str, tx: &mpsc::Sender<Command>, objects: &Objects) -> R
     // Every page shows the workers; a path that is not one is answered without them.
     let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
     if matches!(first, "" | "metrics" | "machines") {
-        snap.workers = objects
-            .worker_snaps(|uid| crate::auth::user_name(uid).unwrap_or_else(|| uid.to_string()))
-            .await;
+        snap.workers = objects.worker_snaps(crate::auth::user_name_or_uid).await;
     }
     respond(path, &snap)
 }
