@@ -350,7 +350,7 @@ pub struct Snapshot {
     pub workers: Vec<WorkerSnap>,
     pub slices: Vec<SliceSnap>,
     /// The metrics' counters (GPU-time and energy so far).
-    pub counters: crate::usage::UsageCounters,
+    pub counters: std::sync::Arc<crate::usage::UsageCounters>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -434,7 +434,7 @@ pub fn page_snapshot(
         // Filled by the page from the objects' views, off the loop.
         workers: Vec::new(),
         slices,
-        counters: node.counters().clone(),
+        counters: node.counters(),
     }
 }
 

@@ -396,38 +396,48 @@ fn watchdog_pings_come_from_the_service_loop_and_stop_when_it_is_stuck() {
         ],
     );
     let mut buf = [0u8; 4096];
-    let mut messages: Vec<(Instant, String)> = Vec::new();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(6) {
-        if let Ok(n) = sock.recv(&mut buf) {
-            messages.push((
-                Instant::now(),
-                String::from_utf8_lossy(&buf[..n]).into_owned(),
-            ));
+    let mut messages: Vec<String> = Vec::new();
+    let mut recv = |messages: &mut Vec<String>| match sock.recv(&mut buf) {
+        Ok(n) => {
+            messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            true
         }
-    }
+        Err(_) => false,
+    };
+    // Until the loop says it is held (the failpoint logs as it fires).
+    eventually("the loop is held at its failpoint", || {
+        recv(&mut messages);
+        d.log_text().contains("failpoint service.loop reached")
+    });
+    // What the loop sent before it was held is already queued: drain it.
+    sock.set_nonblocking(true).unwrap();
+    while recv(&mut messages) {}
+    sock.set_nonblocking(false).unwrap();
     let ready = messages
         .iter()
-        .position(|(_, m)| m.contains("READY=1"))
+        .position(|m| m.contains("READY=1"))
         .expect("READY=1 sent");
     assert!(
-        messages[ready].1.contains("STATUS=0 workers, 0 pending"),
+        messages[ready].contains("STATUS=0 workers, 0 pending"),
         "{:?}",
         messages[ready]
     );
-    let pings: Vec<Instant> = messages
-        .iter()
-        .filter(|(_, m)| m.contains("WATCHDOG=1"))
-        .map(|(t, _)| *t)
-        .collect();
-    assert!(pings.len() >= 10, "pings before the stall: {}", pings.len());
-    // Absence needs a window: none of the ~40 pings a live loop sends in 2 s
-    // came. This bounds no speed (a slow machine only pings less, never
-    // more), so it cannot fail for slowness, only for pings that go on.
-    let last = *pings.last().unwrap();
-    assert!(
-        last.elapsed() > Duration::from_secs(2),
-        "pings went on while the service loop was blocked"
+    let pings = |m: &[String]| m.iter().filter(|m| m.contains("WATCHDOG=1")).count();
+    let before = pings(&messages);
+    assert!(before >= 10, "pings before the stall: {before}");
+    // From the moment the loop is held, 40 watchdog periods in which a ping
+    // from anywhere but the loop would have come ~40 times. Absence needs a
+    // window, but this one starts where the loop stopped, not at the last
+    // ping, and a slow machine can only make pings fewer: it bounds no speed.
+    let held = Instant::now();
+    let mut after = Vec::new();
+    while held.elapsed() < Duration::from_secs(2) {
+        recv(&mut after);
+    }
+    assert_eq!(
+        pings(&after),
+        0,
+        "pings went on while the service loop was held: {after:?}"
     );
     // The process is alive and its bus connection still answers Peer.Ping
     // (zbus runs on other threads): only the loop is stuck, and the pings

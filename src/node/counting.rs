@@ -52,9 +52,9 @@ impl Node {
         (current, gpus)
     }
 
-    /// The metrics' counters so far.
-    pub fn counters(&self) -> &crate::usage::UsageCounters {
-        &self.counters
+    /// The metrics' counters so far (shared: the page holds them as they were).
+    pub fn counters(&self) -> std::sync::Arc<crate::usage::UsageCounters> {
+        self.counters.clone()
     }
 
     /// Counts the usage report over the window since the last count (up to
@@ -89,7 +89,7 @@ impl Node {
             }
         }
         self.store.add_counters(&gpu, &worker, now_ms)?;
-        let counters = &mut self.counters;
+        let counters = std::sync::Arc::make_mut(&mut self.counters);
         counters.until_ms = now_ms;
         for (k, c) in gpu {
             counters.gpu.entry(k).or_default().add(c);

@@ -119,7 +119,9 @@ pub struct Node {
     /// This daemon run in the ledger (its start), once begun.
     run: Option<i64>,
     /// The metrics' counters, as the ledger has them (see `count_usage`).
-    counters: crate::usage::UsageCounters,
+    /// Shared with the page's snapshots (a pointer, not a copy of every
+    /// worker's counters); copied on write once a usage interval.
+    counters: std::sync::Arc<crate::usage::UsageCounters>,
     /// (live, pending) workers by owner, kept as workers come, are placed
     /// and go: the quotas are checked on every submit, and a walk over the
     /// live workers was two thirds of a submit at 100,000 of them.
@@ -202,9 +204,10 @@ impl Node {
                 },
             );
         }
-        node.counters = node
-            .store
-            .load_counters(node.workers.keys().map(String::as_str))?;
+        node.counters = std::sync::Arc::new(
+            node.store
+                .load_counters(node.workers.keys().map(String::as_str))?,
+        );
         let mut changes = Changes::default();
         node.reexamine(Better::Everything, &mut changes)?;
         Ok(node)

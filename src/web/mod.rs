@@ -773,7 +773,7 @@ mod tests {
                     ends_by: "poweroff".into(),
                 }),
             }],
-            counters: crate::usage::UsageCounters {
+            counters: std::sync::Arc::new(crate::usage::UsageCounters {
                 until_ms: 1_700_000_000_500,
                 gpu: [(
                     ("GPU-a".to_string(), "worker".to_string()),
@@ -791,7 +791,7 @@ mod tests {
                     },
                 )]
                 .into(),
-            },
+            }),
         }
     }
 
