@@ -52,6 +52,24 @@ fn table() -> &'static HashMap<String, Point> {
     })
 }
 
+/// [`hit`] from a task on tokio's runtime. A point that pauses holds its
+/// thread, and tokio would keep that worker's next task (its LIFO slot,
+/// which other workers cannot steal) waiting with it: a submit sent while a
+/// listing is held timed out that way in one CI run. `block_in_place` hands
+/// that worker's tasks to another first, so that only this task is held, as
+/// a long computation in it would be.
+pub fn hit_in_task(name: &str) {
+    if !table().contains_key(name) {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| hit(name))
+        }
+        _ => hit(name),
+    }
+}
+
 /// Marks a point where a test may kill or stall the process.
 pub fn hit(name: &str) {
     let Some(p) = table().get(name) else {

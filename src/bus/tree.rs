@@ -134,7 +134,7 @@ impl Objects {
     pub async fn worker_snaps(&self, owner_name: impl Fn(u32) -> String) -> Vec<WorkerSnap> {
         let _turn = self.turn().await;
         // A test holds the page here, as 100,000 workers would.
-        crate::failpoint::hit("page.workers");
+        crate::failpoint::hit_in_task("page.workers");
         let mut owners: HashMap<u32, String> = HashMap::new();
         let mut out = Vec::new();
         for (i, w) in self.workers().iter().enumerate() {
