@@ -598,7 +598,31 @@ fn a_submit_older_than_its_callers_patience_is_refused_unprocessed() {
         .contains("prompt"));
 }
 
-/// Run by `big_message_flood_…` as another user (this binary, re-executed
+/// A zbus connection to the bus at `address`, run by `rt`.
+fn connected(rt: &tokio::runtime::Runtime, address: &str) -> zbus::Connection {
+    rt.block_on(async {
+        zbus::connection::Builder::address(address)
+            .build()
+            .await
+            .unwrap()
+    })
+}
+
+/// A WhyNot whose spec is `big` (the daemon refuses it by size once read);
+/// its answer is not looked at.
+async fn big_why_not(conn: &zbus::Connection, big: &str) {
+    let _ = conn
+        .call_method(
+            Some("org.astraeus.Node1"),
+            "/org/astraeus/Node1",
+            Some("org.astraeus.Node1.Manager"),
+            "WhyNot",
+            &(big,),
+        )
+        .await;
+}
+
+/// Run by `a_flood_of_big_messages_is_refused_by_size` as another user (this binary, re-executed
 /// under setpriv): keeps 4 WhyNot calls of 30 MiB each in flight until
 /// killed. Does nothing in a normal run.
 #[test]
@@ -622,15 +646,7 @@ fn flooder_of_big_messages() {
             let (conn, big) = (conn.clone(), big.clone());
             tasks.push(tokio::spawn(async move {
                 loop {
-                    let _ = conn
-                        .call_method(
-                            Some("org.astraeus.Node1"),
-                            "/org/astraeus/Node1",
-                            Some("org.astraeus.Node1.Manager"),
-                            "WhyNot",
-                            &(big.as_str(),),
-                        )
-                        .await;
+                    big_why_not(&conn, &big).await;
                 }
             }));
         }
@@ -642,13 +658,14 @@ fn flooder_of_big_messages() {
 
 /// Four non-members each keep four 30 MiB WhyNot calls in flight (on a bus
 /// with the system bus's limits: 32 MiB a message, 127 MiB queued per
-/// connection) while a member makes 30 calls. The red team saw 6 of 30 fail
-/// with "destination has a full message queue". Each big call is refused in
-/// the adaptor by size, before it is parsed or queued for the loop. FIGURES
-/// go to docs/reliability.md. Asserted: the oversized calls get
-/// InvalidRequest naming the field, the daemon's memory does not keep what
-/// they sent, and — in an optimised build, as packaged — none of the
-/// member's calls fails. `.ci/run` runs this test once more with
+/// connection) while a member makes 30 calls with astraeusctl. The red team
+/// saw 6 of 30 raw calls fail with "destination has a full message queue".
+/// Each big call is refused in the adaptor by size, before it is parsed or
+/// queued for the loop. FIGURES go to docs/reliability.md. Asserted: the
+/// oversized calls get InvalidRequest naming the field, the daemon's memory
+/// does not keep what they sent, and — in an optimised build, as packaged —
+/// none of the member's calls fails (what the bus still refuses astraeusctl
+/// sends again: the test above). `.ci/run` runs this test once more with
 /// `--release` for that: unoptimised, zbus zero-fills each 30 MiB buffer
 /// byte by byte (its reader is instantiated in our crate, so optimising the
 /// dependencies does not help) and reads slower than dbus-daemon routes, so
@@ -667,12 +684,7 @@ fn a_flood_of_big_messages_is_refused_by_size() {
         .enable_all()
         .build()
         .unwrap();
-    let conn = rt.block_on(async {
-        zbus::connection::Builder::address(a.as_str())
-            .build()
-            .await
-            .unwrap()
-    });
+    let conn = connected(&rt, &a);
     let (name, msg) = call(&rt, &conn, "WhyNot", &"x".repeat(30 << 20)).unwrap_err();
     assert_eq!(name, "org.astraeus.Node1.Error.InvalidRequest", "{msg}");
     assert!(
@@ -706,26 +718,19 @@ fn a_flood_of_big_messages_is_refused_by_size() {
     .parse()
     .unwrap_or(0);
     let (d0, b0, t0) = (ticks(d.child.id()), ticks(bus_pid), Instant::now());
+    let spec = dir.path().join("probe.json");
+    std::fs::write(&spec, shared_spec("probe", "1")).unwrap();
     let mut failed = Vec::new();
+    let mut sent_again = 0;
     let mut took = Vec::new();
     for _ in 0..30 {
         let t = Instant::now();
-        let o = busctl_as(
-            Some(member),
-            &a,
-            &[
-                "call",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1",
-                "org.astraeus.Node1.Manager",
-                "WhyNot",
-                "s",
-                &shared_spec("probe", "1"),
-            ],
-        );
+        let o = ctl(&a, Some(member), &["why", spec.to_str().unwrap()]);
         took.push(t.elapsed());
         if !o.ok {
             failed.push(o.stderr.trim().to_string());
+        } else if o.stderr.contains("the bus refused") {
+            sent_again += 1;
         }
     }
     let rss_during = rss_kib(d.child.id());
@@ -743,10 +748,11 @@ fn a_flood_of_big_messages_is_refused_by_size() {
     took.sort();
     eprintln!(
         "FIGURES big messages: 4 clients × 4 WhyNot of 30 MiB in flight; the member's 30 calls: \
-         {} failed {:?}, p50 {:?}, max {:?}; CPU: daemon {:.0} %, dbus-daemon {:.0} %; \
-         RSS {} MiB before, {} MiB during, {} MiB after",
+         {} failed {:?}, {} refused by the bus at first and sent again, p50 {:?}, max {:?}; \
+         CPU: daemon {:.0} %, dbus-daemon {:.0} %; RSS {} MiB before, {} MiB during, {} MiB after",
         failed.len(),
         failed.first(),
+        sent_again,
         took[15],
         took[29],
         busy.0 * 100.0,
@@ -759,18 +765,95 @@ fn a_flood_of_big_messages_is_refused_by_size() {
         rss_after < rss_before + 128 * 1024,
         "the daemon kept what the flood sent: {rss_before} KiB before, {rss_after} KiB after"
     );
-    // Optimised: 0 of 30 in most runs; one fresh-clone CI run (2026-12-04
-    // 18:34) saw 1 of 30 refused by dbus-daemon ("destination has a full
-    // message queue": the bus routes 480 MiB faster than the daemon reads
-    // it). At most one is tolerated; docs/reliability.md §3.
+    // Optimised, the daemon reads about as fast as dbus-daemon routes, and
+    // the bus's queue to it is seldom full (0 of 30 raw busctl calls refused
+    // in most runs, 1 in one fresh-clone CI run); when it is, astraeusctl
+    // sends the call again. Unoptimised, the daemon reads slower than the
+    // bus routes (zbus zero-fills each 30 MiB buffer) and calls are delayed
+    // more: measured, not asserted. docs/reliability.md §3.
     if !cfg!(debug_assertions) {
         assert!(
-            failed.len() <= 1,
+            failed.is_empty(),
             "{} of a member's 30 calls failed under the flood: {:?}",
             failed.len(),
             failed.first()
         );
     }
+}
+
+/// When the bus's queue to the daemon is full, dbus-daemon refuses every
+/// call to it before the daemon sees it (`LimitsExceeded`); a raw client
+/// gets that error. astraeusctl sends such a call again until the queue has
+/// room: a member's command waits out a flood instead of failing. Made
+/// certain here by stopping the daemon (SIGSTOP) and queueing 150 MiB at it.
+#[test]
+fn a_call_the_bus_refuses_for_a_full_queue_is_sent_again_by_astraeusctl() {
+    let (member, dir, sim) = member_and_majin();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = bus.address.clone();
+    let spec = dir.path().join("probe.json");
+    std::fs::write(&spec, shared_spec("probe", "1")).unwrap();
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &d.child.id().to_string()])
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+    // Five 30 MiB calls the stopped daemon cannot read: more than the
+    // bus's 127 MiB queue for one connection.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let conn = connected(&rt, &a);
+    let big = std::sync::Arc::new("x".repeat(30 << 20));
+    for _ in 0..5 {
+        let (conn, big) = (conn.clone(), big.clone());
+        rt.spawn(async move { big_why_not(&conn, &big).await });
+    }
+    let mut refused = String::new();
+    eventually("the bus refuses calls to the daemon", || {
+        let o = busctl_as(
+            Some(member),
+            &a,
+            &[
+                "--timeout=1",
+                "call",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1",
+                "org.astraeus.Node1.Manager",
+                "WhyNot",
+                "s",
+                &shared_spec("probe", "1"),
+            ],
+        );
+        refused = o.stderr;
+        refused.contains("full message queue")
+    });
+    let ctl_call = {
+        let (a, spec) = (a.clone(), spec.to_str().unwrap().to_string());
+        std::thread::spawn(move || ctl(&a, Some(member), &["why", &spec]))
+    };
+    // Long enough for astraeusctl to start and meet the full queue.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(signal("-CONT").success());
+    let o = ctl_call.join().unwrap();
+    assert!(o.ok, "astraeusctl gave up: {}", o.stderr);
+    assert!(
+        o.stdout.starts_with("it would start now on GPU"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stderr
+            .contains("the bus refused WhyNot: its queue to the daemon is full"),
+        "astraeusctl never met the full queue (a raw client was refused: {refused}): {}",
+        o.stderr
+    );
+    rt.shutdown_background();
 }
 
 /// A daemon held for 10 s at `failpoint` by `ask` (on a thread, given the

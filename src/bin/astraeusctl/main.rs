@@ -179,17 +179,77 @@ struct Client {
     conn: Connection,
 }
 
+/// How long a call refused by the bus for a full queue is tried again: as
+/// long as D-Bus's default method timeout, what a slow answer would cost.
+const BUS_FULL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(25);
+
+/// Whether the bus itself refused the call because its queue to the daemon
+/// is full (someone else is sending it more than it reads). The message
+/// never reached the daemon, so sending it again cannot do anything twice.
+fn bus_queue_full(e: &zbus::Error) -> bool {
+    match e {
+        zbus::Error::MethodError(name, _, _) => {
+            name.as_str() == "org.freedesktop.DBus.Error.LimitsExceeded"
+        }
+        zbus::Error::FDO(e) => matches!(**e, zbus::fdo::Error::LimitsExceeded(_)),
+        _ => false,
+    }
+}
+
 impl Client {
+    /// One method call to the daemon, sent again (20 ms, then doubling to
+    /// 1 s apart, for up to [`BUS_FULL_PATIENCE`]) while the bus refuses it
+    /// for a full queue: another user flooding the daemon delays a member's
+    /// call, it does not fail it. Any other error is returned at once.
+    async fn method<B>(
+        &self,
+        path: &str,
+        interface: &str,
+        method: &str,
+        body: &B,
+    ) -> Result<zbus::Message, String>
+    where
+        B: serde::Serialize + zbus::Type,
+    {
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(20);
+        let mut told = false;
+        loop {
+            match self
+                .conn
+                .call_method(Some(BUS_NAME), path, Some(interface), method, body)
+                .await
+            {
+                Err(e) if bus_queue_full(&e) && started.elapsed() < BUS_FULL_PATIENCE => {
+                    if !told {
+                        errln!(
+                            "the bus refused {method}: its queue to the daemon is full (someone is \
+                             sending it more than it reads); trying again for up to {} s",
+                            BUS_FULL_PATIENCE.as_secs()
+                        );
+                        told = true;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                Err(e) if bus_queue_full(&e) => {
+                    return Err(format!(
+                    "{} (the bus refused {method} for {} s: its queue to the daemon stays full)",
+                    describe(e),
+                    BUS_FULL_PATIENCE.as_secs()
+                ))
+                }
+                other => return other.map_err(describe),
+            }
+        }
+    }
+
     async fn call<B, R>(&self, method: &str, body: &B) -> Result<R, String>
     where
         B: serde::Serialize + zbus::Type,
         R: for<'d> serde::Deserialize<'d> + zbus::Type,
     {
-        let msg = self
-            .conn
-            .call_method(Some(BUS_NAME), BASE_PATH, Some(MANAGER), method, body)
-            .await
-            .map_err(describe)?;
+        let msg = self.method(BASE_PATH, MANAGER, method, body).await?;
         msg.body()
             .deserialize()
             .map_err(|e| format!("reply of {method}: {e}"))
@@ -253,16 +313,13 @@ impl Client {
         T::Error: std::fmt::Display,
     {
         let msg = self
-            .conn
-            .call_method(
-                Some(BUS_NAME),
+            .method(
                 path,
-                Some("org.freedesktop.DBus.Properties"),
+                "org.freedesktop.DBus.Properties",
                 "Get",
                 &(interface, name),
             )
-            .await
-            .map_err(describe)?;
+            .await?;
         let v: zbus::OwnedVariant = msg.body().deserialize().map_err(|e| e.to_string())?;
         T::try_from(v).map_err(|e| format!("{name}: {e}"))
     }

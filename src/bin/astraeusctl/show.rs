@@ -1,7 +1,6 @@
 //! `astraeusctl show NAME`: one worker whole, from its object's properties.
 
-use super::{describe, gb, Client, Local};
-use astraeusd::bus::BUS_NAME;
+use super::{gb, Client, Local};
 use serde_json::json;
 use zbus::OwnedObjectPath;
 
@@ -10,16 +9,13 @@ use zbus::OwnedObjectPath;
 pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> {
     let path: OwnedObjectPath = c.call("GetWorker", &(name,)).await?;
     let msg = c
-        .conn
-        .call_method(
-            Some(BUS_NAME),
+        .method(
             path.as_str(),
-            Some("org.freedesktop.DBus.Properties"),
+            "org.freedesktop.DBus.Properties",
             "GetAll",
             &("org.astraeus.Node1.Worker",),
         )
-        .await
-        .map_err(describe)?;
+        .await?;
     let props: std::collections::HashMap<String, zbus::OwnedVariant> =
         msg.body().deserialize().map_err(|e| e.to_string())?;
     let get = |k: &str| props.get(k).map(|v| v.try_clone().expect("plain value"));
