@@ -556,7 +556,8 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
         &bus,
         dir.path(),
         "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
-        &[],
+        // When each guest row was read: the energy's oracle.
+        &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
     );
     let a = &bus.address;
     let stays_starting = |name: &str| {
@@ -626,7 +627,15 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
         template_state(a, "h") == "running"
     });
     let _guest_side = guest.join().unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    // The daemon's own record of when it read each row (its debug line).
+    let read_at = || -> Vec<u64> {
+        d.log_text()
+            .lines()
+            .filter_map(|l| l.split("guest GPU reading of h at ").nth(1))
+            .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    eventually("both rows read", || read_at().len() == 2);
     power_off("h");
     let rows = report_rows(a, "h");
     assert_eq!(rows.len(), 1, "{rows:?}");
@@ -635,11 +644,15 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
     assert_eq!(h["gpu_peak_pct"], 60.0, "{h}");
     let peak_gb = h["gpu_memory_peak_gb"].as_f64().unwrap();
     assert!((peak_gb - 2000.0 / 1024.0).abs() < 1e-9, "{h}");
-    // 100 W from the first row to the second (a second or a little more).
+    // 100 W from the first row's reading to the second's; the last row
+    // has no next reading, so its 300 W count for nothing.
+    let at = read_at();
+    assert!(at[1] > at[0], "{at:?}");
+    let expected_wh = 100.0 * (at[1] - at[0]) as f64 / 1000.0 / 3600.0;
     let wh = h["gpu_energy_wh"].as_f64().unwrap();
     assert!(
-        wh > 0.9 * 100.0 / 3600.0 && wh < 100.0 * 30.0 / 3600.0,
-        "{h}"
+        (wh - expected_wh).abs() < 1e-9,
+        "{wh} Wh, not {expected_wh}: {h}"
     );
     let text = ctl(a, None, &["slices", "--report"]);
     assert!(text.stdout.contains("2.0 GB"), "{}", text.stdout);

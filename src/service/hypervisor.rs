@@ -410,6 +410,17 @@ async fn read_guest_gpus(
                         continue;
                     };
                     let at = EpochMs::now();
+                    // Numbers only (the line is the guest's): what the
+                    // slice's figures are computed from, at debug level.
+                    tracing::debug!(
+                        template = %template,
+                        "guest GPU reading of {template} at {} ms: GPU {}, {:?} %, {:?} MiB, {:?} W",
+                        at.0,
+                        sample.index,
+                        sample.util_pct,
+                        sample.memory_mib,
+                        sample.power_w
+                    );
                     let cmd = Command::GuestGpu {
                         template: template.clone(),
                         sample,
