@@ -3,7 +3,8 @@
 # namespace (recipe in shared/test-environment.md). Run by tests/units.rs as:
 #   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL
 # User= cannot be tested in a user manager (it is root's own); it is set only
-# for non-root owners, and the properties test in src/runtime/unit.rs covers it.
+# for non-root owners: tests/system_manager.sh runs a member's unit under a
+# real system manager.
 set -euo pipefail
 daemon=$1 ctl=$2
 rt=$(mktemp -d /var/lib/astraeus-units.XXXXXX)

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Unit workers under a real systemd *system* manager: systemd booted as PID 1
+# of a private PID and mount namespace, with the host's / read-only in there
+# and every directory boot writes to on a tmpfs of its own (booting on the
+# host's disk, systemd-tmpfiles --boot empties the host's /tmp: seen once).
+# Run by tests/system_manager.rs, as root, as:
+#   bash tests/system_manager.sh ASTRAEUSD ASTRAEUSCTL POLICY MEMBER SIM_FILE
+# What it shows: a group member's unit worker runs as that member (User=),
+# root's as root, a stranger's is refused; `journalctl -u
+# astraeus-worker-NAME` has the worker's output and the daemon's journal
+# says how it ended.
+set -euo pipefail
+daemon=$1 ctl=$2 policy=$3 member=$4 sim=$5
+here=$(mktemp -d /var/lib/astraeus-sysmgr.XXXXXX)
+pid=
+cleanup() {
+    # SIGKILL to PID 1 of the namespace ends every process in it.
+    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    sleep 0.5
+    rm -rf "$here"
+}
+trap cleanup EXIT
+# (/tmp, where the sim file may be, is a fresh tmpfs in there.)
+cp "$sim" "$here/majin.toml"
+cat > "$here/boot" <<BOOT
+set -e
+mount -o remount,bind,ro /
+for d in /run /tmp /var/tmp /var/log /var/cache /var/lib/systemd /var/lib/containers /var/lib/cni; do
+    if [ -d "\$d" ]; then mount -t tmpfs -o mode=0755 tmpfs "\$d"; fi
+done
+chmod 1777 /tmp /var/tmp
+mkdir -p /run/astraeus/state /run/astraeus/system.d /run/systemd/system
+cp -a /etc/dbus-1/system.d/. /run/astraeus/system.d/ 2>/dev/null || true
+cp "$policy" /run/astraeus/system.d/org.astraeus.Node1.conf
+mount --bind /run/astraeus/system.d /etc/dbus-1/system.d
+cp "$here/majin.toml" /run/astraeus/majin.toml
+printf '[runtime]\nstop_timeout_seconds = 2\n' > /run/astraeus/node.toml
+# Nothing that cleans or creates files at boot.
+for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service systemd-tmpfiles-clean.timer; do
+    ln -s /dev/null /run/systemd/system/\$u
+done
+cat > /run/systemd/system/astraeusd-test.service <<UNIT
+[Unit]
+Description=astraeusd on the simulated majin
+Requires=dbus.socket
+After=dbus.socket systemd-journald.socket
+[Service]
+Type=notify
+ExecStart=$daemon --sim /run/astraeus/majin.toml --config /run/astraeus/node.toml --state-dir /run/astraeus/state
+UNIT
+cat > /run/systemd/system/astraeus-test.target <<UNIT
+[Unit]
+Description=just enough to run astraeusd
+Requires=systemd-journald.socket dbus.socket astraeusd-test.service
+UNIT
+exec /lib/systemd/systemd --system --unit=astraeus-test.target
+BOOT
+unshare --pid --fork --mount --propagation private --mount-proc bash "$here/boot" \
+    > "$here/boot.log" 2>&1 &
+booter=$!
+for _ in $(seq 100); do pid=$(pgrep -P "$booter" || true); [ -n "$pid" ] && break; sleep 0.1; done
+[ -n "$pid" ] || { cat "$here/boot.log"; exit 1; }
+inside() { nsenter -t "$pid" -m -p -- "$@"; }
+as() { local who=$1; shift; inside setpriv --reuid="$who" --regid="$(id -g "$who")" --init-groups "$@"; }
+fail() {
+    echo "FAIL: $*"
+    inside journalctl -o short --no-pager 2>&1 | tail -60 || true
+    tail -20 "$here/boot.log"
+    exit 1
+}
+for _ in $(seq 300); do inside busctl status org.astraeus.Node1 >/dev/null 2>&1 && break; sleep 0.1; done
+inside busctl status org.astraeus.Node1 >/dev/null 2>&1 || fail "the daemon never came up under the system manager"
+[ "$(inside systemctl show astraeusd-test.service -p ActiveState --value)" = active ] || fail "not active"
+
+ended() {
+    for _ in $(seq 300); do
+        inside journalctl -u astraeusd-test.service -o cat --no-pager | grep -q "worker $1 exited with status $2" && return
+        sleep 0.1
+    done
+    fail "worker $1 never recorded as exited with status $2"
+}
+
+# The worker's own line in `journalctl -u` (journald may file it a moment
+# after the daemon has seen the unit end).
+worker_said() {
+    local said
+    for _ in $(seq 300); do
+        said=$(inside journalctl -u "astraeus-worker-$1.service" -o cat --no-pager | grep "^I am" || true)
+        [ -n "$said" ] && break
+        sleep 0.1
+    done
+    echo "$said"
+}
+
+echo "== a member's unit worker runs as the member; journalctl -u has its output"
+spec='{"name":"NAME","run":{"unit":{"exec":["/bin/sh","-c","echo I am $(id -un) in group $(id -gn)"]}}}'
+as "$member" "$ctl" submit - <<< "${spec/NAME/mine}" || fail "the member's submit"
+ended mine 0
+said=$(worker_said mine)
+[ "$said" = "I am $member in group astraeus" ] || fail "the member's unit said: $said"
+
+echo "== root's unit worker runs as root"
+inside "$ctl" submit - <<< "${spec/NAME/roots}" || fail "root's submit"
+ended roots 0
+said=$(worker_said roots)
+[ "$said" = "I am root in group root" ] || fail "root's unit said: $said"
+
+echo "== a stranger's unit worker is refused"
+if out=$(as nobody "$ctl" submit - <<< "${spec/NAME/theirs}" 2>&1); then fail "nobody submitted: $out"; fi
+grep -q "AccessDenied" <<< "$out" || fail "nobody got: $out"
+inside journalctl -u astraeus-worker-theirs.service -o cat --no-pager | grep -q . && fail "a unit ran for nobody"
+
+echo "system manager: OK"
