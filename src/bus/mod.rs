@@ -297,15 +297,21 @@ impl Loop {
         }
         let dbus = zbus::fdo::DBusProxy::new(conn).await?;
         let name: BusName<'_> = sender.into();
-        let uid = dbus
-            .get_connection_unix_user(name.clone())
+        // One round trip for both (GetConnectionUnixUser and …ProcessID
+        // would be two, on the call's path).
+        let unknown = |e: String| {
+            BusError(Error::AccessDenied(format!(
+                "cannot tell who the caller is: {e}"
+            )))
+        };
+        let credentials = dbus
+            .get_connection_credentials(name)
             .await
-            .map_err(|e| {
-                BusError(Error::AccessDenied(format!(
-                    "cannot tell who the caller is: {e}"
-                )))
-            })?;
-        let pid = dbus.get_connection_unix_process_id(name).await.ok();
+            .map_err(|e| unknown(e.to_string()))?;
+        let uid = credentials
+            .unix_user_id()
+            .ok_or_else(|| unknown("the bus gave no UnixUserID".into()))?;
+        let pid = credentials.process_id();
         let group = self.group.clone();
         let member = tokio::task::spawn_blocking(move || auth::is_member(uid, &group))
             .await
