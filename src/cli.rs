@@ -38,7 +38,15 @@ pub struct DaemonArgs {
 }
 
 #[derive(Parser)]
-#[command(name = "astraeusctl", version, about = "Control astraeusd over D-Bus")]
+#[command(
+    name = "astraeusctl",
+    version,
+    about = "Control astraeusd over D-Bus",
+    long_about = "Control astraeusd over D-Bus (the system bus unless told otherwise). \
+        A call the bus refuses because its queue to the daemon is full (someone is \
+        sending the daemon more than it reads) never reached the daemon: astraeusctl \
+        says so on standard error and sends it again, for up to 25 seconds."
+)]
 pub struct CtlArgs {
     /// Talk to a daemon on the session bus.
     #[arg(long, global = true, conflicts_with = "bus_address")]

@@ -423,19 +423,12 @@ fn a_flood_of_big_reads_stalls_neither_the_loop_nor_a_submit() {
     for i in 0..20 {
         let name = format!("s{i}");
         let t = Instant::now();
-        let o = busctl_as(
-            Some(member),
+        let o = manager_spec_within(
             &a,
-            &[
-                "--timeout=25",
-                "call",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1",
-                "org.astraeus.Node1.Manager",
-                "SubmitWorker",
-                "s",
-                &shared_spec(&name, "1"),
-            ],
+            Some(member),
+            25,
+            "SubmitWorker",
+            &shared_spec(&name, "1"),
         );
         submits.push((name, o.ok, o.stderr, t.elapsed()));
         std::thread::sleep(Duration::from_millis(300));
@@ -556,21 +549,8 @@ fn a_submit_older_than_its_callers_patience_is_refused_unprocessed() {
         &[("ASTRAEUS_FAILPOINTS", "bus.submit=pause21000@1")],
     );
     let a = &bus.address;
-    let submit = |name: &str| {
-        busctl(
-            a,
-            &[
-                "--timeout=40",
-                "call",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1",
-                "org.astraeus.Node1.Manager",
-                "SubmitWorker",
-                "s",
-                &shared_spec(name, "1"),
-            ],
-        )
-    };
+    let submit =
+        |name: &str| manager_spec_within(a, None, 40, "SubmitWorker", &shared_spec(name, "1"));
     let late = submit("late");
     assert!(
         !late.ok,
@@ -816,20 +796,7 @@ fn a_call_the_bus_refuses_for_a_full_queue_is_sent_again_by_astraeusctl() {
     }
     let mut refused = String::new();
     eventually("the bus refuses calls to the daemon", || {
-        let o = busctl_as(
-            Some(member),
-            &a,
-            &[
-                "--timeout=1",
-                "call",
-                "org.astraeus.Node1",
-                "/org/astraeus/Node1",
-                "org.astraeus.Node1.Manager",
-                "WhyNot",
-                "s",
-                &shared_spec("probe", "1"),
-            ],
-        );
+        let o = manager_spec_within(&a, Some(member), 1, "WhyNot", &shared_spec("probe", "1"));
         refused = o.stderr;
         refused.contains("full message queue")
     });
@@ -878,18 +845,12 @@ fn held_at_holds_no_one_else(
         d.log_text()
             .contains(&format!("failpoint {failpoint} reached"))
     });
-    let submit = busctl(
+    let submit = manager_spec_within(
         &bus.address,
-        &[
-            "--timeout=5",
-            "call",
-            "org.astraeus.Node1",
-            "/org/astraeus/Node1",
-            "org.astraeus.Node1.Manager",
-            "SubmitWorker",
-            "s",
-            &shared_spec("meanwhile", "1"),
-        ],
+        None,
+        5,
+        "SubmitWorker",
+        &shared_spec("meanwhile", "1"),
     );
     assert!(
         submit.ok,

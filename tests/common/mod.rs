@@ -276,6 +276,32 @@ pub fn manager(address: &str, user: Option<&str>, method: &str, sig_args: &[&str
     busctl_as(user, address, &args)
 }
 
+/// `busctl call` of a Manager method taking one spec (`s`), as `user`,
+/// waiting at most `timeout_s` seconds for the answer.
+pub fn manager_spec_within(
+    address: &str,
+    user: Option<&str>,
+    timeout_s: u32,
+    method: &str,
+    spec: &str,
+) -> Out {
+    let timeout = format!("--timeout={timeout_s}");
+    busctl_as(
+        user,
+        address,
+        &[
+            &timeout,
+            "call",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager",
+            method,
+            "s",
+            spec,
+        ],
+    )
+}
+
 pub fn gdbus(address: &str, args: &[&str]) -> Out {
     let mut all = vec!["call", "--address", address, "-d", "org.astraeus.Node1"];
     all.extend_from_slice(args);
