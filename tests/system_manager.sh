@@ -98,6 +98,9 @@ as "$member" "$ctl" submit - <<< "${spec/NAME/mine}" || fail "the member's submi
 ended mine 0
 said=$(worker_said mine)
 [ "$said" = "I am $member in group astraeus" ] || fail "the member's unit said: $said"
+# Placed once (not again as its unit went from starting to running).
+placed=$(inside journalctl -o cat --no-pager MESSAGE_ID=289c420c04474b6894f80da2da49d6c0 WORKER=mine)
+[ "$placed" = "worker mine placed: —" ] || fail "the placed events of mine: $placed"
 
 echo "== root's unit worker runs as root"
 inside "$ctl" submit - <<< "${spec/NAME/roots}" || fail "root's submit"

@@ -439,7 +439,9 @@ impl Service {
         }
         let new_state = view.state;
         let old = obj.view.replace(view);
-        if old.state != new_state {
+        // One journal event when a worker is placed or starts to wait, not
+        // one per step of its launch (starting → running → stopping).
+        if (old.state == State::Pending) != (new_state == State::Pending) {
             log_state(&self.node, w);
         }
         Some(old)

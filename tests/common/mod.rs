@@ -199,6 +199,17 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failed test shows what the daemon said (its last 60 lines), so
+        // a failure seen once in CI can be understood from its log.
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "---- the daemon's log, last {} lines ----\n{}",
+                lines.len().min(60),
+                lines[lines.len().saturating_sub(60)..].join("\n")
+            );
+        }
     }
 }
 
