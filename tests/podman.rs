@@ -39,8 +39,7 @@ fn pinged(sock: &Path) -> bool {
         return false;
     };
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-    if s
-        .write_all(b"GET /_ping HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n")
+    if s.write_all(b"GET /_ping HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n")
         .is_err()
     {
         return false;
