@@ -10,7 +10,8 @@
 # astraeus-worker-NAME` has the worker's output and the daemon's journal
 # says how it ended.
 set -euo pipefail
-daemon=$1 ctl=$2 policy=$3 member=$4 sim=$5
+daemon=$1 host_ctl=$2 policy=$3 member=$4 sim=$5
+ctl=/run/astraeus/astraeusctl # $host_ctl, as seen inside
 here=$(mktemp -d /var/lib/astraeus-sysmgr.XXXXXX)
 pid=
 cleanup() {
@@ -20,20 +21,24 @@ cleanup() {
     rm -rf "$here"
 }
 trap cleanup EXIT
-# (/tmp, where the sim file may be, is a fresh tmpfs in there.)
-cp "$sim" "$here/majin.toml"
 cat > "$here/boot" <<BOOT
 set -e
 mount -o remount,bind,ro /
-for d in /run /tmp /var/tmp /var/log /var/cache /var/lib/systemd /var/lib/containers /var/lib/cni; do
-    if [ -d "\$d" ]; then mount -t tmpfs -o mode=0755 tmpfs "\$d"; fi
-done
-chmod 1777 /tmp /var/tmp
+# What the test brings (the binaries, the policy, the sim file: perhaps
+# under /tmp, a fresh tmpfs in here below) goes to /run/astraeus first.
+mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/astraeus/state /run/astraeus/system.d /run/systemd/system
+touch /run/astraeus/astraeusd /run/astraeus/astraeusctl
+mount --bind "$daemon" /run/astraeus/astraeusd
+mount --bind "$host_ctl" /run/astraeus/astraeusctl
 cp -a /etc/dbus-1/system.d/. /run/astraeus/system.d/ 2>/dev/null || true
 cp "$policy" /run/astraeus/system.d/org.astraeus.Node1.conf
 mount --bind /run/astraeus/system.d /etc/dbus-1/system.d
-cp "$here/majin.toml" /run/astraeus/majin.toml
+cp "$sim" /run/astraeus/majin.toml
+for d in /tmp /var/tmp /var/log /var/cache /var/lib/systemd /var/lib/containers /var/lib/cni; do
+    if [ -d "\$d" ]; then mount -t tmpfs -o mode=0755 tmpfs "\$d"; fi
+done
+chmod 1777 /tmp /var/tmp
 printf '[runtime]\nstop_timeout_seconds = 2\n' > /run/astraeus/node.toml
 # Nothing that cleans or creates files at boot.
 for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service systemd-tmpfiles-clean.timer; do
@@ -46,7 +51,7 @@ Requires=dbus.socket
 After=dbus.socket systemd-journald.socket
 [Service]
 Type=notify
-ExecStart=$daemon --sim /run/astraeus/majin.toml --config /run/astraeus/node.toml --state-dir /run/astraeus/state
+ExecStart=/run/astraeus/astraeusd --sim /run/astraeus/majin.toml --config /run/astraeus/node.toml --state-dir /run/astraeus/state
 UNIT
 cat > /run/systemd/system/astraeus-test.target <<UNIT
 [Unit]
