@@ -26,6 +26,7 @@ fn unit_workers_under_a_real_system_manager() {
             common::policy_file().to_str().unwrap(),
             member,
             sim.to_str().unwrap(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/astraeusd.service"),
         ])
         .output()
         .unwrap();

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Unit workers under a real systemd *system* manager: systemd booted as PID 1
-# of a private PID and mount namespace, with the host's / read-only in there
-# and every directory boot writes to on a tmpfs of its own (booting on the
-# host's disk, systemd-tmpfiles --boot empties the host's /tmp: seen once).
+# The shipped system unit (systemd/astraeusd.service, every hardening line
+# of it; only ExecStart changed by a drop-in, for the binary under test and
+# --sim) and unit workers under a real systemd *system* manager: systemd
+# booted as PID 1 of a private PID and mount namespace, with the host's /
+# read-only in there, a writable copy of /etc, and every directory boot
+# writes to on a tmpfs of its own (booting on the host's disk,
+# systemd-tmpfiles --boot empties the host's /tmp: seen once).
 # Run by tests/system_manager.rs, as root, as:
-#   bash tests/system_manager.sh ASTRAEUSD ASTRAEUSCTL POLICY MEMBER SIM_FILE
-# What it shows: a group member's unit worker runs as that member (User=),
-# root's as root, a stranger's is refused; `journalctl -u
+#   bash tests/system_manager.sh ASTRAEUSD ASTRAEUSCTL POLICY MEMBER SIM_FILE UNIT
+# What it shows: the hardened unit starts (Type=notify, on the system bus,
+# its ledger in StateDirectory), a group member's unit worker runs as that
+# member (User=), root's as root, a stranger's is refused; `journalctl -u
 # astraeus-worker-NAME` has the worker's output and the daemon's journal
 # says how it ended.
 set -euo pipefail
-daemon=$1 host_ctl=$2 policy=$3 member=$4 sim=$5
+daemon=$1 host_ctl=$2 policy=$3 member=$4 sim=$5 unit=$6
 ctl=/run/astraeus/astraeusctl # $host_ctl, as seen inside
 here=$(mktemp -d /var/lib/astraeus-sysmgr.XXXXXX)
 pid=
@@ -27,36 +31,35 @@ mount -o remount,bind,ro /
 # What the test brings (the binaries, the policy, the sim file: perhaps
 # under /tmp, a fresh tmpfs in here below) goes to /run/astraeus first.
 mount -t tmpfs -o mode=0755 tmpfs /run
-mkdir -p /run/astraeus/state /run/astraeus/system.d /run/systemd/system
+mkdir -p /run/astraeus /run/systemd/system/astraeusd.service.d
 touch /run/astraeus/astraeusd /run/astraeus/astraeusctl
 mount --bind "$daemon" /run/astraeus/astraeusd
 mount --bind "$host_ctl" /run/astraeus/astraeusctl
-cp -a /etc/dbus-1/system.d/. /run/astraeus/system.d/ 2>/dev/null || true
-cp "$policy" /run/astraeus/system.d/org.astraeus.Node1.conf
-mount --bind /run/astraeus/system.d /etc/dbus-1/system.d
 cp "$sim" /run/astraeus/majin.toml
-for d in /tmp /var/tmp /var/log /var/cache /var/lib/systemd /var/lib/containers /var/lib/cni; do
-    if [ -d "\$d" ]; then mount -t tmpfs -o mode=0755 tmpfs "\$d"; fi
+cp "$unit" /run/systemd/system/astraeusd.service
+# A writable copy of /etc: the bus policy, ConfigurationDirectory=astraeus.
+cp -a /etc /run/etc
+mount --bind /run/etc /etc
+cp "$policy" /etc/dbus-1/system.d/org.astraeus.Node1.conf
+mkdir -p /etc/astraeus
+printf '[runtime]\nstop_timeout_seconds = 2\n' > /etc/astraeus/node.toml
+for d in /tmp /var/tmp /var/log /var/cache /var/lib; do
+    mount -t tmpfs -o mode=0755 tmpfs "\$d"
 done
 chmod 1777 /tmp /var/tmp
-printf '[runtime]\nstop_timeout_seconds = 2\n' > /run/astraeus/node.toml
 # Nothing that cleans or creates files at boot.
 for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service systemd-tmpfiles-clean.timer; do
     ln -s /dev/null /run/systemd/system/\$u
 done
-cat > /run/systemd/system/astraeusd-test.service <<UNIT
-[Unit]
-Description=astraeusd on the simulated majin
-Requires=dbus.socket
-After=dbus.socket systemd-journald.socket
+cat > /run/systemd/system/astraeusd.service.d/sim.conf <<UNIT
 [Service]
-Type=notify
-ExecStart=/run/astraeus/astraeusd --sim /run/astraeus/majin.toml --config /run/astraeus/node.toml --state-dir /run/astraeus/state
+ExecStart=
+ExecStart=/run/astraeus/astraeusd --sim /run/astraeus/majin.toml
 UNIT
 cat > /run/systemd/system/astraeus-test.target <<UNIT
 [Unit]
 Description=just enough to run astraeusd
-Requires=systemd-journald.socket dbus.socket astraeusd-test.service
+Requires=systemd-journald.socket dbus.socket astraeusd.service
 UNIT
 exec /lib/systemd/systemd --system --unit=astraeus-test.target
 BOOT
@@ -75,11 +78,18 @@ fail() {
 }
 for _ in $(seq 300); do inside busctl status org.astraeus.Node1 >/dev/null 2>&1 && break; sleep 0.1; done
 inside busctl status org.astraeus.Node1 >/dev/null 2>&1 || fail "the daemon never came up under the system manager"
-[ "$(inside systemctl show astraeusd-test.service -p ActiveState --value)" = active ] || fail "not active"
+[ "$(inside systemctl show astraeusd.service -p ActiveState --value)" = active ] || fail "not active"
+[ "$(inside systemctl show astraeusd.service -p NRestarts --value)" = 0 ] || fail "restarted"
+inside test -f /var/lib/astraeus/ledger.db || fail "no ledger in its StateDirectory"
+# The shipped hardening is what runs: seen from the process itself.
+main=$(inside systemctl show astraeusd.service -p MainPID --value)
+caps=$(inside sed -n 's/^CapBnd:\t//p' "/proc/$main/status")
+[ "$caps" = 0000000000000004 ] || fail "bounding set $caps, not CAP_DAC_READ_SEARCH alone"
+[ "$(inside sed -n 's/^NoNewPrivs:\t//p' "/proc/$main/status")" = 1 ] || fail "NoNewPrivileges"
 
 ended() {
     for _ in $(seq 300); do
-        inside journalctl -u astraeusd-test.service -o cat --no-pager | grep -q "worker $1 exited with status $2" && return
+        inside journalctl -u astraeusd.service -o cat --no-pager | grep -q "worker $1 exited with status $2" && return
         sleep 0.1
     done
     fail "worker $1 never recorded as exited with status $2"
