@@ -107,6 +107,16 @@ worker_said() {
     echo "$said"
 }
 
+echo "== systemctl reload re-reads /etc/astraeus/node.toml (ExecReload under the hardening)"
+inside sh -c 'printf "machine = \"renamed\"\n[runtime]\nstop_timeout_seconds = 2\n" > /etc/astraeus/node.toml'
+inside systemctl reload astraeusd.service || fail "systemctl reload"
+for _ in $(seq 300); do
+    inside journalctl -u astraeusd.service -o cat --no-pager | grep -qx "node.toml reloaded: applied machine" && break
+    sleep 0.1
+done
+inside journalctl -u astraeusd.service -o cat --no-pager | grep -qx "node.toml reloaded: applied machine" \
+    || fail "no reload line"
+
 echo "== a member's unit worker runs as the member; journalctl -u has its output"
 spec='{"name":"NAME","run":{"unit":{"exec":["/bin/sh","-c","echo I am $(id -un) in group $(id -gn)"]}}}'
 as "$member" "$ctl" submit - <<< "${spec/NAME/mine}" || fail "the member's submit"
