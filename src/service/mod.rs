@@ -408,9 +408,17 @@ impl Service {
         let held = std::mem::take(&mut self.held);
         // Through the outbox: behind the objects the changes added.
         let failed = synced.err();
+        let replied = !held.replies.is_empty();
         for reply in held.replies {
             let failed = failed.clone();
             self.outbox.send(async move { reply(failed.as_ref()) });
+        }
+        if replied {
+            // Each reply above wakes its caller's task, which then writes
+            // the reply message; yielding once lets those tasks run before
+            // this task writes the group's signals, so callers are not kept
+            // waiting behind WorkerNew and PropertiesChanged.
+            self.outbox.send(tokio::task::yield_now());
         }
         for shown in held.shown {
             self.announce(shown);
