@@ -315,6 +315,15 @@ impl Service {
                     tracing::info!(worker = %name, "adopted the running workload of worker {name}");
                     self.watch(name.clone(), kind, f.id.clone());
                     self.publish_worker(&name);
+                    // StopWorker came before its workload was known (no
+                    // runtime id to stop then): stop it now that it is.
+                    let stop_asked = self
+                        .node
+                        .worker(&name)
+                        .is_some_and(|w| w.phase == Phase::Stopping);
+                    if stop_asked {
+                        self.stop_workload(&name).await;
+                    }
                 }
                 Some(f) if f.exit_code.is_none() => {
                     // Created but never started (a crash between the two): start afresh.
