@@ -12,21 +12,29 @@ fn call(
     method: &str,
     spec: &str,
 ) -> Result<(), (String, String)> {
-    rt.block_on(async {
-        conn.call_method(
-            Some("org.astraeus.Node1"),
-            "/org/astraeus/Node1",
-            Some("org.astraeus.Node1.Manager"),
-            method,
-            &(spec,),
-        )
-        .await
+    rt.block_on(manager_call(conn, method, spec))
         .map(|_| ())
         .map_err(|e| match e {
             zbus::Error::MethodError(name, msg, _) => (name.to_string(), msg.unwrap_or_default()),
             other => ("other".to_string(), other.to_string()),
         })
-    })
+}
+
+/// A Manager method taking one spec, called with zbus from this process
+/// (busctl cannot send 30 MiB).
+async fn manager_call(
+    conn: &zbus::Connection,
+    method: &str,
+    spec: &str,
+) -> zbus::Result<zbus::Message> {
+    conn.call_method(
+        Some("org.astraeus.Node1"),
+        "/org/astraeus/Node1",
+        Some("org.astraeus.Node1.Manager"),
+        method,
+        &(spec,),
+    )
+    .await
 }
 
 /// A member of `astraeus` (created when missing; the suite runs as root to
@@ -588,20 +596,6 @@ fn connected(rt: &tokio::runtime::Runtime, address: &str) -> zbus::Connection {
     })
 }
 
-/// A WhyNot whose spec is `big` (the daemon refuses it by size once read);
-/// its answer is not looked at.
-async fn big_why_not(conn: &zbus::Connection, big: &str) {
-    let _ = conn
-        .call_method(
-            Some("org.astraeus.Node1"),
-            "/org/astraeus/Node1",
-            Some("org.astraeus.Node1.Manager"),
-            "WhyNot",
-            &(big,),
-        )
-        .await;
-}
-
 /// Run by `a_flood_of_big_messages_is_refused_by_size` as another user (this binary, re-executed
 /// under setpriv): keeps 4 WhyNot calls of 30 MiB each in flight until
 /// killed. Does nothing in a normal run.
@@ -626,7 +620,7 @@ fn flooder_of_big_messages() {
             let (conn, big) = (conn.clone(), big.clone());
             tasks.push(tokio::spawn(async move {
                 loop {
-                    big_why_not(&conn, &big).await;
+                    let _ = manager_call(&conn, "WhyNot", &big).await;
                 }
             }));
         }
@@ -792,7 +786,7 @@ fn a_call_the_bus_refuses_for_a_full_queue_is_sent_again_by_astraeusctl() {
     let big = std::sync::Arc::new("x".repeat(30 << 20));
     for _ in 0..5 {
         let (conn, big) = (conn.clone(), big.clone());
-        rt.spawn(async move { big_why_not(&conn, &big).await });
+        rt.spawn(async move { manager_call(&conn, "WhyNot", &big).await.map(drop) });
     }
     let mut refused = String::new();
     eventually("the bus refuses calls to the daemon", || {

@@ -108,20 +108,15 @@ impl Service {
         let Some(rt) = self.runtimes.get(kind) else {
             return;
         };
-        let live = self.node.worker(&name).map(|w| w.phase);
+        let live = self.node.worker(&name).is_some();
         match (result, live) {
-            (Ok(id), Some(phase)) => {
-                if let Err(e) = self.node.set_launched(&name, &id) {
+            (Ok(id), true) => {
+                tracing::info!(worker = %name, "worker {name} started ({})", &id[..20.min(id.len())]);
+                if let Err(e) = self.follow_workload(&name, kind, &id).await {
                     tracing::error!(worker = %name, "recording the launch failed: {e}");
                 }
-                tracing::info!(worker = %name, "worker {name} started ({})", &id[..20.min(id.len())]);
-                self.watch(name.clone(), kind, id.clone());
-                if phase == Phase::Stopping {
-                    self.stop_workload(&name).await;
-                }
-                self.publish_worker(&name);
             }
-            (Ok(id), None) => {
+            (Ok(id), false) => {
                 // Stopped while it was starting: nothing may keep running.
                 let timeout = self.runtimes.stop_timeout;
                 tokio::spawn(async move {
@@ -129,13 +124,32 @@ impl Service {
                     let _ = rt.remove(&id).await;
                 });
             }
-            (Err(e), Some(_)) => {
+            (Err(e), true) => {
                 let reason = format!("failed to start: {}", e.message());
                 tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
                 self.end_worker(&name, None, &reason, None).await;
             }
-            (Err(_), None) => {}
+            (Err(_), false) => {}
         }
+    }
+
+    /// A live worker's workload is known, launched or found running after a
+    /// restart: its id is recorded and its end watched, and a StopWorker
+    /// that came while the id was unknown (nothing to stop then) is carried
+    /// out now.
+    async fn follow_workload(&mut self, name: &str, kind: Kind, id: &str) -> Result<()> {
+        let recorded = self.node.set_launched(name, id);
+        self.watch(name.to_string(), kind, id.to_string());
+        let stop_asked = self
+            .node
+            .worker(name)
+            .is_some_and(|w| w.phase == Phase::Stopping);
+        if stop_asked {
+            self.stop_workload(name).await;
+        } else {
+            self.publish_worker(name);
+        }
+        recorded
     }
 
     /// Ends a worker, at the runtime's own time when it has one.
@@ -309,20 +323,9 @@ impl Service {
         for (name, runtime_id) in live {
             match found.iter().find(|f| f.worker == name) {
                 Some(f) if f.running => {
-                    if let Err(e) = self.node.set_launched(&name, &f.id) {
-                        tracing::error!(worker = %name, "adopting failed: {e}");
-                    }
                     tracing::info!(worker = %name, "adopted the running workload of worker {name}");
-                    self.watch(name.clone(), kind, f.id.clone());
-                    self.publish_worker(&name);
-                    // StopWorker came before its workload was known (no
-                    // runtime id to stop then): stop it now that it is.
-                    let stop_asked = self
-                        .node
-                        .worker(&name)
-                        .is_some_and(|w| w.phase == Phase::Stopping);
-                    if stop_asked {
-                        self.stop_workload(&name).await;
+                    if let Err(e) = self.follow_workload(&name, kind, &f.id).await {
+                        tracing::error!(worker = %name, "adopting failed: {e}");
                     }
                 }
                 Some(f) if f.exit_code.is_none() => {

@@ -276,13 +276,25 @@ pub fn busctl_as(user: Option<&str>, address: &str, args: &[&str]) -> Out {
 
 /// `busctl call` on the Manager.
 pub fn manager(address: &str, user: Option<&str>, method: &str, sig_args: &[&str]) -> Out {
-    let mut args = vec![
+    manager_with(address, user, &[], method, sig_args)
+}
+
+/// `busctl OPTIONS call` on the Manager.
+fn manager_with(
+    address: &str,
+    user: Option<&str>,
+    options: &[&str],
+    method: &str,
+    sig_args: &[&str],
+) -> Out {
+    let mut args = options.to_vec();
+    args.extend_from_slice(&[
         "call",
         "org.astraeus.Node1",
         "/org/astraeus/Node1",
         "org.astraeus.Node1.Manager",
         method,
-    ];
+    ]);
     args.extend_from_slice(sig_args);
     busctl_as(user, address, &args)
 }
@@ -297,20 +309,7 @@ pub fn manager_spec_within(
     spec: &str,
 ) -> Out {
     let timeout = format!("--timeout={timeout_s}");
-    busctl_as(
-        user,
-        address,
-        &[
-            &timeout,
-            "call",
-            "org.astraeus.Node1",
-            "/org/astraeus/Node1",
-            "org.astraeus.Node1.Manager",
-            method,
-            "s",
-            spec,
-        ],
-    )
+    manager_with(address, user, &[&timeout], method, &["s", spec])
 }
 
 pub fn gdbus(address: &str, args: &[&str]) -> Out {
