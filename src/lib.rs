@@ -28,6 +28,7 @@ pub mod inventory;
 pub mod journal;
 pub mod json_fields;
 pub mod node;
+pub mod notify;
 pub mod placement;
 pub mod quantity;
 pub mod report;

@@ -14,7 +14,6 @@ use astraeusd::runtime::unit::Units;
 use astraeusd::service::{Service, Settings, SliceRules};
 use astraeusd::store::Store;
 use clap::Parser;
-use sd_notify::NotifyState;
 use std::path::PathBuf;
 use tracing_subscriber::prelude::*;
 
@@ -244,7 +243,7 @@ async fn run(args: Args) -> Result<(), Error> {
         vms_for_group: config.access.vms_for_group,
         allow_networked_weights: config.slicing.allow_networked_weights,
     };
-    let service = Service::register(node, source, conn.clone(), settings).await?;
+    let mut service = Service::register(node, source, conn.clone(), settings).await?;
     let listener = match config.http.address()? {
         None => None,
         Some(addr) => match tokio::net::TcpListener::bind(addr).await {
@@ -282,8 +281,7 @@ async fn run(args: Args) -> Result<(), Error> {
                 "cannot own {BUS_NAME}: {e} (is another astraeusd running?)"
             ))
         })?;
-    let status = service.status_line();
-    let _ = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    let status = service.ready();
     tracing::info!(
         message_id = astraeusd::journal::LIFECYCLE,
         "ready on {BUS_NAME}: {status}"

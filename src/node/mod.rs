@@ -701,8 +701,7 @@ impl Node {
             return Err(Error::NotFound(format!("no live worker named {name}")));
         };
         if w.runtime_id.as_deref() != Some(runtime_id) {
-            self.store
-                .set_runtime_id(w.id, runtime_id, EpochMs::now())?;
+            self.store.set_runtime_id(w.id, runtime_id)?;
         }
         let w = self.workers.get_mut(name).expect("checked");
         w.runtime_id = Some(runtime_id.to_string());

@@ -29,6 +29,7 @@ use crate::failpoint;
 use crate::inventory::GpuSource;
 use crate::journal;
 use crate::node::{Changes, Holder, Node};
+use crate::notify::Notifier;
 use crate::runtime::Runtime;
 use crate::time::EpochMs;
 use crate::usage::Sampler;
@@ -118,6 +119,8 @@ pub struct Service {
     report_reader: Option<Arc<tokio::sync::Mutex<crate::store::Store>>>,
     /// The status line changed since systemd was last told (`STATUS=`).
     status_stale: bool,
+    /// systemd's notify socket, kept open.
+    notify: Notifier,
 }
 
 /// A reply to send once its group is synced: told the sync's error, if any.
@@ -192,6 +195,7 @@ impl Service {
             outbox: crate::bus::outbox::Outbox::start(),
             report_reader,
             status_stale: false,
+            notify: Notifier::from_env(),
         };
         service.publish_templates();
         Ok(service)
@@ -207,8 +211,12 @@ impl Service {
         self.published.objects()
     }
 
-    pub fn status_line(&self) -> String {
-        crate::views::status_line(&self.node)
+    /// Tells systemd the daemon is ready, with its status line (returned).
+    pub fn ready(&mut self) -> String {
+        let status = crate::views::status_line(&self.node);
+        self.notify
+            .send(&[NotifyState::Ready, NotifyState::Status(&status)]);
+        status
     }
 
     /// Runs until SIGTERM/SIGINT: commands, inventory refresh, SIGHUP, watchdog.
@@ -266,17 +274,17 @@ impl Service {
                     self.drain().await;
                 }
                 _ = ping.tick(), if watchdog.is_some() => {
-                    let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+                    self.notify.send(&[NotifyState::Watchdog]);
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
             if std::mem::take(&mut self.status_stale) {
                 let status = crate::views::status_line(&self.node);
-                let _ = sd_notify::notify(&[NotifyState::Status(&status)]);
+                self.notify.send(&[NotifyState::Status(&status)]);
             }
         }
-        let _ = sd_notify::notify(&[NotifyState::Stopping]);
+        self.notify.send(&[NotifyState::Stopping]);
         if !self.outbox.flush(Duration::from_secs(2)).await {
             tracing::warn!("the last signals and replies were not all sent within 2 s");
         }

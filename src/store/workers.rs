@@ -1,5 +1,8 @@
-//! The ledger's workers: their rows, their allocations and holds, and the
-//! events of their lives. Each mutation is one transaction.
+//! The ledger's workers: their rows and their holds (a live allocation is a
+//! hold not yet ended). A worker's life is read from its row (submitted,
+//! started, ended, why, its runtime id) and its holds: no separate event
+//! rows, so a submit or a stop writes as few pages as it can (#25). Each
+//! mutation is one transaction.
 
 use super::{exec, Store};
 use crate::error::{Error, Result};
@@ -73,30 +76,9 @@ pub struct WorkerRow {
     pub cgroup: Option<String>,
 }
 
-fn event(tx: &Transaction, at: EpochMs, worker: i64, kind: &str, detail: &str) -> Result<()> {
-    let at_ms = at.as_i64();
-    exec(
-        tx,
-        "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, ?2, ?3, ?4)",
-        params![at_ms, worker, kind, detail],
-    )?;
-    Ok(())
-}
-
 fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
     let at_ms = at.as_i64();
     for g in grants {
-        exec(
-            tx,
-            "INSERT INTO allocations (worker_id, gpu_uuid, gpu_index, share_hundredths)
-             VALUES (?1, ?2, ?3, ?4)",
-            params![
-                id,
-                g.gpu_uuid,
-                g.gpu_index,
-                g.share.map(|s| s.hundredths() as i64)
-            ],
-        )?;
         exec(tx,
             "INSERT OR REPLACE INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
              VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -110,14 +92,7 @@ fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at: EpochMs) -> Re
         )?;
         failpoint::hit("store.grant.after-row");
     }
-    let detail = serde_json::to_string(
-        &grants
-            .iter()
-            .map(|g| (g.gpu_uuid.as_str(), g.share.map(|s| s.to_string())))
-            .collect::<Vec<_>>(),
-    )
-    .expect("grants serialize");
-    event(tx, at, id, "placed", &detail)
+    Ok(())
 }
 
 impl Store {
@@ -162,7 +137,6 @@ impl Store {
         })?;
         let id = tx.last_insert_rowid();
         failpoint::hit("store.insert.after-worker");
-        event(&tx, at, id, "submitted", "")?;
         if let Some(grants) = grants {
             insert_grants(&tx, id, grants, at)?;
         }
@@ -222,15 +196,9 @@ impl Store {
         failpoint::hit("store.stop.after-state");
         exec(
             &tx,
-            "DELETE FROM allocations WHERE worker_id = ?1",
-            params![id],
-        )?;
-        exec(
-            &tx,
             "UPDATE holds SET to_ms = ?2 WHERE worker_id = ?1 AND to_ms IS NULL",
             params![id, at_ms],
         )?;
-        event(&tx, at, id, "stopped", reason)?;
         failpoint::hit("store.stop.before-commit");
         tx.commit()?;
         failpoint::hit("store.stop.after-commit");
@@ -238,15 +206,12 @@ impl Store {
     }
 
     /// Records the runtime's id of a launched worker.
-    pub fn set_runtime_id(&mut self, id: i64, runtime_id: &str, at: EpochMs) -> Result<()> {
-        let tx = self.conn.transaction()?;
+    pub fn set_runtime_id(&mut self, id: i64, runtime_id: &str) -> Result<()> {
         exec(
-            &tx,
+            &self.conn,
             "UPDATE workers SET runtime_id = ?2 WHERE id = ?1 AND state = 'running'",
             params![id, runtime_id],
         )?;
-        event(&tx, at, id, "launched", runtime_id)?;
-        tx.commit()?;
         Ok(())
     }
 
@@ -328,9 +293,10 @@ impl Store {
         let mut by_id: std::collections::HashMap<i64, usize> =
             rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
         let mut stmt = self.conn.prepare_cached(
-            "SELECT a.worker_id, a.gpu_uuid, a.gpu_index, a.share_hundredths FROM allocations a
-             JOIN workers w ON w.id = a.worker_id WHERE w.state != 'stopped'
-             ORDER BY a.worker_id, a.gpu_index",
+            "SELECT h.worker_id, h.gpu_uuid, h.gpu_index, h.share_hundredths FROM holds h
+             JOIN workers w ON w.id = h.worker_id
+             WHERE h.to_ms IS NULL AND w.state != 'stopped'
+             ORDER BY h.worker_id, h.gpu_index",
         )?;
         let allocs = stmt.query_map([], |r| {
             Ok((
@@ -353,11 +319,12 @@ impl Store {
         Ok(rows)
     }
 
-    /// Allocations whose worker is not running: must always be empty.
+    /// Allocations (holds not ended) whose worker is not running: must
+    /// always be empty.
     pub fn orphan_allocations(&self) -> Result<i64> {
         Ok(self.conn.query_row(
-            "SELECT count(*) FROM allocations a LEFT JOIN workers w ON w.id = a.worker_id
-             WHERE w.id IS NULL OR w.state != 'running'",
+            "SELECT count(*) FROM holds h LEFT JOIN workers w ON w.id = h.worker_id
+             WHERE h.to_ms IS NULL AND (w.id IS NULL OR w.state != 'running')",
             [],
             |r| r.get(0),
         )?)
