@@ -3,6 +3,7 @@
 //! `ASTRAEUS_FAILPOINTS="name=kill@3,other=block,third=pause1500"` makes the
 //! process SIGKILL itself on the third time it reaches `name`, block forever
 //! at `other`, and hold the thread at `third` for 1.5 s (the first time).
+//! `name=fail@2` makes the second [`fails`] at `name` report a failure.
 //! Without the variable every `hit` is one relaxed load of an empty table.
 
 use std::collections::HashMap;
@@ -14,6 +15,8 @@ enum Action {
     Block,
     /// Milliseconds.
     Pause(u64),
+    /// [`fails`] says yes.
+    Fail,
 }
 
 struct Point {
@@ -37,6 +40,7 @@ fn table() -> &'static HashMap<String, Point> {
                 let action = match action {
                     "kill" => Action::Kill,
                     "block" => Action::Block,
+                    "fail" => Action::Fail,
                     other => Action::Pause(other.strip_prefix("pause")?.parse().ok()?),
                 };
                 Some((
@@ -90,5 +94,20 @@ pub fn hit(name: &str) {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
         Action::Pause(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
+        Action::Fail => {}
     }
+}
+
+/// Whether a test asked the operation at this point to fail now
+/// (`name=fail@N`): the caller then fails as if it had, e.g. a commit as
+/// on a full disk.
+pub fn fails(name: &str) -> bool {
+    let Some(p) = table().get(name) else {
+        return false;
+    };
+    if !matches!(p.action, Action::Fail) || p.hits.fetch_add(1, Ordering::SeqCst) + 1 != p.on {
+        return false;
+    }
+    tracing::warn!("failpoint {name} reached");
+    true
 }

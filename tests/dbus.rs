@@ -1125,3 +1125,59 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
         o.stderr
     );
 }
+
+/// A submit whose group's ledger commit fails (a failpoint stands in for
+/// the full disk that tests/faults.rs fills for real) leaves no trace: its
+/// caller gets the disk's error, the object that was added for it is gone
+/// from the bus again, the listing and a restarted daemon agree, and the
+/// next submit is taken.
+#[test]
+fn a_submit_whose_commit_fails_leaves_no_trace_on_the_bus_or_in_the_ledger() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sim = sim_file(dir.path());
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim,
+        &[("ASTRAEUS_FAILPOINTS", "store.group.commit=fail@2")],
+    );
+    let a = &bus.address;
+    let submit = |name: &str| manager(a, None, "SubmitWorker", &["s", &shared_spec(name, "1")]);
+    let o = submit("kept");
+    assert!(o.ok, "{}", o.stderr);
+    let o = submit("lost");
+    assert!(!o.ok, "{}", o.stdout);
+    assert!(
+        o.stderr
+            .contains("ledger: its disk is full, so new work is refused"),
+        "{}",
+        o.stderr
+    );
+    let o = manager(a, None, "GetWorker", &["s", "lost"]);
+    assert!(
+        !o.ok && o.stderr.contains("no live worker named lost"),
+        "{}",
+        o.stderr
+    );
+    let tree = busctl(a, &["tree", "--list", "org.astraeus.Node1"]);
+    assert!(tree.ok, "{}", tree.stderr);
+    assert!(tree.stdout.contains("/worker/kept"), "{}", tree.stdout);
+    assert!(!tree.stdout.contains("/worker/lost"), "{}", tree.stdout);
+    let o = submit("after");
+    assert!(o.ok, "{}", o.stderr);
+    let listed = manager(a, None, "ListWorkers", &[]).stdout;
+    assert!(
+        listed.contains("kept") && listed.contains("after"),
+        "{listed}"
+    );
+    assert!(!listed.contains("lost"), "{listed}");
+    assert!(d.stop().success());
+    let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let listed = manager(a, None, "ListWorkers", &[]).stdout;
+    assert!(
+        listed.contains("kept") && listed.contains("after"),
+        "{listed}"
+    );
+    assert!(!listed.contains("lost"), "{listed}");
+}

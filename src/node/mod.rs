@@ -14,6 +14,8 @@ pub use crate::worker::{Holder, Phase, State, Status, Worker};
 
 mod counting;
 mod drain;
+mod group;
+pub use group::GroupEnd;
 mod readings;
 use std::collections::BTreeMap;
 
@@ -167,6 +169,19 @@ impl Node {
                 })?;
             node.schedules.insert(template, actions);
         }
+        node.load_workers()?;
+        node.counters = std::sync::Arc::new(
+            node.store
+                .load_counters(node.workers.keys().map(String::as_str))?,
+        );
+        let mut changes = Changes::default();
+        node.reexamine(Better::Everything, &mut changes)?;
+        Ok(node)
+    }
+
+    /// The live workers as the ledger has them, into an empty book.
+    pub(super) fn load_workers(&mut self) -> Result<()> {
+        let node = self;
         for row in node.store.live_workers()? {
             let spec = WorkerSpec::parse(&row.spec).map_err(|e| {
                 Error::Backend(format!("ledger: worker {} no longer parses: {e}", row.name))
@@ -204,13 +219,7 @@ impl Node {
                 },
             );
         }
-        node.counters = std::sync::Arc::new(
-            node.store
-                .load_counters(node.workers.keys().map(String::as_str))?,
-        );
-        let mut changes = Changes::default();
-        node.reexamine(Better::Everything, &mut changes)?;
-        Ok(node)
+        Ok(())
     }
 
     pub fn machine(&self) -> &Machine {
@@ -284,16 +293,6 @@ impl Node {
 
     pub fn store(&self) -> &Store {
         &self.store
-    }
-
-    /// Group commit (see [`Store::defer_sync`]): hold acknowledgements until [`Node::sync`].
-    pub fn defer_sync(&mut self) -> Result<()> {
-        self.store.defer_sync()
-    }
-
-    /// One fsync for every change since [`Node::defer_sync`].
-    pub fn sync(&mut self) -> Result<()> {
-        self.store.sync()
     }
 
     /// Submits a worker: placed now if it fits, else pending with its reasons.

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
 use crate::journal;
-use crate::node::{Changes, Holder, Node};
+use crate::node::{Changes, GroupEnd, Holder, Node};
 use crate::notify::Notifier;
 use crate::runtime::Runtime;
 use crate::time::EpochMs;
@@ -373,19 +373,17 @@ impl Service {
     }
 
     /// Group commit: a submit or stop, and every submit or stop queued behind
-    /// it (up to [`GROUP`]), are applied one by one, each its own transaction,
-    /// then made durable by one fsync; only then do their callers get replies
-    /// and the bus the signals. Any other command is handled on its own.
-    /// (One transaction for the whole group would write the pages it touches
-    /// once instead of once per change — measured: a fifth less CPU per call
-    /// — but a group whose commit fails for a full disk would then be undone
-    /// in the ledger and not in memory: see docs/benchmarks.md.)
+    /// it (up to [`GROUP`]), share one ledger transaction (each its own
+    /// savepoint), committed and made durable by one fsync; only then do
+    /// their callers get replies and the bus the signals. A group whose
+    /// commit fails (a full disk) is undone in memory too, and each caller
+    /// told why. Any other command is handled on its own.
     async fn handle_group(&mut self, first: Command) {
         let groups = |c: &Command| matches!(c, Command::Submit { .. } | Command::Stop { .. });
         if !groups(&first) {
             return self.handle(first).await;
         }
-        if let Err(e) = self.node.defer_sync() {
+        if let Err(e) = self.node.begin_group() {
             tracing::error!("group commit: {e}");
         }
         let mut next = Some(first);
@@ -407,15 +405,33 @@ impl Service {
         self.release().await;
     }
 
-    /// The one fsync of a group, then what it held: replies, signals, launches.
+    /// The group's commit and fsync, then what it held: replies, signals,
+    /// launches. An undone group sends none of its own signals and
+    /// launches nothing: the bus is brought back in line with the ledger,
+    /// then each caller gets the error.
     async fn release(&mut self) {
-        let synced = self.node.sync();
-        if let Err(e) = &synced {
-            tracing::error!("{e}");
-        }
         let held = std::mem::take(&mut self.held);
+        let failed = match self.node.end_group() {
+            GroupEnd::Durable => None,
+            GroupEnd::Unsynced(e) => {
+                tracing::error!("{e}");
+                Some(e)
+            }
+            GroupEnd::Undone(e, changes) => {
+                tracing::error!(
+                    "{e} ({} change(s) not recorded and undone)",
+                    held.replies.len()
+                );
+                let shown = self.show(&changes);
+                self.announce(shown);
+                for reply in held.replies {
+                    let e = e.clone();
+                    self.outbox.send(async move { reply(Some(&e)) });
+                }
+                return;
+            }
+        };
         // Through the outbox: behind the objects the changes added.
-        let failed = synced.err();
         let replied = !held.replies.is_empty();
         for reply in held.replies {
             let failed = failed.clone();

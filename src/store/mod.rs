@@ -222,13 +222,22 @@ fn private_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A group's commit or its fsync failed (see [`Store::end_group`]).
+#[derive(Debug)]
+pub struct GroupFailed {
+    pub error: Error,
+    /// The ledger is as before the group (its commit failed), not merely
+    /// unsynced.
+    pub rolled_back: bool,
+}
+
 pub struct Store {
     conn: Connection,
     /// The ledger's file (None in memory), for [`Store::reader`].
     path: Option<std::path::PathBuf>,
     /// The write-ahead log, for the one fsync that ends a group of commits.
     wal: Option<std::path::PathBuf>,
-    /// Commits since [`Store::defer_sync`] are written but not yet synced.
+    /// A group's transaction is open ([`Store::begin_group`]).
     deferred: bool,
     /// Set when that fsync failed: every later commit is refused (the commit
     /// hook rolls it back), reads go on, a restart rereads what is on disk.
@@ -274,25 +283,64 @@ impl Store {
         }))
     }
 
-    /// Group commit: until [`Store::sync`], commits are written to the log but
-    /// not synced (WAL with synchronous=NORMAL keeps them atomic; a crash of
-    /// the process loses nothing, only a power cut could). The caller holds
-    /// every acknowledgement until `sync` returns.
-    pub fn defer_sync(&mut self) -> Result<()> {
-        if !self.deferred {
-            self.synchronous(false)?;
-            self.deferred = true;
+    /// Group commit: the changes until [`Store::end_group`] share one
+    /// transaction (each change its own savepoint within it, so a change
+    /// that fails is undone alone), written once and synced once: the
+    /// pages a group touches are written once, not once per change. The
+    /// caller holds every acknowledgement until `end_group` returns.
+    /// After a failed fsync no group is opened: each change then commits
+    /// on its own, and the commit hook refuses it before memory changes.
+    pub fn begin_group(&mut self) -> Result<()> {
+        if self.deferred || self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
         }
+        // NORMAL: COMMIT writes the log, end_group syncs it once.
+        self.synchronous(false)?;
+        self.conn.prepare_cached("BEGIN")?.execute([])?;
+        self.deferred = true;
         Ok(())
     }
 
-    /// Makes every commit since [`Store::defer_sync`] durable with one fsync
-    /// of the log, and commits sync on their own again.
-    pub fn sync(&mut self) -> Result<()> {
+    /// Commits the group and makes it durable with one fsync of the log.
+    /// A commit that fails (a full disk) leaves the ledger as it was before
+    /// the group: [`GroupFailed::rolled_back`] says the caller must undo
+    /// the group in memory too. A failed fsync leaves the group's fate
+    /// unknown: nothing more is taken until a restart.
+    pub fn end_group(&mut self) -> std::result::Result<(), GroupFailed> {
         if !self.deferred {
             return Ok(());
         }
         self.deferred = false;
+        crate::failpoint::hit("store.group.before-commit");
+        let committed = if crate::failpoint::fails("store.group.commit") {
+            Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("failpoint store.group.commit".into()),
+            ))
+        } else {
+            self.conn
+                .prepare_cached("COMMIT")
+                .and_then(|mut c| c.execute([]))
+        }
+        .map(drop);
+        if let Err(e) = committed {
+            if !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            let _ = self.synchronous(true);
+            return Err(GroupFailed {
+                error: e.into(),
+                rolled_back: true,
+            });
+        }
+        self.sync().map_err(|error| GroupFailed {
+            error,
+            rolled_back: false,
+        })
+    }
+
+    /// The one fsync of a group's commit, then commits sync on their own again.
+    fn sync(&mut self) -> Result<()> {
         crate::failpoint::hit("store.sync.before-fsync");
         let synced = match &self.wal {
             Some(wal) => std::fs::File::open(wal).and_then(|f| f.sync_data()),
@@ -422,22 +470,33 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(sync_mode(&s), 2, "FULL outside a group");
-        s.defer_sync().unwrap();
+        s.begin_group().unwrap();
         assert_eq!(sync_mode(&s), 1, "NORMAL inside a group");
+        assert!(!s.conn.is_autocommit(), "one transaction for the group");
         s.insert_worker("a", "{}", 1, &[], None, EpochMs(1))
             .unwrap();
         s.insert_worker("b", "{}", 1, &[], None, EpochMs(1))
             .unwrap();
-        s.sync().unwrap();
+        // A change that fails is undone alone (its savepoint).
+        assert!(s
+            .insert_worker("a", "{}", 1, &[], None, EpochMs(1))
+            .is_err());
+        s.end_group().unwrap();
+        assert!(s.conn.is_autocommit());
         assert_eq!(sync_mode(&s), 2, "FULL again after the group's fsync");
         // The fsync fails: the group's fate is unknown, so nothing more is taken.
-        s.defer_sync().unwrap();
+        s.begin_group().unwrap();
         s.insert_worker("c", "{}", 1, &[], None, EpochMs(1))
             .unwrap();
         s.wal = Some(dir.path().join("no-such-dir/ledger.db-wal"));
-        let e = s.sync().unwrap_err();
+        let failed = s.end_group().unwrap_err();
+        assert!(!failed.rolled_back, "committed, not known to be kept");
+        let e = failed.error;
         assert_eq!(e.kind(), "Backend");
         assert!(e.message().contains("did not confirm"), "{}", e.message());
+        // No group is opened any more: each change is refused on its own.
+        s.begin_group().unwrap();
+        assert!(s.conn.is_autocommit());
         let e = s
             .insert_worker("d", "{}", 1, &[], None, EpochMs(1))
             .unwrap_err();

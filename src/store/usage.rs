@@ -144,7 +144,7 @@ impl Store {
         at: EpochMs,
     ) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         for r in rows {
             exec(
 &tx,

@@ -10,7 +10,7 @@ use crate::failpoint;
 use crate::placement::Grant;
 use crate::quantity::Amount;
 use crate::time::EpochMs;
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerState {
@@ -76,7 +76,7 @@ pub struct WorkerRow {
     pub cgroup: Option<String>,
 }
 
-fn insert_grants(tx: &Transaction, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
+fn insert_grants(tx: &Connection, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
     let at_ms = at.as_i64();
     for g in grants {
         exec(tx,
@@ -107,7 +107,7 @@ impl Store {
         at: EpochMs,
     ) -> Result<i64> {
         let at_ms = at.as_i64();
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let state = if grants.is_some() {
             WorkerState::Running
         } else {
@@ -149,7 +149,7 @@ impl Store {
     /// A pending worker is placed.
     pub fn start_worker(&mut self, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let n = exec(
 &tx,
             "UPDATE workers SET state = 'running', started_ms = ?2 WHERE id = ?1 AND state = 'pending'",
@@ -183,7 +183,7 @@ impl Store {
         reason: &str,
     ) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let n = exec(
             &tx,
             "UPDATE workers SET state = 'stopped', ended_ms = ?2, exit_status = ?3, end_reason = ?4
