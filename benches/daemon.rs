@@ -160,7 +160,7 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
     }
 }
 
-/// 4. Restart → READY=1 with `workers` live workers and `history` history rows.
+/// 4. Restart → READY=1 with `workers` live workers and `history` ended workers (history).
 fn restart(workers: usize, history: usize, out: &mut Vec<String>) {
     let (dir, sim_file) = daemon_dir(64);
     fill_ledger(dir.path(), workers, history);
@@ -170,13 +170,13 @@ fn restart(workers: usize, history: usize, out: &mut Vec<String>) {
     let _ = child.wait();
     out.push("## Restart to READY=1".into());
     out.push(format!(
-        "{workers} live workers and {history} history rows: READY=1 after **{:.0} ms** (target under 1 s).",
+        "{workers} live workers and {history} ended workers (each with its hold): READY=1 after **{:.0} ms** (target under 1 s).",
         ready.as_secs_f64() * 1e3
     ));
 }
 
 /// A ledger for a 64-GPU sim machine with `workers` running workers (0.01 GB
-/// each) and `history` history rows.
+/// each) and `history` ended workers.
 fn fill_ledger(dir: &Path, workers: usize, history: usize) {
     std::fs::create_dir_all(dir.join("state")).unwrap();
     // Create the schema, then fill it in one transaction (the daemon's own
@@ -195,15 +195,25 @@ fn fill_ledger(dir: &Path, workers: usize, history: usize) {
         .unwrap();
         let id = tx.last_insert_rowid();
         tx.execute(
-            "INSERT INTO allocations (worker_id, gpu_uuid, gpu_index, share_hundredths) VALUES (?1, ?2, ?3, 1)",
+            "INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms) VALUES (?1, ?2, ?3, 1, 1)",
             rusqlite::params![id, g.uuid, g.index],
         )
         .unwrap();
     }
+    // History: workers that ended, each with the hold it had.
     for i in 0..history {
+        let g = &m.gpus[i % 64];
         tx.execute(
-            "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, 'placed', '')",
-            rusqlite::params![i as i64],
+            "INSERT INTO workers (name, spec, owner_uid, state, submitted_ms, started_ms, ended_ms) \
+             VALUES (?1, ?2, 0, 'stopped', 1, 1, 2)",
+            rusqlite::params![format!("h{i}"), shared(&format!("h{i}"), 1)],
+        )
+        .unwrap();
+        let id = tx.last_insert_rowid();
+        tx.execute(
+            "INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms, to_ms) \
+             VALUES (?1, ?2, ?3, 1, 1, 2)",
+            rusqlite::params![id, g.uuid, g.index],
         )
         .unwrap();
     }
@@ -386,11 +396,6 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
                  VALUES (?1, ?2, ?3, 100, ?4, ?5)",
             )
             .unwrap();
-        let mut a = tx
-            .prepare(
-                "INSERT INTO allocations (worker_id, gpu_uuid, gpu_index, share_hundredths) VALUES (?1, ?2, ?3, 100)",
-            )
-            .unwrap();
         for d in 0..days {
             let last = d == days - 1;
             for k in 0..workers {
@@ -404,9 +409,6 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
                 h.execute(rusqlite::params![id, g.uuid, g.index, from, to])
                     .unwrap();
                 holds += 1;
-                if last {
-                    a.execute(rusqlite::params![id, g.uuid, g.index]).unwrap();
-                }
             }
         }
     }
