@@ -1181,3 +1181,66 @@ fn a_submit_whose_commit_fails_leaves_no_trace_on_the_bus_or_in_the_ledger() {
     );
     assert!(!listed.contains("lost"), "{listed}");
 }
+
+/// Submits handled as one group send each object's PropertiesChanged once,
+/// with the values after the whole group, not once per submit with the
+/// same final values (the bus daemon spent more on those than on the
+/// calls). The first submit is held inside the group (a failpoint pauses
+/// it after its insert) while five more queue behind it and join it.
+#[test]
+fn a_group_of_submits_sends_each_objects_properties_changed_once() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sim = sim_file(dir.path());
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim,
+        &[(
+            "ASTRAEUS_FAILPOINTS",
+            "store.insert.after-commit=pause3000@1",
+        )],
+    );
+    let a = bus.address.clone();
+    let log = dir.path().join("monitor.log");
+    let mut watch = monitor(&a, "type='signal',sender='org.astraeus.Node1'", &log);
+    let submit = |name: String| {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            manager(&a, None, "SubmitWorker", &["s", &shared_spec(&name, "0.5")])
+        })
+    };
+    let first = submit("w0".into());
+    eventually("the first submit held in its group", || {
+        d.log_text()
+            .contains("failpoint store.insert.after-commit reached")
+    });
+    let rest: Vec<_> = (1..6).map(|i| submit(format!("w{i}"))).collect();
+    for t in std::iter::once(first).chain(rest) {
+        let o = t.join().unwrap();
+        assert!(o.ok, "{}", o.stderr);
+    }
+    eventually("six WorkerNew signals", || {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.matches("member=WorkerNew").count() == 6)
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let seen = std::fs::read_to_string(&log).unwrap();
+    let changed = |path: &str| {
+        seen.matches(&format!(
+            "path={path}; interface=org.freedesktop.DBus.Properties; member=PropertiesChanged"
+        ))
+        .count()
+    };
+    assert_eq!(changed("/org/astraeus/Node1"), 1, "{seen}");
+    assert_eq!(changed("/org/astraeus/Node1/gpu/0"), 1, "{seen}");
+    // The one Manager signal carries the count after all six.
+    let manager_signal = seen
+        .split("\nsignal ")
+        .find(|m| m.contains("path=/org/astraeus/Node1; interface=org.freedesktop.DBus.Properties"))
+        .unwrap();
+    assert!(
+        manager_signal.contains("string \"WorkersRunning\"\n         variant             uint32 6"),
+        "{manager_signal}"
+    );
+}

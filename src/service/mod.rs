@@ -444,7 +444,7 @@ impl Service {
             // waiting behind WorkerNew and PropertiesChanged.
             self.outbox.send(tokio::task::yield_now());
         }
-        for shown in held.shown {
+        for shown in Shown::coalesce(held.shown) {
             self.announce(shown);
         }
         self.launch_placed(&held.placed).await;

@@ -154,6 +154,31 @@ pub(super) struct Shown {
     manager: Option<ManagerView>,
 }
 
+impl Shown {
+    /// A group's changes, to be announced one after another: each object's
+    /// PropertiesChanged is sent once, from its view before the group to
+    /// its view now (one per change repeated the same final values: at 50
+    /// callers the bus daemon spent more on our signals than on the calls).
+    /// Objects added and removed keep their order.
+    pub(super) fn coalesce(group: Vec<Shown>) -> Vec<Shown> {
+        let mut workers = std::collections::HashSet::new();
+        let mut gpus = BTreeSet::new();
+        let mut manager = false;
+        group
+            .into_iter()
+            .map(|mut s| {
+                s.workers.retain(|(name, _)| workers.insert(name.clone()));
+                s.gpus.retain(|(index, _)| gpus.insert(*index));
+                if manager {
+                    s.manager = None;
+                }
+                manager |= s.manager.is_some();
+                s
+            })
+            .collect()
+    }
+}
+
 /// What a warning is about, without its changing numbers: a breach or an
 /// over-promise is logged once, not at every refresh.
 fn warning_key(w: &str) -> &str {
