@@ -218,6 +218,7 @@ async fn run(args: Args) -> Result<(), Error> {
         containers: Some(std::sync::Arc::new(Podman {
             socket: config.runtime.podman_socket.clone(),
             cdi_device: config.runtime.cdi_device.clone(),
+            answer_within: astraeusd::runtime::podman::ANSWER_WITHIN,
         })),
         units: Some(std::sync::Arc::new(Units {
             conn: conn.clone(),

@@ -17,7 +17,17 @@ pub struct Podman {
     pub socket: PathBuf,
     /// CDI device name for a GPU, `{uuid}` replaced: `nvidia.com/gpu={uuid}`.
     pub cdi_device: String,
+    /// How long one API call may go unanswered ([`ANSWER_WITHIN`]; a stop
+    /// also has the container's own stop timeout). Without a limit a podman
+    /// service that accepts and never answers left a worker "starting",
+    /// with no reason, for ever.
+    pub answer_within: Duration,
 }
+
+/// Long for an API whose calls take milliseconds: libpod's create does not
+/// pull (a missing image is a 404 at once), but podman's storage lock may
+/// be held a while by another podman (a pull, a commit).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(120);
 
 fn backend(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Backend(format!("podman {what}: {e}"))
@@ -44,9 +54,35 @@ impl Podman {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Response> {
-        request(&self.socket, method, &format!("{API}{path}"), body)
+        self.call_within(Some(self.answer_within), what, method, path, body)
             .await
-            .map_err(|e| backend(what, format!("{e} (socket {})", self.socket.display())))
+    }
+
+    /// A call that must be answered within `limit` (None: a long poll).
+    async fn call_within(
+        &self,
+        limit: Option<Duration>,
+        what: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Response> {
+        let socket = self.socket.display();
+        let path = format!("{API}{path}");
+        let sent = request(&self.socket, method, &path, body);
+        let answered = match limit {
+            Some(limit) => tokio::time::timeout(limit, sent).await.map_err(|_| {
+                backend(
+                    what,
+                    format!(
+                        "no answer within {} s (socket {socket}); is the podman service hung?",
+                        limit.as_secs_f64()
+                    ),
+                )
+            })?,
+            None => sent.await,
+        };
+        answered.map_err(|e| backend(what, format!("{e} (socket {socket})")))
     }
 
     /// The libpod create body for a launch.
@@ -126,7 +162,7 @@ impl Runtime for Podman {
         Box::pin(async move {
             let path = format!("/containers/{id}/wait?condition=exited&condition=stopped");
             loop {
-                match self.call("wait", "POST", &path, None).await {
+                match self.call_within(None, "wait", "POST", &path, None).await {
                     Ok(r) if r.status == 200 => {
                         return match r.text().trim().parse::<i32>() {
                             Ok(code) => Exit::Exited(code),
@@ -151,7 +187,8 @@ impl Runtime for Podman {
     fn stop<'a>(&'a self, id: &'a str, timeout: Duration) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let path = format!("/containers/{id}/stop?timeout={}", timeout.as_secs());
-            let r = self.call("stop", "POST", &path, None).await?;
+            let limit = Some(self.answer_within + timeout);
+            let r = self.call_within(limit, "stop", "POST", &path, None).await?;
             match r.status {
                 204 | 304 | 404 => Ok(()),
                 _ => Err(api_error("stop", &r)),
@@ -238,11 +275,69 @@ mod tests {
     use super::*;
     use crate::quantity::Amount;
 
+    /// A service that takes the connection and never answers: the launch
+    /// fails in its time with a reason, instead of starting for ever; the
+    /// wait (a long poll by design) keeps waiting.
+    #[tokio::test]
+    async fn a_podman_that_never_answers_fails_the_call_in_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("podman.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let p = Podman {
+            socket,
+            cdi_device: "nvidia.com/gpu={uuid}".into(),
+            answer_within: Duration::from_millis(200),
+        };
+        let l = Launch {
+            worker: "w".into(),
+            run: Run::Container {
+                image: "localhost/bb".into(),
+                command: vec![],
+                env: Default::default(),
+            },
+            gpu_uuids: vec![],
+            gpu_pci: vec![],
+            gpu_memory_gb: None,
+            cpu_cores: Amount::ZERO,
+            memory_bytes: 0,
+            user: None,
+        };
+        let limit = Duration::from_secs(10);
+        let e = tokio::time::timeout(limit, p.start(&l))
+            .await
+            .expect("the call gives up by itself")
+            .unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("podman create: no answer within 0.2 s (socket "),
+            "{}",
+            e.message()
+        );
+        let e = tokio::time::timeout(limit, p.stop("c", Duration::from_millis(300)))
+            .await
+            .expect("the call gives up by itself")
+            .unwrap_err();
+        assert!(
+            e.message().contains("no answer within 0.5 s"),
+            "{}",
+            e.message()
+        );
+        let waited = tokio::time::timeout(Duration::from_secs(1), p.wait("c")).await;
+        assert!(waited.is_err(), "a wait is a long poll: it has no limit");
+    }
+
     #[test]
     fn the_create_body_carries_share_devices_and_limits() {
         let p = Podman {
             socket: "/x".into(),
             cdi_device: "nvidia.com/gpu={uuid}".into(),
+            answer_within: ANSWER_WITHIN,
         };
         let l = Launch {
             worker: "listen".into(),
