@@ -12,10 +12,11 @@
 # its ledger in StateDirectory), a group member's unit worker runs as that
 # member (User=), root's as root, a stranger's is refused; `journalctl -u
 # astraeus-worker-NAME` has the worker's output and the daemon's journal
-# says how it ended.
+# says how it ended; a stuck service loop stops the watchdog pings, systemd
+# kills the daemon and the unit's Restart= starts a new one.
 set -euo pipefail
 daemon=$1 host_ctl=$2 policy=$3 member=$4 sim=$5 unit=$6
-ctl=/run/astraeus/astraeusctl # $host_ctl, as seen inside
+ctl=/run/astraeus-test/astraeusctl # $host_ctl, as seen inside
 here=$(mktemp -d /var/lib/astraeus-sysmgr.XXXXXX)
 pid=
 cleanup() {
@@ -29,13 +30,14 @@ cat > "$here/boot" <<BOOT
 set -e
 mount -o remount,bind,ro /
 # What the test brings (the binaries, the policy, the sim file: perhaps
-# under /tmp, a fresh tmpfs in here below) goes to /run/astraeus first.
+# under /tmp, a fresh tmpfs in here below) goes to /run/astraeus-test first
+# (not /run/astraeus: the unit's RuntimeDirectory, emptied when it stops).
 mount -t tmpfs -o mode=0755 tmpfs /run
-mkdir -p /run/astraeus /run/systemd/system/astraeusd.service.d
-touch /run/astraeus/astraeusd /run/astraeus/astraeusctl
-mount --bind "$daemon" /run/astraeus/astraeusd
-mount --bind "$host_ctl" /run/astraeus/astraeusctl
-cp "$sim" /run/astraeus/majin.toml
+mkdir -p /run/astraeus-test /run/systemd/system/astraeusd.service.d
+touch /run/astraeus-test/astraeusd /run/astraeus-test/astraeusctl
+mount --bind "$daemon" /run/astraeus-test/astraeusd
+mount --bind "$host_ctl" /run/astraeus-test/astraeusctl
+cp "$sim" /run/astraeus-test/majin.toml
 cp "$unit" /run/systemd/system/astraeusd.service
 # A writable copy of /etc: the bus policy, ConfigurationDirectory=astraeus.
 cp -a /etc /run/etc
@@ -54,7 +56,7 @@ done
 cat > /run/systemd/system/astraeusd.service.d/sim.conf <<UNIT
 [Service]
 ExecStart=
-ExecStart=/run/astraeus/astraeusd --sim /run/astraeus/majin.toml
+ExecStart=/run/astraeus-test/astraeusd --sim /run/astraeus-test/majin.toml
 UNIT
 cat > /run/systemd/system/astraeus-test.target <<UNIT
 [Unit]
@@ -73,6 +75,8 @@ as() { local who=$1; shift; inside setpriv --reuid="$who" --regid="$(id -g "$who
 fail() {
     echo "FAIL: $*"
     inside journalctl -o short --no-pager 2>&1 | tail -60 || true
+    echo "-- the daemon's unit:"
+    inside journalctl -u astraeusd.service -o short --no-pager 2>&1 | tail -20 || true
     tail -20 "$here/boot.log"
     exit 1
 }
@@ -137,5 +141,28 @@ echo "== a stranger's unit worker is refused"
 if out=$(as nobody "$ctl" submit - <<< "${spec/NAME/theirs}" 2>&1); then fail "nobody submitted: $out"; fi
 grep -q "AccessDenied" <<< "$out" || fail "nobody got: $out"
 inside journalctl -u astraeus-worker-theirs.service -o cat --no-pager | grep -q . && fail "a unit ran for nobody"
+
+echo "== a stuck loop: the unit's watchdog kills the daemon and Restart= brings it back"
+# WatchdogSec shortened from the shipped 30 s; the loop blocks at its 10th turn.
+inside sh -c 'printf "[inventory]\nrefresh_seconds = 0.2\n" > /etc/astraeus/node.toml'
+inside sh -c 'printf "[Service]\nWatchdogSec=2s\nEnvironment=ASTRAEUS_FAILPOINTS=service.loop=block@10\n" \
+    > /run/systemd/system/astraeusd.service.d/watchdog.conf'
+inside systemctl daemon-reload
+inside systemctl restart astraeusd.service || fail "restart with the watchdog drop-in"
+stuck=$(inside systemctl show astraeusd.service -p MainPID --value)
+restarted() {
+    [ "$(inside systemctl show astraeusd.service -p NRestarts --value)" -ge 1 ] &&
+        inside journalctl -u astraeusd.service -o cat --no-pager | grep -q "Watchdog timeout"
+}
+for _ in $(seq 300); do restarted && break; sleep 0.1; done
+restarted || fail "no watchdog timeout and restart"
+inside journalctl -u astraeusd.service -o cat --no-pager _PID="$stuck" | grep -q "failpoint service.loop reached" \
+    || fail "the killed daemon was not the one whose loop was stuck"
+for _ in $(seq 300); do
+    now=$(inside systemctl show astraeusd.service -p MainPID --value)
+    [ "$now" != 0 ] && [ "$now" != "$stuck" ] && inside busctl status org.astraeus.Node1 >/dev/null 2>&1 && break
+    sleep 0.1
+done
+[ "$now" != 0 ] && [ "$now" != "$stuck" ] || fail "no new daemon after the watchdog's kill"
 
 echo "system manager: OK"
