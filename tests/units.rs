@@ -5,11 +5,15 @@ mod common;
 
 #[test]
 fn unit_workers_on_a_real_user_manager() {
+    let dir = common::open_tempdir();
+    let sim = dir.path().join("majin.toml");
+    std::fs::write(&sim, common::MAJIN_TOML).unwrap();
     common::run_in_private_mounts(
         concat!(env!("CARGO_MANIFEST_DIR"), "/tests/units.sh"),
         &[
             env!("CARGO_BIN_EXE_astraeusd"),
             env!("CARGO_BIN_EXE_astraeusctl"),
+            sim.to_str().unwrap(),
         ],
         "units: OK",
     );

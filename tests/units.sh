@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Unit workers against a real systemd user manager, in a private mount
 # namespace (recipe in shared/test-environment.md). Run by tests/units.rs as:
-#   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL
+#   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL SIM_FILE
 # User= cannot be tested in a user manager (it is root's own); it is set only
 # for non-root owners: tests/system_manager.sh runs a member's unit under a
 # real system manager.
 set -euo pipefail
-daemon=$1 ctl=$2
+daemon=$1 ctl=$2 sim=$3
 rt=$(mktemp -d /var/lib/astraeus-units.XXXXXX)
 mkdir -p "$rt/run-systemd/system" "$rt/state"
 mount --bind "$rt/run-systemd" /run/systemd
@@ -23,16 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 for _ in $(seq 300); do systemctl --user is-system-running >/dev/null 2>&1 && break; sleep 0.1; done
-cat > "$rt/majin.toml" <<TOML
-machine = "majin"
-cpu_cores = 16
-memory_gb = 64
-[[gpu]]
-model = "NVIDIA GeForce RTX 4060"
-uuid = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000"
-total_gb = 8
-outside_gb = 1
-TOML
+cp "$sim" "$rt/majin.toml"
 printf '[runtime]\nstop_timeout_seconds = 2\n' > "$rt/node.toml"
 start_daemon() {
     "$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>>"$rt/daemon.log" &
