@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 pub enum GroupEnd {
     /// Committed and synced: acknowledge it.
     Durable,
-    /// Committed, but the fsync failed: whether it was kept is unknown
-    /// until a restart, and new work is refused until then.
+    /// Whether it was kept is unknown until a restart (its fsync failed,
+    /// or its commit and then its rollback or the reading back), and new
+    /// work is refused until then.
     Unsynced(Error),
     /// Not committed: the ledger and memory are as before the group; what
     /// the group had shown differs as these changes say.
@@ -34,10 +35,15 @@ impl Node {
             Err(f) if !f.rolled_back => GroupEnd::Unsynced(f.error),
             Err(f) => match self.reload_workers() {
                 Ok(changes) => GroupEnd::Undone(f.error, changes),
-                Err(e) => GroupEnd::Unsynced(Error::Backend(format!(
-                    "{}; reading the workers back from the ledger failed too: {e}",
-                    f.error.message()
-                ))),
+                Err(e) => {
+                    // Memory no longer matches the ledger: take nothing more.
+                    self.store.refuse_until_restart();
+                    GroupEnd::Unsynced(Error::Backend(format!(
+                        "{}; reading the workers back from the ledger failed too ({e}), so new \
+                         work is refused until the daemon restarts",
+                        f.error.message()
+                    )))
+                }
             },
         }
     }

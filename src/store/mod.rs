@@ -238,7 +238,7 @@ pub struct Store {
     /// The write-ahead log, for the one fsync that ends a group of commits.
     wal: Option<std::path::PathBuf>,
     /// A group's transaction is open ([`Store::begin_group`]).
-    deferred: bool,
+    in_group: bool,
     /// Set when that fsync failed: every later commit is refused (the commit
     /// hook rolls it back), reads go on, a restart rereads what is on disk.
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -278,7 +278,7 @@ impl Store {
             conn,
             path: None,
             wal: None,
-            deferred: false,
+            in_group: false,
             broken: Default::default(),
         }))
     }
@@ -291,13 +291,13 @@ impl Store {
     /// After a failed fsync no group is opened: each change then commits
     /// on its own, and the commit hook refuses it before memory changes.
     pub fn begin_group(&mut self) -> Result<()> {
-        if self.deferred || self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.in_group || self.broken.load(std::sync::atomic::Ordering::SeqCst) {
             return Ok(());
         }
         // NORMAL: COMMIT writes the log, end_group syncs it once.
         self.synchronous(false)?;
         self.conn.prepare_cached("BEGIN")?.execute([])?;
-        self.deferred = true;
+        self.in_group = true;
         Ok(())
     }
 
@@ -307,10 +307,10 @@ impl Store {
     /// the group in memory too. A failed fsync leaves the group's fate
     /// unknown: nothing more is taken until a restart.
     pub fn end_group(&mut self) -> std::result::Result<(), GroupFailed> {
-        if !self.deferred {
+        if !self.in_group {
             return Ok(());
         }
-        self.deferred = false;
+        self.in_group = false;
         crate::failpoint::hit("store.group.before-commit");
         let committed = if crate::failpoint::fails("store.group.commit") {
             Err(rusqlite::Error::SqliteFailure(
@@ -327,6 +327,18 @@ impl Store {
             if !self.conn.is_autocommit() {
                 let _ = self.conn.execute_batch("ROLLBACK");
             }
+            if !self.conn.is_autocommit() {
+                // Neither committed nor rolled back: what the ledger will
+                // hold is unknown, as after a failed fsync.
+                self.refuse_until_restart();
+                return Err(GroupFailed {
+                    error: Error::Backend(format!(
+                        "ledger: a group's commit failed ({e}) and so did its rollback; \
+                         new work is refused until the daemon restarts"
+                    )),
+                    rolled_back: false,
+                });
+            }
             let _ = self.synchronous(true);
             return Err(GroupFailed {
                 error: e.into(),
@@ -337,6 +349,12 @@ impl Store {
             error,
             rolled_back: false,
         })
+    }
+
+    /// From now on every commit is refused (the commit hook), reads go on:
+    /// for when the ledger's state or memory's agreement with it is unknown.
+    pub fn refuse_until_restart(&self) {
+        self.broken.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The one fsync of a group's commit, then commits sync on their own again.
@@ -350,7 +368,7 @@ impl Store {
         if let Err(e) = synced {
             // Whether those commits reached the disk is unknown (the kernel may
             // have dropped the pages): take nothing more until a restart.
-            self.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.refuse_until_restart();
             return Err(Error::Backend(format!(
                 "ledger: its disk did not confirm the last writes (fsync: {e}); whether they \
                  were kept is known after the daemon restarts, and new work is refused until then"
@@ -416,7 +434,7 @@ impl Store {
             conn,
             path: None,
             wal: None,
-            deferred: false,
+            in_group: false,
             broken,
         })
     }
