@@ -239,6 +239,9 @@ pub struct Store {
     wal: Option<std::path::PathBuf>,
     /// A group's transaction is open ([`Store::begin_group`]).
     in_group: bool,
+    /// Rows changed on this connection when the group began: a group that
+    /// changed none (every call in it refused) needs no fsync.
+    group_from: u64,
     /// Set when that fsync failed: every later commit is refused (the commit
     /// hook rolls it back), reads go on, a restart rereads what is on disk.
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -279,6 +282,7 @@ impl Store {
             path: None,
             wal: None,
             in_group: false,
+            group_from: 0,
             broken: Default::default(),
         }))
     }
@@ -298,6 +302,7 @@ impl Store {
         self.synchronous(false)?;
         self.conn.prepare_cached("BEGIN")?.execute([])?;
         self.in_group = true;
+        self.group_from = self.conn.total_changes();
         Ok(())
     }
 
@@ -345,7 +350,13 @@ impl Store {
                 rolled_back: true,
             });
         }
-        self.sync().map_err(|error| GroupFailed {
+        let synced = if self.conn.total_changes() == self.group_from {
+            // Nothing written: a flood of refused calls costs no fsyncs.
+            self.synchronous(true)
+        } else {
+            self.sync()
+        };
+        synced.map_err(|error| GroupFailed {
             error,
             rolled_back: false,
         })
@@ -435,6 +446,7 @@ impl Store {
             path: None,
             wal: None,
             in_group: false,
+            group_from: 0,
             broken,
         })
     }
@@ -534,6 +546,22 @@ mod tests {
             .map(|r| r.name)
             .collect();
         assert_eq!(names, ["a", "b", "c"]);
+    }
+
+    /// A group in which every change was refused wrote nothing: its end
+    /// does not fsync (a log that cannot be synced is not even touched).
+    #[test]
+    fn a_group_that_wrote_nothing_is_not_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ledger.db")).unwrap();
+        s.wal = Some(dir.path().join("no-such-dir/ledger.db-wal"));
+        s.begin_group().unwrap();
+        s.end_group().unwrap();
+        // One change, and the fsync is due (and fails here).
+        s.begin_group().unwrap();
+        s.insert_worker("a", "{}", 1, &[], None, EpochMs(1))
+            .unwrap();
+        assert!(s.end_group().is_err());
     }
 
     /// A ledger from before allocations became open holds: a live worker's
