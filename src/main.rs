@@ -127,7 +127,9 @@ async fn system_daemon_gpus() -> Vec<String> {
     uuids
 }
 
-async fn run(args: Args) -> Result<(), Error> {
+/// Err: the daemon could not start. Ok(Err): it started, then had to stop
+/// (the ledger in a state only a restart reads again).
+async fn run(args: Args) -> Result<Result<(), Error>, Error> {
     let (config_path, explicit) = match &args.config {
         Some(p) => (p.clone(), true),
         None if args.session => (Config::session_path(), false),
@@ -287,7 +289,7 @@ async fn run(args: Args) -> Result<(), Error> {
         message_id = astraeusd::journal::LIFECYCLE,
         "ready on {BUS_NAME}: {status}"
     );
-    service.run().await
+    Ok(service.run().await)
 }
 
 fn main() -> std::process::ExitCode {
@@ -304,7 +306,11 @@ fn main() -> std::process::ExitCode {
     // hold the exit: the ledger is already closed cleanly.
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(Ok(())) => std::process::ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            tracing::error!(message_id = astraeusd::journal::LIFECYCLE, "stopped: {e}");
+            std::process::ExitCode::FAILURE
+        }
         Err(e) => {
             tracing::error!("cannot start: {e}");
             // Said once: on stderr too only when the log went to the journal

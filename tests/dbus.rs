@@ -1198,7 +1198,7 @@ fn a_group_of_submits_sends_each_objects_properties_changed_once() {
         &sim,
         &[(
             "ASTRAEUS_FAILPOINTS",
-            "store.insert.after-commit=pause3000@1",
+            "store.insert.after-commit=pause6000@1",
         )],
     );
     let a = bus.address.clone();

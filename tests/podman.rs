@@ -655,3 +655,63 @@ fn a_whole_gpu_container_gets_the_device_and_its_whole_memory() {
     assert!(manager(a, None, "StopWorker", &["s", "whole"]).ok);
     eventually("whole gone", || gone(a, "whole"));
 }
+
+/// A container worker placed and stopped in the same group (the submit held
+/// inside its group by a failpoint while the stop queues behind it) is never
+/// launched: its caller was told it stops, so no container may run for it.
+/// (The launch used to overwrite the stop's phase and start it anyway.)
+#[test]
+fn a_container_stopped_in_the_group_that_placed_it_never_runs() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "[runtime]\npodman_socket = \"{}\"\nstop_timeout_seconds = 1\n",
+            pm.socket().display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &dir.path().join("majin.toml"),
+        &[(
+            "ASTRAEUS_FAILPOINTS",
+            "store.insert.after-commit=pause3000@1",
+        )],
+    );
+    let a = bus.address.clone();
+    let submit = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            manager(
+                &a,
+                None,
+                "SubmitWorker",
+                &["s", &container("brief", Some("1"), "sleep 300")],
+            )
+        })
+    };
+    eventually("the submit held in its group", || {
+        d.log_text()
+            .contains("failpoint store.insert.after-commit reached")
+    });
+    let o = manager(&a, None, "StopWorker", &["s", "brief"]);
+    assert!(o.ok, "{}", o.stderr);
+    let o = submit.join().unwrap();
+    assert!(o.ok, "{}", o.stderr);
+    eventually("brief ended", || gone(&a, "brief"));
+    let log = d.log_text();
+    assert!(!log.contains("worker brief started"), "{log}");
+    assert!(
+        !pm.run(&["ps", "-a"]).contains("astraeus-brief"),
+        "{}",
+        pm.run(&["ps", "-a"])
+    );
+}

@@ -143,13 +143,25 @@ grep -q "AccessDenied" <<< "$out" || fail "nobody got: $out"
 inside journalctl -u astraeus-worker-theirs.service -o cat --no-pager | grep -q . && fail "a unit ran for nobody"
 
 echo "== a stuck loop: the unit's watchdog kills the daemon and Restart= brings it back"
-# WatchdogSec shortened from the shipped 30 s; the loop blocks at its 10th turn.
+# WatchdogSec shortened from the shipped 30 s; the loop blocks at its 60th
+# turn (~12 s at a 0.2 s refresh): the daemon must first outlive twice the
+# watchdog period, pinging, or a daemon that never pings would pass too.
 inside sh -c 'printf "[inventory]\nrefresh_seconds = 0.2\n" > /etc/astraeus/node.toml'
-inside sh -c 'printf "[Service]\nWatchdogSec=2s\nEnvironment=ASTRAEUS_FAILPOINTS=service.loop=block@10\n" \
+inside sh -c 'printf "[Service]\nWatchdogSec=2s\nEnvironment=ASTRAEUS_FAILPOINTS=service.loop=block@60\n" \
     > /run/systemd/system/astraeusd.service.d/watchdog.conf'
 inside systemctl daemon-reload
 inside systemctl restart astraeusd.service || fail "restart with the watchdog drop-in"
+started=$(date +%s%N)
 stuck=$(inside systemctl show astraeusd.service -p MainPID --value)
+for _ in $(seq 600); do
+    inside journalctl -u astraeusd.service -o cat --no-pager _PID="$stuck" | grep -q "failpoint service.loop reached" && break
+    sleep 0.05
+done
+blocked_ms=$(( ($(date +%s%N) - started) / 1000000 ))
+[ "$blocked_ms" -gt 4000 ] || fail "the loop blocked after $blocked_ms ms, too soon to tell pings from none"
+[ "$(inside systemctl show astraeusd.service -p NRestarts --value)" = 0 ] \
+    || fail "killed before its loop was stuck: the pings did not keep it alive"
+[ "$(inside systemctl show astraeusd.service -p MainPID --value)" = "$stuck" ] || fail "a new daemon already"
 restarted() {
     [ "$(inside systemctl show astraeusd.service -p NRestarts --value)" -ge 1 ] &&
         inside journalctl -u astraeusd.service -o cat --no-pager | grep -q "Watchdog timeout"

@@ -4,19 +4,24 @@
 
 use super::{Book, Changes, Node};
 use crate::error::{Error, Result};
+use crate::store::Failure;
 
 /// How a group of changes ended (see [`Node::end_group`]).
 #[derive(Debug)]
 pub enum GroupEnd {
     /// Committed and synced: acknowledge it.
     Durable,
-    /// Whether it was kept is unknown until a restart (its fsync failed,
-    /// or its commit and then its rollback or the reading back), and new
-    /// work is refused until then.
+    /// Committed, but the fsync failed: whether it was kept is unknown
+    /// until a restart, and new work is refused until then.
     Unsynced(Error),
     /// Not committed: the ledger and memory are as before the group; what
     /// the group had shown differs as these changes say.
     Undone(Error, Changes),
+    /// Not committed, and memory could not follow the ledger (or the
+    /// ledger's connection is in no known state): nothing of the group may
+    /// be shown or launched, and the daemon must restart to read the
+    /// ledger again.
+    Lost(Error),
 }
 
 impl Node {
@@ -24,24 +29,30 @@ impl Node {
     /// [`Node::end_group`] share one transaction; their acknowledgements
     /// wait for it.
     pub fn begin_group(&mut self) -> Result<()> {
+        // A few entries at most (one per draining GPU).
+        self.kept_before_group = self.book.kept.clone();
         self.store.begin_group()
     }
 
     /// Commits the group with one fsync. When its commit fails, the ledger
     /// has rolled the whole group back, and so does memory.
     pub fn end_group(&mut self) -> GroupEnd {
-        match self.store.end_group() {
-            Ok(()) => GroupEnd::Durable,
-            Err(f) if !f.rolled_back => GroupEnd::Unsynced(f.error),
-            Err(f) => match self.reload_workers() {
-                Ok(changes) => GroupEnd::Undone(f.error, changes),
+        let failed = match self.store.end_group() {
+            Ok(()) => return GroupEnd::Durable,
+            Err(f) => f,
+        };
+        match failed.how {
+            Failure::Unsynced => GroupEnd::Unsynced(failed.error),
+            Failure::Lost => GroupEnd::Lost(failed.error),
+            Failure::RolledBack => match self.reload_workers() {
+                Ok(changes) => GroupEnd::Undone(failed.error, changes),
                 Err(e) => {
                     // Memory no longer matches the ledger: take nothing more.
                     self.store.refuse_until_restart();
-                    GroupEnd::Unsynced(Error::Backend(format!(
-                        "{}; reading the workers back from the ledger failed too ({e}), so new \
-                         work is refused until the daemon restarts",
-                        f.error.message()
+                    GroupEnd::Lost(Error::Backend(format!(
+                        "{}; reading the workers back from the ledger failed too ({e}); the \
+                         daemon restarts to read it again",
+                        failed.error.message()
                     )))
                 }
             },
@@ -56,6 +67,9 @@ impl Node {
     /// before, for the bus.
     fn reload_workers(&mut self) -> Result<Changes> {
         let before = std::mem::take(&mut self.workers);
+        // GPUs kept for whole requests are memory's alone (drain.rs): as
+        // they were when the group began, for the keepers waiting again.
+        let kept = std::mem::take(&mut self.kept_before_group);
         self.book = Book::default();
         self.pending.clear();
         self.with_holders.clear();
@@ -66,18 +80,28 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         self.load_workers()?;
+        self.book.kept = kept
+            .into_iter()
+            .filter(|(_, keeper)| self.pending.values().any(|p| p == keeper))
+            .collect();
         let mut changes = Changes {
             gpus: self.machine.gpus.iter().map(|g| g.index).collect(),
             ..Changes::default()
         };
         for (name, old) in &before {
             match self.workers.get_mut(name) {
-                Some(w) if w.id == old.id => {
+                Some(w) if w.id == old.id && w.status == old.status => {
                     w.phase = old.phase;
                     w.cgroup_pids = old.cgroup_pids.clone();
-                    if w.status != old.status {
-                        changes.updated.push(name.clone());
+                }
+                // The group placed it and the ledger has it waiting again:
+                // Held, unless a stop was asked meanwhile (its caller was
+                // told it stops; its launch, when placed again, ends it).
+                Some(w) if w.id == old.id => {
+                    if old.phase == super::Phase::Stopping {
+                        w.phase = old.phase;
                     }
+                    changes.updated.push(name.clone());
                 }
                 _ => changes.removed.push(name.clone()),
             }

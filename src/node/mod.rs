@@ -128,6 +128,9 @@ pub struct Node {
     /// and go: the quotas are checked on every submit, and a walk over the
     /// live workers was two thirds of a submit at 100,000 of them.
     per_owner: std::collections::HashMap<u32, (usize, usize)>,
+    /// The GPUs kept for whole requests when the open group began (see
+    /// group.rs: memory's alone, so an undone group puts them back).
+    kept_before_group: BTreeMap<String, String>,
 }
 
 impl Node {
@@ -144,6 +147,7 @@ impl Node {
             run: None,
             counters: Default::default(),
             per_owner: Default::default(),
+            kept_before_group: BTreeMap::new(),
             store,
             schedules: BTreeMap::new(),
             evals: Evaluations::default(),

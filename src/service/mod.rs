@@ -121,6 +121,9 @@ pub struct Service {
     status_stale: bool,
     /// systemd's notify socket, kept open.
     notify: Notifier,
+    /// Set when the ledger is in a state only a restart can read again:
+    /// the loop ends with it (and systemd's Restart= starts a new daemon).
+    fatal: Option<Error>,
 }
 
 /// A reply to send once its group is synced: told the sync's error, if any.
@@ -196,6 +199,7 @@ impl Service {
             report_reader,
             status_stale: false,
             notify: Notifier::from_env(),
+            fatal: None,
         };
         service.publish_templates();
         Ok(service)
@@ -283,6 +287,9 @@ impl Service {
                 let status = crate::views::status_line(&self.node);
                 self.notify.send(&[NotifyState::Status(&status)]);
             }
+            if self.fatal.is_some() {
+                break;
+            }
         }
         self.notify.send(&[NotifyState::Stopping]);
         if !self.outbox.flush(Duration::from_secs(2)).await {
@@ -290,6 +297,9 @@ impl Service {
         }
         if let Err(e) = self.node.alive(EpochMs::now()) {
             tracing::error!("recording the end of this run failed: {e}");
+        }
+        if let Some(e) = self.fatal.take() {
+            return Err(e);
         }
         tracing::info!(
             message_id = journal::LIFECYCLE,
@@ -416,6 +426,15 @@ impl Service {
             GroupEnd::Unsynced(e) => {
                 tracing::error!("{e}");
                 Some(e)
+            }
+            GroupEnd::Lost(e) => {
+                tracing::error!("{e}");
+                for reply in held.replies {
+                    let e = e.clone();
+                    self.outbox.send(async move { reply(Some(&e)) });
+                }
+                self.fatal = Some(e);
+                return;
             }
             GroupEnd::Undone(e, changes) => {
                 tracing::error!(

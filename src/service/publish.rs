@@ -159,15 +159,26 @@ impl Shown {
     /// PropertiesChanged is sent once, from its view before the group to
     /// its view now (one per change repeated the same final values: at 50
     /// callers the bus daemon spent more on our signals than on the calls).
-    /// Objects added and removed keep their order.
+    /// Objects added and removed keep their order. A view from before a
+    /// worker's object was removed belongs to that object, gone (a name
+    /// stopped and submitted again in the group is another object): only
+    /// views from after its last removal count.
     pub(super) fn coalesce(group: Vec<Shown>) -> Vec<Shown> {
+        let removed_at: std::collections::HashMap<String, usize> = group
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.removed.iter().map(move |(name, _)| (name.clone(), i)))
+            .collect();
         let mut workers = std::collections::HashSet::new();
         let mut gpus = BTreeSet::new();
         let mut manager = false;
         group
             .into_iter()
-            .map(|mut s| {
-                s.workers.retain(|(name, _)| workers.insert(name.clone()));
+            .enumerate()
+            .map(|(i, mut s)| {
+                s.workers.retain(|(name, _)| {
+                    removed_at.get(name).is_none_or(|&r| i > r) && workers.insert(name.clone())
+                });
                 s.gpus.retain(|(index, _)| gpus.insert(*index));
                 if manager {
                     s.manager = None;

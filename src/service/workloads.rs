@@ -90,6 +90,13 @@ impl Service {
         else {
             return;
         };
+        if w.phase == Phase::Stopping {
+            // Asked to stop after it was placed and before this launch (in
+            // the same group): its caller was told it stops, so it never runs.
+            // Boxed: ending it frees a share, which launches what it places.
+            Box::pin(self.end_worker(name, None, "stopped", None)).await;
+            return;
+        }
         self.node.set_phase(name, Phase::Starting);
         self.publish_worker(name);
         let tx = self.lp.tx.clone();

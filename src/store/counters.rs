@@ -78,7 +78,7 @@ impl Store {
         worker: &[(String, Counted)],
         until_ms: i64,
     ) -> Result<()> {
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         {
             let mut add = tx.prepare_cached(
                 "INSERT INTO usage_counters (scope, key, kind, gpu_ms, energy_mj)

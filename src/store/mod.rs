@@ -177,21 +177,28 @@ CREATE TABLE usage_counted (
 -- A live allocation is a hold not yet ended: one table where there were
 -- two, and a worker's life is read from its row and its holds (no event
 -- rows for it), so a submit or a stop writes fewer pages (#25). First the
--- holds are made to agree with the allocations they replace.
-INSERT OR IGNORE INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
+-- holds are made to agree with the allocations of running workers, which
+-- were the truth: each is an open hold with the allocation's GPU and share;
+-- every other open hold is closed (at its worker's end, else its start).
+INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
     SELECT a.worker_id, a.gpu_uuid, a.gpu_index, a.share_hundredths,
            coalesce(w.started_ms, w.submitted_ms)
-    FROM allocations a JOIN workers w ON w.id = a.worker_id;
+    FROM allocations a JOIN workers w ON w.id = a.worker_id
+    WHERE w.state = 'running'
+    ON CONFLICT (worker_id, gpu_uuid) DO UPDATE SET
+        to_ms = NULL, gpu_index = excluded.gpu_index,
+        share_hundredths = excluded.share_hundredths;
 UPDATE holds SET to_ms = coalesce(
         (SELECT w.ended_ms FROM workers w WHERE w.id = holds.worker_id), holds.from_ms)
     WHERE to_ms IS NULL AND NOT EXISTS (
-        SELECT 1 FROM allocations a
-        WHERE a.worker_id = holds.worker_id AND a.gpu_uuid = holds.gpu_uuid);
+        SELECT 1 FROM allocations a JOIN workers w ON w.id = a.worker_id
+        WHERE a.worker_id = holds.worker_id AND a.gpu_uuid = holds.gpu_uuid
+          AND w.state = 'running');
 DROP TABLE allocations;
 -- Nothing reads workers by state through an index (live ones: the partial
 -- name index; ended ones: workers_ended), nor events by worker.
-DROP INDEX workers_state;
-DROP INDEX events_worker;
+DROP INDEX IF EXISTS workers_state;
+DROP INDEX IF EXISTS events_worker;
 "#,
 ];
 
@@ -226,9 +233,19 @@ fn private_files(path: &Path) -> Result<()> {
 #[derive(Debug)]
 pub struct GroupFailed {
     pub error: Error,
-    /// The ledger is as before the group (its commit failed), not merely
-    /// unsynced.
-    pub rolled_back: bool,
+    pub how: Failure,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The ledger is as before the group (its commit failed or SQLite
+    /// rolled it back): memory must follow.
+    RolledBack,
+    /// Committed, but the fsync failed: kept or not is known after a
+    /// restart; new work is refused until then.
+    Unsynced,
+    /// Neither committed nor rolled back: only a restart can go on.
+    Lost,
 }
 
 pub struct Store {
@@ -298,9 +315,18 @@ impl Store {
         if self.in_group || self.broken.load(std::sync::atomic::Ordering::SeqCst) {
             return Ok(());
         }
-        // NORMAL: COMMIT writes the log, end_group syncs it once.
+        // NORMAL: COMMIT writes the log, end_group syncs it once (SQLite
+        // takes no safety level inside a transaction, so before BEGIN). A
+        // group that cannot begin leaves commits FULL.
         self.synchronous(false)?;
-        self.conn.prepare_cached("BEGIN")?.execute([])?;
+        if let Err(e) = self
+            .conn
+            .prepare_cached("BEGIN")
+            .and_then(|mut b| b.execute([]))
+        {
+            let _ = self.synchronous(true);
+            return Err(e.into());
+        }
         self.in_group = true;
         self.group_from = self.conn.total_changes();
         Ok(())
@@ -308,8 +334,8 @@ impl Store {
 
     /// Commits the group and makes it durable with one fsync of the log.
     /// A commit that fails (a full disk) leaves the ledger as it was before
-    /// the group: [`GroupFailed::rolled_back`] says the caller must undo
-    /// the group in memory too. A failed fsync leaves the group's fate
+    /// the group: [`Failure::RolledBack`] says the caller must undo the
+    /// group in memory too. A failed fsync leaves the group's fate
     /// unknown: nothing more is taken until a restart.
     pub fn end_group(&mut self) -> std::result::Result<(), GroupFailed> {
         if !self.in_group {
@@ -317,7 +343,16 @@ impl Store {
         }
         self.in_group = false;
         crate::failpoint::hit("store.group.before-commit");
-        let committed = if crate::failpoint::fails("store.group.commit") {
+        // SQLite rolls a whole transaction back on some I/O errors (FULL,
+        // IOERR, NOMEM) in a statement; every change after that was refused
+        // (`Store::change`), so the ledger is as before the group.
+        let lost_under_us = self.conn.is_autocommit();
+        let committed = if lost_under_us {
+            Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                Some("the group's transaction was rolled back by SQLite".into()),
+            ))
+        } else if crate::failpoint::fails("store.group.commit") {
             Err(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
                 Some("failpoint store.group.commit".into()),
@@ -333,21 +368,21 @@ impl Store {
                 let _ = self.conn.execute_batch("ROLLBACK");
             }
             if !self.conn.is_autocommit() {
-                // Neither committed nor rolled back: what the ledger will
-                // hold is unknown, as after a failed fsync.
+                // Neither committed nor rolled back: the connection is in no
+                // state to go on from; only a restart rereads the ledger.
                 self.refuse_until_restart();
                 return Err(GroupFailed {
                     error: Error::Backend(format!(
                         "ledger: a group's commit failed ({e}) and so did its rollback; \
-                         new work is refused until the daemon restarts"
+                         the daemon restarts to read the ledger again"
                     )),
-                    rolled_back: false,
+                    how: Failure::Lost,
                 });
             }
             let _ = self.synchronous(true);
             return Err(GroupFailed {
                 error: e.into(),
-                rolled_back: true,
+                how: Failure::RolledBack,
             });
         }
         let synced = if self.conn.total_changes() == self.group_from {
@@ -358,8 +393,25 @@ impl Store {
         };
         synced.map_err(|error| GroupFailed {
             error,
-            rolled_back: false,
+            how: Failure::Unsynced,
         })
+    }
+
+    /// One change's savepoint: inside a group it is undone alone when the
+    /// change fails; outside one it is the change's own transaction.
+    /// Refused when its group's transaction was rolled back under it
+    /// (it would commit on its own, unsynced, and be told it failed), or
+    /// when a transaction outside any group is still open (it would never
+    /// commit).
+    fn change(&mut self) -> Result<rusqlite::Savepoint<'_>> {
+        if self.in_group == self.conn.is_autocommit() {
+            return Err(Error::Backend(
+                "ledger: its transaction was lost to an I/O error, so this change was not \
+                 recorded; try again"
+                    .into(),
+            ));
+        }
+        Ok(self.conn.savepoint()?)
     }
 
     /// From now on every commit is refused (the commit hook), reads go on:
@@ -520,7 +572,11 @@ mod tests {
             .unwrap();
         s.wal = Some(dir.path().join("no-such-dir/ledger.db-wal"));
         let failed = s.end_group().unwrap_err();
-        assert!(!failed.rolled_back, "committed, not known to be kept");
+        assert_eq!(
+            failed.how,
+            Failure::Unsynced,
+            "committed, not known to be kept"
+        );
         let e = failed.error;
         assert_eq!(e.kind(), "Backend");
         assert!(e.message().contains("did not confirm"), "{}", e.message());
@@ -546,6 +602,34 @@ mod tests {
             .map(|r| r.name)
             .collect();
         assert_eq!(names, ["a", "b", "c"]);
+    }
+
+    /// SQLite rolls a whole transaction back on some I/O errors in a
+    /// statement (FULL, IOERR, NOMEM): the changes after that in the group
+    /// are refused, not committed on their own unsynced, and the group ends
+    /// rolled back, the ledger as before it.
+    #[test]
+    fn a_group_rolled_back_under_it_takes_no_more_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut s = Store::open(&path).unwrap();
+        s.begin_group().unwrap();
+        s.insert_worker("a", "{}", 1, &[], None, EpochMs(1))
+            .unwrap();
+        // What SQLite does on its own after such an error.
+        s.conn.execute_batch("ROLLBACK").unwrap();
+        let e = s
+            .insert_worker("b", "{}", 1, &[], None, EpochMs(1))
+            .unwrap_err();
+        assert!(e.message().contains("not recorded"), "{}", e.message());
+        let failed = s.end_group().unwrap_err();
+        assert_eq!(failed.how, Failure::RolledBack);
+        drop(s);
+        assert!(Store::open(&path)
+            .unwrap()
+            .live_workers()
+            .unwrap()
+            .is_empty());
     }
 
     /// A group in which every change was refused wrote nothing: its end
@@ -580,14 +664,21 @@ mod tests {
                 .unwrap();
             tx.commit().unwrap();
         }
+        // 1: an allocation without its hold; 2: ended, its hold left open;
+        // 3: agreeing; 4: running, its hold closed and with another share;
+        // 5: stopped, an allocation left behind.
         conn.execute_batch(
             "INSERT INTO workers (id, name, spec, owner_uid, state, submitted_ms, started_ms, ended_ms)
                VALUES (1, 'live', '{}', 7, 'running', 10, 20, NULL),
                       (2, 'ended', '{}', 7, 'stopped', 10, 20, 90),
-                      (3, 'held', '{}', 7, 'running', 10, 30, NULL);
-             INSERT INTO allocations VALUES (1, 'GPU-a', 0, 150), (3, 'GPU-b', 1, NULL);
-             INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
-               VALUES (2, 'GPU-a', 0, 100, 20), (3, 'GPU-b', 1, NULL, 30);",
+                      (3, 'held', '{}', 7, 'running', 10, 30, NULL),
+                      (4, 'closed', '{}', 7, 'running', 10, 40, NULL),
+                      (5, 'left', '{}', 7, 'stopped', 10, 50, 95);
+             INSERT INTO allocations VALUES (1, 'GPU-a', 0, 150), (3, 'GPU-b', 1, NULL),
+                                            (4, 'GPU-a', 0, 250), (5, 'GPU-b', 1, 50);
+             INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms, to_ms)
+               VALUES (2, 'GPU-a', 0, 100, 20, NULL), (3, 'GPU-b', 1, NULL, 30, NULL),
+                      (4, 'GPU-a', 0, 100, 40, 60);",
         )
         .unwrap();
         drop(conn);
@@ -605,7 +696,14 @@ mod tests {
                 format!("{}: {}", w.name, g.join(", "))
             })
             .collect();
-        assert_eq!(live, ["live: GPU-a Some(150)", "held: GPU-b None"]);
+        assert_eq!(
+            live,
+            [
+                "live: GPU-a Some(150)",
+                "held: GPU-b None",
+                "closed: GPU-a Some(250)"
+            ]
+        );
         assert_eq!(s.orphan_allocations().unwrap(), 0);
         let holds: Vec<(i64, i64, Option<i64>)> = s
             .conn
@@ -615,7 +713,15 @@ mod tests {
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap();
-        assert_eq!(holds, [(1, 20, None), (2, 20, Some(90)), (3, 30, None)]);
+        assert_eq!(
+            holds,
+            [
+                (1, 20, None),
+                (2, 20, Some(90)),
+                (3, 30, None),
+                (4, 40, None)
+            ]
+        );
     }
 
     #[test]

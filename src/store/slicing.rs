@@ -75,7 +75,7 @@ impl Store {
         at: EpochMs,
     ) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         // A schedule belongs to a template: checked in the same transaction
         // that writes it, so none can be set for a template being removed.
         let exists: Option<i64> = tx
@@ -128,7 +128,7 @@ impl Store {
     /// Adds a template (a name is taken once).
     pub fn insert_template(&mut self, name: &str, spec: &str, at: EpochMs) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         exec(
             &tx,
             "INSERT INTO templates (name, spec, created_ms) VALUES (?1, ?2, ?3)",
@@ -154,7 +154,7 @@ impl Store {
     /// Removes a template and its schedule, in one transaction.
     pub fn remove_template(&mut self, name: &str, at: EpochMs) -> Result<bool> {
         let at_ms = at.as_i64();
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         let n = exec(&tx, "DELETE FROM templates WHERE name = ?1", params![name])?;
         exec(
             &tx,
@@ -338,7 +338,7 @@ impl Store {
     /// schedules were bound to templates could hold them), in one
     /// transaction; the templates they named.
     pub fn drop_orphan_schedules(&mut self, at: EpochMs) -> Result<Vec<String>> {
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         let orphans: Vec<String> = {
             let mut stmt = tx.prepare(
                 "SELECT template FROM schedules WHERE template NOT IN (SELECT name FROM templates)

@@ -144,7 +144,7 @@ impl Store {
         at: EpochMs,
     ) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         for r in rows {
             exec(
 &tx,

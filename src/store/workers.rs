@@ -107,7 +107,7 @@ impl Store {
         at: EpochMs,
     ) -> Result<i64> {
         let at_ms = at.as_i64();
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         let state = if grants.is_some() {
             WorkerState::Running
         } else {
@@ -149,7 +149,7 @@ impl Store {
     /// A pending worker is placed.
     pub fn start_worker(&mut self, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         let n = exec(
 &tx,
             "UPDATE workers SET state = 'running', started_ms = ?2 WHERE id = ?1 AND state = 'pending'",
@@ -183,7 +183,7 @@ impl Store {
         reason: &str,
     ) -> Result<()> {
         let at_ms = at.as_i64();
-        let tx = self.conn.savepoint()?;
+        let tx = self.change()?;
         let n = exec(
             &tx,
             "UPDATE workers SET state = 'stopped', ended_ms = ?2, exit_status = ?3, end_reason = ?4
