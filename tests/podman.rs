@@ -201,6 +201,11 @@ fn container(name: &str, gb: Option<&str>, script: &str) -> String {
 }
 
 fn setup(dir: &Path, pm: &Podman, bus: &Bus) -> Daemon {
+    setup_with(dir, pm, bus, &[])
+}
+
+/// [`setup`] with more environment for the daemon (failpoints).
+fn setup_with(dir: &Path, pm: &Podman, bus: &Bus, env: &[(&str, &str)]) -> Daemon {
     std::fs::write(
         dir.join("node.toml"),
         format!(
@@ -210,7 +215,7 @@ fn setup(dir: &Path, pm: &Podman, bus: &Bus) -> Daemon {
     )
     .unwrap();
     std::fs::write(dir.join("majin.toml"), MAJIN_TOML).unwrap();
-    Daemon::start(bus, dir, &dir.join("majin.toml"), &[])
+    Daemon::start(bus, dir, &dir.join("majin.toml"), env)
 }
 
 #[test]
@@ -668,19 +673,10 @@ fn a_container_stopped_in_the_group_that_placed_it_never_runs() {
     let dir = open_tempdir();
     let pm = Podman::start(dir.path());
     let bus = Bus::session();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        format!(
-            "[runtime]\npodman_socket = \"{}\"\nstop_timeout_seconds = 1\n",
-            pm.socket().display()
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(
-        &bus,
+    let d = setup_with(
         dir.path(),
-        &dir.path().join("majin.toml"),
+        &pm,
+        &bus,
         &[(
             "ASTRAEUS_FAILPOINTS",
             "store.insert.after-commit=pause3000@1",
