@@ -135,9 +135,21 @@ impl Runtime for Podman {
     fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move {
             let body = self.create_body(l)?;
-            let r = self
+            let name = container_name(&l.worker);
+            let r = match self
                 .call("create", "POST", "/containers/create", Some(&body))
-                .await?;
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    // Unanswered (or cut off): podman may still create it. A
+                    // container left behind would run unaccounted, or hold
+                    // the name; removed before the worker is failed (while
+                    // the name is still the worker's, so nothing new has it).
+                    let _ = self.remove(&name).await;
+                    return Err(e);
+                }
+            };
             if r.status != 201 {
                 return Err(api_error("create", &r));
             }
@@ -146,15 +158,16 @@ impl Runtime for Podman {
                 .and_then(|v| v.get("Id").and_then(Value::as_str).map(str::to_string))
                 .ok_or_else(|| backend("create", "no Id in the reply"))?;
             crate::failpoint::hit("podman.after-create");
-            let r = self
+            let started = self
                 .call("start", "POST", &format!("/containers/{id}/start"), None)
-                .await?;
-            if r.status != 204 && r.status != 304 {
-                let err = api_error("start", &r);
-                let _ = self.remove(&id).await;
-                return Err(err);
-            }
-            Ok(id)
+                .await;
+            let err = match started {
+                Ok(r) if r.status == 204 || r.status == 304 => return Ok(id),
+                Ok(r) => api_error("start", &r),
+                Err(e) => e,
+            };
+            let _ = self.remove(&id).await;
+            Err(err)
         })
     }
 
@@ -275,18 +288,30 @@ mod tests {
     use super::*;
     use crate::quantity::Amount;
 
-    /// A service that takes the connection and never answers: the launch
-    /// fails in its time with a reason, instead of starting for ever; the
-    /// wait (a long poll by design) keeps waiting.
+    /// A service that reads each request and never answers: the launch
+    /// fails in its time with a reason, instead of starting for ever, after
+    /// asking to remove what podman may yet create under the worker's name;
+    /// the wait (a long poll by design) keeps waiting.
     #[tokio::test]
     async fn a_podman_that_never_answers_fails_the_call_in_its_time() {
+        use tokio::io::AsyncReadExt;
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("podman.sock");
         let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = asked.clone();
         tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((conn, _)) = listener.accept().await {
-                held.push(conn);
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let n = conn.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]);
+                    let line = head.lines().next().unwrap_or("").to_string();
+                    seen.lock().unwrap().push(line);
+                    std::future::pending::<()>().await;
+                    drop(conn);
+                });
             }
         });
         let p = Podman {
@@ -318,6 +343,13 @@ mod tests {
                 .starts_with("podman create: no answer within 0.2 s (socket "),
             "{}",
             e.message()
+        );
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [
+                "POST /v4.0.0/libpod/containers/create HTTP/1.1",
+                "DELETE /v4.0.0/libpod/containers/astraeus-w?force=true HTTP/1.1"
+            ]
         );
         let e = tokio::time::timeout(limit, p.stop("c", Duration::from_millis(300)))
             .await
