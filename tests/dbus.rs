@@ -9,6 +9,11 @@ fn sim_file(dir: &std::path::Path) -> std::path::PathBuf {
     p
 }
 
+/// The daemon with `ASTRAEUS_FAILPOINTS` set to `spec`.
+fn with_failpoints(bus: &Bus, dir: &std::path::Path, sim: &std::path::Path, spec: &str) -> Daemon {
+    Daemon::start(bus, dir, sim, &[("ASTRAEUS_FAILPOINTS", spec)])
+}
+
 #[test]
 fn seed_example_over_busctl_and_gdbus_with_signals_and_restart() {
     let dir = open_tempdir();
@@ -1136,12 +1141,7 @@ fn a_submit_whose_commit_fails_leaves_no_trace_on_the_bus_or_in_the_ledger() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let sim = sim_file(dir.path());
-    let d = Daemon::start(
-        &bus,
-        dir.path(),
-        &sim,
-        &[("ASTRAEUS_FAILPOINTS", "store.group.commit=fail@2")],
-    );
+    let d = with_failpoints(&bus, dir.path(), &sim, "store.group.commit=fail@2");
     let a = &bus.address;
     let submit = |name: &str| manager(a, None, "SubmitWorker", &["s", &shared_spec(name, "1")]);
     let o = submit("kept");
@@ -1192,14 +1192,11 @@ fn a_group_of_submits_sends_each_objects_properties_changed_once() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let sim = sim_file(dir.path());
-    let d = Daemon::start(
+    let d = with_failpoints(
         &bus,
         dir.path(),
         &sim,
-        &[(
-            "ASTRAEUS_FAILPOINTS",
-            "store.insert.after-commit=pause6000@1",
-        )],
+        "store.insert.after-commit=pause6000@1",
     );
     let a = bus.address.clone();
     let log = dir.path().join("monitor.log");

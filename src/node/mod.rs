@@ -185,27 +185,26 @@ impl Node {
 
     /// The live workers as the ledger has them, into an empty book.
     pub(super) fn load_workers(&mut self) -> Result<()> {
-        let node = self;
-        for row in node.store.live_workers()? {
+        for row in self.store.live_workers()? {
             let spec = WorkerSpec::parse(&row.spec).map_err(|e| {
                 Error::Backend(format!("ledger: worker {} no longer parses: {e}", row.name))
             })?;
             let status = match row.state {
                 WorkerState::Running => {
-                    node.book.add(&row.name, &spec.resources, &row.grants);
+                    self.book.add(&row.name, &spec.resources, &row.grants);
                     Status::Running { grants: row.grants }
                 }
                 _ => {
-                    node.pending.insert(row.id, row.name.clone());
-                    node.needs.add(spec.resources.gpu.as_ref());
+                    self.pending.insert(row.id, row.name.clone());
+                    self.needs.add(spec.resources.gpu.as_ref());
                     Status::Pending
                 }
             };
             if !row.holders.is_empty() {
-                node.with_holders.insert(row.name.clone());
+                self.with_holders.insert(row.name.clone());
             }
-            node.tally(row.owner_uid, 1, i8::from(status == Status::Pending));
-            node.workers.insert(
+            self.tally(row.owner_uid, 1, i8::from(status == Status::Pending));
+            self.workers.insert(
                 row.name.clone(),
                 Worker {
                     id: row.id,

@@ -429,10 +429,7 @@ impl Service {
             }
             GroupEnd::Lost(e) => {
                 tracing::error!("{e}");
-                for reply in held.replies {
-                    let e = e.clone();
-                    self.outbox.send(async move { reply(Some(&e)) });
-                }
+                self.send_replies(held.replies, Some(e.clone()));
                 self.fatal = Some(e);
                 return;
             }
@@ -443,19 +440,12 @@ impl Service {
                 );
                 let shown = self.show(&changes);
                 self.announce(shown);
-                for reply in held.replies {
-                    let e = e.clone();
-                    self.outbox.send(async move { reply(Some(&e)) });
-                }
+                self.send_replies(held.replies, Some(e));
                 return;
             }
         };
-        // Through the outbox: behind the objects the changes added.
         let replied = !held.replies.is_empty();
-        for reply in held.replies {
-            let failed = failed.clone();
-            self.outbox.send(async move { reply(failed.as_ref()) });
-        }
+        self.send_replies(held.replies, failed);
         if replied {
             // Each reply above wakes its caller's task, which then writes
             // the reply message; yielding once lets those tasks run before
@@ -467,6 +457,15 @@ impl Service {
             self.announce(shown);
         }
         self.launch_placed(&held.placed).await;
+    }
+
+    /// A group's replies, told its error if any, through the outbox: behind
+    /// the objects its changes added (or, undone, removed again).
+    fn send_replies(&self, replies: Vec<HeldReply>, failed: Option<Error>) {
+        for reply in replies {
+            let failed = failed.clone();
+            self.outbox.send(async move { reply(failed.as_ref()) });
+        }
     }
 
     /// A reply sent behind what the change queued on the outbox (objects it
