@@ -148,7 +148,17 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
     loop {
         match sock.recv(&mut buf) {
             Ok(n) if String::from_utf8_lossy(&buf[..n]).contains("READY=1") => {
-                return (child, t.elapsed())
+                let ready = t.elapsed();
+                // Read on as systemd does: the daemon's STATUS= lines go to a
+                // manager that is there, as in production (until the state
+                // folder goes).
+                sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                std::thread::spawn(move || {
+                    while sock_path.exists() {
+                        let _ = sock.recv(&mut buf);
+                    }
+                });
+                return (child, ready);
             }
             Ok(_) => {}
             Err(e) => {

@@ -7,13 +7,21 @@
 use sd_notify::NotifyState;
 use std::ffi::OsString;
 use std::os::unix::net::UnixDatagram;
+use std::time::{Duration, Instant};
 
 /// The service manager's notify socket (`$NOTIFY_SOCKET`), or nothing when
 /// the daemon was not started by one.
 pub struct Notifier {
     path: Option<OsString>,
     sock: Option<UnixDatagram>,
+    /// No socket is opened again before this: a manager that is gone (or
+    /// a test that stopped listening) costs a failed connect a second at
+    /// most, not two on every turn of the loop.
+    retry_at: Option<Instant>,
 }
+
+/// How long after a failed connect the next is tried.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl Notifier {
     pub fn from_env() -> Notifier {
@@ -21,12 +29,18 @@ impl Notifier {
     }
 
     pub fn at(path: Option<OsString>) -> Notifier {
-        Notifier { path, sock: None }
+        Notifier {
+            path,
+            sock: None,
+            retry_at: None,
+        }
     }
 
     /// Sends the states as one message. A failed send connects again once
     /// and resends (systemd re-executing binds its socket anew); errors are
     /// otherwise ignored, as with sd_notify: the daemon works without them.
+    /// The socket never blocks: a manager that does not read costs a lost
+    /// status line, never a stalled loop.
     pub fn send(&mut self, states: &[NotifyState]) {
         let Some(path) = &self.path else {
             return;
@@ -34,11 +48,23 @@ impl Notifier {
         let msg: String = states.iter().map(|s| format!("{s}\n")).collect();
         for _ in 0..2 {
             if self.sock.is_none() {
-                self.sock = connect(path).ok();
+                if self.retry_at.is_some_and(|at| Instant::now() < at) {
+                    return;
+                }
+                match connect(path) {
+                    Ok(sock) => self.sock = Some(sock),
+                    Err(_) => {
+                        self.retry_at = Some(Instant::now() + RETRY_AFTER);
+                        return;
+                    }
+                }
             }
-            match &self.sock {
-                Some(sock) if sock.send(msg.as_bytes()).is_ok() => return,
-                _ => self.sock = None,
+            let Some(sock) = &self.sock else { return };
+            match sock.send(msg.as_bytes()) {
+                // A full queue drops this message; the socket is fine.
+                Ok(_) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => self.sock = None,
             }
         }
     }
@@ -50,6 +76,7 @@ fn connect(path: &OsString) -> std::io::Result<UnixDatagram> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::net::SocketAddr;
     let sock = UnixDatagram::unbound()?;
+    sock.set_nonblocking(true)?;
     match path.as_bytes().strip_prefix(b"@") {
         Some(name) => sock.connect_addr(&SocketAddr::from_abstract_name(name)?)?,
         None => sock.connect(path)?,
@@ -91,6 +118,28 @@ mod tests {
         let manager = bound(&path);
         n.send(&[NotifyState::Status("2 workers")]);
         assert_eq!(received(&manager), "STATUS=2 workers\n");
+    }
+
+    /// No manager listening: one failed connect, then none until a second
+    /// has passed; a manager that appears meanwhile is reached after it.
+    /// A manager that does not read never holds the sender.
+    #[test]
+    fn a_missing_manager_is_tried_again_after_a_pause_and_never_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let mut n = Notifier::at(Some(path.clone().into()));
+        n.send(&[NotifyState::Status("lost")]);
+        let manager = bound(&path);
+        n.send(&[NotifyState::Status("within the pause")]);
+        assert!(n.sock.is_none(), "no connect within the pause");
+        n.retry_at = Some(Instant::now());
+        n.send(&[NotifyState::Status("after the pause")]);
+        assert_eq!(received(&manager), "STATUS=after the pause\n");
+        // Never read: the queue fills, the sends return, the socket stays.
+        for i in 0..10_000 {
+            n.send(&[NotifyState::Status(&format!("{i}"))]);
+        }
+        assert!(n.sock.is_some());
     }
 
     #[test]

@@ -461,6 +461,67 @@ fn watchdog_pings_come_from_the_service_loop_and_stop_when_it_is_stuck() {
     drop(d);
 }
 
+/// systemd hears the status line at most once a second, not once per
+/// change: a burst of submits costs a message or two, and the last one
+/// tells the final count (within the refresh).
+#[test]
+fn the_status_line_reaches_systemd_at_most_once_a_second() {
+    use std::os::unix::net::UnixDatagram;
+    use std::time::{Duration, Instant};
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let _d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim_file(dir.path()),
+        &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())],
+    );
+    let mut buf = [0u8; 4096];
+    let mut statuses = Vec::new();
+    let mut listen = |for_: Duration, statuses: &mut Vec<String>| {
+        let until = Instant::now() + for_;
+        while Instant::now() < until {
+            if let Ok(n) = sock.recv(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                statuses.extend(
+                    text.lines()
+                        .filter(|l| l.starts_with("STATUS="))
+                        .map(String::from),
+                );
+            }
+        }
+    };
+    listen(Duration::from_millis(300), &mut statuses);
+    assert!(!statuses.is_empty(), "READY=1 carries the status line");
+    statuses.clear();
+    let burst = Instant::now();
+    for i in 0..8 {
+        let o = manager(
+            &bus.address,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec(&format!("w{i}"), "0.5")],
+        );
+        assert!(o.ok, "{}", o.stderr);
+    }
+    listen(Duration::from_secs(3), &mut statuses);
+    let seconds = burst.elapsed().as_secs_f64();
+    assert!(
+        (statuses.len() as f64) <= seconds.ceil() + 1.0,
+        "{} status lines in {seconds:.1} s: {statuses:?}",
+        statuses.len()
+    );
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("STATUS=8 workers, 0 pending"),
+        "{statuses:?}"
+    );
+}
+
 #[test]
 fn sigterm_says_stopping_and_exits_cleanly() {
     use std::os::unix::net::UnixDatagram;

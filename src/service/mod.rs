@@ -88,6 +88,9 @@ const SAMPLES_KEPT: usize = 1800;
 /// Bounded: a flood of calls gets `Busy` instead of growing memory.
 pub const QUEUE_DEPTH: usize = 256;
 
+/// systemd is told the status line at most this often.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
 /// At most this many submits and stops share one fsync.
 const GROUP: usize = 64;
 
@@ -119,6 +122,8 @@ pub struct Service {
     report_reader: Option<Arc<tokio::sync::Mutex<crate::store::Store>>>,
     /// The status line changed since systemd was last told (`STATUS=`).
     status_stale: bool,
+    /// When systemd was last told the status line.
+    status_sent: std::time::Instant,
     /// systemd's notify socket, kept open.
     notify: Notifier,
     /// Set when the ledger is in a state only a restart can read again:
@@ -198,6 +203,7 @@ impl Service {
             outbox: crate::bus::outbox::Outbox::start(),
             report_reader,
             status_stale: false,
+            status_sent: std::time::Instant::now(),
             notify: Notifier::from_env(),
             fatal: None,
         };
@@ -283,15 +289,17 @@ impl Service {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
-            if std::mem::take(&mut self.status_stale) {
-                let status = crate::views::status_line(&self.node);
-                self.notify.send(&[NotifyState::Status(&status)]);
+            // At most once a second (a message systemd wakes for, 5 % of a
+            // lone call's time when sent every turn); a change within the
+            // second is told on a later turn, the refresh's at the latest.
+            if self.status_stale && self.status_sent.elapsed() >= STATUS_EVERY {
+                self.send_status(&[]);
             }
             if self.fatal.is_some() {
                 break;
             }
         }
-        self.notify.send(&[NotifyState::Stopping]);
+        self.send_status(&[NotifyState::Stopping]);
         if !self.outbox.flush(Duration::from_secs(2)).await {
             tracing::warn!("the last signals and replies were not all sent within 2 s");
         }
@@ -306,6 +314,16 @@ impl Service {
             "stopping; the ledger is closed cleanly"
         );
         Ok(())
+    }
+
+    /// Tells systemd the status line, with `also`.
+    fn send_status(&mut self, also: &[NotifyState]) {
+        let status = crate::views::status_line(&self.node);
+        let mut states = vec![NotifyState::Status(&status)];
+        states.extend_from_slice(also);
+        self.notify.send(&states);
+        self.status_stale = false;
+        self.status_sent = std::time::Instant::now();
     }
 
     /// Keeps GPUs for whole requests that waited too long (and lets go of

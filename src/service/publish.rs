@@ -375,8 +375,8 @@ impl Service {
                 });
             }
         }
-        // Told to systemd once per turn of the loop (a group of 64 calls
-        // would otherwise open a socket 64 times): see `Service::run`.
+        // Told to systemd at most once a second, not per change: see
+        // `Service::run`.
         self.status_stale = true;
     }
 
