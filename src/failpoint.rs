@@ -74,17 +74,38 @@ pub fn hit_in_task(name: &str) {
     }
 }
 
-/// Marks a point where a test may kill or stall the process.
-pub fn hit(name: &str) {
-    let Some(p) = table().get(name) else {
-        return;
-    };
+/// [`hit`] in a task on the thread the loop and the bus share: a pause or
+/// a block holds this task only (as a slow caller would be held), not the
+/// thread.
+pub async fn hit_async(name: &str) {
+    match reached(name).map(|p| &p.action) {
+        Some(Action::Pause(ms)) => tokio::time::sleep(std::time::Duration::from_millis(*ms)).await,
+        Some(Action::Block) => std::future::pending().await,
+        Some(action) => act(action),
+        None => {}
+    }
+}
+
+/// The point named, when this hit is the one it fires on.
+fn reached(name: &str) -> Option<&'static Point> {
+    let p = table().get(name)?;
     if p.hits.fetch_add(1, Ordering::SeqCst) + 1 != p.on {
-        return;
+        return None;
     }
     // A test waits for this line to know the process is held here.
     tracing::warn!("failpoint {name} reached");
-    match p.action {
+    Some(p)
+}
+
+/// Marks a point where a test may kill or stall the process.
+pub fn hit(name: &str) {
+    if let Some(p) = reached(name) {
+        act(&p.action);
+    }
+}
+
+fn act(action: &Action) {
+    match *action {
         // SIGKILL, not abort: no destructor, no flush, exactly like a power cut
         // as far as the process is concerned.
         Action::Kill => unsafe {

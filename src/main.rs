@@ -1,6 +1,7 @@
 //! astraeusd: the daemon's entry point. Parses flags, opens the ledger, reads
 //! the machine, serves D-Bus, and hands control to the service loop.
 
+use astraeusd::bus::offload::Lists;
 use astraeusd::bus::BUS_NAME;
 use astraeusd::cli::DaemonArgs as Args;
 use astraeusd::config::{self, Config};
@@ -129,7 +130,7 @@ async fn system_daemon_gpus() -> Vec<String> {
 
 /// Err: the daemon could not start. Ok(Err): it started, then had to stop
 /// (the ledger in a state only a restart reads again).
-async fn run(args: Args) -> Result<Result<(), Error>, Error> {
+async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     let (config_path, explicit) = match &args.config {
         Some(p) => (p.clone(), true),
         None if args.session => (Config::session_path(), false),
@@ -245,11 +246,17 @@ async fn run(args: Args) -> Result<Result<(), Error>, Error> {
         max_pending_per_user: config.access.max_pending_per_user,
         vms_for_group: config.access.vms_for_group,
         allow_networked_weights: config.slicing.allow_networked_weights,
+        lists: lists.clone(),
     };
     let mut service = Service::register(node, source, conn.clone(), settings).await?;
+    // A std listener: the page is served on the lists runtime, whose driver
+    // it is registered with there.
     let listener = match config.http.address()? {
         None => None,
-        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+        Some(addr) => match std::net::TcpListener::bind(addr).and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        }) {
             Ok(l) => Some((addr, l)),
             // The session default: a port in use costs the page only.
             Err(e) if config.http.listen_by_default => {
@@ -269,12 +276,13 @@ async fn run(args: Args) -> Result<Result<(), Error>, Error> {
         let mut names = config.http.names.clone();
         names.push(inventory::host_name());
         let hosts = astraeusd::web::Hosts { names };
-        tokio::spawn(astraeusd::web::serve(
-            listener,
-            service.commands(),
-            service.objects(),
-            hosts,
-        ));
+        let (commands, objects) = (service.commands(), service.objects());
+        lists.spawn(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => astraeusd::web::serve(l, commands, objects, hosts).await,
+                Err(e) => tracing::error!("no machine page: {e}"),
+            }
+        });
     }
     // The name last: once it is owned, every object is already there.
     conn.request_name_with_flags(BUS_NAME, zbus::fdo::RequestNameFlags::DO_NOT_QUEUE)
@@ -296,15 +304,27 @@ fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let to_journal = init_logging();
     astraeusd::bus::tree::big_buffers_from_the_system();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread runs the service loop and the bus: a call, its change, its
+    // commit and its reply pass no work between threads (on 2 vCPUs each
+    // hand-over cost a wake-up of tens of µs, #25). The loop never awaits
+    // anything slow (those run in tasks and on the blocking pool), and the
+    // listings, whose cost grows with the workers, run on a runtime of
+    // their own (bus/offload.rs), as does the machine page.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let result = rt.block_on(run(args));
+    let lists = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("astraeus-lists")
+        .enable_all()
+        .build()
+        .expect("tokio runtime for listings");
+    let result = rt.block_on(run(args, lists.handle().clone()));
     // A call still waiting on a hung libvirtd (on the blocking pool) must not
     // hold the exit: the ledger is already closed cleanly.
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    lists.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(Ok(())) => std::process::ExitCode::SUCCESS,
         Ok(Err(e)) => {

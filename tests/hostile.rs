@@ -877,6 +877,41 @@ fn a_long_usage_report_holds_no_one_else() {
     });
 }
 
+/// GetManagedObjects and ListWorkers are built and serialised on the
+/// lists runtime, not on the thread the loop and the bus share: held there
+/// (as 100,000 workers would hold them, seconds and tens of MB), they hold
+/// no one else.
+#[test]
+fn a_long_object_listing_holds_no_one_else() {
+    held_at_holds_no_one_else("bus.listing", "", |a| {
+        let o = busctl(
+            &a,
+            &[
+                "call",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1",
+                "org.freedesktop.DBus.ObjectManager",
+                "GetManagedObjects",
+            ],
+        );
+        match o.ok && o.stdout.starts_with("a{oa{sa{sv}}}") {
+            true => Ok(()),
+            false => Err(format!("{} {}", o.stdout, o.stderr)),
+        }
+    });
+}
+
+#[test]
+fn a_long_worker_list_holds_no_one_else() {
+    held_at_holds_no_one_else("bus.listing", "", |a| {
+        let o = manager(&a, None, "ListWorkers", &[]);
+        match o.ok && o.stdout.starts_with("a(") {
+            true => Ok(()),
+            false => Err(format!("{} {}", o.stdout, o.stderr)),
+        }
+    });
+}
+
 /// The machine page gathers its workers from the objects' views, off the
 /// loop (100,000 workers take seconds): anyone who can reach the page holds
 /// no one else.

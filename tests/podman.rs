@@ -677,10 +677,7 @@ fn a_container_stopped_in_the_group_that_placed_it_never_runs() {
         dir.path(),
         &pm,
         &bus,
-        &[(
-            "ASTRAEUS_FAILPOINTS",
-            "store.insert.after-commit=pause3000@1",
-        )],
+        &[("ASTRAEUS_FAILPOINTS", "service.group=pause3000@1")],
     );
     let a = bus.address.clone();
     let submit = {
@@ -695,8 +692,7 @@ fn a_container_stopped_in_the_group_that_placed_it_never_runs() {
         })
     };
     eventually("the submit held in its group", || {
-        d.log_text()
-            .contains("failpoint store.insert.after-commit reached")
+        d.log_text().contains("failpoint service.group reached")
     });
     let o = manager(&a, None, "StopWorker", &["s", "brief"]);
     assert!(o.ok, "{}", o.stderr);

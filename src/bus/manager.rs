@@ -11,6 +11,10 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection, OwnedObjectPath};
 
+/// The calls whose answers grow with the workers (or the ledger), answered
+/// on the lists runtime ([`super::offload`]).
+pub const LISTINGS: &[&str] = &["ListWorkers", "ListPending", "ListEnded", "UsageReport"];
+
 pub struct Manager {
     pub lp: Loop,
     pub view: Shared<ManagerView>,
@@ -31,7 +35,7 @@ impl Manager {
         bounded(&[("request", &spec)])?;
         let asked = std::time::Instant::now();
         // A test holds a submit here until it is older than the loop accepts.
-        crate::failpoint::hit("bus.submit");
+        crate::failpoint::hit_async("bus.submit").await;
         let s = self
             .lp
             .ask_as(&hdr, conn, |caller, reply| Command::Submit {

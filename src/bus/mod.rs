@@ -8,6 +8,7 @@
 
 pub mod gpu;
 pub mod manager;
+pub mod offload;
 pub mod outbox;
 pub mod template;
 pub mod tree;

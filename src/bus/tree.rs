@@ -120,6 +120,8 @@ impl Objects {
     /// ListWorkers: every live worker's row, by name.
     pub async fn worker_rows(&self) -> Vec<WorkerRow> {
         let _turn = self.turn().await;
+        // A test holds a listing here, as 100,000 workers would.
+        crate::failpoint::hit_in_task("bus.listing");
         let mut rows = Vec::new();
         for (i, w) in self.workers().iter().enumerate() {
             pause(i).await;
@@ -290,6 +292,7 @@ impl ObjectManager {
         #[zbus(header)] hdr: Header<'_>,
     ) -> zbus::fdo::Result<Listing> {
         let turn = self.objects.turn().await;
+        crate::failpoint::hit_in_task("bus.listing");
         let mut objects = ManagedObjects::new();
         for (i, (path, o)) in self.objects.listed().into_iter().enumerate() {
             pause(i).await;
@@ -447,8 +450,14 @@ pub fn base_interfaces_xml(ifaces: &[&dyn Interface]) -> String {
     xml
 }
 
-/// Replaces zbus's Introspectable at `path` with a flat one.
-pub async fn flatten(server: &ObjectServer, path: &str, f: FlatIntrospection) -> zbus::Result<()> {
+/// Replaces zbus's Introspectable at `path` with a flat one (answered on
+/// the lists runtime: a directory lists every object's name).
+pub async fn flatten(
+    server: &ObjectServer,
+    path: &str,
+    f: FlatIntrospection,
+    lists: &super::offload::Lists,
+) -> zbus::Result<()> {
     server
         .remove_named(
             path,
@@ -456,6 +465,11 @@ pub async fn flatten(server: &ObjectServer, path: &str, f: FlatIntrospection) ->
         )
         .await
         .ok();
-    server.at(path, f).await?;
+    server
+        .at(
+            path,
+            super::offload::Offloaded::new(f, &["Introspect"], lists.clone()),
+        )
+        .await?;
     Ok(())
 }

@@ -80,6 +80,8 @@ pub struct Settings {
     pub max_pending_per_user: u32,
     /// Accept weights disks on networked filesystems (`slicing.allow_networked_weights`).
     pub allow_networked_weights: bool,
+    /// The runtime that builds and sends the listings, off the loop's thread.
+    pub lists: crate::bus::offload::Lists,
 }
 
 /// Samples kept per GPU in memory (an hour at the default 2 s refresh).
@@ -165,9 +167,10 @@ impl Service {
                 node.store().templates().unwrap_or_default(),
             )
         });
-        let published = Published::register(&conn, &node, &lp, &settings.slice_rules.tz)
-            .await
-            .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
+        let published =
+            Published::register(&conn, &node, &lp, &settings.slice_rules.tz, &settings.lists)
+                .await
+                .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
         let report_reader = node
             .store()
             .reader()?
@@ -419,6 +422,9 @@ impl Service {
         while let Some(cmd) = next.take() {
             self.handle(cmd).await;
             taken += 1;
+            // A test holds a group open here (this task only: the bus goes
+            // on taking calls, which join the group).
+            failpoint::hit_async("service.group").await;
             if taken < GROUP {
                 match self.rx.try_recv() {
                     Ok(c) if groups(&c) => next = Some(c),

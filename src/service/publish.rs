@@ -6,6 +6,7 @@
 use super::Service;
 use crate::bus::gpu::GpuObject;
 use crate::bus::manager::Manager;
+use crate::bus::offload::{Lists, Offloaded};
 use crate::bus::template::TemplateObject;
 use crate::bus::tree::{self, Above, Dir, Directory, FlatIntrospection, ObjectManager, Objects};
 use crate::bus::worker::WorkerObject;
@@ -57,6 +58,7 @@ impl Published {
         node: &Node,
         lp: &Loop,
         tz: &jiff::tz::TimeZone,
+        lists: &Lists,
     ) -> zbus::Result<Published> {
         let server = conn.object_server();
         let objects = Objects::default();
@@ -70,7 +72,12 @@ impl Published {
             objects: objects.clone(),
         };
         let interfaces_xml = tree::base_interfaces_xml(&[&manager, &object_manager]);
-        server.at(BASE_PATH, manager).await?;
+        server
+            .at(
+                BASE_PATH,
+                Offloaded::new(manager, crate::bus::manager::LISTINGS, lists.clone()),
+            )
+            .await?;
         // The paths above the objects introspect flat, and stay (before the
         // ObjectManager: nothing is announced for them).
         let flat = |above| FlatIntrospection {
@@ -80,14 +87,25 @@ impl Published {
         let parts: Vec<&'static str> = BASE_PATH.split('/').skip(1).collect();
         for (depth, child) in parts.iter().enumerate() {
             let path = format!("/{}", parts[..depth].join("/"));
-            tree::flatten(server, &path, flat(Above::Path { child })).await?;
+            tree::flatten(server, &path, flat(Above::Path { child }), lists).await?;
         }
-        tree::flatten(server, BASE_PATH, flat(Above::Base { interfaces_xml })).await?;
+        tree::flatten(
+            server,
+            BASE_PATH,
+            flat(Above::Base { interfaces_xml }),
+            lists,
+        )
+        .await?;
         for dir in Dir::ALL {
             server.at(dir.path(), Directory).await?;
-            tree::flatten(server, &dir.path(), flat(Above::Dir(dir))).await?;
+            tree::flatten(server, &dir.path(), flat(Above::Dir(dir)), lists).await?;
         }
-        server.at(BASE_PATH, object_manager).await?;
+        server
+            .at(
+                BASE_PATH,
+                Offloaded::new(object_manager, &["GetManagedObjects"], lists.clone()),
+            )
+            .await?;
         let mut gpus = BTreeSet::new();
         for g in &node.machine().gpus {
             let obj = GpuObject {

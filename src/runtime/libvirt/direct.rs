@@ -129,15 +129,16 @@ fn backend(uri: &str, e: virt::error::Error) -> Error {
 /// A domain by name; NotFound when libvirt has no such domain (so callers
 /// can tell "gone" from "libvirt failed"), libvirt's words either way.
 fn lookup(c: &Connect, uri: &str, name: &str) -> Result<Domain> {
-    c.lookup_domain_by_name(name).map_err(|e| {
-        let text = format!("libvirt at {uri}: domain {name}: {}", e.message());
-        match e.code() {
-            virt::enumutil::Enum::Known(virt::error::ErrorNumber::NoDomain) => {
-                Error::NotFound(text)
-            }
-            _ => Error::Backend(text),
-        }
-    })
+    c.lookup_domain_by_name(name)
+        .map_err(|e| not_found_or_backend(uri, name, e))
+}
+
+fn not_found_or_backend(uri: &str, name: &str, e: virt::error::Error) -> Error {
+    let text = format!("libvirt at {uri}: domain {name}: {}", e.message());
+    match e.code() {
+        virt::enumutil::Enum::Known(virt::error::ErrorNumber::NoDomain) => Error::NotFound(text),
+        _ => Error::Backend(text),
+    }
 }
 
 /// One libvirt URI: opened on first use and reopened when libvirtd went away
@@ -179,11 +180,22 @@ impl Connection {
         let c = self.conn()?;
         let (c, uri) = (&*c, self.uri.as_str());
         Ok(match request {
-            Request::Active { name } => json!(c
-                .lookup_domain_by_name(&name)
-                .ok()
-                .and_then(|d| d.is_active().ok())
-                .unwrap_or(false)),
+            // Only "no such domain" means gone: libvirtd failing or going
+            // away mid-call (it answers errors while it shuts down) is an
+            // error, and the waiter asks again, rather than a running VM
+            // taken for stopped.
+            // (A transient domain that ends between the two calls is gone
+            // by the second.)
+            Request::Active { name } => {
+                match lookup(c, uri, &name).and_then(|d| {
+                    d.is_active()
+                        .map_err(|e| not_found_or_backend(uri, &name, e))
+                }) {
+                    Ok(active) => json!(active),
+                    Err(Error::NotFound(_)) => json!(false),
+                    Err(e) => return Err(e),
+                }
+            }
             Request::Create {
                 source,
                 worker,
