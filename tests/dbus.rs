@@ -464,6 +464,51 @@ fn watchdog_pings_come_from_the_service_loop_and_stop_when_it_is_stuck() {
     drop(d);
 }
 
+/// A new worker's object is registered before its SubmitWorker reply (so
+/// the caller can read it at once) and announced after it: the reply
+/// leaves the daemon before InterfacesAdded, which carries the worker's
+/// properties as a reader without credentials sees them (#25: the
+/// announcement was built on the call's path, under zbus's tree lock).
+#[test]
+fn a_new_worker_is_announced_after_its_reply_with_its_properties() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    let a = &bus.address;
+    let log = dir.path().join("monitor.log");
+    let mut watch = monitor(a, "sender='org.astraeus.Node1'", &log);
+    let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("voice", "1")]);
+    assert!(o.ok, "{}", o.stderr);
+    let o = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/worker/voice",
+            "org.astraeus.Node1.Worker",
+            "State",
+        ],
+    );
+    assert_eq!(o.stdout, "s \"running\"\n", "{}", o.stderr);
+    eventually("InterfacesAdded seen", || {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.contains("member=InterfacesAdded"))
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let seen = std::fs::read_to_string(&log).unwrap();
+    let reply = seen.find("method return").expect("the reply was seen");
+    let added = seen.find("member=InterfacesAdded").unwrap();
+    assert!(reply < added, "InterfacesAdded before the reply: {seen}");
+    let signal = &seen[added..];
+    for part in [
+        "object path \"/org/astraeus/Node1/worker/voice\"",
+        "string \"org.astraeus.Node1.Worker\"",
+        "string \"State\"\n               variant                   string \"running\"",
+    ] {
+        assert!(signal.contains(part), "{part} missing: {signal}");
+    }
+}
+
 /// systemd hears the status line at most once a second, not once per
 /// change: a burst of submits costs a message or two, and the last one
 /// tells the final count (within the refresh).

@@ -3,9 +3,10 @@
 //!
 //! The loop hands a job over and goes on. Sending can wait a long time: the
 //! connection writes one message at a time, so a signal queues behind a
-//! 10 MB GetManagedObjects reply that the bus daemon reads slowly, and zbus
-//! sends InterfacesAdded while it holds its object tree. Awaited on the loop,
-//! that stalled every caller and the watchdog. Here only this task waits.
+//! 10 MB GetManagedObjects reply that the bus daemon reads slowly. Awaited
+//! on the loop, that stalled every caller and the watchdog. Here only this
+//! task waits. Objects are registered silently, ahead of the reply that
+//! needs them; their InterfacesAdded follows the reply.
 
 use std::future::Future;
 use std::pin::Pin;

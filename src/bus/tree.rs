@@ -272,8 +272,8 @@ impl serde::Serialize for Listing {
 }
 
 /// `org.freedesktop.DBus.ObjectManager` at the base path, from the index.
-/// (zbus still sends InterfacesAdded/Removed when objects come and go: it
-/// recognises the interface by its name.)
+/// Its InterfacesAdded/Removed are sent by the daemon
+/// ([`interfaces_added`], [`interfaces_removed`]), not by zbus.
 pub struct ObjectManager {
     pub objects: Objects,
 }
@@ -334,6 +334,39 @@ impl ObjectManager {
         object_path: zbus::ObjectPath<'_>,
         interfaces: Vec<InterfaceName<'_>>,
     ) -> zbus::Result<()>;
+}
+
+/// InterfacesAdded for the object at `path`, with its properties as a
+/// caller with no credentials reads them. zbus registers objects silently
+/// (its `object-manager` feature is off): the daemon announces them itself,
+/// after the reply that needs the object, not while zbus's tree is locked
+/// on the call's path (#25).
+pub async fn interfaces_added<I: Interface>(
+    conn: &Connection,
+    path: &str,
+    iface: &I,
+) -> zbus::Result<()> {
+    let emitter = SignalEmitter::new(conn, BASE_PATH)?;
+    let props = iface
+        .get_all(conn.object_server(), conn, None, &emitter)
+        .await?;
+    let props = props
+        .iter()
+        .map(|(k, v)| Ok((k.as_str(), zbus::Variant::try_from(v)?)))
+        .collect::<zbus::Result<HashMap<&str, zbus::Variant<'_>>>>()?;
+    ObjectManager::interfaces_added(
+        &emitter,
+        zbus::ObjectPath::try_from(path)?,
+        HashMap::from([(I::name(), props)]),
+    )
+    .await
+}
+
+/// InterfacesRemoved for the object of interface `I` that was at `path`.
+pub async fn interfaces_removed<I: Interface>(conn: &Connection, path: &str) -> zbus::Result<()> {
+    let emitter = SignalEmitter::new(conn, BASE_PATH)?;
+    ObjectManager::interfaces_removed(&emitter, zbus::ObjectPath::try_from(path)?, vec![I::name()])
+        .await
 }
 
 /// The three directories of objects below the base path.

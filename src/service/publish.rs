@@ -303,11 +303,12 @@ impl Service {
         let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
         for &gone in self.published.gpus.difference(&now) {
             self.published.objects.remove_gpu(gone);
-            self.on_bus("removing a GPU object", move |server| async move {
-                server
-                    .remove::<GpuObject, _>(gpu_path(gone).as_str())
-                    .await
-                    .map(drop)
+            self.on_conn("removing a GPU object", move |conn| async move {
+                let p = gpu_path(gone);
+                conn.object_server()
+                    .remove::<GpuObject, _>(p.as_str())
+                    .await?;
+                tree::interfaces_removed::<GpuObject>(&conn, &p).await
             });
         }
         for g in &self.node.machine().gpus {
@@ -324,8 +325,9 @@ impl Service {
                 };
                 self.published.objects.add_gpu(g.index, obj.clone());
                 let p = gpu_path(g.index);
-                self.on_bus("adding a GPU object", move |server| async move {
-                    server.at(p, obj).await.map(drop)
+                self.on_conn("adding a GPU object", move |conn| async move {
+                    conn.object_server().at(p.as_str(), obj.clone()).await?;
+                    tree::interfaces_added(&conn, &p, &obj).await
                 });
             }
         }
@@ -338,11 +340,23 @@ impl Service {
     /// The signals of what [`Service::show`] changed, queued after the reply.
     pub(super) fn announce(&mut self, shown: Shown) {
         for (name, p) in shown.removed {
+            let path = p.clone();
+            self.on_conn("InterfacesRemoved", move |conn| async move {
+                tree::interfaces_removed::<WorkerObject>(&conn, &path).await
+            });
             self.signal("WorkerRemoved", BASE_PATH.into(), move |e| async move {
                 Manager::worker_removed(&e, &name, owned_path(p)?).await
             });
         }
         for (name, p) in shown.added {
+            // Its properties as they are when announced (a worker added and
+            // removed in one group has no object left to announce).
+            if let Some(obj) = self.published.objects.worker(&name) {
+                let path = p.clone();
+                self.on_conn("InterfacesAdded", move |conn| async move {
+                    tree::interfaces_added(&conn, &path, &obj).await
+                });
+            }
             self.signal("WorkerNew", BASE_PATH.into(), move |e| async move {
                 Manager::worker_new(&e, &name, owned_path(p)?).await
             });
@@ -449,6 +463,21 @@ impl Service {
         });
     }
 
+    /// Queues a job on the bus connection on the outbox; a failure is
+    /// logged (`what` names it).
+    pub(super) fn on_conn<F, Fut>(&self, what: &'static str, f: F)
+    where
+        F: FnOnce(Connection) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = zbus::Result<()>> + Send,
+    {
+        let conn = self.conn.clone();
+        self.outbox.send(async move {
+            if let Err(e) = f(conn).await {
+                tracing::error!("{what} failed: {e}");
+            }
+        });
+    }
+
     /// Queues a signal from `path` on the outbox; a failure is logged.
     pub(super) fn signal<F, Fut>(&self, what: &'static str, path: String, f: F)
     where
@@ -544,11 +573,11 @@ impl Service {
         for name in self.published.templates.difference(&names) {
             self.published.objects.remove_template(name);
             let p = template_path(name);
-            self.on_bus("removing a template object", move |server| async move {
-                server
+            self.on_conn("removing a template object", move |conn| async move {
+                conn.object_server()
                     .remove::<TemplateObject, _>(p.as_str())
-                    .await
-                    .map(drop)
+                    .await?;
+                tree::interfaces_removed::<TemplateObject>(&conn, &p).await
             });
         }
         for name in names.difference(&self.published.templates) {
@@ -559,8 +588,9 @@ impl Service {
             };
             self.published.objects.add_template(name, obj.clone());
             let p = template_path(name);
-            self.on_bus("adding a template object", move |server| async move {
-                server.at(p, obj).await.map(drop)
+            self.on_conn("adding a template object", move |conn| async move {
+                conn.object_server().at(p.as_str(), obj.clone()).await?;
+                tree::interfaces_added(&conn, &p, &obj).await
             });
         }
         self.published.templates = names;
