@@ -306,10 +306,13 @@ fn main() -> std::process::ExitCode {
     astraeusd::bus::tree::big_buffers_from_the_system();
     // One thread runs the service loop and the bus: a call, its change, its
     // commit and its reply pass no work between threads (on 2 vCPUs each
-    // hand-over cost a wake-up of tens of µs, #25). The loop never awaits
-    // anything slow (those run in tasks and on the blocking pool), and the
-    // listings, whose cost grows with the workers, run on a runtime of
-    // their own (bus/offload.rs), as does the machine page.
+    // hand-over cost a wake-up of tens of µs, #25). The loop never awaits a
+    // hypervisor, a container runtime or the network (tasks and the
+    // blocking pool do), and the listings, whose cost grows with the
+    // workers, run on a runtime of their own (bus/offload.rs), as does the
+    // machine page. What the loop's turns do themselves (the ledger's
+    // writes, the inventory's reading each refresh) holds the bus while it
+    // runs: docs/architecture.md, "Threads".
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

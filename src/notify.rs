@@ -46,6 +46,12 @@ impl Notifier {
             return;
         };
         let msg: String = states.iter().map(|s| format!("{s}\n")).collect();
+        // READY=1 and STOPPING=1 are said once: systemd gives up on a
+        // start that never says ready. Those wait for room in a full queue
+        // (a boot's storm of messages), for a bounded time.
+        let must_arrive = states
+            .iter()
+            .any(|s| matches!(s, NotifyState::Ready | NotifyState::Stopping));
         for _ in 0..2 {
             if self.sock.is_none() {
                 if self.retry_at.is_some_and(|at| Instant::now() < at) {
@@ -60,7 +66,7 @@ impl Notifier {
                 }
             }
             let Some(sock) = &self.sock else { return };
-            match sock.send(msg.as_bytes()) {
+            match send(sock, msg.as_bytes(), must_arrive) {
                 // A full queue drops this message; the socket is fine.
                 Ok(_) => return,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -68,6 +74,21 @@ impl Notifier {
             }
         }
     }
+}
+
+/// How long READY=1 or STOPPING=1 waits for room in the manager's queue.
+const MUST_ARRIVE_WITHIN: Duration = Duration::from_secs(2);
+
+/// One message; `must_arrive` waits (boundedly) where the queue is full.
+fn send(sock: &UnixDatagram, msg: &[u8], must_arrive: bool) -> std::io::Result<usize> {
+    if !must_arrive {
+        return sock.send(msg);
+    }
+    sock.set_nonblocking(false)?;
+    sock.set_write_timeout(Some(MUST_ARRIVE_WITHIN))?;
+    let sent = sock.send(msg);
+    sock.set_nonblocking(true)?;
+    sent
 }
 
 /// A datagram socket connected to `path`; `@name` is an abstract address.
@@ -140,6 +161,20 @@ mod tests {
             n.send(&[NotifyState::Status(&format!("{i}"))]);
         }
         assert!(n.sock.is_some());
+        // READY=1 waits for room: read while it waits, and it arrives.
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut last = String::new();
+            while let Ok(m) = std::panic::catch_unwind(|| received(&manager)) {
+                last = m;
+                if last.starts_with("READY=1") {
+                    break;
+                }
+            }
+            last
+        });
+        n.send(&[NotifyState::Ready]);
+        assert_eq!(reader.join().unwrap(), "READY=1\n");
     }
 
     #[test]

@@ -511,7 +511,8 @@ fn a_new_worker_is_announced_after_its_reply_with_its_properties() {
 
 /// systemd hears the status line at most once a second, not once per
 /// change: a burst of submits costs a message or two, and the last one
-/// tells the final count (within the refresh).
+/// tells the final count when its second is up (the inventory's refresh,
+/// ten minutes here, wakes the loop too late for that).
 #[test]
 fn the_status_line_reaches_systemd_at_most_once_a_second() {
     use std::os::unix::net::UnixDatagram;
@@ -522,6 +523,11 @@ fn the_status_line_reaches_systemd_at_most_once_a_second() {
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[inventory]\nrefresh_seconds = 600\n",
+    )
+    .unwrap();
     let _d = Daemon::start(
         &bus,
         dir.path(),
@@ -1252,6 +1258,8 @@ fn a_submit_whose_commit_fails_leaves_no_trace_on_the_bus_or_in_the_ledger() {
     let sim = sim_file(dir.path());
     let d = with_failpoints(&bus, dir.path(), &sim, "store.group.commit=fail@2");
     let a = &bus.address;
+    let log = dir.path().join("monitor.log");
+    let mut watch = monitor(a, "type='signal',sender='org.astraeus.Node1'", &log);
     let submit = |name: &str| manager(a, None, "SubmitWorker", &["s", &shared_spec(name, "1")]);
     let o = submit("kept");
     assert!(o.ok, "{}", o.stderr);
@@ -1281,6 +1289,17 @@ fn a_submit_whose_commit_fails_leaves_no_trace_on_the_bus_or_in_the_ledger() {
         "{listed}"
     );
     assert!(!listed.contains("lost"), "{listed}");
+    // Nothing was ever announced of it: no WorkerNew, no InterfacesAdded,
+    // and so nothing taken back either (signals after "after"'s arrive in
+    // order: once its WorkerNew is seen, "lost"'s would have been).
+    eventually("after announced", || {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.contains("string \"after\""))
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let seen = std::fs::read_to_string(&log).unwrap();
+    assert!(!seen.contains("worker/lost"), "{seen}");
+    assert!(!seen.contains("\"lost\""), "{seen}");
     assert!(d.stop().success());
     let _d = Daemon::start(&bus, dir.path(), &sim, &[]);
     let listed = manager(a, None, "ListWorkers", &[]).stdout;

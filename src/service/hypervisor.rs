@@ -138,8 +138,12 @@ impl Hypervisor {
                 if ev.domain.is_empty() {
                     continue; // the connection closed; calls reconnect
                 }
-                let Ok(on) = vms.is_on(&ev.domain).await else {
-                    continue;
+                // libvirt failing while we look (libvirtd going away):
+                // the event's own word, and a domain that did not say it
+                // stopped counts as on (the interlock's safe side).
+                let on = match vms.is_on(&ev.domain).await {
+                    Ok(on) => on,
+                    Err(_) => !ev.stopped(),
                 };
                 let cmd = Command::Lifecycle {
                     domain: ev.domain,
@@ -377,13 +381,18 @@ async fn read_guest_gpus(
     use tokio::io::AsyncBufReadExt;
     // The slice begins when its start is issued; the socket's path is in
     // the live XML only once the domain runs.
+    let mut warned = false;
     loop {
         match vms.is_on(&domain).await {
             Ok(true) => break,
             Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            // libvirt away for a moment: look again, said once.
             Err(e) => {
-                tracing::warn!(template = %template, "waiting for {domain} to run: {e}");
-                return;
+                if !warned {
+                    tracing::warn!(template = %template, "waiting for {domain} to run: {e}");
+                    warned = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await
             }
         }
     }

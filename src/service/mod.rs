@@ -261,6 +261,11 @@ impl Service {
             let due_in = due
                 .as_ref()
                 .map(|(t, _)| EpochMs::from_timestamp(*t).from_now());
+            // A status line held back by the once-a-second rule is told
+            // when its second is up, whatever else wakes the loop.
+            let status_in = self
+                .status_stale
+                .then(|| STATUS_EVERY.saturating_sub(self.status_sent.elapsed()));
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => self.handle_group(cmd).await,
@@ -289,12 +294,13 @@ impl Service {
                 _ = ping.tick(), if watchdog.is_some() => {
                     self.notify.send(&[NotifyState::Watchdog]);
                 }
+                _ = sleep_or_never(status_in) => {}
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
             // At most once a second (a message systemd wakes for, 5 % of a
             // lone call's time when sent every turn); a change within the
-            // second is told on a later turn, the refresh's at the latest.
+            // second is told when the second is up (`status_in`).
             if self.status_stale && self.status_sent.elapsed() >= STATUS_EVERY {
                 self.send_status(&[]);
             }
@@ -462,7 +468,9 @@ impl Service {
                     "{e} ({} change(s) not recorded and undone)",
                     held.replies.len()
                 );
-                let shown = self.show(&changes);
+                // Objects the group added go and those it removed come back,
+                // silently: none of the group's announcements were sent.
+                let shown = self.show(&changes).without_objects();
                 self.announce(shown);
                 self.send_replies(held.replies, Some(e));
                 return;

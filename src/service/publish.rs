@@ -173,6 +173,14 @@ pub(super) struct Shown {
 }
 
 impl Shown {
+    /// Only the views that changed: for an undone group, whose objects
+    /// were added and removed on the bus silently and never announced.
+    pub(super) fn without_objects(mut self) -> Shown {
+        self.added.clear();
+        self.removed.clear();
+        self
+    }
+
     /// A group's changes, to be announced one after another: each object's
     /// PropertiesChanged is sent once, from its view before the group to
     /// its view now (one per change repeated the same final values: at 50

@@ -370,10 +370,12 @@ impl Runtime for Libvirt {
         Box::pin(async move {
             let mut done = Box::pin(self.stopped(id));
             let asked: Result<()> = self.call(Request::Shutdown { name: id.into() }).await;
-            if asked.is_ok() && tokio::time::timeout(timeout, &mut done).await.is_ok() {
+            // Seen stopped, not merely "libvirt failed while we looked".
+            if asked.is_ok() && matches!(tokio::time::timeout(timeout, &mut done).await, Ok(Ok(_)))
+            {
                 return Ok(());
             }
-            // ACPI ignored (or refused): force it off.
+            // ACPI ignored (or refused), or its end not seen: force it off.
             self.call(Request::Destroy { name: id.into() }).await
         })
     }
