@@ -760,7 +760,7 @@ fn idle(window: Duration, out: &mut Vec<String>) {
          {:.1} MB file-backed pages of the binary and shared libraries.\n\n\
          Context switches per minute over {:.0} s: **{n2:.0}** with the default 2 s refresh \
          (by thread: {}), {n10:.0} with a 10 s refresh. Each refresh costs **{per_refresh:.1}** \
-         (the tick wakes the runtime's threads in turn); left over besides the \
+         (the tick wakes the daemon's thread); left over besides the \
          refresh: **{rest:.1} a minute** (target: none but the watchdog, off here).",
         rss as f64 / 1024.0,
         anon as f64 / 1024.0,
