@@ -369,6 +369,23 @@ pub async fn interfaces_removed<I: Interface>(conn: &Connection, path: &str) -> 
         .await
 }
 
+/// Registers `iface` at `path` and announces it at once: for objects no
+/// reply waits on (GPUs, templates).
+pub async fn add_announced<I: Interface + Clone>(
+    conn: &Connection,
+    path: &str,
+    iface: I,
+) -> zbus::Result<()> {
+    conn.object_server().at(path, iface.clone()).await?;
+    interfaces_added(conn, path, &iface).await
+}
+
+/// Unregisters the object of interface `I` at `path` and announces it.
+pub async fn remove_announced<I: Interface>(conn: &Connection, path: &str) -> zbus::Result<()> {
+    conn.object_server().remove::<I, _>(path).await?;
+    interfaces_removed::<I>(conn, path).await
+}
+
 /// The three directories of objects below the base path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dir {

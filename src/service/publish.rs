@@ -265,8 +265,11 @@ impl Service {
             tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} ended; its share is free");
             let p = worker_path(name);
             self.published.objects.remove_worker(name);
-            self.on_bus("removing a worker object", move |server| async move {
-                server.remove::<WorkerObject, _>(p.as_str()).await.map(drop)
+            self.on_conn("removing a worker object", move |conn| async move {
+                conn.object_server()
+                    .remove::<WorkerObject, _>(p.as_str())
+                    .await
+                    .map(drop)
             });
             shown.removed.push((name.clone(), worker_path(name)));
         }
@@ -277,8 +280,8 @@ impl Service {
             let p = worker_path(name);
             let obj = worker_object(&self.node, w, &self.lp, &self.published.waits);
             self.published.objects.add_worker(name, obj.clone());
-            self.on_bus("adding a worker object", move |server| async move {
-                server.at(p, obj).await.map(drop)
+            self.on_conn("adding a worker object", move |conn| async move {
+                conn.object_server().at(p, obj).await.map(drop)
             });
             log_state(&self.node, w);
             shown.added.push((name.clone(), worker_path(name)));
@@ -312,11 +315,7 @@ impl Service {
         for &gone in self.published.gpus.difference(&now) {
             self.published.objects.remove_gpu(gone);
             self.on_conn("removing a GPU object", move |conn| async move {
-                let p = gpu_path(gone);
-                conn.object_server()
-                    .remove::<GpuObject, _>(p.as_str())
-                    .await?;
-                tree::interfaces_removed::<GpuObject>(&conn, &p).await
+                tree::remove_announced::<GpuObject>(&conn, &gpu_path(gone)).await
             });
         }
         for g in &self.node.machine().gpus {
@@ -334,8 +333,7 @@ impl Service {
                 self.published.objects.add_gpu(g.index, obj.clone());
                 let p = gpu_path(g.index);
                 self.on_conn("adding a GPU object", move |conn| async move {
-                    conn.object_server().at(p.as_str(), obj.clone()).await?;
-                    tree::interfaces_added(&conn, &p, &obj).await
+                    tree::add_announced(&conn, &p, obj).await
                 });
             }
         }
@@ -456,23 +454,8 @@ impl Service {
         });
     }
 
-    /// Queues a change of zbus's object tree on the outbox; a failure is
-    /// logged (`what` names it).
-    pub(super) fn on_bus<F, Fut>(&self, what: &'static str, f: F)
-    where
-        F: FnOnce(zbus::ObjectServer) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = zbus::Result<()>> + Send,
-    {
-        let server = self.conn.object_server().clone();
-        self.outbox.send(async move {
-            if let Err(e) = f(server).await {
-                tracing::error!("{what} failed: {e}");
-            }
-        });
-    }
-
-    /// Queues a job on the bus connection on the outbox; a failure is
-    /// logged (`what` names it).
+    /// Queues a job on the bus connection (a change of zbus's object tree,
+    /// an announcement) on the outbox; a failure is logged (`what` names it).
     pub(super) fn on_conn<F, Fut>(&self, what: &'static str, f: F)
     where
         F: FnOnce(Connection) -> Fut + Send + 'static,
@@ -582,10 +565,7 @@ impl Service {
             self.published.objects.remove_template(name);
             let p = template_path(name);
             self.on_conn("removing a template object", move |conn| async move {
-                conn.object_server()
-                    .remove::<TemplateObject, _>(p.as_str())
-                    .await?;
-                tree::interfaces_removed::<TemplateObject>(&conn, &p).await
+                tree::remove_announced::<TemplateObject>(&conn, &p).await
             });
         }
         for name in names.difference(&self.published.templates) {
@@ -597,8 +577,7 @@ impl Service {
             self.published.objects.add_template(name, obj.clone());
             let p = template_path(name);
             self.on_conn("adding a template object", move |conn| async move {
-                conn.object_server().at(p.as_str(), obj.clone()).await?;
-                tree::interfaces_added(&conn, &p, &obj).await
+                tree::add_announced(&conn, &p, obj).await
             });
         }
         self.published.templates = names;

@@ -180,12 +180,11 @@ impl Connection {
         let c = self.conn()?;
         let (c, uri) = (&*c, self.uri.as_str());
         Ok(match request {
-            // Only "no such domain" means gone: libvirtd failing or going
+            // Only "no such domain" (from either call: a transient domain
+            // can end between them) means gone: libvirtd failing or going
             // away mid-call (it answers errors while it shuts down) is an
             // error, and the waiter asks again, rather than a running VM
             // taken for stopped.
-            // (A transient domain that ends between the two calls is gone
-            // by the second.)
             Request::Active { name } => {
                 match lookup(c, uri, &name).and_then(|d| {
                     d.is_active()
