@@ -39,14 +39,21 @@ fn power_cut_storm_over_dbus_keeps_every_acknowledged_call() {
 }
 
 /// Where a power-cut round may die instead of at a random time: in a
-/// transaction, between a group's commits and its one fsync, and after it.
+/// transaction, before a group's commit, between its commit's writes to the
+/// log and their fsync ([`BEFORE_SYNC`]), and right after its commit.
 const POWER_CUT_FAILPOINTS: &[&str] = &[
     "store.insert.before-commit",
     "store.insert.after-commit",
     "store.stop.after-commit",
-    "store.sync.before-fsync",
-    "store.sync.after-fsync",
+    "store.group.before-commit",
+    BEFORE_SYNC,
+    "store.group.after-commit",
 ];
+
+/// Not a failpoint of the daemon's: the fsync is SQLite's, inside COMMIT,
+/// so the shim kills the daemon at a sync of the ledger (counted once the
+/// daemon is up, not in its start).
+const BEFORE_SYNC: &str = "the shim, before a sync";
 
 fn storm(power_cut: bool) {
     let (seed, kills) = (
@@ -71,10 +78,14 @@ fn storm(power_cut: bool) {
     for round in 0..kills {
         let writes = dir.path().join("writes.log");
         let failpoint = power_cut && rng.below(2) == 0;
-        let fp = format!(
-            "{}=kill@{}",
+        let (point, nth) = (
             POWER_CUT_FAILPOINTS[rng.below(POWER_CUT_FAILPOINTS.len() as u64) as usize],
-            1 + rng.below(20)
+            1 + rng.below(20),
+        );
+        let armed = dir.path().join("armed");
+        let (fp, sync) = (
+            format!("{point}=kill@{nth}"),
+            format!("kill@{nth}:{}", armed.display()),
         );
         let env: Vec<(&str, &str)> = match &shim {
             None => vec![],
@@ -83,13 +94,16 @@ fn storm(power_cut: bool) {
                     ("LD_PRELOAD", lib.to_str().unwrap()),
                     ("ASTRAEUS_POWER_LOSS_LOG", writes.to_str().unwrap()),
                 ];
-                if failpoint {
-                    env.push(("ASTRAEUS_FAILPOINTS", &fp));
+                match point {
+                    _ if !failpoint => {}
+                    BEFORE_SYNC => env.push(("ASTRAEUS_POWER_LOSS_SYNC", &sync)),
+                    _ => env.push(("ASTRAEUS_FAILPOINTS", &fp)),
                 }
                 env
             }
         };
         let d = Daemon::start(&bus, dir.path(), &dir.path().join("storm.toml"), &env);
+        std::fs::write(&armed, "").unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..CLIENTS)
             .map(|id| {
@@ -106,6 +120,7 @@ fn storm(power_cut: bool) {
         let mut d = d;
         d.child.kill().unwrap(); // SIGKILL, mid-call for some client (if still alive)
         d.child.wait().unwrap();
+        std::fs::remove_file(&armed).unwrap();
         stop.store(true, Ordering::Relaxed);
         for c in clients {
             acked += c.join().unwrap();

@@ -11,8 +11,9 @@ use crate::store::Failure;
 pub enum GroupEnd {
     /// Committed and synced: acknowledge it.
     Durable,
-    /// Committed, but the fsync failed: whether it was kept is unknown
-    /// until a restart, and new work is refused until then.
+    /// Its commit's fsync failed: whether it was kept is unknown until a
+    /// restart (SQLite may replay it then), and new work is refused until
+    /// then. Memory keeps the group.
     Unsynced(Error),
     /// Not committed: the ledger and memory are as before the group; what
     /// the group had shown differs as these changes say.

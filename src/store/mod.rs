@@ -241,8 +241,8 @@ pub enum Failure {
     /// The ledger is as before the group (its commit failed or SQLite
     /// rolled it back): memory must follow.
     RolledBack,
-    /// Committed, but the fsync failed: kept or not is known after a
-    /// restart; new work is refused until then.
+    /// Written to the log, but its fsync failed: kept or not is known
+    /// after a restart; new work is refused until then.
     Unsynced,
     /// Neither committed nor rolled back: only a restart can go on.
     Lost,
@@ -252,44 +252,11 @@ pub struct Store {
     conn: Connection,
     /// The ledger's file (None in memory), for [`Store::reader`].
     path: Option<std::path::PathBuf>,
-    /// The write-ahead log, for the one fsync that ends a group of commits.
-    wal: Option<Wal>,
     /// A group's transaction is open ([`Store::begin_group`]).
     in_group: bool,
-    /// Rows changed on this connection when the group began: a group that
-    /// changed none (every call in it refused) needs no fsync.
-    group_from: u64,
     /// Set when that fsync failed: every later commit is refused (the commit
     /// hook rolls it back), reads go on, a restart rereads what is on disk.
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// The ledger's write-ahead log, kept open for its fsync (opening it for
-/// each group was a tenth of a lone call's system time, #25).
-struct Wal {
-    path: std::path::PathBuf,
-    file: Option<std::fs::File>,
-}
-
-impl Wal {
-    fn at(path: std::path::PathBuf) -> Wal {
-        Wal { path, file: None }
-    }
-
-    /// Makes what was written to the log durable. Opened after the first
-    /// commit, the file is the one SQLite writes for as long as the ledger
-    /// is open: SQLite keeps its own descriptor of the log until the
-    /// connection closes, and a checkpoint rewinds or truncates the log,
-    /// never unlinks it (an fsync reaches the file, whichever descriptor).
-    fn sync(&mut self) -> std::io::Result<()> {
-        let file = match self.file.take() {
-            Some(f) => f,
-            None => std::fs::File::open(&self.path)?,
-        };
-        file.sync_data()?;
-        self.file = Some(file);
-        Ok(())
-    }
 }
 
 impl Store {
@@ -298,9 +265,6 @@ impl Store {
         let conn = Connection::open(path)
             .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
         let mut store = Store::setup(conn)?;
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
-        store.wal = Some(Wal::at(wal.into()));
         store.path = Some(path.to_path_buf());
         Ok(store)
     }
@@ -325,9 +289,7 @@ impl Store {
         Ok(Some(Store {
             conn,
             path: None,
-            wal: None,
             in_group: false,
-            group_from: 0,
             broken: Default::default(),
         }))
     }
@@ -337,34 +299,25 @@ impl Store {
     /// that fails is undone alone), written once and synced once: the
     /// pages a group touches are written once, not once per change. The
     /// caller holds every acknowledgement until `end_group` returns.
-    /// After a failed fsync no group is opened: each change then commits
-    /// on its own, and the commit hook refuses it before memory changes.
+    /// After a failed commit whose fate is unknown no group is opened:
+    /// each change then commits on its own, and the commit hook refuses it
+    /// before memory changes.
     pub fn begin_group(&mut self) -> Result<()> {
         if self.in_group || self.broken.load(std::sync::atomic::Ordering::SeqCst) {
             return Ok(());
         }
-        // NORMAL: COMMIT writes the log, end_group syncs it once (SQLite
-        // takes no safety level inside a transaction, so before BEGIN). A
-        // group that cannot begin leaves commits FULL.
-        self.synchronous(false)?;
-        if let Err(e) = self
-            .conn
-            .prepare_cached("BEGIN")
-            .and_then(|mut b| b.execute([]))
-        {
-            let _ = self.synchronous(true);
-            return Err(e.into());
-        }
+        self.conn.prepare_cached("BEGIN")?.execute([])?;
         self.in_group = true;
-        self.group_from = self.conn.total_changes();
         Ok(())
     }
 
-    /// Commits the group and makes it durable with one fsync of the log.
-    /// A commit that fails (a full disk) leaves the ledger as it was before
+    /// Commits the group, durably: at `synchronous = FULL` SQLite's COMMIT
+    /// writes the group's pages to the log and fsyncs it once. A commit
+    /// that fails to write (a full disk) leaves the ledger as it was before
     /// the group: [`Failure::RolledBack`] says the caller must undo the
-    /// group in memory too. A failed fsync leaves the group's fate
-    /// unknown: nothing more is taken until a restart.
+    /// group in memory too. A commit whose fsync fails has left the whole
+    /// group in the log, on disk or not: its fate is known after a restart,
+    /// and nothing more is taken until then ([`Failure::Unsynced`]).
     pub fn end_group(&mut self) -> std::result::Result<(), GroupFailed> {
         if !self.in_group {
             return Ok(());
@@ -386,9 +339,12 @@ impl Store {
                 Some("failpoint store.group.commit".into()),
             ))
         } else {
+            // A transaction that changed nothing (every call in it refused)
+            // commits without writing or syncing.
             self.conn
                 .prepare_cached("COMMIT")
                 .and_then(|mut c| c.execute([]))
+                .inspect(|_| crate::failpoint::hit("store.group.after-commit"))
         }
         .map(drop);
         if let Err(e) = committed {
@@ -407,22 +363,19 @@ impl Store {
                     how: Failure::Lost,
                 });
             }
-            let _ = self.synchronous(true);
+            if fate_unknown(&e) {
+                self.refuse_until_restart();
+                return Err(GroupFailed {
+                    error: unconfirmed(&e),
+                    how: Failure::Unsynced,
+                });
+            }
             return Err(GroupFailed {
                 error: e.into(),
                 how: Failure::RolledBack,
             });
         }
-        let synced = if self.conn.total_changes() == self.group_from {
-            // Nothing written: a flood of refused calls costs no fsyncs.
-            self.synchronous(true)
-        } else {
-            self.sync()
-        };
-        synced.map_err(|error| GroupFailed {
-            error,
-            how: Failure::Unsynced,
-        })
+        Ok(())
     }
 
     /// One change's savepoint: inside a group it is undone alone when the
@@ -431,7 +384,7 @@ impl Store {
     /// (it would commit on its own, unsynced, and be told it failed), or
     /// when a transaction outside any group is still open (it would never
     /// commit).
-    fn change(&mut self) -> Result<rusqlite::Savepoint<'_>> {
+    fn change(&mut self) -> Result<Change<'_>> {
         if self.in_group == self.conn.is_autocommit() {
             return Err(Error::Backend(
                 "ledger: its transaction was lost to an I/O error, so this change was not \
@@ -439,45 +392,17 @@ impl Store {
                     .into(),
             ));
         }
-        Ok(self.conn.savepoint()?)
+        Ok(Change {
+            alone: !self.in_group,
+            broken: &self.broken,
+            savepoint: self.conn.savepoint()?,
+        })
     }
 
     /// From now on every commit is refused (the commit hook), reads go on:
     /// for when the ledger's state or memory's agreement with it is unknown.
     pub fn refuse_until_restart(&self) {
         self.broken.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// The one fsync of a group's commit, then commits sync on their own again.
-    fn sync(&mut self) -> Result<()> {
-        crate::failpoint::hit("store.sync.before-fsync");
-        let synced = match &mut self.wal {
-            Some(wal) => wal.sync(),
-            None => Ok(()),
-        };
-        crate::failpoint::hit("store.sync.after-fsync");
-        if let Err(e) = synced {
-            // Whether those commits reached the disk is unknown (the kernel may
-            // have dropped the pages): take nothing more until a restart.
-            self.refuse_until_restart();
-            return Err(Error::Backend(format!(
-                "ledger: its disk did not confirm the last writes (fsync: {e}); whether they \
-                 were kept is known after the daemon restarts, and new work is refused until then"
-            )));
-        }
-        self.synchronous(true)
-    }
-
-    /// Sets `PRAGMA synchronous` through a statement prepared once: built
-    /// and parsed anew for each group, it was 9 % of the loop's time (#25).
-    fn synchronous(&self, full: bool) -> Result<()> {
-        let sql = if full {
-            "PRAGMA synchronous = FULL"
-        } else {
-            "PRAGMA synchronous = NORMAL"
-        };
-        self.conn.prepare_cached(sql)?.execute([])?;
-        Ok(())
     }
 
     pub fn open_in_memory() -> Result<Store> {
@@ -494,7 +419,11 @@ impl Store {
                 MIN_SQLITE.1
             )));
         }
-        // WAL for concurrent readers; FULL so a commit survives power loss.
+        // WAL for concurrent readers; FULL so a commit survives power loss:
+        // each COMMIT (a group's, see begin_group) fsyncs the log. Never
+        // changed after this: a PRAGMA synchronous expires every prepared
+        // statement, and toggling it around each group cost a lone call
+        // 6 % (#25).
         // Every statement is prepared once and kept (parsing SQL was a seventh
         // of a submit's instructions under callgrind).
         conn.set_prepared_statement_cache_capacity(64);
@@ -524,9 +453,7 @@ impl Store {
         Ok(Store {
             conn,
             path: None,
-            wal: None,
             in_group: false,
-            group_from: 0,
             broken,
         })
     }
@@ -550,6 +477,55 @@ impl Store {
     }
 }
 
+/// One change's savepoint (see [`Store::change`]), used as the connection
+/// it derefs to. Alone (outside a group) its commit is the transaction's,
+/// fsync included, and one of unknown fate refuses all later work.
+struct Change<'a> {
+    savepoint: rusqlite::Savepoint<'a>,
+    alone: bool,
+    broken: &'a std::sync::atomic::AtomicBool,
+}
+
+impl<'a> std::ops::Deref for Change<'a> {
+    type Target = rusqlite::Savepoint<'a>;
+    fn deref(&self) -> &Self::Target {
+        &self.savepoint
+    }
+}
+
+impl Change<'_> {
+    fn commit(self) -> Result<()> {
+        let (alone, broken) = (self.alone, self.broken);
+        self.savepoint.commit().map_err(|e| {
+            if alone && fate_unknown(&e) {
+                broken.store(true, std::sync::atomic::Ordering::SeqCst);
+                unconfirmed(&e)
+            } else {
+                e.into()
+            }
+        })
+    }
+}
+
+/// A COMMIT whose fsync failed has left the whole transaction in the log
+/// (its frames, the commit frame last, were written before the fsync), on
+/// disk or not: SQLite replays whatever whole commits the log holds at the
+/// next open, and the kernel may have dropped the pages the fsync was to
+/// write. Only a restart tells. A write that failed leaves no commit frame
+/// (SQLite writes it last): that transaction is rolled back for good.
+fn fate_unknown(e: &rusqlite::Error) -> bool {
+    use rusqlite::ffi::{SQLITE_IOERR_DIR_FSYNC, SQLITE_IOERR_FSYNC};
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.extended_code == SQLITE_IOERR_FSYNC || f.extended_code == SQLITE_IOERR_DIR_FSYNC)
+}
+
+fn unconfirmed(e: &rusqlite::Error) -> Error {
+    Error::Backend(format!(
+        "ledger: its disk did not confirm the last writes ({e}); whether they were kept is \
+         known after the daemon restarts, and new work is refused until then"
+    ))
+}
+
 /// Runs one statement, prepared once per connection and cached.
 fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
     conn.prepare_cached(sql)?.execute(params)
@@ -569,8 +545,12 @@ mod tests {
         }
     }
 
+    /// A group is one transaction at `synchronous = FULL` (its COMMIT
+    /// fsyncs the log: tests/storm.rs's power cut is the oracle for that,
+    /// tests/fsync.rs for a failed fsync); a change that fails is undone
+    /// alone. After a commit of unknown fate every later change is refused.
     #[test]
-    fn a_group_commit_syncs_once_and_a_failed_sync_refuses_all_later_work() {
+    fn a_group_is_one_transaction_and_a_commit_of_unknown_fate_refuses_all_later_work() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         let mut s = Store::open(&path).unwrap();
@@ -579,9 +559,8 @@ mod tests {
                 .pragma_query_value(None, "synchronous", |r| r.get(0))
                 .unwrap()
         };
-        assert_eq!(sync_mode(&s), 2, "FULL outside a group");
         s.begin_group().unwrap();
-        assert_eq!(sync_mode(&s), 1, "NORMAL inside a group");
+        assert_eq!(sync_mode(&s), 2, "FULL, in a group too");
         assert!(!s.conn.is_autocommit(), "one transaction for the group");
         s.insert_worker("a", "{}", 1, &[], None, EpochMs(1))
             .unwrap();
@@ -593,21 +572,13 @@ mod tests {
             .is_err());
         s.end_group().unwrap();
         assert!(s.conn.is_autocommit());
-        assert_eq!(sync_mode(&s), 2, "FULL again after the group's fsync");
-        // The fsync fails: the group's fate is unknown, so nothing more is taken.
         s.begin_group().unwrap();
         s.insert_worker("c", "{}", 1, &[], None, EpochMs(1))
             .unwrap();
-        s.wal = Some(Wal::at(dir.path().join("no-such-dir/ledger.db-wal")));
-        let failed = s.end_group().unwrap_err();
-        assert_eq!(
-            failed.how,
-            Failure::Unsynced,
-            "committed, not known to be kept"
-        );
-        let e = failed.error;
-        assert_eq!(e.kind(), "Backend");
-        assert!(e.message().contains("did not confirm"), "{}", e.message());
+        s.end_group().unwrap();
+        // What a commit whose fsync failed leaves (tests/fsync.rs makes a
+        // real fsync fail): nothing more is taken.
+        s.refuse_until_restart();
         // No group is opened any more: each change is refused on its own.
         s.begin_group().unwrap();
         assert!(s.conn.is_autocommit());
@@ -630,6 +601,17 @@ mod tests {
             .map(|r| r.name)
             .collect();
         assert_eq!(names, ["a", "b", "c"]);
+    }
+
+    /// Only a failed fsync leaves a whole commit in the log; a failed write
+    /// leaves none (its commit frame is written last), a full disk neither.
+    #[test]
+    fn only_a_failed_fsync_leaves_a_commit_of_unknown_fate() {
+        use rusqlite::ffi::{SQLITE_FULL, SQLITE_IOERR_FSYNC, SQLITE_IOERR_WRITE};
+        let err = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        assert!(fate_unknown(&err(SQLITE_IOERR_FSYNC)));
+        assert!(!fate_unknown(&err(SQLITE_IOERR_WRITE)));
+        assert!(!fate_unknown(&err(SQLITE_FULL)));
     }
 
     /// SQLite rolls a whole transaction back on some I/O errors in a
@@ -658,51 +640,6 @@ mod tests {
             .live_workers()
             .unwrap()
             .is_empty());
-    }
-
-    /// A group in which every change was refused wrote nothing: its end
-    /// does not fsync (a log that cannot be synced is not even touched).
-    #[test]
-    fn a_group_that_wrote_nothing_is_not_synced() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::open(&dir.path().join("ledger.db")).unwrap();
-        s.wal = Some(Wal::at(dir.path().join("no-such-dir/ledger.db-wal")));
-        s.begin_group().unwrap();
-        s.end_group().unwrap();
-        // One change, and the fsync is due (and fails here).
-        s.begin_group().unwrap();
-        s.insert_worker("a", "{}", 1, &[], None, EpochMs(1))
-            .unwrap();
-        assert!(s.end_group().is_err());
-    }
-
-    /// The log kept open for the group's fsync stays the file SQLite
-    /// writes, through checkpoints that rewind and truncate it: the same
-    /// inode as the ledger's `-wal`, and the rows it syncs are read back.
-    #[test]
-    fn the_kept_log_is_the_ledgers_log_across_checkpoints() {
-        use std::os::unix::fs::MetadataExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut s = Store::open(&path).unwrap();
-        let wal_inode = || {
-            std::fs::metadata(dir.path().join("ledger.db-wal"))
-                .unwrap()
-                .ino()
-        };
-        for (i, mode) in ["PASSIVE", "RESTART", "TRUNCATE"].iter().enumerate() {
-            s.begin_group().unwrap();
-            s.insert_worker(&format!("w{i}"), "{}", 1, &[], None, EpochMs(1))
-                .unwrap();
-            s.end_group().unwrap();
-            let kept = s.wal.as_ref().unwrap().file.as_ref().unwrap();
-            assert_eq!(kept.metadata().unwrap().ino(), wal_inode(), "{mode}");
-            s.conn
-                .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()))
-                .unwrap();
-        }
-        drop(s);
-        assert_eq!(Store::open(&path).unwrap().live_workers().unwrap().len(), 3);
     }
 
     /// A ledger from before allocations became open holds: a live worker's

@@ -5,6 +5,7 @@
 //! (the page cache survives it) never does.
 //! Include with `#[path = "common/power_loss.rs"] mod power_loss;` next to
 //! `ledger_check`.
+#![allow(dead_code)] // tests/fsync.rs only builds the shim
 
 use crate::ledger_check::Rng;
 use std::collections::HashMap;

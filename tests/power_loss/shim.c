@@ -15,10 +15,20 @@
  * old bytes, new_len u64, new bytes; for T: new_size u64, size_before u64,
  * old_len u64, old bytes (what the truncation cut); for S: nothing.
  * Each record is one write(2) to the log, taken under one lock.
+ *
+ * Syncs made while a file PATH exists (a test creates and removes it) can
+ * be made to fail: ASTRAEUS_POWER_LOSS_SYNC=kill@N:PATH makes the process
+ * SIGKILL itself at the N-th such sync of a ledger file, before the disk is
+ * asked (the moment between SQLite's COMMIT writing the log and its fsync,
+ * which no failpoint in the daemon's own code can reach);
+ * ASTRAEUS_POWER_LOSS_SYNC=fail:PATH makes each such sync fail with EIO,
+ * syncing nothing, as a failing disk does.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -32,6 +42,10 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *tracked[MAX_FD];
 static int log_fd = -1;
+/* ASTRAEUS_POWER_LOSS_SYNC: while `armed` exists, kill at the kill_at-th
+ * sync of a ledger file (1-based), or (kill_at 0) fail each. */
+static const char *armed;
+static long kill_at, syncs;
 
 static ssize_t (*real_write)(int, const void *, size_t);
 static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
@@ -60,6 +74,12 @@ __attribute__((constructor)) static void init(void) {
     const char *p = getenv("ASTRAEUS_POWER_LOSS_LOG");
     int (*real_open)(const char *, int, ...) = next("open");
     log_fd = p ? real_open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
+    const char *s = getenv("ASTRAEUS_POWER_LOSS_SYNC");
+    if (s && strncmp(s, "kill@", 5) == 0 && strchr(s, ':')) {
+        kill_at = atol(s + 5);
+        armed = strchr(s, ':') + 1;
+    }
+    if (s && strncmp(s, "fail:", 5) == 0) armed = s + 5;
 }
 
 static void track(int fd, const char *path) {
@@ -232,6 +252,14 @@ static int synced(int (*real)(int), int fd) {
     if (!maybe_tracked(fd)) return real(fd);
     /* Held through the sync: a write racing it counts as after it. */
     pthread_mutex_lock(&lock);
+    if (is_tracked(fd) && armed && access(armed, F_OK) == 0) {
+        if (kill_at && ++syncs == kill_at) kill(getpid(), SIGKILL);
+        if (!kill_at) {
+            pthread_mutex_unlock(&lock);
+            errno = EIO;
+            return -1;
+        }
+    }
     int r = real(fd);
     if (r == 0 && is_tracked(fd)) {
         struct buf b = {0};
