@@ -1310,6 +1310,76 @@ fn a_submit_whose_commit_fails_leaves_no_trace_on_the_bus_or_in_the_ledger() {
     assert!(!listed.contains("lost"), "{listed}");
 }
 
+/// The daemon, its loop holding the first group open for 6 s after its
+/// first change (calls queued meanwhile join it), and dbus-monitor writing
+/// the daemon's signals to the returned log.
+fn group_held_open(
+    bus: &Bus,
+    dir: &std::path::Path,
+) -> (Daemon, std::process::Child, std::path::PathBuf) {
+    let sim = sim_file(dir);
+    let d = with_failpoints(bus, dir, &sim, "service.group=pause6000@1");
+    let log = dir.join("monitor.log");
+    let watch = monitor(
+        &bus.address,
+        "type='signal',sender='org.astraeus.Node1'",
+        &log,
+    );
+    (d, watch, log)
+}
+
+/// A worker submitted and stopped within one group commit: its object was
+/// gone when the group's InterfacesAdded were sent, so none was; nor is an
+/// InterfacesRemoved for it. WorkerNew and WorkerRemoved still pair up.
+#[test]
+fn a_worker_added_and_removed_in_one_group_gets_no_interfaces_removed() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let (d, mut watch, log) = group_held_open(&bus, dir.path());
+    let a = bus.address.clone();
+    let call = |method: &'static str, arg: String| {
+        let a = a.clone();
+        std::thread::spawn(move || manager(&a, None, method, &["s", &arg]))
+    };
+    let submit = call("SubmitWorker", shared_spec("brief", "0.5"));
+    eventually("the submit held in its group", || {
+        d.log_text().contains("failpoint service.group reached")
+    });
+    // Queued while the group is held open: it joins the group.
+    let stop = call("StopWorker", "brief".into());
+    for t in [submit, stop] {
+        let o = t.join().unwrap();
+        assert!(o.ok, "{}", o.stderr);
+    }
+    eventually("WorkerRemoved for brief", || {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.contains("member=WorkerRemoved"))
+    });
+    // A signal sent after the group's, to know the monitor saw them all.
+    assert!(
+        manager(
+            &a,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec("later", "0.5")]
+        )
+        .ok
+    );
+    eventually("the later submit's InterfacesAdded", || {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.contains("worker/later"))
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let seen = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(seen.matches("member=WorkerNew").count(), 2, "{seen}");
+    assert_eq!(seen.matches("member=WorkerRemoved").count(), 1, "{seen}");
+    assert_eq!(seen.matches("member=InterfacesAdded").count(), 1, "{seen}");
+    assert_eq!(
+        seen.matches("member=InterfacesRemoved").count(),
+        0,
+        "{seen}"
+    );
+}
+
 /// Submits handled as one group send each object's PropertiesChanged once,
 /// with the values after the whole group, not once per submit with the
 /// same final values (the bus daemon spent more on those than on the
@@ -1319,11 +1389,8 @@ fn a_submit_whose_commit_fails_leaves_no_trace_on_the_bus_or_in_the_ledger() {
 fn a_group_of_submits_sends_each_objects_properties_changed_once() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    let sim = sim_file(dir.path());
-    let d = with_failpoints(&bus, dir.path(), &sim, "service.group=pause6000@1");
+    let (d, mut watch, log) = group_held_open(&bus, dir.path());
     let a = bus.address.clone();
-    let log = dir.path().join("monitor.log");
-    let mut watch = monitor(&a, "type='signal',sender='org.astraeus.Node1'", &log);
     let submit = |name: String| {
         let a = a.clone();
         std::thread::spawn(move || {

@@ -165,6 +165,9 @@ pub(super) struct Shown {
     /// (name, object path) of workers whose objects went or came.
     removed: Vec<(String, String)>,
     added: Vec<(String, String)>,
+    /// Workers whose objects went in the group that added them: announced
+    /// with WorkerRemoved only (their InterfacesAdded was never sent).
+    removed_unseen: Vec<(String, String)>,
     /// Workers whose view was replaced, with the view before.
     workers: Vec<(String, WorkerView)>,
     stale_reasons: Vec<String>,
@@ -178,6 +181,7 @@ impl Shown {
     pub(super) fn without_objects(mut self) -> Shown {
         self.added.clear();
         self.removed.clear();
+        self.removed_unseen.clear();
         self
     }
 
@@ -188,13 +192,28 @@ impl Shown {
     /// Objects added and removed keep their order. A view from before a
     /// worker's object was removed belongs to that object, gone (a name
     /// stopped and submitted again in the group is another object): only
-    /// views from after its last removal count.
+    /// views from after its last removal count. An object added and
+    /// removed within the group was never announced (gone when announced):
+    /// its removal is not either.
     pub(super) fn coalesce(group: Vec<Shown>) -> Vec<Shown> {
         let removed_at: std::collections::HashMap<String, usize> = group
             .iter()
             .enumerate()
             .flat_map(|(i, s)| s.removed.iter().map(move |(name, _)| (name.clone(), i)))
             .collect();
+        // Names whose object is gone at the group's end: the last thing
+        // the group did to them was a removal.
+        let added_at: std::collections::HashMap<String, usize> = group
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.added.iter().map(move |(name, _)| (name.clone(), i)))
+            .collect();
+        let gone_at_end = |name: &str| {
+            removed_at
+                .get(name)
+                .is_some_and(|&r| added_at.get(name).is_none_or(|&a| a < r))
+        };
+        let mut added_so_far = std::collections::HashSet::new();
         let mut workers = std::collections::HashSet::new();
         let mut gpus = BTreeSet::new();
         let mut manager = false;
@@ -202,6 +221,11 @@ impl Shown {
             .into_iter()
             .enumerate()
             .map(|(i, mut s)| {
+                let (unseen, seen) = std::mem::take(&mut s.removed)
+                    .into_iter()
+                    .partition(|(name, _)| added_so_far.contains(name) && gone_at_end(name));
+                (s.removed_unseen, s.removed) = (unseen, seen);
+                added_so_far.extend(s.added.iter().map(|(name, _)| name.clone()));
                 s.workers.retain(|(name, _)| {
                     removed_at.get(name).is_none_or(|&r| i > r) && workers.insert(name.clone())
                 });
@@ -345,11 +369,14 @@ impl Service {
 
     /// The signals of what [`Service::show`] changed, queued after the reply.
     pub(super) fn announce(&mut self, shown: Shown) {
-        for (name, p) in shown.removed {
-            let path = p.clone();
-            self.on_conn("InterfacesRemoved", move |conn| async move {
-                tree::interfaces_removed::<WorkerObject>(&conn, &path).await
-            });
+        let unseen = shown.removed_unseen.into_iter().map(|r| (r, false));
+        for ((name, p), announced) in shown.removed.into_iter().map(|r| (r, true)).chain(unseen) {
+            if announced {
+                let path = p.clone();
+                self.on_conn("InterfacesRemoved", move |conn| async move {
+                    tree::interfaces_removed::<WorkerObject>(&conn, &path).await
+                });
+            }
             self.signal("WorkerRemoved", BASE_PATH.into(), move |e| async move {
                 Manager::worker_removed(&e, &name, owned_path(p)?).await
             });
