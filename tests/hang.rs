@@ -2,7 +2,9 @@
 //! connections and never answers (a unix socket nobody serves), every call
 //! that needs libvirt waits in a task of its own, while D-Bus calls keep
 //! being answered, WATCHDOG=1 keeps coming, and SIGTERM still ends the
-//! daemon. A loop that awaited libvirt would stall all three.
+//! daemon. A loop that awaited libvirt would stall all three. Likewise the
+//! inventory's re-read (NVML, NSS): a hung one stops the daemon after the
+//! watchdog's period rather than leave it placing on a stale machine.
 
 mod common;
 
@@ -19,6 +21,16 @@ fn silent_libvirtd(path: &std::path::Path) {
             held.push(conn); // kept open, never read or written
         }
     });
+}
+
+/// A bound notify socket in `dir`, read with a 100 ms timeout.
+fn notify_socket(dir: &std::path::Path) -> (std::path::PathBuf, UnixDatagram) {
+    let path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    (path, notify)
 }
 
 /// busctl with a bound on how long it waits for the reply.
@@ -51,11 +63,7 @@ fn a_hung_libvirtd_stalls_no_caller_and_no_watchdog_ping() {
         .unwrap();
     drop(store);
 
-    let notify_path = dir.path().join("notify.sock");
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    notify
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
+    let (notify_path, notify) = notify_socket(dir.path());
     let bus = Bus::session();
     let config = format!(
         "[runtime]\nlibvirt_uri = \"qemu+unix:///system?socket={}\"\n",
@@ -131,17 +139,63 @@ fn a_hung_libvirtd_stalls_no_caller_and_no_watchdog_ping() {
     // SIGTERM ends the daemon although calls still wait on libvirt.
     let mut d = d;
     d.signal(libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = d.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "SIGTERM did not end the daemon; log:\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = ends_within(&mut d, &notify, "SIGTERM did not end the daemon");
     assert!(status.success(), "{status:?}; log:\n{}", d.log_text());
+}
+
+/// The daemon's exit status once it ends, within 15 s (else `what` fails
+/// the test); its notify socket is read meanwhile (the daemon's messages
+/// go on arriving and must not fill it).
+fn ends_within(d: &mut Daemon, notify: &UnixDatagram, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut buf = [0u8; 4096];
+    loop {
+        let _ = notify.recv(&mut buf); // at most its 100 ms read timeout
+        if let Some(status) = d.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{what}; log:\n{}", d.log_text());
+    }
+}
+
+/// The inventory's re-read runs off the loop (tests/hostile.rs), so a hung
+/// NVML or user-name lookup no longer stalls the loop and its watchdog
+/// pings: a re-read that has not ended within the watchdog's period stops
+/// the daemon instead (exit 1, saying why), for systemd to start it afresh,
+/// as the missing pings had it do.
+#[test]
+fn a_reread_hung_past_the_watchdog_period_stops_the_daemon() {
+    let dir = open_tempdir();
+    let (notify_path, notify) = notify_socket(dir.path());
+    let bus = Bus::session();
+    let mut d = start_majin(
+        &bus,
+        dir.path(),
+        "[inventory]\nrefresh_seconds = 0.2\n",
+        &[
+            ("NOTIFY_SOCKET", notify_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "2000000"),
+            ("ASTRAEUS_FAILPOINTS", "inventory.read=pause60000"),
+        ],
+    );
+    // The desktop takes more memory: the next refresh re-reads, and hangs.
+    let sim = dir.path().join("majin.toml");
+    let text = std::fs::read_to_string(&sim).unwrap();
+    std::fs::write(&sim, text.replace("outside_gb = 1", "outside_gb = 2")).unwrap();
+    eventually("the re-read is held inside", || {
+        d.log_text().contains("failpoint inventory.read reached")
+    });
+    let held = Instant::now();
+    let status = ends_within(&mut d, &notify, "a hung re-read did not stop the daemon");
+    assert_eq!(status.code(), Some(1), "log:\n{}", d.log_text());
+    assert!(
+        held.elapsed() >= Duration::from_secs(2),
+        "stopped before the watchdog's period"
+    );
+    assert!(
+        d.log_text()
+            .contains("re-reading the machine (the inventory changed) has not ended after 2 s"),
+        "{}",
+        d.log_text()
+    );
 }

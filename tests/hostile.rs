@@ -817,6 +817,22 @@ fn a_call_the_bus_refuses_for_a_full_queue_is_sent_again_by_astraeusctl() {
     rt.shutdown_background();
 }
 
+/// A submit is answered within 5 s while the daemon is held at `failpoint`.
+fn answered_meanwhile(address: &str, failpoint: &str) {
+    let submit = manager_spec_within(
+        address,
+        None,
+        5,
+        "SubmitWorker",
+        &shared_spec("meanwhile", "1"),
+    );
+    assert!(
+        submit.ok,
+        "a submit waited on what {failpoint} holds: {}",
+        submit.stderr
+    );
+}
+
 /// A daemon held for 10 s at `failpoint` by `ask` (on a thread, given the
 /// bus address): a submit is answered meanwhile, before `ask` gets its
 /// answer — so whatever `ask` made the daemon do, it did it off the loop.
@@ -839,23 +855,57 @@ fn held_at_holds_no_one_else(
         d.log_text()
             .contains(&format!("failpoint {failpoint} reached"))
     });
-    let submit = manager_spec_within(
-        &bus.address,
-        None,
-        5,
-        "SubmitWorker",
-        &shared_spec("meanwhile", "1"),
-    );
-    assert!(
-        submit.ok,
-        "a submit waited on what {failpoint} holds: {}",
-        submit.stderr
-    );
+    answered_meanwhile(&bus.address, failpoint);
     assert!(
         !asked.is_finished(),
         "answered before the failpoint let it go"
     );
     asked.join().unwrap().unwrap();
+}
+
+/// The inventory's re-read (NVML, /proc, the user-name lookup of another
+/// user's process: NSS, perhaps LDAP) runs off the loop's thread: held
+/// there 10 s, it holds no call, and its machine is applied when it ends.
+#[test]
+fn a_slow_inventory_read_holds_no_one_else() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "",
+        &[("ASTRAEUS_FAILPOINTS", "inventory.read=pause10000")],
+    );
+    let outside = |a: &str| {
+        busctl(
+            a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/gpu/0",
+                "org.astraeus.Node1.Gpu",
+                "HeldOutsideGb",
+            ],
+        )
+        .stdout
+    };
+    assert_eq!(outside(&bus.address).trim(), "d 1");
+    // The desktop now holds 2 GB: the next refresh re-reads, and is held.
+    let sim = dir.path().join("majin.toml");
+    let text = std::fs::read_to_string(&sim).unwrap();
+    std::fs::write(&sim, text.replace("outside_gb = 1", "outside_gb = 2")).unwrap();
+    eventually("the re-read is held inside", || {
+        d.log_text().contains("failpoint inventory.read reached")
+    });
+    answered_meanwhile(&bus.address, "inventory.read");
+    assert_eq!(
+        outside(&bus.address).trim(),
+        "d 1",
+        "applied before it ended"
+    );
+    eventually("the re-read machine applied", || {
+        outside(&bus.address).trim() == "d 2"
+    });
 }
 
 /// A usage report reads the ledger on its own connection, away from the

@@ -10,6 +10,7 @@
 //! - this file: the loop, its group commit, and a thin dispatching `handle`;
 //! - [`queries`]: read-only answers (lists, dry runs, reports, the page);
 //! - [`publish`]: bus objects and views in line with the node;
+//! - [`reading`]: the inventory's re-read, in the blocking pool;
 //! - [`workloads`]: launch → watch → exit → reconcile;
 //! - [`slicing`]: time-slicing (slice events, metering, converge, templates,
 //!   staging), with [`hypervisor`] running its libvirt calls in tasks.
@@ -17,6 +18,7 @@
 mod hypervisor;
 mod publish;
 mod queries;
+mod reading;
 pub mod reload;
 mod slicing;
 mod workloads;
@@ -90,6 +92,9 @@ const SAMPLES_KEPT: usize = 1800;
 /// Bounded: a flood of calls gets `Busy` instead of growing memory.
 pub const QUEUE_DEPTH: usize = 256;
 
+/// Without a watchdog, a re-read taking longer than this is said.
+const READ_STUCK_WITHOUT_WATCHDOG: Duration = Duration::from_secs(30);
+
 /// systemd is told the status line at most this often.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
@@ -98,7 +103,10 @@ const GROUP: usize = 64;
 
 pub struct Service {
     node: Node,
-    source: Box<dyn GpuSource>,
+    /// The GPU source, read off the loop's thread.
+    reading: reading::Reading,
+    /// A re-read that does not end was said (without a watchdog).
+    read_stuck_said: bool,
     conn: Connection,
     rx: mpsc::Receiver<Command>,
     lp: Loop,
@@ -177,7 +185,8 @@ impl Service {
             .map(|r| Arc::new(tokio::sync::Mutex::new(r)));
         let mut service = Service {
             node,
-            source,
+            reading: reading::Reading::new(source),
+            read_stuck_said: false,
             conn,
             rx,
             lp,
@@ -277,10 +286,17 @@ impl Service {
                         self.fire_due(at, list).await;
                     }
                 }
+                (machine, why, again) = self.reading.done() => {
+                    self.apply_reading(machine, &why).await;
+                    if let Some(why) = again {
+                        self.reread(&why);
+                    }
+                }
                 _ = refresh.tick() => {
+                    self.check_reading(watchdog);
                     self.check_holders().await;
-                    if self.source.changed() {
-                        self.reread("the inventory changed").await;
+                    if self.reading.changed() {
+                        self.reread("the inventory changed");
                     }
                     self.sample();
                     self.meter_slice();
@@ -288,7 +304,7 @@ impl Service {
                 }
                 _ = hup.recv() => {
                     self.reload_config();
-                    self.reread("SIGHUP").await;
+                    self.reread("SIGHUP");
                     self.drain().await;
                 }
                 _ = ping.tick(), if watchdog.is_some() => {
@@ -385,13 +401,44 @@ impl Service {
         }
     }
 
-    async fn reread(&mut self, why: &str) {
+    /// A re-read that has not ended within the watchdog's period is the
+    /// stuck loop it made when it ran on the loop's thread (NVML, or a
+    /// user-name lookup, hung): the daemon stops, for systemd to start one
+    /// afresh, as the watchdog had it do then. Without a watchdog it is
+    /// said, and the daemon goes on with the machine it last read.
+    fn check_reading(&mut self, watchdog: Option<Duration>) {
+        let limit = watchdog.unwrap_or(READ_STUCK_WITHOUT_WATCHDOG);
+        let Some(why) = self.reading.stuck(limit) else {
+            self.read_stuck_said = false;
+            return;
+        };
+        let e = Error::Backend(format!(
+            "re-reading the machine ({why}) has not ended after {} s: NVML or a user-name \
+             lookup (NSS) hangs",
+            limit.as_secs()
+        ));
+        if watchdog.is_some() {
+            tracing::error!("{e}; stopping, for the service manager to start the daemon afresh");
+            self.fatal = Some(e);
+        } else if !self.read_stuck_said {
+            tracing::error!("{e}; placing on the machine as last read");
+            self.read_stuck_said = true;
+        }
+    }
+
+    /// Starts re-reading the machine (see [`reading`]); its result comes
+    /// back to [`Service::apply_reading`].
+    fn reread(&mut self, why: &str) {
         // Processes in workers' control groups count as theirs (their GPU memory is not outside).
         for (name, cgroup) in self.node.cgroups() {
             let pids = crate::runtime::cgroup_pids(std::path::Path::new("/sys/fs/cgroup"), &cgroup);
             self.node.set_cgroup_pids(&name, pids);
         }
-        match self.source.read(&self.node.own()) {
+        self.reading.start(self.node.own(), why);
+    }
+
+    async fn apply_reading(&mut self, read: Result<crate::placement::Machine>, why: &str) {
+        match read {
             Ok(mut machine) => {
                 if let Some(name) = &self.machine_name {
                     machine.name = name.clone();

@@ -1,0 +1,85 @@
+//! The inventory's re-read, off the loop's thread. NVML's calls, `/proc`,
+//! and the user-name lookup for a process outside any worker (NSS: LDAP or
+//! sssd behind it) can each take long, and another user's processes are
+//! among what is read. On the loop's thread, which also serves the bus
+//! (#25), a slow read held every call; now it runs in the blocking pool and
+//! its machine comes back to the loop as a select branch ([`Reading::done`]).
+//! One read at a time: a re-read asked for meanwhile follows it.
+
+use crate::error::{Error, Result};
+use crate::inventory::{GpuSource, Own};
+use crate::placement::Machine;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+type Read = (Box<dyn GpuSource>, Result<Machine>);
+
+pub(super) struct Reading {
+    /// The source, while no read has it.
+    source: Option<Box<dyn GpuSource>>,
+    /// The read under way, why it was asked for, and since when.
+    under_way: Option<(JoinHandle<Read>, String, Instant)>,
+    /// A re-read asked for while one was under way: why.
+    again: Option<String>,
+}
+
+impl Reading {
+    pub(super) fn new(source: Box<dyn GpuSource>) -> Reading {
+        Reading {
+            source: Some(source),
+            under_way: None,
+            again: None,
+        }
+    }
+
+    /// Whether a re-read may find something new (cheap; no while one is
+    /// under way).
+    pub(super) fn changed(&mut self) -> bool {
+        self.source.as_mut().is_some_and(|s| s.changed())
+    }
+
+    /// Starts a re-read with what the workers own now, unless one is under
+    /// way: then one more follows it.
+    pub(super) fn start(&mut self, own: Own, why: &str) {
+        let Some(mut source) = self.source.take() else {
+            self.again = Some(why.to_string());
+            return;
+        };
+        let read = tokio::task::spawn_blocking(move || {
+            // A test holds a read here (a slow NVML or NSS).
+            crate::failpoint::hit("inventory.read");
+            let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.read(&own)))
+                .unwrap_or_else(|_| Err(Error::Backend("reading the machine panicked".into())));
+            (source, read)
+        });
+        self.under_way = Some((read, why.to_string(), Instant::now()));
+    }
+
+    /// The read under way when it has taken longer than `limit`: why it
+    /// was asked for.
+    pub(super) fn stuck(&self, limit: Duration) -> Option<&str> {
+        match &self.under_way {
+            Some((_, why, since)) if since.elapsed() > limit => Some(why),
+            _ => None,
+        }
+    }
+
+    /// The machine of the read under way once it ends, why it was asked
+    /// for, and why another was asked for meanwhile; never while none is.
+    pub(super) async fn done(&mut self) -> (Result<Machine>, String, Option<String>) {
+        let Some((read, _, _)) = &mut self.under_way else {
+            return std::future::pending().await;
+        };
+        let joined = read.await;
+        let (_, why, _) = self.under_way.take().expect("a read was under way");
+        let machine = match joined {
+            Ok((source, machine)) => {
+                self.source = Some(source);
+                machine
+            }
+            // Only if the runtime is shutting down (the read catches panics).
+            Err(e) => Err(Error::Backend(format!("reading the machine: {e}"))),
+        };
+        (machine, why, self.again.take())
+    }
+}
