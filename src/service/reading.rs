@@ -83,3 +83,83 @@ impl Reading {
         (machine, why, self.again.take())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A source whose each read waits for the test's word: `true` panics.
+    struct Told {
+        reads: u32,
+        told: mpsc::Receiver<bool>,
+    }
+
+    impl GpuSource for Told {
+        fn read(&mut self, _own: &Own) -> Result<Machine> {
+            self.reads += 1;
+            if self.told.recv().unwrap() {
+                panic!("the driver fell over");
+            }
+            Ok(Machine {
+                name: format!("read {}", self.reads),
+                wsl: false,
+                cpu_cores: crate::quantity::Amount::whole(1),
+                memory_bytes: 1,
+                gpus: Vec::new(),
+            })
+        }
+    }
+
+    fn reading() -> (Reading, mpsc::Sender<bool>) {
+        let (tell, told) = mpsc::channel();
+        (Reading::new(Box::new(Told { reads: 0, told })), tell)
+    }
+
+    #[tokio::test]
+    async fn a_reread_asked_for_during_one_follows_it_and_one_runs_at_a_time() {
+        let (mut r, tell) = reading();
+        r.start(Own::default(), "first");
+        assert!(!r.changed(), "nothing to ask while the source is out");
+        r.start(Own::default(), "second");
+        r.start(Own::default(), "third");
+        tell.send(false).unwrap();
+        let (machine, why, again) = r.done().await;
+        assert_eq!(machine.unwrap().name, "read 1", "only one read ran");
+        assert_eq!(why, "first");
+        assert_eq!(again.as_deref(), Some("third"), "the latest reason follows");
+        // Nothing under way: done never ends.
+        assert!(tokio::time::timeout(Duration::from_millis(50), r.done())
+            .await
+            .is_err());
+        r.start(Own::default(), "third");
+        tell.send(false).unwrap();
+        let (machine, _, again) = r.done().await;
+        assert_eq!(machine.unwrap().name, "read 2");
+        assert_eq!(again, None);
+    }
+
+    #[tokio::test]
+    async fn a_read_that_panics_is_an_error_and_the_source_is_kept() {
+        let (mut r, tell) = reading();
+        r.start(Own::default(), "refresh");
+        tell.send(true).unwrap();
+        let (machine, _, _) = r.done().await;
+        assert!(machine.unwrap_err().message().contains("panicked"));
+        r.start(Own::default(), "refresh");
+        tell.send(false).unwrap();
+        assert_eq!(r.done().await.0.unwrap().name, "read 2");
+    }
+
+    #[tokio::test]
+    async fn a_read_is_stuck_once_it_outlasts_the_limit() {
+        let (mut r, tell) = reading();
+        assert_eq!(r.stuck(Duration::ZERO), None, "none under way");
+        r.start(Own::default(), "SIGHUP");
+        assert_eq!(r.stuck(Duration::from_secs(60)), None);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(r.stuck(Duration::from_millis(10)), Some("SIGHUP"));
+        tell.send(false).unwrap();
+        r.done().await.0.unwrap();
+    }
+}
