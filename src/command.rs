@@ -151,6 +151,13 @@ pub enum Command {
     },
 
     // ---- from the loop's own tasks ----
+    /// A SetSchedule whose conflicts were checked off the loop.
+    ScheduleChecked {
+        change: crate::node::ScheduleChange,
+        checked: Result<()>,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
     /// A launch task: the workload started (its runtime id) or failed.
     Launched {
         name: String,

@@ -34,6 +34,10 @@ fn local(days: i64, h: i8) -> String {
 /// The daemon on the sim majin and libvirt's test driver, schedules in
 /// Berlin with a 300 s buffer.
 fn berlin_daemon() -> (tempfile::TempDir, Bus, Daemon) {
+    berlin_daemon_with(&[])
+}
+
+fn berlin_daemon_with(env: &[(&str, &str)]) -> (tempfile::TempDir, Bus, Daemon) {
     let dir = open_tempdir();
     std::fs::write(
         dir.path().join("node.toml"),
@@ -45,8 +49,58 @@ fn berlin_daemon() -> (tempfile::TempDir, Bus, Daemon) {
     let sim = dir.path().join("majin.toml");
     std::fs::write(&sim, MAJIN_TOML).unwrap();
     let bus = Bus::session();
-    let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let d = Daemon::start(&bus, dir.path(), &sim, env);
     (dir, bus, d)
+}
+
+/// Mondays 09:00–17:00 Berlin, from [`monday`] on.
+fn mondays() -> String {
+    format!(
+        r#"[{{"action":"resume","time":{},"repeat":0,"days":"1","end_type":0}},
+            {{"action":"poweroff","time":{},"repeat":0,"days":"1","end_type":0}}]"#,
+        berlin(0, 9),
+        berlin(0, 17)
+    )
+}
+
+/// A rotation's conflicts are checked off the loop's thread (the whole
+/// calendar cycle: a quarter second at the densest): while alpha's check is
+/// held there, the loop answers and saves beta's schedule for the same
+/// hours; alpha's check, now stale, is done again against beta and refused.
+/// Both saved would have put two VMs on at once.
+#[test]
+fn a_schedule_check_holds_no_one_and_a_stale_one_is_done_again() {
+    let (_dir, bus, d) =
+        berlin_daemon_with(&[("ASTRAEUS_FAILPOINTS", "schedule.check=pause4000@1")]);
+    let a = bus.address.clone();
+    define_template(&a, "alpha");
+    define_template(&a, "beta");
+    let alpha = {
+        let a = a.clone();
+        std::thread::spawn(move || manager(&a, None, "SetSchedule", &["ss", "alpha", &mondays()]))
+    };
+    eventually("alpha's check held", || {
+        d.log_text().contains("failpoint schedule.check reached")
+    });
+    let o = manager(&a, None, "SetSchedule", &["ss", "beta", &mondays()]);
+    assert!(
+        o.ok,
+        "beta, checked while alpha's check is held: {}",
+        o.stderr
+    );
+    assert!(
+        !alpha.is_finished(),
+        "alpha answered before its check ended"
+    );
+    let o = alpha.join().unwrap();
+    assert!(!o.ok, "two schedules for the same hours were both saved");
+    assert!(
+        o.stderr.contains("simultaneous resumes: template alpha"),
+        "{}",
+        o.stderr
+    );
+    assert!(!manager(&a, None, "GetSchedule", &["s", "alpha"]).ok);
+    assert!(manager(&a, None, "GetSchedule", &["s", "beta"]).ok);
 }
 
 #[test]

@@ -17,6 +17,8 @@ mod drain;
 mod group;
 pub use group::GroupEnd;
 mod readings;
+mod schedules;
+pub use schedules::ScheduleChange;
 use std::collections::BTreeMap;
 
 /// What an operation changed, so the bus layer can signal exactly that.
@@ -34,6 +36,7 @@ pub struct Changes {
 }
 
 /// The rules a rotation is checked against, and the moment it is set.
+#[derive(Clone)]
 pub struct Rotation {
     pub now: jiff::Timestamp,
     pub tz: jiff::tz::TimeZone,
@@ -113,6 +116,9 @@ pub struct Node {
     store: Store,
     /// Each template's scheduled actions (time-slicing rotation).
     schedules: BTreeMap<String, Vec<ScheduledAction>>,
+    /// Counts the changes to `schedules`: a [`ScheduleChange`] checked
+    /// against an older count is checked again.
+    schedules_changed: u64,
     /// GPU evaluations done so far (tests prove re-examination is linear).
     pub evals: Evaluations,
     /// Reasons computed since the machine or the book last changed, by worker.
@@ -150,6 +156,7 @@ impl Node {
             kept_before_group: BTreeMap::new(),
             store,
             schedules: BTreeMap::new(),
+            schedules_changed: 0,
             evals: Evaluations::default(),
             reasons: Default::default(),
         };
@@ -618,85 +625,6 @@ impl Node {
         }
     }
 
-    /// Replaces a template's schedule, atomically: the new rotation (this
-    /// template's actions with every other template's) is validated first, and a
-    /// refused schedule leaves the old one in place. An empty list removes it.
-    pub fn set_schedule(&mut self, template: &str, json: &str, rules: &Rotation) -> Result<()> {
-        let (actions, _) = self.rotation_with(template, json, rules)?;
-        let normalized = (!actions.is_empty())
-            .then(|| serde_json::to_string(&actions).expect("actions serialize"));
-        self.store.set_schedule(
-            template,
-            normalized.as_deref(),
-            EpochMs::from_timestamp(rules.now),
-        )?;
-        if actions.is_empty() {
-            self.schedules.remove(template);
-        } else {
-            self.schedules.insert(template.to_string(), actions);
-        }
-        Ok(())
-    }
-
-    /// The rotation as it would be with `template`'s actions replaced by
-    /// `json`: checked (template defined, actions, offsets, conflicts), not
-    /// saved. The template's new actions and every template's.
-    #[allow(clippy::type_complexity)]
-    fn rotation_with(
-        &self,
-        template: &str,
-        json: &str,
-        rules: &Rotation,
-    ) -> Result<(Vec<ScheduledAction>, Vec<(String, Vec<ScheduledAction>)>)> {
-        crate::request::validate_name("template", template)?;
-        if !self.store.has_template(template)? {
-            return Err(Error::NotFound(format!(
-                "no template named {template}: define it first (CreateTemplate), then schedule it"
-            )));
-        }
-        let actions = schedule::parse_actions(json, rules.now)?;
-        schedule::check_offsets(json, &rules.tz)?;
-        let mut all: Vec<(String, Vec<ScheduledAction>)> = self
-            .schedules
-            .iter()
-            .filter(|(t, _)| t.as_str() != template)
-            .map(|(t, a)| (t.clone(), a.clone()))
-            .collect();
-        if !actions.is_empty() {
-            all.push((template.to_string(), actions.clone()));
-            all.sort_by(|a, b| a.0.cmp(&b.0));
-        }
-        rotation::validate(&all, rules.now, rules.horizon, &rules.tz, rules.buffer)?;
-        Ok((actions, all))
-    }
-
-    /// A dry run of [`Node::set_schedule`]: the first `count` slices from
-    /// now (within the horizon) with `template`'s actions replaced, and the
-    /// notes on its listed days that do not occur; nothing is saved.
-    pub fn preview_schedule(
-        &self,
-        template: &str,
-        json: &str,
-        rules: &Rotation,
-        count: usize,
-    ) -> Result<(Vec<rotation::Slice>, Vec<String>)> {
-        let (actions, all) = self.rotation_with(template, json, rules)?;
-        let window = jiff::SignedDuration::from_hours(24 * PREVIEW_DAYS);
-        let until = rules
-            .now
-            .checked_add(window)
-            .unwrap_or(jiff::Timestamp::MAX);
-        let mut slices = rotation::timeline(&all, rules.now, until, &rules.tz);
-        slices.truncate(count);
-        let mut notes = Vec::new();
-        for (i, a) in actions.iter().enumerate() {
-            for line in a.missing_days(rules.now, until, &rules.tz, 10) {
-                notes.push(format!("actions[{i}] ({}): {line}", a.action.as_str()));
-            }
-        }
-        Ok((slices, notes))
-    }
-
     /// A launched worker's runtime id, recorded before it counts as running.
     pub fn set_launched(&mut self, name: &str, runtime_id: &str) -> Result<()> {
         let Some(w) = self.workers.get(name) else {
@@ -756,6 +684,7 @@ impl Node {
     pub fn remove_template(&mut self, name: &str) -> Result<bool> {
         let removed = self.store.remove_template(name, EpochMs::now())?;
         self.schedules.remove(name);
+        self.schedules_changed += 1;
         Ok(removed)
     }
 

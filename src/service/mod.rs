@@ -637,10 +637,13 @@ impl Service {
                 actions,
                 caller,
                 reply,
-            } => {
-                let r = self.set_schedule(&template, &actions, &caller).await;
-                self.reply_in_order(reply, r);
-            }
+            } => self.set_schedule(&template, &actions, caller, reply),
+            Command::ScheduleChecked {
+                change,
+                checked,
+                caller,
+                reply,
+            } => self.schedule_checked(change, checked, caller, reply),
             Command::PreviewSchedule {
                 template,
                 actions,

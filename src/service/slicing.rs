@@ -9,11 +9,11 @@ use super::{Service, Settings};
 use crate::access::{Act, Caller};
 use crate::bus::manager::Manager;
 use crate::bus::BASE_PATH;
-use crate::command::Command;
+use crate::command::{Command, Reply};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal;
-use crate::node::Rotation;
+use crate::node::{Rotation, ScheduleChange};
 use crate::schedule::{self, ScheduledAction};
 use crate::slicing::handoff::{self, Action, Event, Signal, State, Step, VmState};
 use crate::slicing::meter::{GpuSample, Meter};
@@ -391,18 +391,71 @@ impl Service {
         }
     }
 
-    pub(super) async fn set_schedule(
+    /// SetSchedule: checked here but for the new rotation's conflicts,
+    /// which walk the whole calendar cycle (a quarter second at the
+    /// densest, and the loop's thread serves the bus): those are checked in
+    /// the blocking pool, and the change comes back as
+    /// [`Command::ScheduleChecked`] to be saved.
+    pub(super) fn set_schedule(
         &mut self,
         template: &str,
         actions: &str,
-        caller: &Caller,
-    ) -> Result<()> {
-        self.access.may(caller, Act::SetSchedule)?;
-        self.node
-            .set_schedule(template, actions, &self.rotation_rules())?;
-        tracing::info!(template = %template, "schedule of {template} set");
-        self.publish_rotation();
-        Ok(())
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    ) {
+        let change = self.access.may(&caller, Act::SetSchedule).and_then(|()| {
+            self.node
+                .schedule_change(template, actions, self.rotation_rules())
+        });
+        let change = match change {
+            Ok(change) => change,
+            Err(e) => return self.reply_in_order(reply, Err(e)),
+        };
+        let tx = self.lp.tx.clone();
+        tokio::spawn(async move {
+            let checked = tokio::task::spawn_blocking(move || {
+                // A test holds a check here (the densest schedules).
+                failpoint::hit("schedule.check");
+                let checked = change.check_conflicts();
+                (change, checked)
+            })
+            .await;
+            let cmd = match checked {
+                Ok((change, checked)) => Command::ScheduleChecked {
+                    change,
+                    checked,
+                    caller,
+                    reply,
+                },
+                Err(e) => {
+                    let e = Error::Backend(format!("checking the schedule failed: {e}"));
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+            };
+            let _ = tx.send(cmd).await;
+        });
+    }
+
+    /// A schedule whose conflicts were checked: saved, unless another
+    /// schedule changed meanwhile (then it is checked again).
+    pub(super) fn schedule_checked(
+        &mut self,
+        change: ScheduleChange,
+        checked: Result<()>,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    ) {
+        let (template, json) = (change.template.clone(), change.json.clone());
+        match checked.and_then(|()| self.node.apply_schedule(change)) {
+            Ok(true) => {
+                tracing::info!(template = %template, "schedule of {template} set");
+                self.publish_rotation();
+                self.reply_in_order(reply, Ok(()));
+            }
+            Ok(false) => self.set_schedule(&template, &json, caller, reply),
+            Err(e) => self.reply_in_order(reply, Err(e)),
+        }
     }
 
     /// The rules a schedule is checked against, as of now.
