@@ -1364,8 +1364,8 @@ fn a_worker_added_and_removed_in_one_group_gets_no_interfaces_removed() {
         )
         .ok
     );
-    eventually("the later submit's InterfacesAdded", || {
-        std::fs::read_to_string(&log).is_ok_and(|s| s.contains("worker/later"))
+    eventually("the later submit's WorkerNew", || {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.matches("member=WorkerNew").count() == 2)
     });
     let _ = watch.kill();
     let _ = watch.wait();
