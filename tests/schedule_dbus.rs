@@ -71,7 +71,7 @@ fn mondays() -> String {
 #[test]
 fn a_schedule_check_holds_no_one_and_a_stale_one_is_done_again() {
     let (_dir, bus, d) =
-        berlin_daemon_with(&[("ASTRAEUS_FAILPOINTS", "schedule.check=pause4000@1")]);
+        berlin_daemon_with(&[("ASTRAEUS_FAILPOINTS", "schedule.check=pause8000@1")]);
     let a = bus.address.clone();
     define_template(&a, "alpha");
     define_template(&a, "beta");
