@@ -179,18 +179,17 @@ fn a_reread_hung_past_the_watchdog_period_stops_the_daemon() {
         ],
     );
     // The desktop takes more memory: the next refresh re-reads, and hangs.
+    let held = Instant::now();
     let sim = dir.path().join("majin.toml");
     let text = std::fs::read_to_string(&sim).unwrap();
     std::fs::write(&sim, text.replace("outside_gb = 1", "outside_gb = 2")).unwrap();
     eventually("the re-read is held inside", || {
         d.log_text().contains("failpoint inventory.read reached")
     });
-    let held = Instant::now();
     let status = ends_within(&mut d, &notify, "a hung re-read did not stop the daemon");
     assert_eq!(status.code(), Some(1), "log:\n{}", d.log_text());
-    // Seen held a little after it began; well within the period.
     assert!(
-        held.elapsed() >= Duration::from_secs(1),
+        held.elapsed() >= Duration::from_secs(2),
         "stopped before the watchdog's period"
     );
     assert!(

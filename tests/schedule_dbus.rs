@@ -64,43 +64,73 @@ fn mondays() -> String {
 }
 
 /// A rotation's conflicts are checked off the loop's thread (the whole
-/// calendar cycle: a quarter second at the densest): while alpha's check is
-/// held there, the loop answers and saves beta's schedule for the same
-/// hours; alpha's check, now stale, is done again against beta and refused.
-/// Both saved would have put two VMs on at once.
+/// calendar cycle: a quarter second at the densest), one SetSchedule at a
+/// time, in the order they came: while alpha's check is held, a submit is
+/// answered, and beta's schedule for the same hours waits its turn, then is
+/// refused against alpha's (both saved would put two VMs on at once).
 #[test]
-fn a_schedule_check_holds_no_one_and_a_stale_one_is_done_again() {
+fn schedules_are_checked_off_the_loop_one_at_a_time_in_order() {
     let (_dir, bus, d) =
         berlin_daemon_with(&[("ASTRAEUS_FAILPOINTS", "schedule.check=pause8000@1")]);
     let a = bus.address.clone();
     define_template(&a, "alpha");
     define_template(&a, "beta");
-    let alpha = {
-        let a = a.clone();
-        std::thread::spawn(move || manager(&a, None, "SetSchedule", &["ss", "alpha", &mondays()]))
-    };
+    let alpha = set_schedule_in_background(&a, "alpha");
     eventually("alpha's check held", || {
         d.log_text().contains("failpoint schedule.check reached")
     });
-    let o = manager(&a, None, "SetSchedule", &["ss", "beta", &mondays()]);
-    assert!(
-        o.ok,
-        "beta, checked while alpha's check is held: {}",
-        o.stderr
-    );
+    let beta = set_schedule_in_background(&a, "beta");
+    let o = manager_spec_within(&a, None, 3, "SubmitWorker", &shared_spec("meanwhile", "1"));
+    assert!(o.ok, "a submit waited on a schedule's check: {}", o.stderr);
     assert!(
         !alpha.is_finished(),
         "alpha answered before its check ended"
     );
     let o = alpha.join().unwrap();
+    assert!(o.ok, "{}", o.stderr);
+    let o = beta.join().unwrap();
     assert!(!o.ok, "two schedules for the same hours were both saved");
     assert!(
         o.stderr.contains("simultaneous resumes: template alpha"),
         "{}",
         o.stderr
     );
-    assert!(!manager(&a, None, "GetSchedule", &["s", "alpha"]).ok);
-    assert!(manager(&a, None, "GetSchedule", &["s", "beta"]).ok);
+    assert!(manager(&a, None, "GetSchedule", &["s", "alpha"]).ok);
+    assert!(!manager(&a, None, "GetSchedule", &["s", "beta"]).ok);
+}
+
+/// A template removed while another's schedule is checked: the check,
+/// made against a rotation that still held the removed template's hours,
+/// is stale, so it is done again, and the schedule that collided only with
+/// the removed one is saved rather than refused.
+#[test]
+fn a_check_made_stale_by_a_removed_template_is_done_again() {
+    let (_dir, bus, d) =
+        berlin_daemon_with(&[("ASTRAEUS_FAILPOINTS", "schedule.check=pause8000@2")]);
+    let a = bus.address.clone();
+    define_template(&a, "alpha");
+    define_template(&a, "beta");
+    let o = manager(&a, None, "SetSchedule", &["ss", "beta", &mondays()]);
+    assert!(o.ok, "{}", o.stderr);
+    let alpha = set_schedule_in_background(&a, "alpha");
+    eventually("alpha's check held", || {
+        d.log_text().contains("failpoint schedule.check reached")
+    });
+    let o = manager(&a, None, "RemoveTemplate", &["s", "beta"]);
+    assert!(o.ok, "{}", o.stderr);
+    let o = alpha.join().unwrap();
+    assert!(
+        o.ok,
+        "refused against a template removed meanwhile: {}",
+        o.stderr
+    );
+    assert!(manager(&a, None, "GetSchedule", &["s", "alpha"]).ok);
+}
+
+/// SetSchedule of [`mondays`] for `template`, on a thread.
+fn set_schedule_in_background(a: &str, template: &'static str) -> std::thread::JoinHandle<Out> {
+    let a = a.to_string();
+    std::thread::spawn(move || manager(&a, None, "SetSchedule", &["ss", template, &mondays()]))
 }
 
 #[test]

@@ -684,7 +684,10 @@ impl Node {
     pub fn remove_template(&mut self, name: &str) -> Result<bool> {
         let removed = self.store.remove_template(name, EpochMs::now())?;
         self.schedules.remove(name);
-        self.schedules_changed += 1;
+        // A schedule for it being checked now must not be saved after.
+        if removed {
+            self.schedules_changed += 1;
+        }
         Ok(removed)
     }
 

@@ -40,7 +40,7 @@ impl Node {
     pub fn set_schedule(&mut self, template: &str, json: &str, rules: &Rotation) -> Result<()> {
         let change = self.schedule_change(template, json, rules.clone())?;
         change.check_conflicts()?;
-        self.apply_schedule(change).map(drop)
+        self.apply_schedule(change)
     }
 
     /// A schedule for `template`, checked (template defined, actions,
@@ -62,12 +62,19 @@ impl Node {
         })
     }
 
-    /// Saves a change whose conflicts were checked. `Ok(false)`: another
-    /// schedule changed since it was checked, so nothing is saved and it is
-    /// to be checked again.
-    pub fn apply_schedule(&mut self, change: ScheduleChange) -> Result<bool> {
-        if change.seen != self.schedules_changed {
-            return Ok(false);
+    /// Whether the rotation is still the one `change` was checked against
+    /// (else its check, passed or failed, is to be done again).
+    pub fn schedule_is_current(&self, change: &ScheduleChange) -> bool {
+        change.seen == self.schedules_changed
+    }
+
+    /// Saves a change whose conflicts were checked against the rotation as
+    /// it is ([`Node::schedule_is_current`]).
+    pub fn apply_schedule(&mut self, change: ScheduleChange) -> Result<()> {
+        if !self.schedule_is_current(&change) {
+            return Err(Error::Conflict(
+                "the schedules changed while this one was checked; try again".into(),
+            ));
         }
         let ScheduleChange {
             template,
@@ -88,7 +95,7 @@ impl Node {
             self.schedules.insert(template, actions);
         }
         self.schedules_changed += 1;
-        Ok(true)
+        Ok(())
     }
 
     /// The rotation as it would be with `template`'s actions replaced by

@@ -107,6 +107,10 @@ pub struct Service {
     reading: reading::Reading,
     /// A re-read that does not end was said (without a watchdog).
     read_stuck_said: bool,
+    /// A SetSchedule's conflicts are being checked; those that came
+    /// after it wait, in order.
+    schedule_checking: bool,
+    schedules_waiting: std::collections::VecDeque<slicing::AskedSchedule>,
     conn: Connection,
     rx: mpsc::Receiver<Command>,
     lp: Loop,
@@ -187,6 +191,8 @@ impl Service {
             node,
             reading: reading::Reading::new(source),
             read_stuck_said: false,
+            schedule_checking: false,
+            schedules_waiting: Default::default(),
             conn,
             rx,
             lp,
@@ -291,6 +297,8 @@ impl Service {
                     if let Some(why) = again {
                         self.reread(&why);
                     }
+                    // GPUs for whole requests, on the machine as now read.
+                    self.drain().await;
                 }
                 _ = refresh.tick() => {
                     self.check_reading(watchdog);
@@ -637,7 +645,12 @@ impl Service {
                 actions,
                 caller,
                 reply,
-            } => self.set_schedule(&template, &actions, caller, reply),
+            } => self.set_schedule(slicing::AskedSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            }),
             Command::ScheduleChecked {
                 change,
                 checked,

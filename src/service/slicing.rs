@@ -23,6 +23,14 @@ use crate::views::SlicingView;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+/// A SetSchedule as asked, waiting for its turn to be checked.
+pub(super) struct AskedSchedule {
+    pub template: String,
+    pub actions: String,
+    pub caller: Caller,
+    pub reply: Reply<Result<()>>,
+}
+
 /// The loop's time-slicing state.
 pub(super) struct Slicing {
     hv: Hypervisor,
@@ -395,50 +403,66 @@ impl Service {
     /// which walk the whole calendar cycle (a quarter second at the
     /// densest, and the loop's thread serves the bus): those are checked in
     /// the blocking pool, and the change comes back as
-    /// [`Command::ScheduleChecked`] to be saved.
-    pub(super) fn set_schedule(
-        &mut self,
-        template: &str,
-        actions: &str,
-        caller: Caller,
-        reply: Reply<Result<()>>,
-    ) {
+    /// [`Command::ScheduleChecked`] to be saved. One check at a time, in
+    /// the order the calls came: two schedules for one template are saved
+    /// in that order, and none is checked against a rotation about to
+    /// change.
+    pub(super) fn set_schedule(&mut self, asked: AskedSchedule) {
+        if self.schedule_checking {
+            return self.schedules_waiting.push_back(asked);
+        }
+        let AskedSchedule {
+            template,
+            actions,
+            caller,
+            reply,
+        } = asked;
         let change = self.access.may(&caller, Act::SetSchedule).and_then(|()| {
             self.node
-                .schedule_change(template, actions, self.rotation_rules())
+                .schedule_change(&template, &actions, self.rotation_rules())
         });
         let change = match change {
             Ok(change) => change,
-            Err(e) => return self.reply_in_order(reply, Err(e)),
+            Err(e) => {
+                self.reply_in_order(reply, Err(e));
+                return self.next_schedule();
+            }
         };
+        self.schedule_checking = true;
         let tx = self.lp.tx.clone();
         tokio::spawn(async move {
             let checked = tokio::task::spawn_blocking(move || {
                 // A test holds a check here (the densest schedules).
                 failpoint::hit("schedule.check");
-                let checked = change.check_conflicts();
+                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    change.check_conflicts()
+                }))
+                .unwrap_or_else(|_| Err(Error::Backend("checking the schedule panicked".into())));
                 (change, checked)
             })
             .await;
-            let cmd = match checked {
-                Ok((change, checked)) => Command::ScheduleChecked {
+            // A JoinError: only when the runtime shuts down.
+            if let Ok((change, checked)) = checked {
+                let cmd = Command::ScheduleChecked {
                     change,
                     checked,
                     caller,
                     reply,
-                },
-                Err(e) => {
-                    let e = Error::Backend(format!("checking the schedule failed: {e}"));
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-            };
-            let _ = tx.send(cmd).await;
+                };
+                let _ = tx.send(cmd).await;
+            }
         });
     }
 
-    /// A schedule whose conflicts were checked: saved, unless another
-    /// schedule changed meanwhile (then it is checked again).
+    /// The next SetSchedule waiting for its check, if any.
+    fn next_schedule(&mut self) {
+        if let Some(asked) = self.schedules_waiting.pop_front() {
+            self.set_schedule(asked);
+        }
+    }
+
+    /// A schedule whose conflicts were checked: saved, unless the rotation
+    /// changed meanwhile (then it is checked again).
     pub(super) fn schedule_checked(
         &mut self,
         change: ScheduleChange,
@@ -446,16 +470,26 @@ impl Service {
         caller: Caller,
         reply: Reply<Result<()>>,
     ) {
-        let (template, json) = (change.template.clone(), change.json.clone());
+        self.schedule_checking = false;
+        let (template, actions) = (change.template.clone(), change.json.clone());
+        if !self.node.schedule_is_current(&change) {
+            // A template removed meanwhile: checked again, before the rest.
+            return self.set_schedule(AskedSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            });
+        }
         match checked.and_then(|()| self.node.apply_schedule(change)) {
-            Ok(true) => {
+            Ok(()) => {
                 tracing::info!(template = %template, "schedule of {template} set");
                 self.publish_rotation();
                 self.reply_in_order(reply, Ok(()));
             }
-            Ok(false) => self.set_schedule(&template, &json, caller, reply),
             Err(e) => self.reply_in_order(reply, Err(e)),
         }
+        self.next_schedule();
     }
 
     /// The rules a schedule is checked against, as of now.

@@ -339,8 +339,9 @@ impl Store {
                 Some("failpoint store.group.commit".into()),
             ))
         } else {
-            // A transaction that changed nothing (every call in it refused)
-            // commits without writing or syncing.
+            // A transaction whose every call was refused commits without a
+            // sync in the cases measured (strace: refused inserts), and at
+            // worst syncs once.
             self.conn
                 .prepare_cached("COMMIT")
                 .and_then(|mut c| c.execute([]))
@@ -397,6 +398,13 @@ impl Store {
             broken: &self.broken,
             savepoint: self.conn.savepoint()?,
         })
+    }
+
+    /// One statement outside a change's savepoint. Outside a group it is
+    /// its own transaction, COMMIT and fsync included, so it can leave a
+    /// commit of unknown fate as well ([`fate_unknown`]).
+    fn write(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize> {
+        exec(&self.conn, sql, params).map_err(|e| failed_write(e, !self.in_group, &self.broken))
     }
 
     /// From now on every commit is refused (the commit hook), reads go on:
@@ -460,8 +468,7 @@ impl Store {
 
     pub fn record_event(&mut self, kind: &str, detail: &str, at: EpochMs) -> Result<()> {
         let at_ms = at.as_i64();
-        exec(
-            &self.conn,
+        self.write(
             "INSERT INTO events (at_ms, worker_id, kind, detail) VALUES (?1, NULL, ?2, ?3)",
             params![at_ms, kind, detail],
         )?;
@@ -496,27 +503,53 @@ impl<'a> std::ops::Deref for Change<'a> {
 impl Change<'_> {
     fn commit(self) -> Result<()> {
         let (alone, broken) = (self.alone, self.broken);
-        self.savepoint.commit().map_err(|e| {
-            if alone && fate_unknown(&e) {
-                broken.store(true, std::sync::atomic::Ordering::SeqCst);
-                unconfirmed(&e)
-            } else {
-                e.into()
-            }
-        })
+        self.savepoint
+            .commit()
+            .map_err(|e| failed_write(e, alone, broken))
     }
 }
 
-/// A COMMIT whose fsync failed has left the whole transaction in the log
-/// (its frames, the commit frame last, were written before the fsync), on
-/// disk or not: SQLite replays whatever whole commits the log holds at the
-/// next open, and the kernel may have dropped the pages the fsync was to
-/// write. Only a restart tells. A write that failed leaves no commit frame
-/// (SQLite writes it last): that transaction is rolled back for good.
+/// The error of a write that was its own transaction (`alone`) or part of
+/// a group's: alone, a commit of unknown fate refuses all later work.
+fn failed_write(e: rusqlite::Error, alone: bool, broken: &std::sync::atomic::AtomicBool) -> Error {
+    if alone && fate_unknown(&e) {
+        broken.store(true, std::sync::atomic::Ordering::SeqCst);
+        unconfirmed(&e)
+    } else {
+        e.into()
+    }
+}
+
+/// Whether a failed COMMIT may have left its transaction in the log.
+/// SQLite writes a commit's frames, the commit frame last, then fsyncs
+/// them, then updates the log's index in shared memory: an I/O error from
+/// the fsync on (the fsync, the index's shared memory, memory) leaves a
+/// whole commit in the log, on disk or not, which SQLite replays at the
+/// next open. Only a restart tells. The I/O errors known to come before
+/// the commit frame is written (a failed read, write, lock or truncation;
+/// a full disk is SQLITE_FULL) roll back for good, as does any error that
+/// is not an I/O or memory error.
 fn fate_unknown(e: &rusqlite::Error) -> bool {
-    use rusqlite::ffi::{SQLITE_IOERR_DIR_FSYNC, SQLITE_IOERR_FSYNC};
-    matches!(e, rusqlite::Error::SqliteFailure(f, _)
-        if f.extended_code == SQLITE_IOERR_FSYNC || f.extended_code == SQLITE_IOERR_DIR_FSYNC)
+    use rusqlite::ffi::*;
+    let rusqlite::Error::SqliteFailure(f, _) = e else {
+        return false;
+    };
+    let before_the_commit_frame = [
+        SQLITE_IOERR_READ,
+        SQLITE_IOERR_SHORT_READ,
+        SQLITE_IOERR_WRITE,
+        SQLITE_IOERR_TRUNCATE,
+        SQLITE_IOERR_FSTAT,
+        SQLITE_IOERR_LOCK,
+        SQLITE_IOERR_RDLOCK,
+        SQLITE_IOERR_ACCESS,
+        SQLITE_IOERR_CHECKRESERVEDLOCK,
+    ];
+    match f.extended_code & 0xff {
+        SQLITE_IOERR => !before_the_commit_frame.contains(&f.extended_code),
+        SQLITE_NOMEM => true,
+        _ => false,
+    }
 }
 
 fn unconfirmed(e: &rusqlite::Error) -> Error {
@@ -603,15 +636,32 @@ mod tests {
         assert_eq!(names, ["a", "b", "c"]);
     }
 
-    /// Only a failed fsync leaves a whole commit in the log; a failed write
-    /// leaves none (its commit frame is written last), a full disk neither.
+    /// A failed fsync, or a failure after it (the log's index in shared
+    /// memory, memory), may leave a whole commit in the log; a failed write
+    /// leaves none (its commit frame is written last), a full disk or a
+    /// refused commit neither.
     #[test]
-    fn only_a_failed_fsync_leaves_a_commit_of_unknown_fate() {
-        use rusqlite::ffi::{SQLITE_FULL, SQLITE_IOERR_FSYNC, SQLITE_IOERR_WRITE};
+    fn only_a_failure_from_the_fsync_on_leaves_a_commit_of_unknown_fate() {
+        use rusqlite::ffi::*;
         let err = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
-        assert!(fate_unknown(&err(SQLITE_IOERR_FSYNC)));
-        assert!(!fate_unknown(&err(SQLITE_IOERR_WRITE)));
-        assert!(!fate_unknown(&err(SQLITE_FULL)));
+        for code in [
+            SQLITE_IOERR_FSYNC,
+            SQLITE_IOERR_SHMMAP,
+            SQLITE_IOERR_SHMSIZE,
+            SQLITE_NOMEM,
+        ] {
+            assert!(fate_unknown(&err(code)), "{code}");
+        }
+        for code in [
+            SQLITE_IOERR_WRITE,
+            SQLITE_IOERR_READ,
+            SQLITE_FULL,
+            SQLITE_CONSTRAINT_COMMITHOOK,
+            SQLITE_BUSY,
+            SQLITE_READONLY,
+        ] {
+            assert!(!fate_unknown(&err(code)), "{code}");
+        }
     }
 
     /// SQLite rolls a whole transaction back on some I/O errors in a

@@ -180,8 +180,7 @@ impl Store {
         dead_time_ms: Option<i64>,
     ) -> Result<i64> {
         let start_ms = start.as_i64();
-        exec(
-            &self.conn,
+        self.write(
             "INSERT INTO slices (template, user, baseboard, start_ms, dead_time_ms)
              VALUES (?1, ?2, ?3, ?4, ?5)",
             params![template, user, baseboard, start_ms, dead_time_ms],
@@ -202,8 +201,7 @@ impl Store {
     }
 
     pub fn slice_ready(&mut self, id: i64, start_to_ready_ms: i64) -> Result<()> {
-        exec(
-            &self.conn,
+        self.write(
             "UPDATE slices SET start_to_ready_ms = ?2 WHERE id = ?1",
             params![id, start_to_ready_ms],
         )?;
@@ -219,8 +217,7 @@ impl Store {
         error: Option<&str>,
     ) -> Result<()> {
         let end_ms = end.as_i64();
-        exec(
-            &self.conn,
+        self.write(
             "UPDATE slices SET end_ms = ?2, cpu_avg_pct = ?3, cpu_peak_pct = ?4, gpu_avg_pct = ?5,
              gpu_peak_pct = ?6, gpu_memory_peak_bytes = ?7, energy_j = ?8, error = ?9
              WHERE id = ?1 AND end_ms IS NULL",
@@ -290,8 +287,7 @@ impl Store {
         at: EpochMs,
     ) -> Result<()> {
         let at_ms = at.as_i64();
-        exec(
-            &self.conn,
+        self.write(
             "INSERT INTO weights (template, checksum, image, staged_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(template) DO UPDATE SET checksum = excluded.checksum,
              image = excluded.image, staged_ms = excluded.staged_ms",
@@ -302,8 +298,7 @@ impl Store {
 
     /// Records one handoff step.
     pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
-        exec(
-            &self.conn,
+        self.write(
             "INSERT INTO handoff_steps (at_ms, step, from_template, to_template, detail)
              VALUES (?1, ?2, ?3, ?4, ?5)",
             params![r.at_ms.as_i64(), r.step.as_str(), r.from, r.to, r.detail],

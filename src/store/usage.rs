@@ -105,8 +105,7 @@ impl Store {
     /// A daemon run begins (its id is its start time).
     pub fn begin_run(&mut self, at: EpochMs) -> Result<i64> {
         let at_ms = at.as_i64();
-        exec(
-            &self.conn,
+        self.write(
             "INSERT OR REPLACE INTO daemon_runs (started_ms, alive_ms) VALUES (?1, ?1)",
             params![at_ms],
         )?;
@@ -116,8 +115,7 @@ impl Store {
     /// The run was alive at `at_ms` (a usage interval closed, or a clean stop).
     pub fn alive(&mut self, run: i64, at: EpochMs) -> Result<()> {
         let at_ms = at.as_i64();
-        exec(
-            &self.conn,
+        self.write(
             "UPDATE daemon_runs SET alive_ms = max(alive_ms, ?2) WHERE started_ms = ?1",
             params![run, at_ms],
         )?;

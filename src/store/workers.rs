@@ -207,8 +207,7 @@ impl Store {
 
     /// Records the runtime's id of a launched worker.
     pub fn set_runtime_id(&mut self, id: i64, runtime_id: &str) -> Result<()> {
-        exec(
-            &self.conn,
+        self.write(
             "UPDATE workers SET runtime_id = ?2 WHERE id = ?1 AND state = 'running'",
             params![id, runtime_id],
         )?;
@@ -218,8 +217,7 @@ impl Store {
     /// Records a launched worker's control group.
     /// A live worker's holders, replaced (those gone are dropped).
     pub fn set_holders(&mut self, id: i64, holders: &[crate::worker::Holder]) -> Result<()> {
-        exec(
-            &self.conn,
+        self.write(
             "UPDATE workers SET holders = ?2 WHERE id = ?1",
             params![
                 id,
@@ -230,8 +228,7 @@ impl Store {
     }
 
     pub fn set_cgroup(&mut self, id: i64, cgroup: &str) -> Result<()> {
-        exec(
-            &self.conn,
+        self.write(
             "UPDATE workers SET cgroup = ?2 WHERE id = ?1 AND state = 'running'",
             params![id, cgroup],
         )?;
