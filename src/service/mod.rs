@@ -11,6 +11,7 @@
 //! - [`queries`]: read-only answers (lists, dry runs, reports, the page);
 //! - [`publish`]: bus objects and views in line with the node;
 //! - [`reading`]: the inventory's re-read, in the blocking pool;
+//! - [`schedules`]: SetSchedule, checked off the loop one call at a time;
 //! - [`workloads`]: launch → watch → exit → reconcile;
 //! - [`slicing`]: time-slicing (slice events, metering, converge, templates,
 //!   staging), with [`hypervisor`] running its libvirt calls in tasks.
@@ -20,6 +21,7 @@ mod publish;
 mod queries;
 mod reading;
 pub mod reload;
+mod schedules;
 mod slicing;
 mod workloads;
 
@@ -110,7 +112,7 @@ pub struct Service {
     /// A SetSchedule's conflicts are being checked; those that came
     /// after it wait, in order.
     schedule_checking: bool,
-    schedules_waiting: std::collections::VecDeque<slicing::AskedSchedule>,
+    schedules_waiting: std::collections::VecDeque<schedules::AskedSchedule>,
     conn: Connection,
     rx: mpsc::Receiver<Command>,
     lp: Loop,
@@ -645,7 +647,7 @@ impl Service {
                 actions,
                 caller,
                 reply,
-            } => self.set_schedule(slicing::AskedSchedule {
+            } => self.set_schedule(schedules::AskedSchedule {
                 template,
                 actions,
                 caller,
