@@ -125,3 +125,37 @@ fn a_lone_write_whose_fsync_failed_stops_new_work_too() {
     assert!(o.stderr.contains(REFUSED), "{}", o.stderr);
     assert!(listed(&a).contains("\"before\""), "reads go on");
 }
+
+/// A write that is its own transaction without a savepoint (here a
+/// worker's holders, rewritten when one of its holder processes is gone)
+/// and whose fsync fails stops new work the same way.
+#[test]
+fn a_bare_write_whose_fsync_failed_stops_new_work_too() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = daemon(&bus, dir.path(), "[inventory]\nrefresh_seconds = 0.2\n");
+    let a = d.address.clone();
+    let mut holder = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let spec = format!(
+        r#"{{"name":"held","holders":[{}],"requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":0.5}}}}}}"#,
+        holder.id()
+    );
+    let o = manager(&a, None, "SubmitWorker", &["s", &spec]);
+    assert!(o.ok, "{}", o.stderr);
+
+    std::fs::write(dir.path().join("failing"), "").unwrap();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    eventually("the holders' rewrite to fail its fsync", || {
+        d.log_text()
+            .contains("its disk did not confirm the last writes")
+    });
+    std::fs::remove_file(dir.path().join("failing")).unwrap();
+
+    let o = submit(&a, "after");
+    assert!(!o.ok, "new work was taken after a failed fsync");
+    assert!(o.stderr.contains(REFUSED), "{}", o.stderr);
+}
