@@ -113,17 +113,24 @@ fn a_lone_write_whose_fsync_failed_stops_new_work_too() {
     let a = d.address.clone();
     assert!(submit(&a, "before").ok);
 
-    std::fs::write(dir.path().join("failing"), "").unwrap();
-    eventually("a usage interval's commit to fail its fsync", || {
+    a_failed_fsync_refuses_new_work(&d, dir.path(), "a usage interval's commit", || {});
+    assert!(listed(&a).contains("\"before\""), "reads go on");
+}
+
+/// With the ledger's syncs failing, `cause` makes the daemon write on its
+/// own; once that write's fsync has failed (the journal says so) and the
+/// disk answers again, a submit is refused until a restart.
+fn a_failed_fsync_refuses_new_work(d: &Daemon, dir: &Path, what: &str, cause: impl FnOnce()) {
+    std::fs::write(dir.join("failing"), "").unwrap();
+    cause();
+    eventually(&format!("{what} to fail its fsync"), || {
         d.log_text()
             .contains("its disk did not confirm the last writes")
     });
-    std::fs::remove_file(dir.path().join("failing")).unwrap();
-
-    let o = submit(&a, "after");
+    std::fs::remove_file(dir.join("failing")).unwrap();
+    let o = submit(&d.address, "after");
     assert!(!o.ok, "new work was taken after a failed fsync");
     assert!(o.stderr.contains(REFUSED), "{}", o.stderr);
-    assert!(listed(&a).contains("\"before\""), "reads go on");
 }
 
 /// A write that is its own transaction without a savepoint (here a
@@ -146,16 +153,8 @@ fn a_bare_write_whose_fsync_failed_stops_new_work_too() {
     let o = manager(&a, None, "SubmitWorker", &["s", &spec]);
     assert!(o.ok, "{}", o.stderr);
 
-    std::fs::write(dir.path().join("failing"), "").unwrap();
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-    eventually("the holders' rewrite to fail its fsync", || {
-        d.log_text()
-            .contains("its disk did not confirm the last writes")
+    a_failed_fsync_refuses_new_work(&d, dir.path(), "the holders' rewrite", || {
+        holder.kill().unwrap();
+        holder.wait().unwrap();
     });
-    std::fs::remove_file(dir.path().join("failing")).unwrap();
-
-    let o = submit(&a, "after");
-    assert!(!o.ok, "new work was taken after a failed fsync");
-    assert!(o.stderr.contains(REFUSED), "{}", o.stderr);
 }
