@@ -533,6 +533,17 @@ impl Echo {
     }
 }
 
+/// The floor's disk half: one durable commit of a row like a worker's; ms.
+fn floor_commit(db: &rusqlite::Connection, name: &str, i: usize) -> f64 {
+    let t = Instant::now();
+    db.execute(
+        "INSERT INTO t (name, spec, at) VALUES (?1, ?2, ?3)",
+        rusqlite::params![name, shared("x", 50), i as i64],
+    )
+    .unwrap();
+    t.elapsed().as_secs_f64() * 1e3
+}
+
 /// Round trips between two blocks of the floor's commits.
 const FLOOR_BLOCK: usize = 50;
 
@@ -610,13 +621,7 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
             if i % FLOOR_BLOCK == FLOOR_BLOCK - 1 || i == n - 1 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 for j in commit.len()..=i {
-                    let t = Instant::now();
-                    db.execute(
-                        "INSERT INTO t (name, spec, at) VALUES (?1, ?2, ?3)",
-                        rusqlite::params![format!("b{j}"), shared("x", 50), j as i64],
-                    )
-                    .unwrap();
-                    commit.push(t.elapsed().as_secs_f64() * 1e3);
+                    commit.push(floor_commit(&db, &format!("b{j}"), j));
                 }
             }
         }
@@ -628,16 +633,9 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
     let _ = child.wait();
     // The same commits in a phase of their own, as this bench took the
     // floor before: shown beside, not used.
-    let mut alone = Vec::new();
-    for i in 0..n {
-        let t = Instant::now();
-        db.execute(
-            "INSERT INTO t (name, spec, at) VALUES (?1, ?2, ?3)",
-            rusqlite::params![format!("a{i}"), shared("x", 50), i as i64],
-        )
-        .unwrap();
-        alone.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    let alone: Vec<f64> = (0..n)
+        .map(|i| floor_commit(&db, &format!("a{i}"), i))
+        .collect();
     let sort = |mut v: Vec<f64>| {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         v
