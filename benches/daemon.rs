@@ -131,7 +131,11 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
     sock.set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let t = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_astraeusd"))
+    // ASTRAEUS_BENCH_DAEMON: another build's binary, to compare two builds
+    // in turns on the same disk (an A/B; docs/benchmarks.md's tries).
+    let daemon = std::env::var_os("ASTRAEUS_BENCH_DAEMON")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_astraeusd").into());
+    let mut child = Command::new(daemon)
         .args(["--bus-address", &bus.address, "--sim"])
         .arg(sim_file)
         .arg("--state-dir")

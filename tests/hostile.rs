@@ -468,21 +468,10 @@ fn a_flood_of_big_reads_stalls_neither_the_loop_nor_a_submit() {
     }
     let flood_for = flood_start.elapsed();
     let counted = per_kind(&counted());
-    // Settled: whatever was answered exists, whatever failed left nothing.
-    std::thread::sleep(Duration::from_secs(1));
-    let listed = manager(&a, None, "ListWorkers", &[]).stdout;
-    let mut took: Vec<Duration> = Vec::new();
-    for (name, ok, err, t) in &submits {
-        let shown = listed.contains(&format!("\"{name}\""));
-        match ok {
-            true => assert!(shown, "{name} was answered but is not listed"),
-            false => assert!(!shown, "{name} failed ({err}) but is live"),
-        }
-        took.push(*t);
-    }
-    let answered = submits.iter().filter(|s| s.1).count();
     // Calls queued before the clients left are still answered: wait until the
-    // daemon is idle (under 5 % of a CPU for a second), then read its memory.
+    // daemon is idle (under 5 % of a CPU for a second). A listing asked
+    // sooner waited behind them, past busctl's 25 s when the machine was
+    // busy with other tests.
     let cpu_ticks = || cpu_ticks(pid);
     let mut last = cpu_ticks();
     for _ in 0..60 {
@@ -493,6 +482,20 @@ fn a_flood_of_big_reads_stalls_neither_the_loop_nor_a_submit() {
         }
         last = now;
     }
+    // Settled: whatever was answered exists, whatever failed left nothing.
+    let listing = manager(&a, None, "ListWorkers", &[]);
+    assert!(listing.ok, "ListWorkers: {}", listing.stderr);
+    let listed = listing.stdout;
+    let mut took: Vec<Duration> = Vec::new();
+    for (name, ok, err, t) in &submits {
+        let shown = listed.contains(&format!("\"{name}\""));
+        match ok {
+            true => assert!(shown, "{name} was answered but is not listed"),
+            false => assert!(!shown, "{name} failed ({err}) but is live"),
+        }
+        took.push(*t);
+    }
+    let answered = submits.iter().filter(|s| s.1).count();
     let rss_after = rss_kib(pid);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let pings = pings.join().unwrap();

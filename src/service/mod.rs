@@ -283,6 +283,8 @@ impl Service {
             let status_in = self
                 .status_stale
                 .then(|| STATUS_EVERY.saturating_sub(self.status_sent.elapsed()));
+            // Likewise the Manager's and GPUs' PropertiesChanged held back.
+            let properties_in = self.properties_due_in();
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => self.handle_group(cmd).await,
@@ -321,6 +323,7 @@ impl Service {
                     self.notify.send(&[NotifyState::Watchdog]);
                 }
                 _ = sleep_or_never(status_in) => {}
+                _ = sleep_or_never(properties_in) => {}
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
@@ -330,11 +333,13 @@ impl Service {
             if self.status_stale && self.status_sent.elapsed() >= STATUS_EVERY {
                 self.send_status(&[]);
             }
+            self.send_held_properties(false);
             if self.fatal.is_some() {
                 break;
             }
         }
         self.send_status(&[NotifyState::Stopping]);
+        self.send_held_properties(true);
         if !self.outbox.flush(Duration::from_secs(2)).await {
             tracing::warn!("the last signals and replies were not all sent within 2 s");
         }

@@ -19,9 +19,10 @@ use crate::views::{
     Waits, WorkerView,
 };
 use crate::worker::State;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use zbus::object_server::SignalEmitter;
 use zbus::Connection;
 
@@ -39,6 +40,8 @@ pub(super) struct Published {
     manager: Shared<ManagerView>,
     /// PendingReasons invalidations not sent yet.
     stale_reasons: StaleReasons,
+    /// The Manager's and GPUs' PropertiesChanged held back.
+    held: HeldProperties,
     /// What template objects compute their slices from (a copy of the
     /// node's schedules: the loop reads the node's own).
     pub rotation: Shared<RotationView>,
@@ -129,6 +132,7 @@ impl Published {
             objects,
             manager: manager_shown,
             stale_reasons: StaleReasons::default(),
+            held: HeldProperties::default(),
             rotation: Shared::new(RotationView {
                 templates: node.rotation(),
                 tz: tz.clone(),
@@ -136,6 +140,25 @@ impl Published {
             slicing: Shared::new(SlicingView::default()),
         })
     }
+}
+
+/// The Manager's and each GPU's PropertiesChanged are sent at most once
+/// this often, within this long of the change, with the values then: every
+/// submit and stop changes both (counts, memory taken), and on this 2-vCPU
+/// machine their two signals, serialised and routed while the caller waited
+/// for a CPU to read its reply, were the largest part of a lone call's time
+/// beyond its floor (docs/benchmarks.md). A reader never sees a stale value:
+/// the views behind the properties are replaced before each reply.
+pub(super) const PROPERTIES_EVERY: Duration = Duration::from_millis(50);
+
+/// The Manager's and GPUs' views as last announced, while changes to them
+/// wait for their PropertiesChanged ([`PROPERTIES_EVERY`]).
+#[derive(Default)]
+struct HeldProperties {
+    /// When the first change held back was made.
+    since: Option<Instant>,
+    gpus: BTreeMap<u32, GpuView>,
+    manager: Option<ManagerView>,
 }
 
 /// Workers whose PendingReasons are to be invalidated, and whether a job to
@@ -425,6 +448,40 @@ impl Service {
                     self.node.machine().name
                 );
             }
+            // The view announced last is kept: the signal, when sent, says
+            // what changed since then.
+            self.published.held.gpus.entry(index).or_insert(old);
+        }
+        if let Some(old) = shown.manager {
+            self.published.held.manager.get_or_insert(old);
+        }
+        let held = &mut self.published.held;
+        if held.since.is_none() && (held.manager.is_some() || !held.gpus.is_empty()) {
+            held.since = Some(Instant::now());
+        }
+        // Told to systemd at most once a second, not per change: see
+        // `Service::run`.
+        self.status_stale = true;
+    }
+
+    /// How long until the held PropertiesChanged are due (None: none held).
+    pub(super) fn properties_due_in(&self) -> Option<Duration> {
+        let since = self.published.held.since?;
+        Some(PROPERTIES_EVERY.saturating_sub(since.elapsed()))
+    }
+
+    /// The Manager's and GPUs' PropertiesChanged held back, sent when due
+    /// (or now, with `now`: the daemon is stopping).
+    pub(super) fn send_held_properties(&mut self, now: bool) {
+        if !now && self.properties_due_in().is_none_or(|d| !d.is_zero()) {
+            return;
+        }
+        let held = std::mem::take(&mut self.published.held);
+        for (index, old) in held.gpus {
+            // A GPU gone meanwhile has no object left to signal from.
+            let Some(obj) = self.published.objects.gpu(index) else {
+                continue;
+            };
             let delta = obj.delta(&old);
             if !delta.is_empty() {
                 self.signal("PropertiesChanged", gpu_path(index), move |e| async move {
@@ -432,7 +489,7 @@ impl Service {
                 });
             }
         }
-        if let Some(old) = shown.manager {
+        if let Some(old) = held.manager {
             let delta = Manager::delta(&old, &self.published.manager.read());
             if !delta.is_empty() {
                 self.signal("PropertiesChanged", BASE_PATH.into(), move |e| async move {
@@ -440,9 +497,6 @@ impl Service {
                 });
             }
         }
-        // Told to systemd at most once a second, not per change: see
-        // `Service::run`.
-        self.status_stale = true;
     }
 
     /// PendingReasons invalidated for `names`, coalesced: one job sends
