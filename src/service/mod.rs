@@ -285,9 +285,13 @@ impl Service {
                 .then(|| STATUS_EVERY.saturating_sub(self.status_sent.elapsed()));
             // Likewise the Manager's and GPUs' PropertiesChanged held back.
             let properties_in = self.properties_due_in();
+            let mut called = false;
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
-                    Some(cmd) => self.handle_group(cmd).await,
+                    Some(cmd) => {
+                        called = true;
+                        self.handle_group(cmd).await;
+                    }
                     None => break,
                 },
                 _ = sleep_or_never(handoff_in) => self.handoff_timer().await,
@@ -333,7 +337,10 @@ impl Service {
             if self.status_stale && self.status_sent.elapsed() >= STATUS_EVERY {
                 self.send_status(&[]);
             }
-            self.send_held_properties(false);
+            // Held back only to keep them out of a reply's way: a change
+            // of a tick or a timer has no caller waiting, and waking again
+            // 50 ms later for it would double an idle daemon's wake-ups.
+            self.send_held_properties(!called);
             if self.fatal.is_some() {
                 break;
             }

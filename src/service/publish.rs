@@ -449,11 +449,16 @@ impl Service {
                 );
             }
             // The view announced last is kept: the signal, when sent, says
-            // what changed since then.
-            self.published.held.gpus.entry(index).or_insert(old);
+            // what changed since then. Nothing is held (nor woken for)
+            // when nothing changed.
+            if !obj.delta(&old).is_empty() {
+                self.published.held.gpus.entry(index).or_insert(old);
+            }
         }
         if let Some(old) = shown.manager {
-            self.published.held.manager.get_or_insert(old);
+            if !Manager::delta(&old, &self.published.manager.read()).is_empty() {
+                self.published.held.manager.get_or_insert(old);
+            }
         }
         let held = &mut self.published.held;
         if held.since.is_none() && (held.manager.is_some() || !held.gpus.is_empty()) {
