@@ -23,6 +23,7 @@ mod reading;
 pub mod reload;
 mod schedules;
 mod slicing;
+mod ticker;
 mod workloads;
 
 use crate::access::{self, Act, Caller};
@@ -255,8 +256,8 @@ impl Service {
         let mut term = signal(SignalKind::terminate()).map_err(io)?;
         let mut int = signal(SignalKind::interrupt()).map_err(io)?;
         let mut hup = signal(SignalKind::hangup()).map_err(io)?;
-        let mut refresh = tokio::time::interval(self.refresh);
-        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let refresh = ticker::Ticker::new(self.refresh)
+            .map_err(|e| Error::Backend(format!("the refresh timer: {e}")))?;
         // Ping at half the watchdog period; without a watchdog this never fires.
         let watchdog = sd_notify::watchdog_enabled();
         let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
@@ -308,7 +309,12 @@ impl Service {
                     // GPUs for whole requests, on the machine as now read.
                     self.drain().await;
                 }
-                _ = refresh.tick() => {
+                ticked = refresh.tick() => {
+                    if let Err(e) = ticked {
+                        // Not seen; were it, the loop would spin on it.
+                        tracing::error!("the refresh timer failed: {e}");
+                        self.fatal = Some(Error::Backend(format!("the refresh timer: {e}")));
+                    }
                     self.check_reading(watchdog);
                     self.check_holders().await;
                     if self.reading.changed() {
