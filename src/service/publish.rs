@@ -142,13 +142,14 @@ impl Published {
     }
 }
 
-/// The Manager's and each GPU's PropertiesChanged are sent at most once
-/// this often, within this long of the change, with the values then: every
-/// submit and stop changes both (counts, memory taken), and on this 2-vCPU
-/// machine their two signals, serialised and routed while the caller waited
-/// for a CPU to read its reply, were the largest part of a lone call's time
-/// beyond its floor (docs/benchmarks.md). A reader never sees a stale value:
-/// the views behind the properties are replaced before each reply.
+/// After a call, the Manager's and each GPU's PropertiesChanged are sent
+/// at most once this often, within this long of the change, with the
+/// values then: every submit and stop changes both (counts, memory taken),
+/// and on a 2-vCPU machine their two signals, serialised and routed while
+/// the caller waited for a CPU to read its reply, were a large part of a
+/// lone call's time beyond its floor (docs/benchmarks.md). A reader never
+/// sees a stale value: the views behind the properties are replaced before
+/// each reply.
 pub(super) const PROPERTIES_EVERY: Duration = Duration::from_millis(50);
 
 /// The Manager's and GPUs' views as last announced, while changes to them
@@ -475,8 +476,9 @@ impl Service {
         Some(PROPERTIES_EVERY.saturating_sub(since.elapsed()))
     }
 
-    /// The Manager's and GPUs' PropertiesChanged held back, sent when due
-    /// (or now, with `now`: the daemon is stopping).
+    /// The Manager's and GPUs' PropertiesChanged held back, sent when due,
+    /// or with `now` at once (no caller waits: a tick woke the loop, or
+    /// the daemon is stopping).
     pub(super) fn send_held_properties(&mut self, now: bool) {
         if !now && self.properties_due_in().is_none_or(|d| !d.is_zero()) {
             return;
