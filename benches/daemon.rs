@@ -290,21 +290,7 @@ fn scale(sizes: &[usize], trips: usize, idle_window: Duration, out: &mut Vec<Str
             let mut times = Vec::new();
             for i in 0..trips {
                 let t = Instant::now();
-                let name = format!("probe{i}");
-                for (method, arg) in [
-                    ("SubmitWorker", shared(&name, 1)),
-                    ("StopWorker", name.clone()),
-                ] {
-                    c.call_method(
-                        Some("org.astraeus.Node1"),
-                        "/org/astraeus/Node1",
-                        Some("org.astraeus.Node1.Manager"),
-                        method,
-                        &(arg.as_str(),),
-                    )
-                    .await
-                    .unwrap();
-                }
+                submit_and_stop(&c, &format!("probe{i}"), 1).await;
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
             times.sort_by(f64::total_cmp);
@@ -548,6 +534,24 @@ fn floor_commit(db: &rusqlite::Connection, name: &str, i: usize) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
+/// A shared worker of `hundredths` GB submitted, then stopped.
+async fn submit_and_stop(c: &zbus::Connection, name: &str, hundredths: u64) {
+    for (method, arg) in [
+        ("SubmitWorker", shared(name, hundredths)),
+        ("StopWorker", name.to_string()),
+    ] {
+        c.call_method(
+            Some("org.astraeus.Node1"),
+            "/org/astraeus/Node1",
+            Some("org.astraeus.Node1.Manager"),
+            method,
+            &(arg.as_str(),),
+        )
+        .await
+        .unwrap();
+    }
+}
+
 /// Round trips between two blocks of the floor's commits.
 const FLOOR_BLOCK: usize = 50;
 
@@ -599,19 +603,7 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
             .await
             .unwrap();
         for i in 0..WARM_PAIRS {
-            let name = format!("warm{i}");
-            for (method, arg) in [("SubmitWorker", shared(&name, 50)), ("StopWorker", name)] {
-                client
-                    .call_method(
-                        Some("org.astraeus.Node1"),
-                        "/org/astraeus/Node1",
-                        Some("org.astraeus.Node1.Manager"),
-                        method,
-                        &(arg.as_str(),),
-                    )
-                    .await
-                    .unwrap();
-            }
+            submit_and_stop(&client, &format!("warm{i}"), 50).await;
         }
         let daemon_cpu = cpu_time(child.id());
         let _server = zbus::connection::Builder::address(bus.address.as_str())
