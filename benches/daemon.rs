@@ -251,7 +251,9 @@ fn cpu_time(pid: u32) -> Duration {
 /// round trip (p50 of `trips`), ListWorkers and GetManagedObjects (time, reply
 /// bytes), and the CPU of an idle refresh (1 s refresh, 10 s watched).
 fn scale(sizes: &[usize], trips: usize, idle_window: Duration, out: &mut Vec<String>) {
-    out.push("## Costs with size (64 GPUs, live workers running 0.01 GB each)".into());
+    out.push(format!(
+        "## Costs with size (64 GPUs, live workers running 0.01 GB each; {trips} submit+stop pairs at each size)"
+    ));
     out.push("| live workers | resident (own) | own per worker | submit+stop p50 | ListWorkers | GetManagedObjects | GET /machines/bench/workers | `astraeusctl workers` | idle CPU per refresh | idle wake-ups a minute |".into());
     out.push("|---|---|---|---|---|---|---|---|---|---|".into());
     let mut own_empty = None;
@@ -1163,7 +1165,7 @@ fn main() {
             "handoff" => handoff_dead_time(50, &mut out),
             "throughput" => throughput(50, 20_000, &mut out),
             "schedules" => schedule_check(400, &mut out),
-            "scale" => scale(&[0, 10_000, 100_000], calls.unwrap_or(20), Duration::from_secs(10), &mut out),
+            "scale" => scale(&[0, 10_000, 100_000], calls.unwrap_or(200), Duration::from_secs(10), &mut out),
             "usage" => usage_year(100, 365, &mut out),
             other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules, scale, usage"),
         }
@@ -1177,7 +1179,12 @@ fn main() {
     handoff_dead_time(50, &mut out);
     throughput(50, 20_000, &mut out);
     schedule_check(400, &mut out);
-    scale(&[0, 10_000, 100_000], 20, Duration::from_secs(10), &mut out);
+    scale(
+        &[0, 10_000, 100_000],
+        200,
+        Duration::from_secs(10),
+        &mut out,
+    );
     usage_year(100, 365, &mut out);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
