@@ -303,7 +303,7 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let to_journal = init_logging();
-    astraeusd::bus::tree::big_buffers_from_the_system();
+    astraeusd::bus::tree::tune_allocator();
     // One thread runs the service loop and the bus: a call, its change, its
     // commit and its reply pass no work between threads (on 2 vCPUs each
     // hand-over cost a wake-up of tens of µs, #25). The loop never awaits a
