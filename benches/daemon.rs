@@ -560,12 +560,22 @@ const FLOOR_BLOCK: usize = 50;
 /// Commits made before any is timed, to the floor's database and (as
 /// submit and stop pairs) to the daemon's ledger: enough for each
 /// write-ahead log to pass SQLite's checkpoint (1,000 pages) and be
-/// written over from its start, as a ledger in use is. A log still growing syncs its file's size too: a commit to it
-/// took 1.8× one to a log written over (Python's sqlite3, same disk), and a
-/// fresh floor's log grew through every timed commit while the daemon's,
-/// five pages a call, was written over after its first hundred calls.
+/// written over from its start, as a ledger in use is. A log still growing
+/// syncs its file's size too: a commit to it took 1.8× one to a log
+/// written over (Python's sqlite3, same disk), and a fresh floor's log grew
+/// through every timed commit while the daemon's, five pages a call, was
+/// written over after its first hundred calls.
 const FLOOR_WARM_COMMITS: usize = 1_100;
 const WARM_PAIRS: usize = 150;
+
+/// A floor's database: the ledger's PRAGMAs, on the same disk.
+fn floor_db(path: &Path, create: &str) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(path).unwrap();
+    db.pragma_update(None, "journal_mode", "WAL").unwrap();
+    db.pragma_update(None, "synchronous", "FULL").unwrap();
+    db.execute_batch(create).unwrap();
+    db
+}
 
 /// 1. SubmitWorker and StopWorker round trips ÷ (echo round trip + one durable commit).
 fn round_trips(n: usize, out: &mut Vec<String>) {
@@ -581,20 +591,12 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
     // PRAGMAs, same disk. Timed in blocks taking turns with the calls' (a
     // phase of its own saw the disk drift from the calls' by up to a third;
     // a commit right after each call waited on that call's flush instead).
-    let floor_db = |name: &str| {
-        let db = rusqlite::Connection::open(dir.path().join(name)).unwrap();
-        db.pragma_update(None, "journal_mode", "WAL").unwrap();
-        db.pragma_update(None, "synchronous", "FULL").unwrap();
-        db.execute_batch(
-            "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, spec TEXT, at INTEGER)",
-        )
-        .unwrap();
-        db
-    };
+    let create = "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, spec TEXT, at INTEGER)";
     // The floor's (warmed, as the daemon's ledger is), and one whose log
     // grows through the run: this bench's floor until 2026-12-05, shown
     // beside.
-    let (db, fresh) = (floor_db("floor.db"), floor_db("fresh.db"));
+    let db = floor_db(&dir.path().join("floor.db"), create);
+    let fresh = floor_db(&dir.path().join("fresh.db"), create);
     for j in 0..FLOOR_WARM_COMMITS {
         floor_commit(&db, &format!("w{j}"), j);
     }
@@ -933,11 +935,10 @@ fn throughput(callers: usize, workers: usize, out: &mut Vec<String>) {
     let live = store.live_workers().unwrap().len();
     let orphans = store.orphan_allocations().unwrap();
     // The floor: one durable commit per call, same PRAGMAs, same disk.
-    let db = rusqlite::Connection::open(dir.path().join("floor.db")).unwrap();
-    db.pragma_update(None, "journal_mode", "WAL").unwrap();
-    db.pragma_update(None, "synchronous", "FULL").unwrap();
-    db.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, spec TEXT)")
-        .unwrap();
+    let db = floor_db(
+        &dir.path().join("floor.db"),
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, spec TEXT)",
+    );
     // Its log written over, as the ledger's is (see FLOOR_WARM_COMMITS).
     for _ in 0..FLOOR_WARM_COMMITS {
         db.execute("INSERT INTO t (spec) VALUES (?1)", [shared("x", 50)])

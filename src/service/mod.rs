@@ -256,8 +256,8 @@ impl Service {
         let mut term = signal(SignalKind::terminate()).map_err(io)?;
         let mut int = signal(SignalKind::interrupt()).map_err(io)?;
         let mut hup = signal(SignalKind::hangup()).map_err(io)?;
-        let refresh = ticker::Ticker::new(self.refresh)
-            .map_err(|e| Error::Backend(format!("the refresh timer: {e}")))?;
+        let timer_failed = |e: std::io::Error| Error::Backend(format!("the refresh timer: {e}"));
+        let refresh = ticker::Ticker::new(self.refresh).map_err(timer_failed)?;
         // Ping at half the watchdog period; without a watchdog this never fires.
         let watchdog = sd_notify::watchdog_enabled();
         let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
@@ -312,8 +312,9 @@ impl Service {
                 ticked = refresh.tick() => {
                     if let Err(e) = ticked {
                         // Not seen; were it, the loop would spin on it.
-                        tracing::error!("the refresh timer failed: {e}");
-                        self.fatal = Some(Error::Backend(format!("the refresh timer: {e}")));
+                        let e = timer_failed(e);
+                        tracing::error!("{e}");
+                        self.fatal = Some(e);
                     }
                     self.check_reading(watchdog);
                     self.check_holders().await;

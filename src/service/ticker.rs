@@ -1,4 +1,5 @@
-//! The refresh's clock: a periodic timerfd, one wake-up per period.
+//! The refresh's clock: a timerfd, armed again after each tick, one
+//! wake-up per period.
 //!
 //! tokio's timer wheel reaches a far timer level by level: a 2 s interval
 //! woke the idle daemon twice per tick (at the start of the wheel's 64 ms
