@@ -1530,3 +1530,103 @@ fn lone_submits_in_a_row_share_the_managers_and_gpus_properties_changed() {
         );
     }
 }
+
+/// A sim machine of `gpus` GPUs of 8 GB, none held outside.
+fn eights(gpus: usize) -> String {
+    let mut t = String::from("machine = \"eights\"\ncpu_cores = 16\nmemory_gb = 64\n");
+    for i in 0..gpus {
+        t.push_str(&format!(
+            "[[gpu]]\nmodel = \"L4\"\nuuid = \"GPU-e{i}\"\ntotal_gb = 8\n"
+        ));
+    }
+    t
+}
+
+/// A GPU's property over the bus, as busctl prints it (None: no such object).
+fn gpu_property(a: &str, index: u32, property: &str) -> Option<String> {
+    let o = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/gpu/{index}"),
+            "org.astraeus.Node1.Gpu",
+            property,
+        ],
+    );
+    o.ok.then(|| o.stdout.trim().to_string())
+}
+
+/// The index of the one GPU a worker holds, from its own object.
+fn gpu_of(a: &str, worker: &str) -> u32 {
+    let o = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            &format!("/org/astraeus/Node1/worker/{worker}"),
+            "org.astraeus.Node1.Worker",
+            "Gpus",
+        ],
+    );
+    // a(us) 1 INDEX "UUID"
+    let fields: Vec<&str> = o.stdout.split_whitespace().collect();
+    assert_eq!(fields[..2], ["a(us)", "1"], "{}", o.stdout);
+    fields[2].parse().unwrap()
+}
+
+/// A call shows what it changed on the GPUs it touched, read right after
+/// its reply; the GPUs it did not touch keep their views. GPU objects come
+/// and go only with a new reading of the inventory, and calls after that
+/// show the new shape.
+#[test]
+fn a_call_shows_the_gpus_it_touched_and_a_new_reading_adds_and_removes_gpu_objects() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sim = dir.path().join("eights.toml");
+    std::fs::write(&sim, eights(2)).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    let a = bus.address.clone();
+    let submit = |name: &str, gb: &str| {
+        let o = manager(&a, None, "SubmitWorker", &["s", &shared_spec(name, gb)]);
+        assert!(o.stdout.contains("\"running\""), "{}{}", o.stdout, o.stderr);
+        gpu_of(&a, name)
+    };
+    let taken = |index: u32| gpu_property(&a, index, "TakenGb");
+
+    // 6 + 5 > 8: the two land on different GPUs.
+    let six = submit("six", "6");
+    let five = submit("five", "5");
+    assert_ne!(six, five);
+    assert_eq!(taken(six).as_deref(), Some("d 6"));
+    assert_eq!(taken(five).as_deref(), Some("d 5"));
+    assert!(manager(&a, None, "StopWorker", &["s", "six"]).ok);
+    assert_eq!(taken(six).as_deref(), Some("d 0"));
+    assert_eq!(taken(five).as_deref(), Some("d 5"), "untouched by the stop");
+
+    // A third GPU appears with a new reading, then goes again.
+    assert_eq!(gpu_property(&a, 2, "TotalGb"), None);
+    std::fs::write(&sim, eights(3)).unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("GPU 2's object after the reading", || {
+        gpu_property(&a, 2, "TotalGb").as_deref() == Some("d 8")
+    });
+    // Best fit: beside five (3 left there), not on an empty GPU.
+    assert_eq!(submit("three", "3"), five);
+    assert_eq!(taken(five).as_deref(), Some("d 8"));
+    // 7 fits only on an empty GPU; the new one is as good as any.
+    let seven = submit("seven", "7");
+    assert_ne!(seven, five);
+    assert_eq!(taken(seven).as_deref(), Some("d 7"));
+    assert!(manager(&a, None, "StopWorker", &["s", "seven"]).ok);
+    std::fs::write(&sim, eights(2)).unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("GPU 2's object gone after the reading", || {
+        gpu_property(&a, 2, "TotalGb").is_none()
+    });
+    // five's GPU is full: one goes to the other, shown at once.
+    let one = submit("one", "1");
+    assert_ne!(one, five);
+    assert_eq!(taken(one).as_deref(), Some("d 1"));
+    assert_eq!(taken(five).as_deref(), Some("d 8"));
+}

@@ -358,34 +358,24 @@ impl Service {
                 shown.stale_reasons.push(name);
             }
         }
-        // GPUs: add or remove objects when the inventory's shape changed.
-        let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
-        for &gone in self.published.gpus.difference(&now) {
-            self.published.objects.remove_gpu(gone);
-            self.on_conn("removing a GPU object", move |conn| async move {
-                tree::remove_announced::<GpuObject>(&conn, &gpu_path(gone)).await
-            });
-        }
-        for g in &self.node.machine().gpus {
-            // A GPU's view is built only when it may have changed (it was
-            // 7 % of the loop's time built for every GPU on every change).
-            if let Some(obj) = self.published.objects.gpu(g.index) {
-                if changes.machine_changed || changes.gpus.contains(&g.index) {
-                    let view = gpu_view(&self.node, g);
-                    shown.gpus.push((g.index, obj.view.replace(view)));
+        // Only a new reading changes the inventory's shape (and a first
+        // show makes the objects); otherwise only the GPUs the change
+        // touched are looked at, not every GPU of the machine per call.
+        if changes.machine_changed || self.published.gpus.len() != self.node.machine().gpus.len() {
+            self.show_inventory(changes, &mut shown);
+        } else {
+            for &index in &changes.gpus {
+                if shown.gpus.iter().any(|(i, _)| *i == index) {
+                    continue;
                 }
-            } else {
-                let obj = GpuObject {
-                    view: Shared::new(gpu_view(&self.node, g)),
-                };
-                self.published.objects.add_gpu(g.index, obj.clone());
-                let p = gpu_path(g.index);
-                self.on_conn("adding a GPU object", move |conn| async move {
-                    tree::add_announced(&conn, &p, obj).await
-                });
+                let gpu = self.node.machine().gpus.iter().find(|g| g.index == index);
+                if let (Some(g), Some(obj)) = (gpu, self.published.objects.gpu(index)) {
+                    shown
+                        .gpus
+                        .push((index, obj.view.replace(gpu_view(&self.node, g))));
+                }
             }
         }
-        self.published.gpus = now;
         let view = manager_view(&self.node, &self.slice_rules.tz);
         shown.manager = Some(self.published.manager.replace(view));
         shown
@@ -584,6 +574,39 @@ impl Service {
                 ..Shown::default()
             });
         }
+    }
+
+    /// GPU objects added and removed to match the inventory, and the view
+    /// of every GPU the change may have touched replaced.
+    fn show_inventory(&mut self, changes: &Changes, shown: &mut Shown) {
+        // GPUs: add or remove objects when the inventory's shape changed.
+        let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
+        for &gone in self.published.gpus.difference(&now) {
+            self.published.objects.remove_gpu(gone);
+            self.on_conn("removing a GPU object", move |conn| async move {
+                tree::remove_announced::<GpuObject>(&conn, &gpu_path(gone)).await
+            });
+        }
+        for g in &self.node.machine().gpus {
+            // A GPU's view is built only when it may have changed (it was
+            // 7 % of the loop's time built for every GPU on every change).
+            if let Some(obj) = self.published.objects.gpu(g.index) {
+                if changes.machine_changed || changes.gpus.contains(&g.index) {
+                    let view = gpu_view(&self.node, g);
+                    shown.gpus.push((g.index, obj.view.replace(view)));
+                }
+            } else {
+                let obj = GpuObject {
+                    view: Shared::new(gpu_view(&self.node, g)),
+                };
+                self.published.objects.add_gpu(g.index, obj.clone());
+                let p = gpu_path(g.index);
+                self.on_conn("adding a GPU object", move |conn| async move {
+                    tree::add_announced(&conn, &p, obj).await
+                });
+            }
+        }
+        self.published.gpus = now;
     }
 
     /// Replaces a worker's view; the one before, to signal the difference.
