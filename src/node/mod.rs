@@ -235,6 +235,10 @@ impl Node {
     pub fn machine(&self) -> &Machine {
         &self.machine
     }
+    /// The machine as read last: a new reading is a new one.
+    pub fn machine_shared(&self) -> std::sync::Arc<Machine> {
+        self.machine.clone()
+    }
     pub fn book(&self) -> &Book {
         &self.book
     }

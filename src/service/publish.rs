@@ -30,6 +30,8 @@ use zbus::Connection;
 pub(super) struct Published {
     /// GPU objects by index.
     gpus: BTreeSet<u32>,
+    /// The reading they were last matched with.
+    gpus_of: Arc<crate::placement::Machine>,
     /// Template objects by name.
     templates: BTreeSet<String>,
     /// What worker objects explain waits from.
@@ -127,6 +129,7 @@ impl Published {
         }
         Ok(Published {
             gpus,
+            gpus_of: node.machine_shared(),
             templates: BTreeSet::new(),
             waits,
             objects,
@@ -358,11 +361,14 @@ impl Service {
                 shown.stale_reasons.push(name);
             }
         }
-        // Only a new reading changes the inventory's shape (and a first
-        // show makes the objects); otherwise only the GPUs the change
-        // touched are looked at, not every GPU of the machine per call.
-        if changes.machine_changed || self.published.gpus.len() != self.node.machine().gpus.len() {
-            self.show_inventory(changes, &mut shown);
+        // Only a new reading (a new machine) changes the inventory's shape,
+        // even one whose changes were lost to a failed re-examination;
+        // otherwise only the GPUs the change touched are looked at, not
+        // every GPU of the machine per call.
+        let machine = self.node.machine_shared();
+        if !Arc::ptr_eq(&self.published.gpus_of, &machine) {
+            self.show_inventory(&mut shown);
+            self.published.gpus_of = machine;
         } else {
             for &index in &changes.gpus {
                 if shown.gpus.iter().any(|(i, _)| *i == index) {
@@ -576,9 +582,9 @@ impl Service {
         }
     }
 
-    /// GPU objects added and removed to match the inventory, and the view
-    /// of every GPU the change may have touched replaced.
-    fn show_inventory(&mut self, changes: &Changes, shown: &mut Shown) {
+    /// GPU objects added and removed to match a new reading of the
+    /// inventory, and every GPU's view replaced.
+    fn show_inventory(&mut self, shown: &mut Shown) {
         // GPUs: add or remove objects when the inventory's shape changed.
         let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
         for &gone in self.published.gpus.difference(&now) {
@@ -588,13 +594,9 @@ impl Service {
             });
         }
         for g in &self.node.machine().gpus {
-            // A GPU's view is built only when it may have changed (it was
-            // 7 % of the loop's time built for every GPU on every change).
             if let Some(obj) = self.published.objects.gpu(g.index) {
-                if changes.machine_changed || changes.gpus.contains(&g.index) {
-                    let view = gpu_view(&self.node, g);
-                    shown.gpus.push((g.index, obj.view.replace(view)));
-                }
+                let view = gpu_view(&self.node, g);
+                shown.gpus.push((g.index, obj.view.replace(view)));
             } else {
                 let obj = GpuObject {
                     view: Shared::new(gpu_view(&self.node, g)),

@@ -3,7 +3,9 @@
 //! acknowledges anything, so a crash at any point loses nothing acknowledged
 //! and books nothing twice.
 
+mod checkpoint;
 mod counters;
+mod schema;
 mod slicing;
 mod usage;
 mod workers;
@@ -15,198 +17,8 @@ pub use workers::{EndedWorker, WorkerRow, WorkerState};
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
 use rusqlite::{params, Connection};
+use schema::{MIGRATIONS, MIN_SQLITE};
 use std::path::Path;
-
-/// The oldest SQLite the ledger's SQL runs on, as a number and in words.
-const MIN_SQLITE: (i32, &str) = (3_024_000, "3.24");
-
-/// Versioned migrations: entry N brings the schema from version N to N+1.
-const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE workers (
-    id            INTEGER PRIMARY KEY,
-    name          TEXT NOT NULL,
-    spec          TEXT NOT NULL,
-    owner_uid     INTEGER NOT NULL,
-    holders       TEXT NOT NULL DEFAULT '[]',
-    state         TEXT NOT NULL CHECK (state IN ('pending', 'running', 'stopped')),
-    submitted_ms  INTEGER NOT NULL,
-    started_ms    INTEGER,
-    ended_ms      INTEGER
-);
--- A name belongs to at most one live worker.
-CREATE UNIQUE INDEX workers_live_name ON workers(name) WHERE state != 'stopped';
-CREATE INDEX workers_state ON workers(state);
-CREATE TABLE allocations (
-    worker_id        INTEGER NOT NULL REFERENCES workers(id),
-    gpu_uuid         TEXT NOT NULL,
-    gpu_index        INTEGER NOT NULL,
-    share_hundredths INTEGER,
-    PRIMARY KEY (worker_id, gpu_uuid)
-);
-CREATE TABLE events (
-    id         INTEGER PRIMARY KEY,
-    at_ms      INTEGER NOT NULL,
-    worker_id  INTEGER REFERENCES workers(id),
-    kind       TEXT NOT NULL,
-    detail     TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX events_worker ON events(worker_id);
-"#,
-    r#"
--- A template's scheduled actions, normalized (+N already resolved).
-CREATE TABLE schedules (
-    template  TEXT PRIMARY KEY,
-    actions   TEXT NOT NULL,
-    set_ms    INTEGER NOT NULL
-);
-"#,
-    r#"
--- Per-GPU energy and utilisation, one row per closed interval.
-CREATE TABLE gpu_intervals (
-    gpu_uuid         TEXT NOT NULL,
-    from_ms          INTEGER NOT NULL,
-    to_ms            INTEGER NOT NULL,
-    energy_mj        INTEGER NOT NULL,
-    utilization_pct  INTEGER,
-    samples          INTEGER NOT NULL,
-    PRIMARY KEY (gpu_uuid, from_ms)
-);
-"#,
-    r#"
--- Launched workers: the runtime's id (container id), and how a worker ended.
-ALTER TABLE workers ADD COLUMN runtime_id TEXT;
-ALTER TABLE workers ADD COLUMN exit_status INTEGER;
-ALTER TABLE workers ADD COLUMN end_reason TEXT;
-"#,
-    r#"
--- A launched worker's control group: GPU processes in it are its own.
-ALTER TABLE workers ADD COLUMN cgroup TEXT;
-"#,
-    r#"
--- Who held what and when, kept after a worker ends (allocations hold only
--- the live promises): the usage report is computed from this.
-CREATE TABLE holds (
-    worker_id        INTEGER NOT NULL REFERENCES workers(id),
-    gpu_uuid         TEXT NOT NULL,
-    gpu_index        INTEGER NOT NULL,
-    share_hundredths INTEGER,
-    from_ms          INTEGER NOT NULL,
-    to_ms            INTEGER,
-    PRIMARY KEY (worker_id, gpu_uuid)
-);
-CREATE INDEX holds_time ON holds(from_ms, to_ms);
-INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
-    SELECT a.worker_id, a.gpu_uuid, a.gpu_index, a.share_hundredths, w.started_ms
-    FROM allocations a JOIN workers w ON w.id = a.worker_id;
--- Memory held outside Astraeus (mean over the interval's samples) and the GPU's size.
-ALTER TABLE gpu_intervals ADD COLUMN outside_bytes INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE gpu_intervals ADD COLUMN total_bytes INTEGER NOT NULL DEFAULT 0;
--- When the daemon ran: from its start to its last sign of life (each usage
--- interval and a clean stop); the gaps are downtime in the report.
-CREATE TABLE daemon_runs (
-    started_ms INTEGER PRIMARY KEY,
-    alive_ms   INTEGER NOT NULL
-);
-"#,
-    r#"
--- Time-slicing templates (their JSON, as created) and every handoff step
--- with its time: a daemon killed mid-handoff resumes from the last one.
-CREATE TABLE templates (
-    name       TEXT PRIMARY KEY,
-    spec       TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
-);
--- One row per time slice: who it served, its handoff and start figures,
--- and what was measured over it (NULL = not reported, never zero).
-CREATE TABLE slices (
-    id                INTEGER PRIMARY KEY,
-    template          TEXT NOT NULL,
-    user              TEXT NOT NULL,
-    baseboard         TEXT NOT NULL,
-    start_ms          INTEGER NOT NULL,
-    end_ms            INTEGER,
-    dead_time_ms      INTEGER,
-    start_to_ready_ms INTEGER,
-    cpu_avg_pct       REAL,
-    cpu_peak_pct      REAL,
-    gpu_avg_pct       REAL,
-    gpu_peak_pct      REAL,
-    gpu_memory_peak_bytes INTEGER,
-    energy_j          REAL,
-    error             TEXT
-);
-CREATE INDEX slices_time ON slices(start_ms, end_ms);
--- The content staged on each template's weights disk (staging is a no-op
--- when the checksum is the same).
-CREATE TABLE weights (
-    template  TEXT PRIMARY KEY,
-    checksum  TEXT NOT NULL,
-    image     TEXT NOT NULL,
-    staged_ms INTEGER NOT NULL
-);
-CREATE TABLE handoff_steps (
-    id            INTEGER PRIMARY KEY,
-    at_ms         INTEGER NOT NULL,
-    step          TEXT NOT NULL,
-    from_template TEXT,
-    to_template   TEXT,
-    detail        TEXT
-);
-"#,
-    r#"
--- Ended workers, newest first, for `astraeusctl history`.
-CREATE INDEX workers_ended ON workers(ended_ms) WHERE state = 'stopped';
--- The metrics' counters: GPU-milliseconds and energy accounted so far, per
--- GPU and kind (worker, slice, outside, idle, downtime) and per worker name,
--- up to `usage_counted.until_ms` (so a restart neither loses nor recounts).
-CREATE TABLE usage_counters (
-    scope      TEXT NOT NULL CHECK (scope IN ('gpu', 'worker')),
-    key        TEXT NOT NULL,
-    kind       TEXT NOT NULL,
-    gpu_ms     INTEGER NOT NULL,
-    energy_mj  INTEGER NOT NULL,
-    PRIMARY KEY (scope, key, kind)
-);
-CREATE TABLE usage_counted (
-    id        INTEGER PRIMARY KEY CHECK (id = 1),
-    until_ms  INTEGER NOT NULL
-);
-"#,
-    r#"
--- A live allocation is a hold not yet ended: one table where there were
--- two, and a worker's life is read from its row and its holds (no event
--- rows for it), so a submit or a stop writes fewer pages (#25). First the
--- holds are made to agree with the allocations of running workers, which
--- were the truth: each is an open hold with the allocation's GPU and share;
--- every other open hold is closed (at its worker's end, else its start).
-INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
-    SELECT a.worker_id, a.gpu_uuid, a.gpu_index, a.share_hundredths,
-           coalesce(w.started_ms, w.submitted_ms)
-    FROM allocations a JOIN workers w ON w.id = a.worker_id
-    WHERE w.state = 'running'
-    ON CONFLICT (worker_id, gpu_uuid) DO UPDATE SET
-        to_ms = NULL, gpu_index = excluded.gpu_index,
-        share_hundredths = excluded.share_hundredths;
-UPDATE holds SET to_ms = coalesce(
-        (SELECT w.ended_ms FROM workers w WHERE w.id = holds.worker_id), holds.from_ms)
-    WHERE to_ms IS NULL AND NOT EXISTS (
-        SELECT 1 FROM allocations a JOIN workers w ON w.id = a.worker_id
-        WHERE a.worker_id = holds.worker_id AND a.gpu_uuid = holds.gpu_uuid
-          AND w.state = 'running');
-DROP TABLE allocations;
--- Nothing reads workers by state through an index (live ones: the partial
--- name index; ended ones: workers_ended), nor events by worker.
-DROP INDEX IF EXISTS workers_state;
-DROP INDEX IF EXISTS events_worker;
-"#,
-    r#"
--- The usage report finds holds by their start alone: with their end in the
--- index too, every stop moved an index entry and wrote one more page (#25).
-DROP INDEX IF EXISTS holds_time;
-CREATE INDEX holds_from ON holds(from_ms);
-"#,
-];
 
 pub use crate::slicing::meter::SliceMeasures;
 
@@ -263,6 +75,9 @@ pub struct Store {
     /// Set when that fsync failed: every later commit is refused (the commit
     /// hook rolls it back), reads go on, a restart rereads what is on disk.
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Checkpoints the log away from the committing thread (None in
+    /// memory and for readers).
+    checkpoints: Option<checkpoint::Checkpointer>,
 }
 
 impl Store {
@@ -272,6 +87,7 @@ impl Store {
             .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
         let mut store = Store::setup(conn)?;
         store.path = Some(path.to_path_buf());
+        store.checkpoints = Some(checkpoint::Checkpointer::start(path)?);
         Ok(store)
     }
 
@@ -297,6 +113,7 @@ impl Store {
             path: None,
             in_group: false,
             broken: Default::default(),
+            checkpoints: None,
         }))
     }
 
@@ -382,7 +199,15 @@ impl Store {
                 how: Failure::RolledBack,
             });
         }
+        self.after_commit();
         Ok(())
+    }
+
+    /// Asks for a checkpoint once the log is long (store/checkpoint.rs).
+    fn after_commit(&self) {
+        if let Some(c) = &self.checkpoints {
+            c.after_commit();
+        }
     }
 
     /// One change's savepoint: inside a group it is undone alone when the
@@ -412,7 +237,12 @@ impl Store {
     /// its own transaction, COMMIT and fsync included, so it can leave a
     /// commit of unknown fate as well ([`fate_unknown`]).
     fn write(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize> {
-        exec(&self.conn, sql, params).map_err(|e| failed_write(e, !self.in_group, &self.broken))
+        let n = exec(&self.conn, sql, params)
+            .map_err(|e| failed_write(e, !self.in_group, &self.broken))?;
+        if !self.in_group {
+            self.after_commit();
+        }
+        Ok(n)
     }
 
     /// From now on every commit is refused (the commit hook), reads go on:
@@ -466,11 +296,15 @@ impl Store {
         conn.commit_hook(Some(move || {
             refuse.load(std::sync::atomic::Ordering::SeqCst)
         }))?;
+        // Checkpoints are asked of another thread (store/checkpoint.rs);
+        // this replaces SQLite's automatic one.
+        conn.wal_hook(Some(checkpoint::on_commit));
         Ok(Store {
             conn,
             path: None,
             in_group: false,
             broken,
+            checkpoints: None,
         })
     }
 

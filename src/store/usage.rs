@@ -40,19 +40,17 @@ pub struct CurrentRun {
     pub open: Vec<crate::usage::Interval>,
 }
 
-/// The holds that overlap [?1, ?2), with their workers.
-pub(super) const HOLDS_IN_WINDOW: &str =
-    "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_index, h.share_hundredths,
-            h.from_ms, h.to_ms
-     FROM holds h JOIN workers w ON w.id = h.worker_id
-     WHERE h.from_ms < ?2 AND (h.to_ms IS NULL OR h.to_ms > ?1)
-     ORDER BY h.from_ms, w.id";
-
 impl Store {
     /// What the usage report of [from_ms, to_ms) is computed from.
     pub fn usage_inputs(&self, from_ms: i64, to_ms: i64) -> Result<UsageInputs> {
         let mut out = UsageInputs::default();
-        let mut stmt = self.conn.prepare_cached(HOLDS_IN_WINDOW)?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_index, h.share_hundredths,
+                    h.from_ms, h.to_ms
+             FROM holds h JOIN workers w ON w.id = h.worker_id
+             WHERE h.from_ms < ?2 AND (h.to_ms IS NULL OR h.to_ms > ?1)
+             ORDER BY h.from_ms, w.id",
+        )?;
         let rows = stmt.query_map(params![from_ms, to_ms], |r| {
             Ok(HoldRow {
                 worker: r.get(0)?,
@@ -302,59 +300,5 @@ impl Store {
             up: &inputs.up,
         };
         Ok(crate::report::report(from_ms, to_ms, &ledger, by)?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::Store;
-    use rusqlite::Connection;
-
-    /// The tenth migration indexes holds by their start alone: a ledger of
-    /// version 9 keeps its holds, and the usage report's query still finds
-    /// them through an index, not by reading every hold.
-    #[test]
-    fn a_version_9_ledger_keeps_its_holds_indexed_by_their_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        {
-            let conn = Connection::open(&path).unwrap();
-            for m in &super::super::MIGRATIONS[..9] {
-                conn.execute_batch(m).unwrap();
-            }
-            conn.pragma_update(None, "user_version", 9).unwrap();
-            conn.execute_batch(
-                "INSERT INTO workers (id, name, spec, owner_uid, state, submitted_ms, started_ms)
-                     VALUES (1, 'a', '{}', 0, 'running', 5, 5);
-                 INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
-                     VALUES (1, 'GPU-x', 0, 50, 5);",
-            )
-            .unwrap();
-        }
-        let s = Store::open(&path).unwrap();
-        let indexes: Vec<String> = s
-            .conn
-            .prepare(
-                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'holds'
-                 AND sql IS NOT NULL ORDER BY name",
-            )
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert_eq!(indexes, ["holds_from"]);
-        let held = s.usage_inputs(0, 10).unwrap().holds;
-        assert_eq!(held.len(), 1);
-        assert_eq!((held[0].from_ms, held[0].to_ms), (5, None));
-        let plan: Vec<String> = s
-            .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {}", super::HOLDS_IN_WINDOW))
-            .unwrap()
-            .query_map([0, 10], |r| r.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert!(plan.iter().any(|l| l.contains("holds_from")), "{plan:?}");
     }
 }
