@@ -2,7 +2,7 @@
 //!
 //! SQLite's automatic checkpoint runs inside the COMMIT that brings the
 //! write-ahead log to 1,000 pages: on the service loop, every ~200 calls, it
-//! copied those pages into the database and synced it (~4–7 ms here), while
+//! copied those pages into the database and synced it (1–7 ms here), while
 //! every caller waited (#25: the lone calls' p99). The ledger's writer
 //! instead only notes the log's length ([`on_commit`]); past
 //! [`EVERY_PAGES`] it asks a thread of its own, with its own connection, for
