@@ -39,9 +39,10 @@ fn private_files(path: &Path) -> Result<()> {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
         let p = std::path::PathBuf::from(p);
-        if p.exists() {
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| fail(&p, e))?;
+        match std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)) {
+            // Absent, or removed meanwhile by a connection closing last.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            r => r.map_err(|e| fail(&p, e))?,
         }
     }
     Ok(())
@@ -67,6 +68,10 @@ pub enum Failure {
 }
 
 pub struct Store {
+    /// Checkpoints the log away from the committing thread (None in
+    /// memory and for readers). Before `conn`: dropped first, its thread
+    /// closes its connection before the writer's.
+    checkpoints: Option<checkpoint::Checkpointer>,
     conn: Connection,
     /// The ledger's file (None in memory), for [`Store::reader`].
     path: Option<std::path::PathBuf>,
@@ -75,9 +80,6 @@ pub struct Store {
     /// Set when that fsync failed: every later commit is refused (the commit
     /// hook rolls it back), reads go on, a restart rereads what is on disk.
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Checkpoints the log away from the committing thread (None in
-    /// memory and for readers).
-    checkpoints: Option<checkpoint::Checkpointer>,
 }
 
 impl Store {
