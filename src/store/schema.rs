@@ -183,4 +183,77 @@ DROP TABLE allocations;
 DROP INDEX IF EXISTS workers_state;
 DROP INDEX IF EXISTS events_worker;
 "#,
+    // 10 and 11: holds were indexed by their start alone for a while on
+    // 2026-12-05 (a page less per stop), then by (start, end) again: the
+    // usage count's window query read every hold's row without the end in
+    // the index. Ledgers that took 10 come back through 11.
+    r#"
+DROP INDEX IF EXISTS holds_time;
+CREATE INDEX holds_from ON holds(from_ms);
+"#,
+    r#"
+DROP INDEX IF EXISTS holds_from;
+CREATE INDEX IF NOT EXISTS holds_time ON holds(from_ms, to_ms);
+"#,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+    use crate::store::Store;
+    use rusqlite::Connection;
+
+    fn holds_indexes(conn: &Connection) -> Vec<String> {
+        conn.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'holds'
+             AND sql IS NOT NULL ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+    }
+
+    /// A ledger that took migration 10 (holds by start alone) and one that
+    /// did not both end with holds indexed by (start, end), their rows kept.
+    #[test]
+    fn ledgers_of_version_9_and_10_end_with_holds_indexed_by_start_and_end() {
+        for version in [9, 10] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("ledger.db");
+            {
+                let conn = Connection::open(&path).unwrap();
+                for m in &MIGRATIONS[..version] {
+                    conn.execute_batch(m).unwrap();
+                }
+                conn.pragma_update(None, "user_version", version as i64)
+                    .unwrap();
+                conn.execute_batch(
+                    "INSERT INTO workers (id, name, spec, owner_uid, state, submitted_ms, started_ms)
+                         VALUES (1, 'a', '{}', 0, 'running', 5, 5);
+                     INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms)
+                         VALUES (1, 'GPU-x', 0, 50, 5);",
+                )
+                .unwrap();
+            }
+            drop(Store::open(&path).unwrap());
+            let conn = Connection::open(&path).unwrap();
+            assert_eq!(
+                holds_indexes(&conn),
+                ["holds_time"],
+                "from version {version}"
+            );
+            let version: i64 = conn
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+                .unwrap();
+            assert_eq!(version as usize, MIGRATIONS.len());
+            let holds: i64 = conn
+                .query_row("SELECT count(*) FROM holds WHERE to_ms IS NULL", [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert_eq!(holds, 1);
+        }
+    }
+}
