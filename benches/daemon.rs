@@ -657,27 +657,18 @@ async fn catch_interfaces_added(address: &str, name: &str) -> Added {
         .build()
         .await
         .unwrap();
-    let call = |method, arg: String| {
-        let c = c.clone();
-        async move {
-            c.call_method(Some(NODE.0), NODE.1, Some(NODE.2), method, &(arg.as_str(),))
-                .await
-                .unwrap();
-        }
-    };
     // Stopped only once announced: a worker gone before its announcement
     // is never announced.
-    call("SubmitWorker", shared(name, 50)).await;
+    timed(&c, NODE, "SubmitWorker", &shared(name, 50)).await;
     let path = format!("/org/astraeus/Node1/worker/{name}");
-    let m = loop {
+    let added = loop {
         let m = stream.next().await.unwrap().unwrap();
-        let (p, _): (zbus::OwnedObjectPath, Added) = m.body().deserialize().unwrap();
+        let (p, added): (zbus::OwnedObjectPath, Added) = m.body().deserialize().unwrap();
         if p.as_str() == path {
-            break m;
+            break added;
         }
     };
-    call("StopWorker", name.to_string()).await;
-    let (_, added): (zbus::OwnedObjectPath, Added) = m.body().deserialize().unwrap();
+    timed(&c, NODE, "StopWorker", name).await;
     added
 }
 
@@ -694,20 +685,8 @@ fn floor_commit(db: &rusqlite::Connection, name: &str, i: usize) -> f64 {
 
 /// A shared worker of `hundredths` GB submitted, then stopped.
 async fn submit_and_stop(c: &zbus::Connection, name: &str, hundredths: u64) {
-    for (method, arg) in [
-        ("SubmitWorker", shared(name, hundredths)),
-        ("StopWorker", name.to_string()),
-    ] {
-        c.call_method(
-            Some("org.astraeus.Node1"),
-            "/org/astraeus/Node1",
-            Some("org.astraeus.Node1.Manager"),
-            method,
-            &(arg.as_str(),),
-        )
-        .await
-        .unwrap();
-    }
+    timed(c, NODE, "SubmitWorker", &shared(name, hundredths)).await;
+    timed(c, NODE, "StopWorker", name).await;
 }
 
 /// One call's round trip, in ms.

@@ -28,9 +28,8 @@ use zbus::Connection;
 
 /// What is on the bus, and the views the objects read.
 pub(super) struct Published {
-    /// GPU objects by index.
-    gpus: BTreeSet<u32>,
-    /// The reading they were last matched with.
+    /// The reading the GPU objects were last matched with: one object
+    /// per GPU of it.
     gpus_of: Arc<crate::placement::Machine>,
     /// Template objects by name.
     templates: BTreeSet<String>,
@@ -111,14 +110,12 @@ impl Published {
                 Offloaded::new(object_manager, &["GetManagedObjects"], lists.clone()),
             )
             .await?;
-        let mut gpus = BTreeSet::new();
         for g in &node.machine().gpus {
             let obj = GpuObject {
                 view: Shared::new(gpu_view(node, g)),
             };
             server.at(gpu_path(g.index), obj.clone()).await?;
             objects.add_gpu(g.index, obj);
-            gpus.insert(g.index);
         }
         let waits = Waits::default();
         waits.replace(node.snapshot());
@@ -128,7 +125,6 @@ impl Published {
             objects.add_worker(w.name(), obj);
         }
         Ok(Published {
-            gpus,
             gpus_of: node.machine_shared(),
             templates: BTreeSet::new(),
             waits,
@@ -367,8 +363,7 @@ impl Service {
         // every GPU of the machine per call.
         let machine = self.node.machine_shared();
         if !Arc::ptr_eq(&self.published.gpus_of, &machine) {
-            self.show_inventory(&mut shown);
-            self.published.gpus_of = machine;
+            self.show_inventory(machine, &mut shown);
         } else {
             for &index in &changes.gpus {
                 if shown.gpus.iter().any(|(i, _)| *i == index) {
@@ -584,10 +579,15 @@ impl Service {
 
     /// GPU objects added and removed to match a new reading of the
     /// inventory, and every GPU's view replaced.
-    fn show_inventory(&mut self, shown: &mut Shown) {
-        // GPUs: add or remove objects when the inventory's shape changed.
+    fn show_inventory(&mut self, machine: Arc<crate::placement::Machine>, shown: &mut Shown) {
+        let before = std::mem::replace(&mut self.published.gpus_of, machine);
         let now: BTreeSet<u32> = self.node.machine().gpus.iter().map(|g| g.index).collect();
-        for &gone in self.published.gpus.difference(&now) {
+        let gone = before
+            .gpus
+            .iter()
+            .map(|g| g.index)
+            .filter(|i| !now.contains(i));
+        for gone in gone {
             self.published.objects.remove_gpu(gone);
             self.on_conn("removing a GPU object", move |conn| async move {
                 tree::remove_announced::<GpuObject>(&conn, &gpu_path(gone)).await
@@ -608,7 +608,6 @@ impl Service {
                 });
             }
         }
-        self.published.gpus = now;
     }
 
     /// Replaces a worker's view; the one before, to signal the difference.
