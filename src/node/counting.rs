@@ -60,7 +60,8 @@ impl Node {
     /// Counts the usage report over the window since the last count (up to
     /// `now_ms`, when a sampling interval has just closed) into the
     /// counters, in the ledger and here. The window is small: its cost does
-    /// not grow with the ledger (the first count after an upgrade reads the
+    /// not grow with the ledger (holds and GPU intervals are read by their
+    /// end: store/usage.rs; the first count after an upgrade reads the
     /// ledger once, from the first run).
     pub fn count_usage(&mut self, now_ms: i64) -> Result<()> {
         let Some(from) = self.store.counting_from()? else {

@@ -6,6 +6,23 @@ use crate::error::Result;
 use crate::time::EpochMs;
 use rusqlite::{params, OptionalExtension};
 
+// What overlaps a window [?1, ?2). The loop reads a minute's worth each time
+// a sampling interval closes: holds and GPU intervals are indexed by their
+// end (schema migration 12; an open hold's as the largest there is, the
+// index's expression, which a query must spell the same to use it), so that
+// read costs what the window holds, not what the ledger has kept (see the
+// test below).
+const HOLDS_IN: &str = "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_index,
+        h.share_hundredths, h.from_ms, h.to_ms
+    FROM holds h JOIN workers w ON w.id = h.worker_id
+    WHERE h.from_ms < ?2 AND coalesce(h.to_ms, 9223372036854775807) > ?1
+    ORDER BY h.from_ms, w.id";
+const INTERVALS_IN: &str = "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct,
+        outside_bytes, total_bytes
+    FROM gpu_intervals WHERE from_ms < ?2 AND to_ms > ?1 ORDER BY from_ms";
+const RUNS_IN: &str = "SELECT started_ms, alive_ms FROM daemon_runs
+    WHERE started_ms < ?2 AND alive_ms > ?1 ORDER BY started_ms";
+
 /// One worker's hold on one GPU, as the usage report needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HoldRow {
@@ -44,13 +61,7 @@ impl Store {
     /// What the usage report of [from_ms, to_ms) is computed from.
     pub fn usage_inputs(&self, from_ms: i64, to_ms: i64) -> Result<UsageInputs> {
         let mut out = UsageInputs::default();
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_index, h.share_hundredths,
-                    h.from_ms, h.to_ms
-             FROM holds h JOIN workers w ON w.id = h.worker_id
-             WHERE h.from_ms < ?2 AND (h.to_ms IS NULL OR h.to_ms > ?1)
-             ORDER BY h.from_ms, w.id",
-        )?;
+        let mut stmt = self.conn.prepare_cached(HOLDS_IN)?;
         let rows = stmt.query_map(params![from_ms, to_ms], |r| {
             Ok(HoldRow {
                 worker: r.get(0)?,
@@ -64,10 +75,7 @@ impl Store {
             })
         })?;
         out.holds = rows.collect::<rusqlite::Result<_>>()?;
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct, outside_bytes, total_bytes
-             FROM gpu_intervals WHERE from_ms < ?2 AND to_ms > ?1 ORDER BY from_ms",
-        )?;
+        let mut stmt = self.conn.prepare_cached(INTERVALS_IN)?;
         let rows = stmt.query_map(params![from_ms, to_ms], |r| {
             Ok((
                 crate::report::Measured {
@@ -88,10 +96,7 @@ impl Store {
             }
             out.measured.push(m);
         }
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT started_ms, alive_ms FROM daemon_runs
-             WHERE started_ms < ?2 AND alive_ms > ?1 ORDER BY started_ms",
-        )?;
+        let mut stmt = self.conn.prepare_cached(RUNS_IN)?;
         let rows = stmt.query_map(params![from_ms, to_ms], |r| {
             Ok(crate::report::Up {
                 from_ms: r.get(0)?,
@@ -300,5 +305,94 @@ impl Store {
             up: &inputs.up,
         };
         Ok(crate::report::report(from_ms, to_ms, &ledger, by)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HOLDS_IN, INTERVALS_IN, RUNS_IN};
+    use crate::store::Store;
+    use rusqlite::{params, StatementStatus};
+
+    const MINUTE: i64 = 60_000;
+
+    /// A ledger with `history` ended workers (a hold and a GPU interval
+    /// each, long before the window) and, in the last minute, two live
+    /// holds and two closed intervals.
+    fn ledger(history: i64, now: i64) -> Store {
+        let store = Store::open_in_memory().unwrap();
+        let tx = store.conn.unchecked_transaction().unwrap();
+        for i in 0..history + 2 {
+            let live = i >= history;
+            let (from, to) = if live {
+                (now - MINUTE / 2, None)
+            } else {
+                (i * MINUTE, Some((i + 1) * MINUTE))
+            };
+            tx.execute(
+                "INSERT INTO workers (id, name, spec, owner_uid, state, submitted_ms, started_ms, ended_ms)
+                 VALUES (?1, ?2, '{}', 0, ?3, ?4, ?4, ?5)",
+                params![i + 1, format!("w{i}"), if live { "running" } else { "stopped" }, from, to],
+            )
+            .unwrap();
+            tx.execute(
+                "INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms, to_ms)
+                 VALUES (?1, 'GPU-0', 0, 10, ?2, ?3)",
+                params![i + 1, from, to],
+            )
+            .unwrap();
+            let interval = if live {
+                now - MINUTE + (i - history)
+            } else {
+                i * MINUTE
+            };
+            tx.execute(
+                "INSERT INTO gpu_intervals (gpu_uuid, from_ms, to_ms, energy_mj, samples)
+                 VALUES (?1, ?2, ?3, 1, 1)",
+                params![format!("GPU-{i}"), interval, interval + MINUTE / 2],
+            )
+            .unwrap();
+        }
+        tx.execute(
+            "INSERT INTO daemon_runs (started_ms, alive_ms) VALUES (0, ?1)",
+            params![now],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        store
+    }
+
+    /// SQLite's own count of the steps each window query took.
+    fn steps(store: &Store) -> Vec<i32> {
+        [HOLDS_IN, INTERVALS_IN, RUNS_IN]
+            .iter()
+            .map(|sql| {
+                let stmt = store.conn.prepare_cached(sql).unwrap();
+                stmt.get_status(StatementStatus::VmStep)
+            })
+            .collect()
+    }
+
+    /// The loop's read of the minute just closed costs the same with ten
+    /// times the history behind it (it read every hold begun before the
+    /// window, and every GPU interval ever recorded).
+    #[test]
+    fn reading_the_last_minute_does_not_grow_with_the_history_kept() {
+        let now = 100_000 * MINUTE;
+        let mut costs = Vec::new();
+        for history in [1_000, 10_000] {
+            let store = ledger(history, now);
+            let inputs = store.usage_inputs(now - MINUTE, now).unwrap();
+            assert_eq!(inputs.holds.len(), 2, "the two live holds");
+            assert_eq!(inputs.measured.len(), 2, "the two intervals of the minute");
+            assert_eq!(inputs.up.len(), 1);
+            costs.push(steps(&store));
+        }
+        for (q, (small, large)) in costs[0].iter().zip(&costs[1]).enumerate() {
+            assert!(
+                *large <= small + 20,
+                "query {q}: {small} steps with 1,000 ended workers, {large} with 10,000"
+            );
+        }
     }
 }
