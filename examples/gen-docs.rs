@@ -35,7 +35,8 @@ a usage error (an option or argument that does not parse)
 \fBUnsatisfiable\fR: it could never be placed on this machine
 .TP
 69
-the daemon is not running, or the bus cannot be reached (a hint says what to check);
+the daemon is not running, the bus could not start it (\fBStartFailed\fR, with the
+bus's reason), or the bus cannot be reached (a hint says what to check);
 \fBevents\fR ends with it when the daemon goes away (\fBGone\fR)
 .PP
 Lists print a header and a count line, as systemd's tools do; \fB\-\-no\-legend\fR

@@ -341,7 +341,8 @@ pub fn exit_code(kind: &str) -> u8 {
         "Unsatisfiable" => 7,
         "Usage" => 2,
         // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
-        "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" | "Gone" => 69,
+        "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" | "Gone"
+        | "StartFailed" => 69,
         _ => 1,
     }
 }
@@ -354,6 +355,13 @@ pub fn kind_of(e: &str) -> (&str, &str) {
     if head.starts_with("--") {
         // A flag of ours that did not parse: a usage error, as clap's are.
         ("Usage", e)
+    } else if head.starts_with("org.freedesktop.DBus.Error.Spawn.")
+        || head.starts_with("org.freedesktop.systemd1.")
+    {
+        // The bus tried to start the daemon for this call (D-Bus
+        // activation, directly or through systemd) and could not: the
+        // daemon is not running. The bus's own words say why.
+        ("StartFailed", e)
     } else if !kind.is_empty() && kind.chars().all(|c| c.is_ascii_alphanumeric()) {
         (kind, rest)
     } else if e.contains("No such file or directory") || e.contains("Connection refused") {
@@ -432,6 +440,14 @@ mod tests {
         assert_eq!(code("Unsatisfiable: …"), 7);
         assert_eq!(
             code("org.freedesktop.DBus.Error.ServiceUnknown: no owner"),
+            69
+        );
+        let spawn = "org.freedesktop.DBus.Error.Spawn.ChildExited: Process org.astraeus.Node1 \
+                     exited with status 1";
+        assert_eq!(code(spawn), 69);
+        assert_eq!(kind_of(spawn), ("StartFailed", spawn));
+        assert_eq!(
+            code("org.freedesktop.systemd1.UnitMasked: Unit astraeusd.service is masked."),
             69
         );
         assert_eq!(code("--since: expected YYYY-MM-DD"), 2);

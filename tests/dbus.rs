@@ -1256,6 +1256,23 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
         "{}",
         o.stderr
     );
+    // A bus that would start the daemon on demand and cannot (its program
+    // fails): also 69, with the bus's reason and the same hint.
+    let services = tempfile::tempdir().unwrap();
+    std::fs::write(
+        services.path().join("org.astraeus.Node1.service"),
+        "[D-BUS Service]\nName=org.astraeus.Node1\nExec=/bin/false\n",
+    )
+    .unwrap();
+    let failing = Bus::session_activating(Some(services.path()));
+    let o = ctl(&failing.address, None, &["gpus"]);
+    assert_eq!(o.code, Some(69), "{}", o.stderr);
+    assert!(o.stderr.contains("Spawn.ChildExited"), "{}", o.stderr);
+    assert!(o.stderr.contains("is astraeusd running"), "{}", o.stderr);
+    let o = ctl(&failing.address, None, &["--json", "gpus"]);
+    let v: serde_json::Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(v["error"], "StartFailed");
+    assert_eq!(v["exit_code"], 69);
 }
 
 /// A submit whose group's ledger commit fails (a failpoint stands in for

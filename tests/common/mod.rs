@@ -17,15 +17,64 @@ total_gb = 8
 outside_gb = 1
 "#;
 
+const SESSION_CONF: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <keep_umask/>
+  <listen>unix:tmpdir=/tmp</listen>
+  <auth>EXTERNAL</auth>
+  <!-- services -->
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+  <limit name="max_incoming_bytes">1000000000</limit>
+  <limit name="max_incoming_unix_fds">250000000</limit>
+  <limit name="max_outgoing_bytes">1000000000</limit>
+  <limit name="max_outgoing_unix_fds">250000000</limit>
+  <limit name="max_message_size">1000000000</limit>
+  <limit name="service_start_timeout">120000</limit>
+  <limit name="auth_timeout">240000</limit>
+  <limit name="pending_fd_timeout">150000</limit>
+  <limit name="max_completed_connections">100000</limit>
+  <limit name="max_incomplete_connections">10000</limit>
+  <limit name="max_connections_per_user">100000</limit>
+  <limit name="max_names_per_connection">50000</limit>
+  <limit name="max_match_rules_per_connection">50000</limit>
+  <limit name="max_replies_per_connection">50000</limit>
+</busconfig>
+"#;
+
 pub struct Bus {
     pub address: String,
     pid: u32,
 }
 
 impl Bus {
-    /// A private session-type bus.
+    /// A private session-type bus: the system's session.conf without its
+    /// service directories and includes, so that nothing installed on the
+    /// machine (an astraeusd package's activation file) can be started on it.
     pub fn session() -> Bus {
-        Bus::start(&["--session"])
+        Bus::session_activating(None)
+    }
+
+    /// [`Bus::session`], starting on demand what the D-Bus service files in
+    /// `services` name, if given.
+    pub fn session_activating(services: Option<&Path>) -> Bus {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.conf");
+        let servicedir = services
+            .map(|d| format!("<servicedir>{}</servicedir>", d.display()))
+            .unwrap_or_default();
+        std::fs::write(
+            &path,
+            SESSION_CONF.replace("<!-- services -->", &servicedir),
+        )
+        .unwrap();
+        // dbus-daemon has read its configuration once it printed its address.
+        Bus::start(&[&format!("--config-file={}", path.display())])
     }
 
     /// A bus configured like the system bus (default-deny for method calls),
