@@ -210,6 +210,11 @@ DROP INDEX IF EXISTS holds_time;
 CREATE INDEX holds_end ON holds(coalesce(to_ms, 9223372036854775807), from_ms);
 CREATE INDEX gpu_intervals_end ON gpu_intervals(to_ms);
 "#,
+    // 13: time slices, which the same count reads too, by end as holds are.
+    r#"
+DROP INDEX IF EXISTS slices_time;
+CREATE INDEX slices_end ON slices(coalesce(end_ms, 9223372036854775807), start_ms);
+"#,
 ];
 
 #[cfg(test)]

@@ -22,6 +22,14 @@ pub struct SliceRecord {
     pub error: Option<String>,
 }
 
+/// Slices overlapping a window [?1, ?2): an open slice's end is indexed as
+/// the largest there is (schema migration 13), spelled as the index has it.
+pub(super) const SLICES_IN: &str = "SELECT template, user, baseboard, start_ms, end_ms,
+        dead_time_ms, start_to_ready_ms, cpu_avg_pct, cpu_peak_pct, gpu_avg_pct, gpu_peak_pct,
+        gpu_memory_peak_bytes, energy_j, error
+    FROM slices WHERE start_ms < ?2 AND coalesce(end_ms, 9223372036854775807) > ?1
+    ORDER BY start_ms, id";
+
 impl Store {
     /// A slice begins (its start was issued); a restart between start issued
     /// and started finds it open and keeps it: still the same slice.
@@ -236,14 +244,10 @@ impl Store {
         Ok(())
     }
 
-    /// Slices overlapping [from_ms, to_ms), oldest first.
+    /// Slices overlapping [from_ms, to_ms), oldest first (read by their end,
+    /// as holds are: see store/usage.rs).
     pub fn slices(&self, from_ms: i64, to_ms: i64) -> Result<Vec<SliceRecord>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT template, user, baseboard, start_ms, end_ms, dead_time_ms, start_to_ready_ms,
-                    cpu_avg_pct, cpu_peak_pct, gpu_avg_pct, gpu_peak_pct, gpu_memory_peak_bytes,
-                    energy_j, error
-             FROM slices WHERE start_ms < ?2 AND (end_ms IS NULL OR end_ms > ?1) ORDER BY start_ms, id",
-        )?;
+        let mut stmt = self.conn.prepare_cached(SLICES_IN)?;
         let rows = stmt.query_map(params![from_ms, to_ms], |r| {
             Ok(SliceRecord {
                 template: r.get(0)?,

@@ -311,14 +311,15 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::{HOLDS_IN, INTERVALS_IN, RUNS_IN};
+    use crate::store::slicing::SLICES_IN;
     use crate::store::Store;
     use rusqlite::{params, StatementStatus};
 
     const MINUTE: i64 = 60_000;
 
-    /// A ledger with `history` ended workers (a hold and a GPU interval
-    /// each, long before the window) and, in the last minute, two live
-    /// holds and two closed intervals.
+    /// A ledger with `history` ended workers (a hold, a GPU interval and a
+    /// time slice each, long before the window) and, in the last minute,
+    /// two live holds, two closed intervals and an open slice.
     fn ledger(history: i64, now: i64) -> Store {
         let store = Store::open_in_memory().unwrap();
         let tx = store.conn.unchecked_transaction().unwrap();
@@ -352,6 +353,19 @@ mod tests {
                 params![format!("GPU-{i}"), interval, interval + MINUTE / 2],
             )
             .unwrap();
+            if i <= history {
+                let (start, end) = if i == history {
+                    (now - MINUTE / 2, None)
+                } else {
+                    (i * MINUTE, Some((i + 1) * MINUTE))
+                };
+                tx.execute(
+                    "INSERT INTO slices (template, user, baseboard, start_ms, end_ms)
+                     VALUES ('t', 'u', '0000:01:00.0', ?1, ?2)",
+                    params![start, end],
+                )
+                .unwrap();
+            }
         }
         tx.execute(
             "INSERT INTO daemon_runs (started_ms, alive_ms) VALUES (0, ?1)",
@@ -364,7 +378,7 @@ mod tests {
 
     /// SQLite's own count of the steps each window query took.
     fn steps(store: &Store) -> Vec<i32> {
-        [HOLDS_IN, INTERVALS_IN, RUNS_IN]
+        [HOLDS_IN, INTERVALS_IN, RUNS_IN, SLICES_IN]
             .iter()
             .map(|sql| {
                 let stmt = store.conn.prepare_cached(sql).unwrap();
@@ -374,8 +388,8 @@ mod tests {
     }
 
     /// The loop's read of the minute just closed costs the same with ten
-    /// times the history behind it (it read every hold begun before the
-    /// window, and every GPU interval ever recorded).
+    /// times the history behind it (it read every hold and slice begun
+    /// before the window, and every GPU interval ever recorded).
     #[test]
     fn reading_the_last_minute_does_not_grow_with_the_history_kept() {
         let now = 100_000 * MINUTE;
@@ -386,6 +400,11 @@ mod tests {
             assert_eq!(inputs.holds.len(), 2, "the two live holds");
             assert_eq!(inputs.measured.len(), 2, "the two intervals of the minute");
             assert_eq!(inputs.up.len(), 1);
+            assert_eq!(
+                store.slices(now - MINUTE, now).unwrap().len(),
+                1,
+                "the open slice"
+            );
             costs.push(steps(&store));
         }
         for (q, (small, large)) in costs[0].iter().zip(&costs[1]).enumerate() {
