@@ -347,6 +347,17 @@ pub fn exit_code(kind: &str) -> u8 {
     }
 }
 
+/// A bus error reply as astraeusctl prints it: the daemon's own errors
+/// (org.astraeus.…) by their kind, "NotFound: …"; any other by its full
+/// name, which says whose it is (a bus that failed to start the daemon
+/// through systemd: "org.freedesktop.systemd1.UnitMasked: …").
+pub fn describe_error(name: &str, message: &str) -> String {
+    match name.strip_prefix("org.astraeus.") {
+        Some(ours) => format!("{}: {message}", ours.rsplit('.').next().unwrap_or(ours)),
+        None => format!("{name}: {message}"),
+    }
+}
+
 /// The error's kind ("NotFound") and message, from "Kind: message" (what
 /// every failure here reads like) or a bus error's full name.
 pub fn kind_of(e: &str) -> (&str, &str) {
@@ -446,10 +457,21 @@ mod tests {
                      exited with status 1";
         assert_eq!(code(spawn), 69);
         assert_eq!(kind_of(spawn), ("StartFailed", spawn));
-        assert_eq!(
-            code("org.freedesktop.systemd1.UnitMasked: Unit astraeusd.service is masked."),
-            69
+        // As astraeusctl has them from a bus error reply (zbus gives the
+        // name of one outside the standard D-Bus errors apart).
+        let masked = describe_error(
+            "org.freedesktop.systemd1.UnitMasked",
+            "Unit astraeusd.service is masked.",
         );
+        assert_eq!(code(&masked), 69);
+        assert_eq!(kind_of(&masked).0, "StartFailed");
+        let ours = describe_error(
+            "org.astraeus.Node1.Error.NotFound",
+            "no live worker named x",
+        );
+        assert_eq!(ours, "NotFound: no live worker named x");
+        assert_eq!(code(&ours), 4);
+        assert_eq!(code(&describe_error("com.example.Odd", "?")), 1);
         assert_eq!(code("--since: expected YYYY-MM-DD"), 2);
         assert_eq!(code("something odd happened"), 1);
         assert_eq!(

@@ -223,23 +223,24 @@ mod tests {
     use crate::store::Store;
     use rusqlite::Connection;
 
-    fn holds_indexes(conn: &Connection) -> Vec<String> {
+    fn indexes(conn: &Connection, table: &str) -> Vec<String> {
         conn.prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'holds'
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1
              AND sql IS NOT NULL ORDER BY name",
         )
         .unwrap()
-        .query_map([], |r| r.get(0))
+        .query_map([table], |r| r.get(0))
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap()
     }
 
-    /// A ledger that took migration 10 (holds by start alone) and one that
-    /// did not both end with holds indexed by (end, start), their rows kept.
+    /// A ledger that took migration 10 (holds by start alone), one that
+    /// did not, and one of version 11 all end with holds, GPU intervals and
+    /// slices indexed by their end, their rows kept.
     #[test]
-    fn ledgers_of_version_9_and_10_end_with_holds_indexed_by_end_and_start() {
-        for version in [9, 10] {
+    fn older_ledgers_end_with_what_they_hold_indexed_by_its_end() {
+        for version in [9, 10, 11] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("ledger.db");
             {
@@ -259,11 +260,13 @@ mod tests {
             }
             drop(Store::open(&path).unwrap());
             let conn = Connection::open(&path).unwrap();
+            assert_eq!(indexes(&conn, "holds"), ["holds_end"], "from {version}");
             assert_eq!(
-                holds_indexes(&conn),
-                ["holds_end"],
-                "from version {version}"
+                indexes(&conn, "gpu_intervals"),
+                ["gpu_intervals_end"],
+                "from {version}"
             );
+            assert_eq!(indexes(&conn, "slices"), ["slices_end"], "from {version}");
             let version: i64 = conn
                 .pragma_query_value(None, "user_version", |r| r.get(0))
                 .unwrap();

@@ -29,6 +29,11 @@ pub(super) const SLICES_IN: &str = "SELECT template, user, baseboard, start_ms, 
         gpu_memory_peak_bytes, energy_j, error
     FROM slices WHERE start_ms < ?2 AND coalesce(end_ms, 9223372036854775807) > ?1
     ORDER BY start_ms, id";
+/// A template's open slice (the latest), read through the same index: the
+/// loop asks at each slice's start.
+pub(super) const OPEN_SLICE: &str = "SELECT id FROM slices
+    WHERE template = ?1 AND coalesce(end_ms, 9223372036854775807) = 9223372036854775807
+    ORDER BY id DESC LIMIT 1";
 
 impl Store {
     /// A slice begins (its start was issued); a restart between start issued
@@ -200,11 +205,8 @@ impl Store {
     pub fn open_slice_of(&self, template: &str) -> Result<Option<i64>> {
         Ok(self
             .conn
-            .query_row(
-                "SELECT id FROM slices WHERE template = ?1 AND end_ms IS NULL ORDER BY id DESC LIMIT 1",
-                params![template],
-                |r| r.get(0),
-            )
+            .prepare_cached(OPEN_SLICE)?
+            .query_row(params![template], |r| r.get(0))
             .optional()?)
     }
 

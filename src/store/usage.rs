@@ -311,7 +311,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::{HOLDS_IN, INTERVALS_IN, RUNS_IN};
-    use crate::store::slicing::SLICES_IN;
+    use crate::store::slicing::{OPEN_SLICE, SLICES_IN};
     use crate::store::Store;
     use rusqlite::{params, StatementStatus};
 
@@ -378,7 +378,7 @@ mod tests {
 
     /// SQLite's own count of the steps each window query took.
     fn steps(store: &Store) -> Vec<i32> {
-        [HOLDS_IN, INTERVALS_IN, RUNS_IN, SLICES_IN]
+        [HOLDS_IN, INTERVALS_IN, RUNS_IN, SLICES_IN, OPEN_SLICE]
             .iter()
             .map(|sql| {
                 let stmt = store.conn.prepare_cached(sql).unwrap();
@@ -387,9 +387,10 @@ mod tests {
             .collect()
     }
 
-    /// The loop's read of the minute just closed costs the same with ten
-    /// times the history behind it (it read every hold and slice begun
-    /// before the window, and every GPU interval ever recorded).
+    /// The loop's read of the minute just closed, and of a template's open
+    /// slice, costs the same with ten times the history behind it (they
+    /// read every hold and slice begun before the window, every GPU
+    /// interval ever recorded, every slice).
     #[test]
     fn reading_the_last_minute_does_not_grow_with_the_history_kept() {
         let now = 100_000 * MINUTE;
@@ -405,9 +406,14 @@ mod tests {
                 1,
                 "the open slice"
             );
+            assert_eq!(store.open_slice_of("t").unwrap(), Some(history + 1));
+            // The usual case at a slice's start: none open for the template.
+            assert_eq!(store.open_slice_of("other").unwrap(), None);
             costs.push(steps(&store));
         }
         for (q, (small, large)) in costs[0].iter().zip(&costs[1]).enumerate() {
+            // Counted at all (a statement prepared anew would read 0).
+            assert!(*small > 0, "query {q}: no steps counted");
             assert!(
                 *large <= small + 20,
                 "query {q}: {small} steps with 1,000 ended workers, {large} with 10,000"

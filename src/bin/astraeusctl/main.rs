@@ -162,13 +162,7 @@ fn read_spec(file: &str) -> Result<String, String> {
 fn describe(e: zbus::Error) -> String {
     match e {
         zbus::Error::MethodError(name, msg, _) => {
-            let kind = name
-                .as_str()
-                .rsplit('.')
-                .next()
-                .unwrap_or("Error")
-                .to_string();
-            format!("{kind}: {}", msg.unwrap_or_default())
+            astraeusd::cli::describe_error(name.as_str(), msg.as_deref().unwrap_or_default())
         }
         zbus::Error::FDO(e) => e.to_string(),
         e => e.to_string(),
