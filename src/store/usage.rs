@@ -312,6 +312,7 @@ impl Store {
 mod tests {
     use super::{HOLDS_IN, INTERVALS_IN, RUNS_IN};
     use crate::store::slicing::{OPEN_SLICE, SLICES_IN};
+    use crate::store::workers::{LIVE_HOLDS, LIVE_WORKERS};
     use crate::store::Store;
     use rusqlite::{params, StatementStatus};
 
@@ -378,21 +379,30 @@ mod tests {
 
     /// SQLite's own count of the steps each window query took.
     fn steps(store: &Store) -> Vec<i32> {
-        [HOLDS_IN, INTERVALS_IN, RUNS_IN, SLICES_IN, OPEN_SLICE]
-            .iter()
-            .map(|sql| {
-                let stmt = store.conn.prepare_cached(sql).unwrap();
-                stmt.get_status(StatementStatus::VmStep)
-            })
-            .collect()
+        [
+            HOLDS_IN,
+            INTERVALS_IN,
+            RUNS_IN,
+            SLICES_IN,
+            OPEN_SLICE,
+            LIVE_WORKERS,
+            LIVE_HOLDS,
+        ]
+        .iter()
+        .map(|sql| {
+            let stmt = store.conn.prepare_cached(sql).unwrap();
+            stmt.get_status(StatementStatus::VmStep)
+        })
+        .collect()
     }
 
-    /// The loop's read of the minute just closed, and of a template's open
-    /// slice, costs the same with ten times the history behind it (they
-    /// read every hold and slice begun before the window, every GPU
-    /// interval ever recorded, every slice).
+    /// The loop's read of the minute just closed, of a template's open
+    /// slice, and a start's read of the live workers cost the same with ten
+    /// times the history behind them (they read every hold and slice begun
+    /// before the window, every GPU interval ever recorded, every slice,
+    /// every worker and hold).
     #[test]
-    fn reading_the_last_minute_does_not_grow_with_the_history_kept() {
+    fn reading_the_last_minute_and_the_live_workers_does_not_grow_with_the_history_kept() {
         let now = 100_000 * MINUTE;
         let mut costs = Vec::new();
         for history in [1_000, 10_000] {
@@ -409,6 +419,10 @@ mod tests {
             assert_eq!(store.open_slice_of("t").unwrap(), Some(history + 1));
             // The usual case at a slice's start: none open for the template.
             assert_eq!(store.open_slice_of("other").unwrap(), None);
+            // What a start reads.
+            let live = store.live_workers().unwrap();
+            assert_eq!(live.len(), 2);
+            assert!(live.iter().all(|w| w.grants.len() == 1));
             costs.push(steps(&store));
         }
         for (q, (small, large)) in costs[0].iter().zip(&costs[1]).enumerate() {

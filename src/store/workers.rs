@@ -95,6 +95,22 @@ fn insert_grants(tx: &Connection, id: i64, grants: &[Grant], at: EpochMs) -> Res
     Ok(())
 }
 
+// What a start reads: the live workers and their open holds, through the
+// live-name index and the holds' end index (an open hold's end indexed as
+// the largest there is: store/schema.rs, migration 12), so that a start
+// costs what is live, not what the ledger has kept (store/usage.rs test).
+// Without INDEXED BY, SQLite reads every worker ever to keep the id order.
+pub(super) const LIVE_WORKERS: &str = "SELECT id, name, spec, owner_uid, holders, state,
+        submitted_ms, runtime_id, cgroup, started_ms
+    FROM workers INDEXED BY workers_live_name
+    WHERE state != 'stopped' ORDER BY id";
+pub(super) const LIVE_HOLDS: &str = "SELECT h.worker_id, h.gpu_uuid, h.gpu_index,
+        h.share_hundredths
+    FROM holds h JOIN workers w ON w.id = h.worker_id
+    WHERE coalesce(h.to_ms, 9223372036854775807) = 9223372036854775807
+      AND w.state != 'stopped'
+    ORDER BY h.worker_id, h.gpu_index";
+
 impl Store {
     /// Records a new worker, placed (`grants` is `Some`) or pending, in one transaction.
     pub fn insert_worker(
@@ -237,11 +253,7 @@ impl Store {
 
     /// Every live worker with its allocations, oldest first.
     pub fn live_workers(&self) -> Result<Vec<WorkerRow>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, name, spec, owner_uid, holders, state, submitted_ms, runtime_id, cgroup,
-                    started_ms FROM workers
-             WHERE state != 'stopped' ORDER BY id",
-        )?;
+        let mut stmt = self.conn.prepare_cached(LIVE_WORKERS)?;
         let mut rows: Vec<WorkerRow> = stmt
             .query_map([], |r| {
                 Ok((
@@ -289,12 +301,7 @@ impl Store {
             .collect::<Result<_>>()?;
         let mut by_id: std::collections::HashMap<i64, usize> =
             rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT h.worker_id, h.gpu_uuid, h.gpu_index, h.share_hundredths FROM holds h
-             JOIN workers w ON w.id = h.worker_id
-             WHERE h.to_ms IS NULL AND w.state != 'stopped'
-             ORDER BY h.worker_id, h.gpu_index",
-        )?;
+        let mut stmt = self.conn.prepare_cached(LIVE_HOLDS)?;
         let allocs = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, i64>(0)?,
