@@ -127,7 +127,9 @@ fn storm(power_cut: bool) {
         let pause = Duration::from_millis(30 + rng.below(300));
         if at_first_sync {
             // The shim kills it at that sync: wait for that, not the pause.
-            died_within(&d.child, Duration::from_secs(20));
+            eventually("the shim to kill the daemon at its first sync", || {
+                exited(&d.child)
+            });
         } else {
             std::thread::sleep(pause);
         }
@@ -188,21 +190,12 @@ fn storm(power_cut: bool) {
     );
 }
 
-/// Waits until `child` has exited (a zombie not yet reaped: `kill` and
-/// `wait` still work on it), at most `limit`.
-fn died_within(child: &std::process::Child, limit: Duration) {
-    let stat = format!("/proc/{}/stat", child.id());
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        let state = std::fs::read_to_string(&stat).unwrap_or_default();
-        // "pid (comm) S …": the state follows the last ')'.
-        if state
-            .rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('Z'))
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Whether `child` has exited (a zombie not yet reaped: `kill` and `wait`
+/// still work on it).
+fn exited(child: &std::process::Child) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+    // "pid (comm) S …": the state follows the last ')'.
+    stat.rsplit(')')
+        .next()
+        .is_some_and(|r| r.trim_start().starts_with('Z'))
 }

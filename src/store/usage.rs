@@ -354,16 +354,12 @@ mod tests {
                 params![format!("GPU-{i}"), interval, interval + MINUTE / 2],
             )
             .unwrap();
+            // A slice per ended worker, over its hold's time, and one open.
             if i <= history {
-                let (start, end) = if i == history {
-                    (now - MINUTE / 2, None)
-                } else {
-                    (i * MINUTE, Some((i + 1) * MINUTE))
-                };
                 tx.execute(
                     "INSERT INTO slices (template, user, baseboard, start_ms, end_ms)
                      VALUES ('t', 'u', '0000:01:00.0', ?1, ?2)",
-                    params![start, end],
+                    params![from, to],
                 )
                 .unwrap();
             }
