@@ -36,7 +36,8 @@ a usage error (an option or argument that does not parse)
 .TP
 69
 the daemon is not running, the bus could not start it (\fBStartFailed\fR, with the
-bus's reason), or the bus cannot be reached (a hint says what to check);
+bus's reason), the bus cannot be reached (a hint says what to check), or
+the daemon did not answer within \fB\-\-timeout\fR (\fBNoReply\fR);
 \fBevents\fR ends with it when the daemon goes away (\fBGone\fR)
 .PP
 Lists print a header and a count line, as systemd's tools do; \fB\-\-no\-legend\fR

@@ -60,6 +60,11 @@ pub struct CtlArgs {
     /// Print lists without their header, notes and count line (for scripts).
     #[arg(long, global = true)]
     pub no_legend: bool,
+    /// Give up on a call the daemon has not answered in this many seconds
+    /// (1 to 86400; busctl's and gdbus's default is the same 25).
+    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 25,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
     #[command(subcommand)]
     pub cmd: CtlCommand,
 }

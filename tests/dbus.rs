@@ -1186,7 +1186,7 @@ fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
 fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
     let dir = tempfile::tempdir().unwrap();
     let bus = Bus::session();
-    let _d = start_majin(
+    let d = start_majin(
         &bus,
         dir.path(),
         "[inventory]\nrefresh_seconds = 0.2\n",
@@ -1273,6 +1273,29 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
     let v: serde_json::Value = serde_json::from_str(o.stderr.trim()).unwrap();
     assert_eq!(v["error"], "StartFailed");
     assert_eq!(v["exit_code"], 69);
+    // A daemon that is there and does not answer (stopped here): astraeusctl
+    // gives up after --timeout (default 25 s, as busctl's) instead of
+    // waiting for ever, says which call went unanswered, and exits 69.
+    d.signal(libc::SIGSTOP);
+    let o = ctl(a, None, &["--timeout", "1", "gpus"]);
+    let json = ctl(a, None, &["--json", "--timeout", "1", "workers"]);
+    d.signal(libc::SIGCONT);
+    assert_eq!(o.code, Some(69), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("NoReply: astraeusd did not answer ListGpus within 1 s (--timeout)"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("is astraeusd running"), "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(json.stderr.trim()).unwrap();
+    assert_eq!(v["error"], "NoReply", "{}", json.stderr);
+    assert_eq!(v["exit_code"], 69);
+    // Once it answers again, so does astraeusctl; 0 is not a timeout.
+    assert!(ctl(a, None, &["--timeout", "1", "gpus"]).ok);
+    let o = ctl(a, None, &["--timeout", "0", "gpus"]);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("--timeout"), "{}", o.stderr);
 }
 
 /// A submit whose group's ledger commit fails (a failpoint stands in for

@@ -771,13 +771,7 @@ fn a_call_the_bus_refuses_for_a_full_queue_is_sent_again_by_astraeusctl() {
     let a = bus.address.clone();
     let spec = dir.path().join("probe.json");
     std::fs::write(&spec, shared_spec("probe", "1")).unwrap();
-    let signal = |sig: &str| {
-        std::process::Command::new("kill")
-            .args([sig, &d.child.id().to_string()])
-            .status()
-            .unwrap()
-    };
-    assert!(signal("-STOP").success());
+    d.signal(libc::SIGSTOP);
     // Five 30 MiB calls the stopped daemon cannot read: more than the
     // bus's 127 MiB queue for one connection.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -803,7 +797,7 @@ fn a_call_the_bus_refuses_for_a_full_queue_is_sent_again_by_astraeusctl() {
     };
     // Long enough for astraeusctl to start and meet the full queue.
     std::thread::sleep(std::time::Duration::from_secs(2));
-    assert!(signal("-CONT").success());
+    d.signal(libc::SIGCONT);
     let o = ctl_call.join().unwrap();
     assert!(o.ok, "astraeusctl gave up: {}", o.stderr);
     assert!(

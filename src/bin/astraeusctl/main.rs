@@ -165,12 +165,17 @@ fn describe(e: zbus::Error) -> String {
             astraeusd::cli::describe_error(name.as_str(), msg.as_deref().unwrap_or_default())
         }
         zbus::Error::FDO(e) => e.to_string(),
+        zbus::Error::InputOutput(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            "NoReply: no answer in time (--timeout)".to_string()
+        }
         e => e.to_string(),
     }
 }
 
 struct Client {
     conn: Connection,
+    /// `--timeout`: how long a call may go unanswered.
+    patience: std::time::Duration,
 }
 
 /// How long a call refused by the bus for a full queue is tried again: as
@@ -233,9 +238,21 @@ impl Client {
                     BUS_FULL_PATIENCE.as_secs()
                 ))
                 }
+                Err(zbus::Error::InputOutput(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Err(self.no_answer(method));
+                }
                 other => return other.map_err(describe),
             }
         }
+    }
+
+    /// A call that went unanswered for `--timeout`: the daemon is there
+    /// (the bus would have said otherwise) but stuck or overloaded.
+    fn no_answer(&self, what: &str) -> String {
+        format!(
+            "NoReply: astraeusd did not answer {what} within {} s (--timeout)",
+            self.patience.as_secs()
+        )
     }
 
     async fn call<B, R>(&self, method: &str, body: &B) -> Result<R, String>
@@ -320,17 +337,25 @@ impl Client {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let conn = if let Some(addr) = &args.bus_address {
+    let patience = std::time::Duration::from_secs(args.timeout);
+    let builder = if let Some(addr) = &args.bus_address {
         zbus::connection::Builder::address(addr.as_str())
-            .build()
-            .await
     } else if args.session {
-        Connection::session().await
+        zbus::connection::Builder::session()
     } else {
-        Connection::system().await
-    }
-    .map_err(|e| format!("connecting to the bus: {e}"))?;
-    let c = Client { conn };
+        zbus::connection::Builder::system()
+    };
+    // Every call, and the bus's own greeting, waits at most --timeout.
+    let conn = tokio::time::timeout(patience, builder.method_timeout(patience).build())
+        .await
+        .map_err(|_| {
+            format!(
+                "NoReply: the bus did not answer within {} s (--timeout)",
+                args.timeout
+            )
+        })?
+        .map_err(|e| format!("connecting to the bus: {e}"))?;
+    let c = Client { conn, patience };
     let form = lists::Form {
         json: args.json,
         legend: !args.no_legend,
