@@ -215,6 +215,12 @@ CREATE INDEX gpu_intervals_end ON gpu_intervals(to_ms);
 DROP INDEX IF EXISTS slices_time;
 CREATE INDEX slices_end ON slices(coalesce(end_ms, 9223372036854775807), start_ms);
 "#,
+    // 14: the daemon's runs, which the same count reads (for downtime), by
+    // their last sign of life: by start, it walked every run ever recorded,
+    // one more each restart (a crash loop under Restart= adds thousands).
+    r#"
+CREATE INDEX daemon_runs_alive ON daemon_runs(alive_ms);
+"#,
 ];
 
 #[cfg(test)]
@@ -236,11 +242,12 @@ mod tests {
     }
 
     /// A ledger that took migration 10 (holds by start alone), one that
-    /// did not, and one of version 11 all end with holds, GPU intervals and
-    /// slices indexed by their end, their rows kept.
+    /// did not, and ones of versions 11 and 13 all end with holds, GPU
+    /// intervals, slices and the daemon's runs indexed by their end, their
+    /// rows kept.
     #[test]
     fn older_ledgers_end_with_what_they_hold_indexed_by_its_end() {
-        for version in [9, 10, 11] {
+        for version in [9, 10, 11, 13] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("ledger.db");
             {
@@ -267,6 +274,11 @@ mod tests {
                 "from {version}"
             );
             assert_eq!(indexes(&conn, "slices"), ["slices_end"], "from {version}");
+            assert_eq!(
+                indexes(&conn, "daemon_runs"),
+                ["daemon_runs_alive"],
+                "from {version}"
+            );
             let version: i64 = conn
                 .pragma_query_value(None, "user_version", |r| r.get(0))
                 .unwrap();

@@ -20,7 +20,9 @@ const HOLDS_IN: &str = "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_in
 const INTERVALS_IN: &str = "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct,
         outside_bytes, total_bytes
     FROM gpu_intervals WHERE from_ms < ?2 AND to_ms > ?1 ORDER BY from_ms";
-const RUNS_IN: &str = "SELECT started_ms, alive_ms FROM daemon_runs
+// By the runs' last sign of life (store/schema.rs, migration 14): SQLite
+// would otherwise walk the primary key, every run begun before the window.
+const RUNS_IN: &str = "SELECT started_ms, alive_ms FROM daemon_runs INDEXED BY daemon_runs_alive
     WHERE started_ms < ?2 AND alive_ms > ?1 ORDER BY started_ms";
 
 /// One worker's hold on one GPU, as the usage report needs it.
@@ -318,8 +320,8 @@ mod tests {
 
     const MINUTE: i64 = 60_000;
 
-    /// A ledger with `history` ended workers (a hold, a GPU interval and a
-    /// time slice each, long before the window) and, in the last minute,
+    /// A ledger with `history` ended workers (a hold, a GPU interval, a
+    /// time slice and a daemon run each, long before the window) and, in the last minute,
     /// two live holds, two closed intervals and an open slice.
     fn ledger(history: i64, now: i64) -> Store {
         let store = Store::open_in_memory().unwrap();
@@ -364,9 +366,17 @@ mod tests {
                 .unwrap();
             }
         }
+        // A daemon run per ended worker, and the one still on.
+        for i in 0..history {
+            tx.execute(
+                "INSERT INTO daemon_runs (started_ms, alive_ms) VALUES (?1, ?2)",
+                params![i * MINUTE + 1, (i + 1) * MINUTE - 1],
+            )
+            .unwrap();
+        }
         tx.execute(
-            "INSERT INTO daemon_runs (started_ms, alive_ms) VALUES (0, ?1)",
-            params![now],
+            "INSERT INTO daemon_runs (started_ms, alive_ms) VALUES (?1, ?2)",
+            params![history * MINUTE + 1, now],
         )
         .unwrap();
         tx.commit().unwrap();
@@ -394,9 +404,9 @@ mod tests {
 
     /// The loop's read of the minute just closed, of a template's open
     /// slice, and a start's read of the live workers cost the same with ten
-    /// times the history behind them (they read every hold and slice begun
-    /// before the window, every GPU interval ever recorded, every slice,
-    /// every worker and hold).
+    /// times the history behind them (they read every hold, slice and
+    /// daemon run begun before the window, every GPU interval ever
+    /// recorded, every slice, every worker and hold).
     #[test]
     fn reading_the_last_minute_and_the_live_workers_does_not_grow_with_the_history_kept() {
         let now = 100_000 * MINUTE;
