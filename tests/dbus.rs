@@ -694,6 +694,69 @@ fn astraeusctl_shows_the_seeds_words() {
     );
 }
 
+/// What the daemon said just before it left (its last changes, sent as it
+/// stops) is shown before `astraeusctl events` says it left: a stand-in
+/// owning the daemon's name sends a burst of WorkerRemoved and leaves at
+/// once; every one of them is printed, then the follower ends with 69.
+/// (Taken in turns, the bus's NameOwnerChanged came first and the rest was
+/// lost: seen as a last GPU change missing in the test below.)
+#[test]
+fn astraeusctl_events_shows_what_the_daemon_said_before_it_left() {
+    use std::io::BufRead;
+    const BURST: usize = 300;
+    let bus = Bus::session();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let daemon = rt.block_on(async {
+        zbus::connection::Builder::address(bus.address.as_str())
+            .name("org.astraeus.Node1")
+            .build()
+            .await
+            .unwrap()
+    });
+    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
+        .args(["--bus-address", &bus.address, "--json", "events"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(follower.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("following"), "{first}");
+    rt.block_on(async {
+        for i in 0..BURST {
+            let path = zbus::OwnedObjectPath::try_from(format!("/org/astraeus/Node1/worker/w{i}"))
+                .unwrap();
+            daemon
+                .emit_signal(
+                    None::<()>,
+                    "/org/astraeus/Node1",
+                    "org.astraeus.Node1.Manager",
+                    "WorkerRemoved",
+                    &(format!("w{i}"), path),
+                )
+                .await
+                .unwrap();
+        }
+        daemon.close().await.unwrap();
+    });
+    let removed: Vec<String> = lines
+        .map(Result::unwrap)
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+            assert_eq!(v["event"], "worker-removed", "{l}");
+            v["worker"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let expected: Vec<String> = (0..BURST).map(|i| format!("w{i}")).collect();
+    assert_eq!(removed.len(), BURST, "printed before the end: {removed:?}");
+    assert_eq!(removed, expected);
+    let status = follower.wait().unwrap();
+    assert_eq!(status.code(), Some(69));
+}
+
 /// `astraeusctl events` follows what happens as lines (and JSON lines) and
 /// ends, with 69, when the daemon goes; `history` lists ended workers with
 /// their end from the ledger, in the reader's zone, `--since` read as

@@ -279,8 +279,7 @@ impl Client {
     /// and that is how its end is seen.
     async fn daemon_signals(
         &self,
-    ) -> Result<futures_util::stream::Select<zbus::MessageStream, zbus::MessageStream>, String>
-    {
+    ) -> Result<impl futures_util::Stream<Item = zbus::Result<zbus::Message>> + Unpin, String> {
         let owner = zbus::fdo::DBusProxy::new(&self.conn)
             .await
             .map_err(describe)?
@@ -306,7 +305,16 @@ impl Client {
         let owner_changes = zbus::MessageStream::for_match_rule(owner_rule, &self.conn, None)
             .await
             .map_err(describe)?;
-        Ok(futures_util::stream::select(from_daemon, owner_changes))
+        // The daemon's own first whenever both have one: the connection
+        // hands each stream its messages in the order they came, so what
+        // the daemon said before it left (its last changes, sent as it
+        // stops) is read before the news that it left. Taken in turns, the
+        // end could come first and those be lost.
+        Ok(futures_util::stream::select_with_strategy(
+            from_daemon,
+            owner_changes,
+            |_: &mut ()| futures_util::stream::PollNext::Left,
+        ))
     }
 
     async fn manager_property<T>(&self, name: &str) -> Result<T, String>
