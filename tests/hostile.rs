@@ -924,6 +924,19 @@ fn a_long_usage_report_holds_no_one_else() {
     });
 }
 
+/// So does a slice report: read by their end, the slices of a window long
+/// ago are every slice since, which a caller names (any window of 400 days).
+#[test]
+fn a_long_slice_report_holds_no_one_else() {
+    held_at_holds_no_one_else("slice.report", "", |a| {
+        let o = manager(&a, None, "SliceReport", &["sxx", "", "0", "86400"]);
+        match o.ok && o.stdout.starts_with("a(ssxxxxdddddds) 0") {
+            true => Ok(()),
+            false => Err(format!("{} {}", o.stdout, o.stderr)),
+        }
+    });
+}
+
 /// GetManagedObjects and ListWorkers are built and serialised on the
 /// lists runtime, not on the thread the loop and the bus share: held there
 /// (as 100,000 workers would hold them, seconds and tens of MB), they hold

@@ -699,9 +699,7 @@ impl Service {
                 template,
                 window,
                 reply,
-            } => {
-                let _ = reply.send(self.slice_report(&template, window));
-            }
+            } => self.slice_report(template, window, reply),
             Command::CreateTemplate {
                 spec,
                 caller,
