@@ -20,6 +20,10 @@ pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 pub use crate::json_fields::MAX_LIST;
 /// Longest single string accepted (a domain XML is the biggest legitimate one).
 pub use crate::json_fields::MAX_STRING;
+/// Most holders a worker may name: a program and a few of its helpers. The
+/// daemon checks each one's identity at a submit and its liveness at every
+/// refresh (off the loop, but still two reads of /proc each).
+pub const MAX_HOLDERS: usize = 32;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WorkerSpec {
@@ -135,6 +139,21 @@ impl WorkerSpec {
                 })
                 .collect::<Result<_>>()?,
         };
+        if holders.len() > MAX_HOLDERS {
+            return Err(Error::field(
+                "holders",
+                format!(
+                    "{} processes is too many; at most {MAX_HOLDERS}",
+                    holders.len()
+                ),
+            ));
+        }
+        if let Some(i) = (1..holders.len()).find(|&i| holders[..i].contains(&holders[i])) {
+            return Err(Error::field(
+                &format!("holders[{i}]"),
+                format!("process {} is named already; each process once", holders[i]),
+            ));
+        }
         if let (Some(Run::Vm(_)), Some(gpu)) = (&run, &resources.gpu) {
             if gpu.shared_gb.is_some() {
                 return Err(Error::field(
@@ -559,5 +578,15 @@ mod tests {
             err(&text),
             "holders: 1000 elements is too many; at most 256"
         );
+        let many: Vec<u32> = (1..=33).collect();
+        let text = serde_json::json!({"name":"w","holders": many}).to_string();
+        assert_eq!(err(&text), "holders: 33 processes is too many; at most 32");
+        let text = serde_json::json!({"name":"w","holders": [7, 8, 7]}).to_string();
+        assert_eq!(
+            err(&text),
+            "holders[2]: process 7 is named already; each process once"
+        );
+        let text = serde_json::json!({"name":"w","holders": (1..=32).collect::<Vec<u32>>()});
+        assert!(WorkerSpec::parse(&text.to_string()).is_ok());
     }
 }

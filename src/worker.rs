@@ -8,7 +8,7 @@ use crate::request::WorkerSpec;
 /// A process named as a worker's holder: its pid and its identity (the
 /// kernel's start time of the process, in clock ticks since boot), so that
 /// the pid reused by another process is never taken for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Holder {
     pub pid: u32,
     /// None: not known (a ledger from before identities were kept); such a

@@ -905,6 +905,46 @@ fn a_slow_inventory_read_holds_no_one_else() {
     });
 }
 
+/// The refresh's check that holders still run (two reads of /proc each, and
+/// a member may name thousands across its workers) runs off the loop's
+/// thread: held there 10 s, it holds no call, and a holder found gone is
+/// dropped when it ends.
+#[test]
+fn a_slow_holder_check_holds_no_one_else() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "[inventory]\nrefresh_seconds = 0.2\n",
+        &[("ASTRAEUS_FAILPOINTS", "holders.check=pause10000")],
+    );
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id();
+    let spec = format!(
+        r#"{{"name":"held","holders":[{pid}],"requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":1}}}}}}"#
+    );
+    let o = manager(&bus.address, None, "SubmitWorker", &["s", &spec]);
+    assert!(o.ok, "{}", o.stderr);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    eventually("the check is held inside", || {
+        d.log_text().contains("failpoint holders.check reached")
+    });
+    answered_meanwhile(&bus.address, "holders.check");
+    let gone = format!("holder pid {pid} of worker held is gone");
+    assert!(
+        !d.log_text().contains(&gone),
+        "dropped before the check ended"
+    );
+    eventually("the gone holder dropped when the check ends", || {
+        d.log_text().contains(&gone)
+    });
+}
+
 /// A usage report reads the ledger on its own connection, away from the
 /// service loop: a caller asking for a year of rows (seconds of work) holds
 /// no one else.

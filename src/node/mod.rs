@@ -273,6 +273,14 @@ impl Node {
         Ok(dropped)
     }
 
+    /// Every live worker's holders, each once.
+    pub fn holders(&self) -> std::collections::HashSet<Holder> {
+        self.with_holders
+            .iter()
+            .flat_map(|name| self.workers[name].holders.iter().copied())
+            .collect()
+    }
+
     /// (live, pending) workers one user holds, for its quotas.
     pub fn held_by(&self, uid: u32) -> (usize, usize) {
         self.per_owner.get(&uid).copied().unwrap_or_default()

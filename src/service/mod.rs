@@ -16,6 +16,7 @@
 //! - [`slicing`]: time-slicing (slice events, metering, converge, templates,
 //!   staging), with [`hypervisor`] running its libvirt calls in tasks.
 
+mod holders;
 mod hypervisor;
 mod publish;
 mod queries;
@@ -108,6 +109,8 @@ pub struct Service {
     node: Node,
     /// The GPU source, read off the loop's thread.
     reading: reading::Reading,
+    /// The holders' liveness check under way, off the loop.
+    holder_check: holders::HolderCheck,
     /// A re-read that does not end was said (without a watchdog).
     read_stuck_said: bool,
     /// A SetSchedule's conflicts are being checked; those that came
@@ -193,6 +196,7 @@ impl Service {
         let mut service = Service {
             node,
             reading: reading::Reading::new(source),
+            holder_check: holders::HolderCheck::default(),
             read_stuck_said: false,
             schedule_checking: false,
             schedules_waiting: Default::default(),
@@ -309,6 +313,7 @@ impl Service {
                     // GPUs for whole requests, on the machine as now read.
                     self.drain().await;
                 }
+                gone = self.holder_check.done() => self.drop_holders(&gone),
                 ticked = refresh.tick() => {
                     if let Err(e) = ticked {
                         // Not seen; were it, the loop would spin on it.
@@ -317,7 +322,8 @@ impl Service {
                         self.fatal = Some(e);
                     }
                     self.check_reading(watchdog);
-                    self.check_holders().await;
+                    self.holder_check
+                        .start(self.node.holders(), holders::still_running);
                     if self.reading.changed() {
                         self.reread("the inventory changed");
                     }
@@ -406,13 +412,14 @@ impl Service {
         }
     }
 
-    /// Holders that are gone, or whose pid another process now has, no
-    /// longer count as their worker's: dropped, with a journal line.
-    async fn check_holders(&mut self) {
-        let alive = |h: &Holder| {
-            h.start.is_some() && crate::auth::process(h.pid).map(|p| p.start) == h.start
-        };
-        match self.node.keep_holders(alive) {
+    /// Holders that are gone, or whose pid another process now has (as the
+    /// check off the loop found), no longer count as their worker's:
+    /// dropped, with a journal line.
+    fn drop_holders(&mut self, gone: &std::collections::HashSet<Holder>) {
+        if gone.is_empty() {
+            return;
+        }
+        match self.node.keep_holders(|h| !gone.contains(h)) {
             Ok(dropped) => {
                 for (name, gone) in dropped {
                     self.publish_worker(&name);

@@ -1,0 +1,86 @@
+//! Holders' liveness, off the loop's thread. Every refresh asks whether
+//! each worker's holders still run as the processes they were (two reads of
+//! /proc each). Holders are named by callers, many per worker and many
+//! workers per user: on the loop, review measured seconds a tick with a
+//! member's tens of thousands, every call waiting. The check runs in the
+//! blocking pool on the distinct holders, one check at a time (a tick that
+//! finds one under way asks again at the next), and those found gone come
+//! back to the loop as a select branch ([`HolderCheck::done`]).
+
+use crate::worker::Holder;
+use std::collections::HashSet;
+use tokio::task::JoinHandle;
+
+#[derive(Default)]
+pub(super) struct HolderCheck {
+    under_way: Option<JoinHandle<HashSet<Holder>>>,
+}
+
+impl HolderCheck {
+    /// Checks `holders` with `alive`, unless a check is under way.
+    pub(super) fn start(&mut self, holders: HashSet<Holder>, alive: fn(&Holder) -> bool) {
+        if self.under_way.is_some() || holders.is_empty() {
+            return;
+        }
+        self.under_way = Some(tokio::task::spawn_blocking(move || {
+            // A test holds a check here (a /proc that answers slowly).
+            crate::failpoint::hit("holders.check");
+            holders.into_iter().filter(|h| !alive(h)).collect()
+        }));
+    }
+
+    /// The holders found gone, once the check under way ends; never while
+    /// none is.
+    pub(super) async fn done(&mut self) -> HashSet<Holder> {
+        let Some(check) = &mut self.under_way else {
+            return std::future::pending().await;
+        };
+        // An error only if the runtime is shutting down: nothing is dropped.
+        let gone = check.await.unwrap_or_default();
+        self.under_way = None;
+        gone
+    }
+}
+
+/// Whether a holder is still the process it was named as (a reused pid is
+/// another process: its start time differs).
+pub(super) fn still_running(h: &Holder) -> bool {
+    h.start.is_some() && crate::auth::process(h.pid).map(|p| p.start) == h.start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn those_gone_come_back_and_one_check_runs_at_a_time() {
+        let mine = crate::auth::process(std::process::id()).unwrap();
+        let me = Holder {
+            pid: std::process::id(),
+            start: Some(mine.start),
+        };
+        // The same pid with another start time: a reused pid.
+        let reused = Holder {
+            pid: me.pid,
+            start: Some(mine.start + 1),
+        };
+        let unknown = Holder {
+            pid: me.pid,
+            start: None,
+        };
+        let mut check = HolderCheck::default();
+        check.start([me, reused, unknown].into(), still_running);
+        // Asked again while one runs: ignored.
+        check.start([me].into(), |_| false);
+        let gone = check.done().await;
+        assert_eq!(gone, [reused, unknown].into());
+        // Nothing under way: done never ends.
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), check.done())
+                .await
+                .is_err()
+        );
+        check.start([me].into(), |_| false);
+        assert_eq!(check.done().await, [me].into());
+    }
+}
