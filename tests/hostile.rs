@@ -977,6 +977,19 @@ fn a_long_slice_report_holds_no_one_else() {
     });
 }
 
+/// And the listing of ended workers (up to 10,000 rows of the ledger, which
+/// anyone may ask for, again and again).
+#[test]
+fn a_long_listing_of_ended_workers_holds_no_one_else() {
+    held_at_holds_no_one_else("ended.list", "", |a| {
+        let o = manager(&a, None, "ListEnded", &["xu", "0", "10000"]);
+        match o.ok && o.stdout.starts_with("a(susaudxxxis) 0") {
+            true => Ok(()),
+            false => Err(format!("{} {}", o.stdout, o.stderr)),
+        }
+    });
+}
+
 /// GetManagedObjects and ListWorkers are built and serialised on the
 /// lists runtime, not on the thread the loop and the bus share: held there
 /// (as 100,000 workers would hold them, seconds and tens of MB), they hold

@@ -648,9 +648,7 @@ impl Service {
                 since_ms,
                 limit,
                 reply,
-            } => {
-                let _ = reply.send(self.list_ended(since_ms, limit));
-            }
+            } => self.list_ended(since_ms, limit, reply),
             Command::ListGpus { reply } => {
                 let _ = reply.send(self.list_gpus());
             }

@@ -31,28 +31,24 @@ impl Service {
         }
     }
 
-    /// Workers that ended since then, newest first (at most `limit`).
-    pub(super) fn list_ended(&self, since_ms: i64, limit: u32) -> Result<Vec<EndedRow>> {
-        let rows = self.node.store().ended_workers(since_ms, limit)?;
-        Ok(rows
-            .into_iter()
-            .map(|w| EndedRow {
-                gpus: crate::placement::gpus_column(&w.grants),
-                gpu_indices: w.grants.iter().map(|g| g.gpu_index).collect(),
-                gpu_shared_gb: w
-                    .grants
-                    .first()
-                    .and_then(|g| g.share)
-                    .map_or(0.0, crate::quantity::Amount::as_f64),
-                name: w.name,
-                owner_uid: w.owner_uid,
-                submitted_ms: w.submitted_ms,
-                started_ms: w.started_ms.unwrap_or(0),
-                ended_ms: w.ended_ms,
-                exit_status: w.exit_status.unwrap_or(-1),
-                end_reason: w.end_reason,
-            })
-            .collect())
+    /// Workers that ended since then, newest first (at most `limit`, up
+    /// to 10,000 rows of the ledger: read off the loop).
+    pub(super) fn list_ended(
+        &self,
+        since_ms: i64,
+        limit: u32,
+        reply: Reply<Result<Vec<EndedRow>>>,
+    ) {
+        let read = move |store: &crate::store::Store| {
+            // A test holds a listing here, as a long history would.
+            crate::failpoint::hit("ended.list");
+            Ok(store
+                .ended_workers(since_ms, limit)?
+                .into_iter()
+                .map(ended_row)
+                .collect())
+        };
+        self.read_off_the_loop("listing of ended workers", read, reply);
     }
 
     pub(super) fn list_gpus(&self) -> Vec<GpuRow> {
@@ -294,5 +290,24 @@ fn slice_report_row(r: crate::store::SliceRecord) -> SliceReportRow {
             .map_or(-1.0, |b| b as f64 / crate::quantity::GB_BYTES as f64),
         gpu_energy_wh: n(m.energy_j.map(|j| j / 3600.0)),
         error: r.error.unwrap_or_default(),
+    }
+}
+
+fn ended_row(w: crate::store::EndedWorker) -> EndedRow {
+    EndedRow {
+        gpus: crate::placement::gpus_column(&w.grants),
+        gpu_indices: w.grants.iter().map(|g| g.gpu_index).collect(),
+        gpu_shared_gb: w
+            .grants
+            .first()
+            .and_then(|g| g.share)
+            .map_or(0.0, crate::quantity::Amount::as_f64),
+        name: w.name,
+        owner_uid: w.owner_uid,
+        submitted_ms: w.submitted_ms,
+        started_ms: w.started_ms.unwrap_or(0),
+        ended_ms: w.ended_ms,
+        exit_status: w.exit_status.unwrap_or(-1),
+        end_reason: w.end_reason,
     }
 }
