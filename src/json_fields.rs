@@ -93,7 +93,7 @@ pub fn string(v: &Value, path: &str) -> Result<String> {
 /// A name-like string (vendor, model, user): short, printable, not blank.
 pub fn short(v: &Value, path: &str) -> Result<String> {
     let s = string(v, path)?;
-    if s.trim().is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
+    if s.trim().is_empty() || s.len() > 128 || s.chars().any(crate::text::hidden) {
         return Err(Error::field(path, "1 to 128 printable characters"));
     }
     Ok(s)

@@ -284,7 +284,13 @@ fn parse_gpu(v: &Value) -> Result<GpuRequest> {
             .map(|(i, id)| {
                 let path = format!("{}[{i}]", p("ids"));
                 match id {
-                    Value::String(s) if s.starts_with("GPU-") && s.len() <= 128 => {
+                    // What NVML's UUIDs are made of, and nothing that
+                    // could reach a reason ("no GPU GPU-…") as anything else.
+                    Value::String(s)
+                        if s.starts_with("GPU-")
+                            && s.len() <= 128
+                            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') =>
+                    {
                         Ok(GpuId::Uuid(s.clone()))
                     }
                     Value::Number(_) => u32::try_from(uint(id, &path)?)
@@ -292,7 +298,8 @@ fn parse_gpu(v: &Value) -> Result<GpuRequest> {
                         .map_err(|_| Error::field(&path, "a GPU index or a UUID")),
                     _ => Err(Error::field(
                         &path,
-                        "a GPU index (0, 1, …) or a UUID (\"GPU-…\")",
+                        "a GPU index (0, 1, …) or a UUID (\"GPU-\" then letters, digits and \
+                         dashes; at most 128)",
                     )),
                 }
             })
@@ -507,6 +514,33 @@ mod tests {
             "run.vm: a VM takes its GPUs whole; shared cannot be used with a vm run"
         );
         assert_eq!(err(r#"{"requested_resources":{}}"#), "name: required");
+        // Text another user reads back in a reason or a table: only what
+        // such a field is made of, no escapes, line breaks or turned text.
+        let ids = |id: &str| gpu(&format!(r#"{{"ids":[{id}]}}"#));
+        let bad_id = "requested_resources.gpu_requests.ids[0]: a GPU index (0, 1, …) or a UUID \
+                      (\"GPU-\" then letters, digits and dashes; at most 128)";
+        for id in [
+            r#""GPU-\u001b]0;pwned\u0007""#,
+            r#""GPU-1\nrootjob  running""#,
+            r#""GPU-\u202ex""#,
+            r#""GPU-a b""#,
+        ] {
+            assert_eq!(err(&ids(id)), bad_id, "{id}");
+        }
+        assert!(WorkerSpec::parse(&ids(r#""GPU-2f1a9c3e-77b0-4d5e-9a61-0c1d2e3f4a5b""#)).is_ok());
+        let models = |m: &str| gpu(&format!(r#"{{"models":[{m}]}}"#));
+        for m in [
+            r#""4060\u202e""#,
+            r#""a\u2028b""#,
+            r#""\u2066x""#,
+            r#""a\u009bb""#,
+        ] {
+            assert_eq!(
+                err(&models(m)),
+                "requested_resources.gpu_requests.models[0]: 1 to 128 printable characters",
+                "{m}"
+            );
+        }
     }
 
     #[test]

@@ -3,12 +3,31 @@
 //! newlines that would forge a journal or table line) never reach a reason,
 //! the journal, a terminal or the page.
 
-/// `text` for a terminal: every control character but line breaks and
+/// Whether `c` must not be shown as it is: a control character (C0, C1),
+/// or one that changes how the text around it reads without being seen:
+/// the bidirectional marks, embeddings, overrides and isolates (U+202E
+/// turns the rest of a line around: "evil\u{202e}txt.exe"), and the line
+/// and paragraph separators some terminals and viewers break lines at.
+pub fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `text` for a terminal: every [`hidden`] character but line breaks and
 /// tabs replaced by `?` (what a program prints line by line).
 pub fn printable_lines(text: &str) -> String {
     text.chars()
         .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
+            if hidden(c) && c != '\n' && c != '\t' {
                 '?'
             } else {
                 c
@@ -17,10 +36,10 @@ pub fn printable_lines(text: &str) -> String {
         .collect()
 }
 
-/// `text` with every control character replaced by `?`.
+/// `text` with every [`hidden`] character replaced by `?`.
 pub fn printable(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| if hidden(c) { '?' } else { c })
         .collect()
 }
 
@@ -38,5 +57,13 @@ mod tests {
             printable_lines("a\tb\nc\u{1b}[2J\u{9b}0m"),
             "a\tb\nc?[2J?0m"
         );
+        // Marks that turn text around or break it where nothing shows.
+        assert_eq!(
+            printable("x\u{202e}txt.exe \u{2066}a\u{2069} \u{200f}\u{061c}b\u{2028}c\u{2029}"),
+            "x?txt.exe ?a? ??b?c?"
+        );
+        assert_eq!(printable_lines("a\u{202e}\nb\u{202d}"), "a?\nb?");
+        // Right-to-left text itself is text.
+        assert_eq!(printable("שלום مرحبا"), "שלום مرحبا");
     }
 }

@@ -102,6 +102,10 @@ fn oversized_and_malformed_requests_get_typed_errors_and_cost_no_memory() {
         (serde_json::json!({"name": "a\u{0}b"}).to_string(), "name: must not contain a NUL character"),
         (serde_json::json!({"name": "a\u{7}b"}).to_string(), "name: 1 to 64 characters"),
         (serde_json::json!({"name": "ok", "requested_resources": {"gpu_requests": {"vendor": "nv\u{0}idia"}}}).to_string(), "requested_resources.gpu_requests.vendor: must not contain a NUL"),
+        // What another user reads back in a reason or a table.
+        (serde_json::json!({"name": "ok", "requested_resources": {"gpu_requests": {"ids": ["GPU-\u{1b}]0;x\u{7}\nrootjob  running"]}}}).to_string(), "requested_resources.gpu_requests.ids[0]: a GPU index"),
+        (serde_json::json!({"name": "ok", "requested_resources": {"gpu_requests": {"models": ["4060\u{202e}"]}}}).to_string(), "requested_resources.gpu_requests.models[0]: 1 to 128 printable"),
+        (serde_json::json!({"name": "ok", "holders": [7, 7]}).to_string(), "holders[1]: process 7 is named already"),
         ("{\"name\":".to_string(), "request: not valid JSON"),
         ("[]".to_string(), "request: expected a JSON object"),
     ];

@@ -208,7 +208,12 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
     for r in &table {
         outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
         for why in pending.remove(r[0].as_str()).unwrap_or_default() {
-            outln!("{}    {why}", " ".repeat(w[0]));
+            // One line each: what a reason quotes cannot start a row.
+            outln!(
+                "{}    {}",
+                " ".repeat(w[0]),
+                astraeusd::text::printable(&why)
+            );
         }
     }
     if form.legend {
@@ -257,7 +262,7 @@ pub async fn history(
                 gpus,
                 ms(r.started_ms).map_or("never".into(), |t| local.time(t / 1000)),
                 local.time(r.ended_ms / 1000),
-                r.end_reason.clone(),
+                astraeusd::text::printable(&r.end_reason),
             ]
         })
         .collect();

@@ -98,7 +98,7 @@ pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> 
     if !reasons.is_empty() {
         outln!("  waits because:");
         for r in reasons {
-            outln!("    {r}");
+            outln!("    {}", astraeusd::text::printable(&r));
         }
     }
     outln!("  request:  {}", text("Request").trim_end());
