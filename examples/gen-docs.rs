@@ -34,6 +34,10 @@ a usage error (an option or argument that does not parse)
 7
 \fBUnsatisfiable\fR: it could never be placed on this machine
 .TP
+66
+\fBNoInput\fR: a file named on the command line (a request, a schedule, the
+weights' directory) cannot be read; the message names it
+.TP
 69
 the daemon is not running, the bus could not start it (\fBStartFailed\fR, with the
 bus's reason), the bus cannot be reached (a hint says what to check), or

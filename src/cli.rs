@@ -344,6 +344,8 @@ pub fn exit_code(kind: &str) -> u8 {
         "AccessDenied" => 5,
         "Exists" | "Conflict" | "Busy" | "QuotaExceeded" => 6,
         "Unsatisfiable" => 7,
+        // sysexits' EX_NOINPUT: a file of the caller's that cannot be read.
+        "NoInput" => 66,
         "Usage" => 2,
         // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
         "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" | "Gone"

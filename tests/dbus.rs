@@ -1291,6 +1291,23 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
             2,
             "--since",
         ),
+        // A file of the caller's that is not there: neither the daemon's
+        // NotFound nor a daemon that is down.
+        (
+            vec!["submit".into(), "/nonexistent/NotFound".into()],
+            66,
+            "NoInput: /nonexistent/NotFound: No such file or directory",
+        ),
+        (
+            vec![
+                "template".into(),
+                "stage".into(),
+                "t".into(),
+                "/nonexistent".into(),
+            ],
+            66,
+            "NoInput: /nonexistent: No such file or directory",
+        ),
     ];
     for (args, code, words) in &cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

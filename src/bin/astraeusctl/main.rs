@@ -147,14 +147,21 @@ fn gb(x: f64) -> String {
     Amount::from_hundredths((x * 100.0).round().max(0.0) as u64).to_string()
 }
 
+/// A file of the caller's that cannot be read: its own kind (and exit
+/// code), so that it is never taken for the daemon's answer (a file named
+/// `NotFound`) or a bus that is not there ("No such file or directory").
+fn no_input(what: &str, e: std::io::Error) -> String {
+    format!("NoInput: {what}: {e}")
+}
+
 fn read_spec(file: &str) -> Result<String, String> {
     let mut text = String::new();
     if file == "-" {
         std::io::stdin()
             .read_to_string(&mut text)
-            .map_err(|e| format!("reading standard input: {e}"))?;
+            .map_err(|e| no_input("standard input", e))?;
     } else {
-        text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+        text = std::fs::read_to_string(file).map_err(|e| no_input(file, e))?;
     }
     Ok(text)
 }
@@ -677,7 +684,7 @@ async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result
         TemplateCommand::Stage { name, source } => {
             use futures_util::StreamExt;
             let source = std::fs::canonicalize(&source)
-                .map_err(|e| format!("{source}: {e}"))?
+                .map_err(|e| no_input(&source, e))?
                 .to_string_lossy()
                 .into_owned();
             // Listen before asking, so the end cannot be missed.
