@@ -17,7 +17,8 @@ busctl, gdbus or astraeusctl(1).\n\n\
 Files: /etc/astraeus/node.toml (configuration), /var/lib/astraeus/ledger.db (the ledger; \
 $STATE_DIRECTORY under systemd, $XDG_STATE_HOME/astraeus with --session). \
 Logs go to the journal (journalctl -u astraeusd; MESSAGE_ID per kind of event) or stderr. \
-Signals: SIGHUP re-reads the GPU inventory; SIGTERM stops cleanly."
+Signals: SIGHUP re-reads node.toml (what a restart would refuse is refused, and the running \
+configuration stays) and the GPU inventory; SIGTERM stops cleanly."
 )]
 pub struct DaemonArgs {
     /// Serve on the session bus instead of the system bus.

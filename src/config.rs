@@ -57,15 +57,24 @@ impl HttpConfig {
         let Some(text) = self.listen.as_deref() else {
             return Ok(None);
         };
-        if let Ok(port) = text.parse::<u16>() {
-            return Ok(Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))));
-        }
-        text.parse().map(Some).map_err(|_| {
+        let refused = || {
             Error::field(
                 "http.listen",
-                format!("an address and port such as 127.0.0.1:8089, or a port; got {text:?}"),
+                format!(
+                    "an address and port such as 127.0.0.1:8089, or a port (1 to 65535); \
+                     got {text:?}"
+                ),
             )
-        })
+        };
+        let address = match text.parse::<u16>() {
+            Ok(port) => std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            Err(_) => text.parse().map_err(|_| refused())?,
+        };
+        // Port 0 would be one the kernel picks: nobody could find the page.
+        if address.port() == 0 {
+            return Err(refused());
+        }
+        Ok(Some(address))
     }
 }
 
@@ -210,6 +219,25 @@ impl Default for Inventory {
     }
 }
 
+/// The longest `placement.drain_after_seconds` (a year): more is "never",
+/// which 0 says.
+const MAX_DRAIN_AFTER_SECONDS: u64 = 31_536_000;
+
+/// Where in `text` a TOML error is, and what it is, on one line: ", line 3
+/// (`group = astraeus`): invalid string; expected `"`, `'`". The file is
+/// the operator's; the line is shown as it is, made printable.
+pub(crate) fn where_in(text: &str, e: &toml::de::Error) -> String {
+    let what = e.message().trim().replace('\n', "; ");
+    let Some(span) = e.span() else {
+        return format!(": {what}");
+    };
+    let start = span.start.min(text.len());
+    let line_no = text[..start].matches('\n').count() + 1;
+    let line = text.lines().nth(line_no - 1).unwrap_or_default().trim();
+    let line = crate::text::printable(&line.chars().take(80).collect::<String>());
+    format!(", line {line_no} (`{line}`): {what}")
+}
+
 impl Config {
     /// Reads the file; a missing default file means defaults, a missing
     /// explicitly named one is an error.
@@ -222,15 +250,65 @@ impl Config {
             Err(e) => return Err(Error::Backend(format!("config {}: {e}", path.display()))),
         };
         let c: Config = toml::from_str(&text).map_err(|e| {
-            Error::InvalidRequest(format!("config {}: {}", path.display(), e.message()))
+            Error::InvalidRequest(format!("config {}{}", path.display(), where_in(&text, &e)))
         })?;
-        if !(0.1..=3600.0).contains(&c.inventory.refresh_seconds) {
+        c.check()?;
+        Ok(c)
+    }
+
+    /// What serde cannot say of a value: its range, and the settings read
+    /// only at a start (a reload that took them would tell of a change
+    /// the next start refuses). Checked at every load, before the daemon
+    /// opens its ledger.
+    fn check(&self) -> Result<()> {
+        let within = |field: &str, v: u64, range: std::ops::RangeInclusive<u64>, what: &str| {
+            if range.contains(&v) {
+                Ok(())
+            } else {
+                Err(Error::field(field, format!("{what}; got {v}")))
+            }
+        };
+        if !(0.1..=3600.0).contains(&self.inventory.refresh_seconds) {
             return Err(Error::field(
                 "inventory.refresh_seconds",
                 "a number of seconds from 0.1 to 3600",
             ));
         }
-        Ok(c)
+        if let Some(name) = &self.machine {
+            crate::request::validate_name("machine", name)?;
+        }
+        self.time_zone()?;
+        self.http.address()?;
+        within(
+            "placement.drain_after_seconds",
+            self.placement.drain_after_seconds,
+            0..=MAX_DRAIN_AFTER_SECONDS,
+            "0 (never) or up to 31536000 seconds (a year)",
+        )?;
+        within(
+            "usage.interval_seconds",
+            self.usage.interval_seconds,
+            1..=3600,
+            "1 to 3600 seconds",
+        )?;
+        within(
+            "schedule.handoff_buffer_seconds",
+            self.schedule.handoff_buffer_seconds,
+            0..=86_400,
+            "0 to 86400 seconds (a day)",
+        )?;
+        within(
+            "runtime.stop_timeout_seconds",
+            self.runtime.stop_timeout_seconds,
+            0..=3600,
+            "0 to 3600 seconds",
+        )?;
+        within(
+            "runtime.unit_default_memory_gb",
+            self.runtime.unit_default_memory_gb,
+            0..=1_048_576,
+            "0 (uncapped) to 1048576 GB",
+        )
     }
 
     /// Where a daemon on the session bus (a desktop, WSL) reads its
@@ -360,5 +438,80 @@ mod tests {
         let e = http("localhost").address().unwrap_err();
         assert!(e.message().starts_with("http.listen: "), "{e}");
         assert_eq!(HttpConfig::default().address().unwrap(), None);
+        // Port 0 is one the kernel would pick: nobody could find the page.
+        for zero in ["0", "127.0.0.1:0"] {
+            let e = http(zero).address().unwrap_err();
+            assert!(e.message().contains("1 to 65535"), "{e}");
+        }
+    }
+
+    fn load(text: &str) -> Result<Config> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, text).unwrap();
+        Config::load(&path, true)
+    }
+
+    /// An operator's typo is refused at load (before the ledger is opened,
+    /// and by a reload, which then keeps what it had), naming the setting
+    /// and what it takes, or the line it is on.
+    #[test]
+    fn a_typo_is_refused_naming_the_setting_or_its_line() {
+        let refused = |text: &str, says: &str| {
+            let e = load(text).unwrap_err();
+            assert!(matches!(e, Error::InvalidRequest(_)), "{text}: {e:?}");
+            assert!(e.message().contains(says), "{text}: {e}");
+        };
+        refused("machine = \"\"", "machine: 1 to 64 characters");
+        refused("machine = \"a b/c\"", "machine: 1 to 64 characters");
+        refused(
+            "[schedule]\ntime_zone = \"Mars/Base\"",
+            "schedule.time_zone: \"Mars/Base\" is not a known time zone",
+        );
+        refused(
+            "[http]\nlisten = \"nope\"",
+            "http.listen: an address and port",
+        );
+        refused("[http]\nlisten = \"0\"", "http.listen: an address and port");
+        refused(
+            "[placement]\ndrain_after_seconds = 9223372036854775807",
+            "placement.drain_after_seconds: 0 (never) or up to 31536000 seconds (a year); \
+             got 9223372036854775807",
+        );
+        refused(
+            "[usage]\ninterval_seconds = 0",
+            "usage.interval_seconds: 1 to 3600",
+        );
+        refused(
+            "[schedule]\nhandoff_buffer_seconds = 9999999",
+            "schedule.handoff_buffer_seconds: 0 to 86400",
+        );
+        refused(
+            "[runtime]\nstop_timeout_seconds = 99999999999",
+            "runtime.stop_timeout_seconds: 0 to 3600",
+        );
+        refused(
+            "[runtime]\nunit_default_memory_gb = 9223372036854775807",
+            "runtime.unit_default_memory_gb: 0 (uncapped) to 1048576 GB",
+        );
+        // What TOML itself refuses: the line, as written, and why.
+        refused(
+            "[access]\n\ngroup = astraeus\n",
+            "line 3 (`group = astraeus`): ",
+        );
+        refused(
+            "[access]\nmax_workers_per_user = -1\n",
+            "line 2 (`max_workers_per_user = -1`): invalid value",
+        );
+        refused(
+            "[inventory]\nrefrsh_seconds = 2\n",
+            "line 2 (`refrsh_seconds = 2`): unknown field",
+        );
+        // The shipped example and the edges of each range load.
+        assert!(load(crate::config_doc::EXAMPLE).is_ok());
+        let edges = "machine = \"majin\"\n[placement]\ndrain_after_seconds = 31536000\n\
+                     [usage]\ninterval_seconds = 3600\n[schedule]\nhandoff_buffer_seconds = 0\n\
+                     time_zone = \"Europe/Berlin\"\n[http]\nlisten = \"65535\"\n";
+        load(edges).unwrap();
     }
 }

@@ -1225,7 +1225,26 @@ fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
         d.log_text()
             .contains("not reloaded, the running configuration stays")
     });
+    assert!(
+        d.log_text()
+            .contains("line 2 (`drain_after_seconds = \"soon\"`)"),
+        "{}",
+        d.log_text()
+    );
     assert_eq!(draining_for(), "s \"\"\n");
+    // One a restart would refuse is refused now (it is not "applied at the
+    // next start"): an unknown zone.
+    std::fs::write(
+        dir.path().join("node.toml"),
+        config("[schedule]\ntime_zone = \"Mars/Base\"\n"),
+    )
+    .unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("the zone refused", || {
+        d.log_text()
+            .contains("schedule.time_zone: \"Mars/Base\" is not a known time zone")
+    });
+    assert!(!d.log_text().contains("applied only by a restart"));
     // Draining on (live), and the page's address changed (needs a restart).
     let text = "[inventory]\nrefresh_seconds = 0.2\n[placement]\ndrain_after_seconds = 1\n\
                 [http]\nlisten = \"127.0.0.1:9\"\n";

@@ -64,6 +64,9 @@ struct SimGpu {
     pci: Option<String>,
 }
 
+/// One of a GPU's identities in the file (its UUID, its PCI address).
+type IdOf = fn(&SimGpu) -> Option<&String>;
+
 fn nvidia() -> String {
     "nvidia".into()
 }
@@ -85,8 +88,9 @@ fn gb(path: &str, v: f64) -> Result<Amount> {
 
 /// Parses a sim file's text into a machine.
 pub fn parse(text: &str) -> Result<Machine> {
-    let f: SimFile = toml::from_str(text)
-        .map_err(|e| Error::InvalidRequest(format!("sim machine: {}", e.message())))?;
+    let f: SimFile = toml::from_str(text).map_err(|e| {
+        Error::InvalidRequest(format!("sim machine{}", crate::config::where_in(text, &e)))
+    })?;
     crate::request::validate_name("machine", &f.machine)?;
     let mut gpus = Vec::new();
     for (i, g) in f.gpu.iter().enumerate() {
@@ -95,6 +99,19 @@ pub fn parse(text: &str) -> Result<Machine> {
         let outside = gb(&path("outside_gb"), g.outside_gb)?;
         if outside > total {
             return Err(Error::field(&path("outside_gb"), "at most total_gb"));
+        }
+        if !(0.0..=10_000.0).contains(&g.power_w) {
+            return Err(Error::field(&path("power_w"), "0 to 10000 watts"));
+        }
+        // Two GPUs by one name would be one GPU held twice.
+        let ids: [(&str, IdOf); 2] = [("uuid", |g| g.uuid.as_ref()), ("pci", |g| g.pci.as_ref())];
+        for (key, id) in ids {
+            if let Some(v) = id(g).filter(|v| f.gpu[..i].iter().any(|e| id(e) == Some(*v))) {
+                return Err(Error::field(
+                    &path(key),
+                    format!("{v} is another GPU's already"),
+                ));
+            }
         }
         gpus.push(Gpu {
             index: i as u32,
@@ -206,7 +223,37 @@ mod tests {
         let e = parse("machine = \"m\"\n[[gpu]]\nmodel = \"x\"\ntotal_gb = 8.125\n").unwrap_err();
         assert!(e.message().starts_with("gpu[0].total_gb: "));
         let e = parse("machine = \"m\"\ncolour = 1\n").unwrap_err();
-        assert!(e.message().contains("colour"), "{e}");
+        assert!(
+            e.message().contains("line 2 (`colour = 1`): unknown field"),
+            "{e}"
+        );
+        // One table where a list of them is meant: the line says where.
+        let e = parse("machine = \"m\"\n[gpu]\nmodel = \"x\"\ntotal_gb = 8\n").unwrap_err();
+        assert!(
+            e.message().starts_with("sim machine, line 2 (`[gpu]`): "),
+            "{e}"
+        );
+        let two = |a: &str, b: &str| {
+            parse(&format!(
+                "machine = \"m\"\n[[gpu]]\nmodel = \"x\"\ntotal_gb = 8\n{a}\n\
+                 [[gpu]]\nmodel = \"x\"\ntotal_gb = 8\n{b}\n"
+            ))
+        };
+        let e = two("uuid = \"GPU-same\"", "uuid = \"GPU-same\"").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "gpu[1].uuid: GPU-same is another GPU's already"
+        );
+        let e = two("pci = \"00000000:01:00.0\"", "pci = \"00000000:01:00.0\"").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "gpu[1].pci: 00000000:01:00.0 is another GPU's already"
+        );
+        assert!(two("uuid = \"GPU-a\"", "uuid = \"GPU-b\"").is_ok());
+        for w in ["-50", "nan", "1e30"] {
+            let e = two(&format!("power_w = {w}"), "").unwrap_err();
+            assert_eq!(e.message(), "gpu[0].power_w: 0 to 10000 watts", "{w}");
+        }
     }
 
     #[test]
