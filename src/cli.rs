@@ -80,7 +80,7 @@ pub enum CtlCommand {
     History {
         /// Only those that ended since then: 1h, 30min, 2d, today, yesterday,
         /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or epoch seconds [default: all].
-        #[arg(long, value_name = "WHEN")]
+        #[arg(long, value_name = "WHEN", allow_hyphen_values = true)]
         since: Option<String>,
         /// At most this many (1 to 10000).
         #[arg(long, value_name = "N", default_value_t = 100)]
@@ -132,10 +132,10 @@ pub enum CtlCommand {
         #[arg(long, value_name = "N", conflicts_with_all = ["from", "to"])]
         next: Option<usize>,
         /// Window start: today, yesterday, -2d, YYYY-MM-DD[THH:MM] (your zone) or epoch seconds.
-        #[arg(long, requires = "to")]
+        #[arg(long, requires = "to", allow_hyphen_values = true)]
         from: Option<String>,
         /// Window end, as --from.
-        #[arg(long, requires = "from")]
+        #[arg(long, requires = "from", allow_hyphen_values = true)]
         to: Option<String>,
     },
     /// GPU-hours and energy by worker, owner, GPU or user; a shared GPU counts
@@ -143,10 +143,10 @@ pub enum CtlCommand {
     Usage {
         /// Window start: 1h, 30min, 2d (that long ago), today, yesterday,
         /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or epoch seconds [default: 24 hours ago].
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         since: Option<String>,
         /// Window end, as --since, or now [default: now].
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         until: Option<String>,
         /// Group rows by worker, owner, gpu or user.
         #[arg(long, default_value = "owner", value_parser = ["worker", "owner", "gpu", "user"])]
@@ -291,6 +291,11 @@ pub fn parse_when(
     if let Some(secs) = span_seconds(ago) {
         return Ok(now.as_second() - secs);
     }
+    // With its offset (2026-07-01T09:15+02:00, …Z): that instant, whatever
+    // the zone here (read as civil time, the offset was dropped).
+    if let Ok(at) = t.replacen(' ', "T", 1).parse::<jiff::Timestamp>() {
+        return Ok(at.as_second());
+    }
     let civil: jiff::civil::DateTime = t
         .replacen(' ', "T", 1)
         .parse::<jiff::civil::DateTime>()
@@ -419,6 +424,21 @@ mod tests {
         assert!(missing.is_empty(), "no help for: {missing:?}");
     }
 
+    /// The help's own examples parse: a time that starts with a dash is
+    /// the flag's value, not another flag.
+    #[test]
+    fn times_before_now_may_start_with_a_dash() {
+        use clap::Parser;
+        for args in [
+            &["slices", "--report", "--from", "-2d", "--to", "now"][..],
+            &["usage", "--since", "-1h", "--until", "-30min"],
+            &["history", "--since", "-1h"],
+        ] {
+            let all = std::iter::once("astraeusctl").chain(args.iter().copied());
+            assert!(CtlArgs::try_parse_from(all).is_ok(), "{args:?}");
+        }
+    }
+
     #[test]
     fn times_are_read_as_journalctl_reads_them() {
         let tz = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
@@ -443,6 +463,16 @@ mod tests {
         assert_eq!(at("2026-07-01T09:15"), Ok(utc("2026-07-01T07:15:00Z")));
         assert_eq!(at("2026-07-01 09:15"), Ok(utc("2026-07-01T07:15:00Z")));
         assert_eq!(at("1700000000"), Ok(1_700_000_000));
+        // An offset or Z names the instant (Berlin's zone does not apply).
+        assert_eq!(
+            at("2026-07-01T09:15+05:00"),
+            Ok(utc("2026-07-01T04:15:00Z"))
+        );
+        assert_eq!(at("2026-07-01T09:15:00Z"), Ok(utc("2026-07-01T09:15:00Z")));
+        assert_eq!(
+            at("2026-07-01 09:15-04:00"),
+            Ok(utc("2026-07-01T13:15:00Z"))
+        );
         for bad in ["someday", "1x", "h", "", "1h ago ago", "2026-13-01"] {
             let e = at(bad).unwrap_err();
             assert!(e.starts_with("--since: expected 1h"), "{bad}: {e}");

@@ -1343,6 +1343,19 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
         .as_str()
         .unwrap()
         .starts_with("no live worker named nope"));
+    // Usage errors too, whichever side of the subcommand --json is on.
+    for args in [
+        &["--json", "history", "--limit", "x"][..],
+        &["--json", "usage", "--csv"],
+        &["usage", "--csv", "--json"],
+    ] {
+        let o = ctl(a, None, args);
+        assert_eq!(o.code, Some(2), "{args:?}: {}", o.stderr);
+        let v: serde_json::Value = serde_json::from_str(o.stderr.trim())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", o.stderr));
+        assert_eq!(v["error"], "Usage", "{args:?}");
+        assert_eq!(v["exit_code"], 2);
+    }
     // No daemon on this bus: 69 (EX_UNAVAILABLE), and what to check.
     let empty = Bus::session();
     let o = ctl(&empty.address, None, &["gpus"]);

@@ -447,6 +447,21 @@ fn a_readable_weekly_schedule_across_a_dst_change() {
     let (_dir, bus, _d) = berlin_daemon();
     let a = &bus.address;
     define_template(a, "research");
+    // Half a schedule in words is a usage error (2), naming what is missing.
+    let o = ctl(a, None, &["schedule", "set", "research", "--weekly", "mon"]);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--from: HH:MM is required"),
+        "{}",
+        o.stderr
+    );
+    let o = ctl(a, None, &["schedule", "set", "research"]);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("give the schedule in words"),
+        "{}",
+        o.stderr
+    );
     let (monday, change) = monday_before_a_dst_change();
     let starting = monday.to_string();
     let words = [

@@ -352,6 +352,10 @@ impl Client {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    // clap sees this conflict only when --json comes after --csv.
+    if matches!(args.cmd, Cmd::Usage { csv: true, .. }) && args.json {
+        return Err("--csv: cannot be used with --json (one form at a time)".into());
+    }
     let patience = std::time::Duration::from_secs(args.timeout);
     let builder = if let Some(addr) = &args.bus_address {
         zbus::connection::Builder::address(addr.as_str())
@@ -470,13 +474,15 @@ async fn run(args: Args) -> Result<(), String> {
                         (Some(w), _, _) => Every::Weekly(schedule_form::parse_weekdays(&w).map_err(|e| e.message().to_string())?),
                         (_, Some(m), _) => Every::Monthly(schedule_form::parse_month_days(&m).map_err(|e| e.message().to_string())?),
                         (_, _, Some(h)) => Every::Hourly(h),
-                        _ => return Err("give the schedule in words (--weekly, --monthly or --hourly with --from and --to) or as a JSON FILE".into()),
+                        _ => return Err("Usage: give the schedule in words (--weekly, --monthly or --hourly with --from and --to) or as a JSON FILE".into()),
                     };
                     let clock = |flag: &str,
                                  v: Option<String>|
                      -> Result<jiff::civil::Time, String> {
                         let v = v.ok_or_else(|| {
-                            format!("{flag} HH:MM is required with --weekly, --monthly or --hourly")
+                            format!(
+                                "{flag}: HH:MM is required with --weekly, --monthly or --hourly"
+                            )
                         })?;
                         schedule_form::parse_clock(flag, &v).map_err(|e| e.message().to_string())
                     };
@@ -596,7 +602,20 @@ async fn run(args: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        // With --json, a usage error is JSON too (as every other error);
+        // help and version are not errors.
+        Err(e) if e.use_stderr() && std::env::args().any(|a| a == "--json") => {
+            let full = e.to_string();
+            let first = full.lines().next().unwrap_or_default();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let err = json!({"error": "Usage", "message": first, "exit_code": 2});
+            errln!("{err}");
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     let json_out = args.json;
     let session = args.session;
     let address = args.bus_address.clone();
