@@ -4,16 +4,11 @@
 
 use std::ffi::{CStr, CString};
 
-/// Whether `uid` belongs to `group` (primary or supplementary).
-pub fn is_member(uid: u32, group: &str) -> bool {
-    if uid == 0 {
-        return true;
-    }
-    let Ok(group_c) = CString::new(group) else {
-        return false;
-    };
+/// The id of the group named `group`, if the system knows one.
+pub fn group_id(group: &str) -> Option<libc::gid_t> {
+    let group_c = CString::new(group).ok()?;
     let mut buf = vec![0u8; 16384];
-    // SAFETY: the *_r calls write only into our buffers, whose sizes we pass.
+    // SAFETY: getgrnam_r writes only into our buffers, whose sizes we pass.
     unsafe {
         let mut grp: libc::group = std::mem::zeroed();
         let mut grp_out: *mut libc::group = std::ptr::null_mut();
@@ -26,9 +21,22 @@ pub fn is_member(uid: u32, group: &str) -> bool {
         ) != 0
             || grp_out.is_null()
         {
-            return false;
+            return None;
         }
-        let gid = grp.gr_gid;
+        Some(grp.gr_gid)
+    }
+}
+
+/// Whether `uid` belongs to `group` (primary or supplementary).
+pub fn is_member(uid: u32, group: &str) -> bool {
+    if uid == 0 {
+        return true;
+    }
+    let Some(gid) = group_id(group) else {
+        return false;
+    };
+    // SAFETY: the *_r calls write only into our buffers, whose sizes we pass.
+    unsafe {
         let mut pw_buf = vec![0u8; 16384];
         let mut pw: libc::passwd = std::mem::zeroed();
         let mut pw_out: *mut libc::passwd = std::ptr::null_mut();

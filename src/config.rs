@@ -277,6 +277,15 @@ impl Config {
         if let Some(name) = &self.machine {
             crate::request::validate_name("machine", name)?;
         }
+        for (i, id) in self.inventory.baseboard.iter().enumerate() {
+            let uuid = id.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("GPU-"));
+            if !uuid && crate::domain_xml::PciAddress::parse(id).is_none() {
+                return Err(Error::field(
+                    &format!("inventory.baseboard[{i}]"),
+                    format!("a GPU's UUID (GPU-…) or PCI address (0000:41:00.0); got {id:?}"),
+                ));
+            }
+        }
         self.time_zone()?;
         self.http.address()?;
         within(
@@ -493,6 +502,10 @@ mod tests {
         refused(
             "[runtime]\nunit_default_memory_gb = 9223372036854775807",
             "runtime.unit_default_memory_gb: 0 (uncapped) to 1048576 GB",
+        );
+        refused(
+            "[inventory]\nbaseboard = [\"GPU-a\", \"slot 3\"]",
+            "inventory.baseboard[1]: a GPU's UUID (GPU-…) or PCI address",
         );
         // What TOML itself refuses: the line, as written, and why.
         refused(

@@ -170,6 +170,29 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     if let Some(name) = &config.machine {
         machine.name = name.clone();
     }
+    // A baseboard entry that names no GPU here (a typo, another host's
+    // address) would leave the GPU it meant offered to shared work.
+    for id in &config.inventory.baseboard {
+        let named = std::slice::from_ref(id);
+        if !machine
+            .gpus
+            .iter()
+            .any(|g| astraeusd::inventory::on_baseboard(named, &g.uuid, &g.pci_bus_id))
+        {
+            tracing::warn!(
+                "inventory.baseboard: {} is none of this machine's GPUs (by UUID or PCI \
+                 address): nothing is kept for time-slicing by it",
+                astraeusd::text::printable(id)
+            );
+        }
+    }
+    if astraeusd::auth::group_id(&config.access.group).is_none() {
+        tracing::warn!(
+            "access.group: no group named {} on this host: only root may submit and stop \
+             workers until it exists",
+            astraeusd::text::printable(&config.access.group)
+        );
+    }
     let dir = state_dir(&args);
     private_state(&dir)?;
     let store = Store::open(&dir.join("ledger.db"))?;

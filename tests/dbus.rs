@@ -644,6 +644,14 @@ fn astraeusctl_shows_the_seeds_words() {
          \n\
          3 workers listed.\n"
     );
+    // For scripts: the rows alone, one line a worker.
+    let o = ctl(a, None, &["--no-legend", "workers"]);
+    assert_eq!(
+        o.stdout,
+        "listen  running  root   0 · shared 2.2 GB  unknown\n\
+         small   pending  root   —                  —\n\
+         voice   running  root   0 · shared 4.2 GB  unknown\n"
+    );
     // For scripts: the rows alone.
     let o = ctl(a, None, &["--no-legend", "gpus"]);
     assert_eq!(

@@ -1079,3 +1079,46 @@ fn a_gpu_that_reports_a_fatal_xid_is_unhealthy_within_a_refresh() {
         o.stdout
     );
 }
+
+/// `inventory.baseboard` names a GPU by UUID or by PCI address however it
+/// is written (lspci's `0000:01:00.0`, NVML's `00000000:01:00.0`): that GPU
+/// is time-sliced, never offered to shared work; an entry that names no GPU
+/// here is said at the start (it would leave the GPU it meant offered), as
+/// is an access group the host does not have.
+#[test]
+fn a_baseboard_gpu_is_named_by_uuid_or_any_form_of_its_pci_address() {
+    let dir = open_tempdir();
+    let lib = fake_lib(false);
+    let fx = dir.path().join("gpus.txt");
+    fixture(&fx, &[rtx(0, 0), l4(0)], &[]);
+    let bus = Bus::session();
+    let d = start(
+        &bus,
+        dir.path(),
+        &lib,
+        &fx,
+        "baseboard = [\"0000:01:00.0\", \"GPU-bbbbb\"]\n[access]\ngroup = \"no-such-group-xyz\"\n",
+    );
+    let a = &bus.address;
+    let mode = |i: u32| {
+        prop(
+            a,
+            &format!("/org/astraeus/Node1/gpu/{i}"),
+            "org.astraeus.Node1.Gpu",
+            "Mode",
+        )
+    };
+    assert_eq!(mode(0), "s \"free\"\n");
+    assert_eq!(mode(1), "s \"time-sliced\"\n");
+    let log = d.log_text();
+    assert!(
+        log.contains("inventory.baseboard: GPU-bbbbb is none of this machine's GPUs"),
+        "{log}"
+    );
+    assert!(!log.contains("0000:01:00.0 is none"), "{log}");
+    // So is an access group the host does not have (only root could work).
+    assert!(
+        log.contains("access.group: no group named no-such-group-xyz on this host"),
+        "{log}"
+    );
+}

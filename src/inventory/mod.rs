@@ -64,6 +64,17 @@ pub struct ProcessUse {
     pub who: String,
 }
 
+/// Whether a GPU is one `inventory.baseboard` names: by its UUID, or by
+/// its PCI address however written (`41:00.0`, `0000:41:00.0`, NVML's
+/// `00000000:41:00.0`).
+pub fn on_baseboard(named: &[String], uuid: &str, pci_bus_id: &str) -> bool {
+    let pci = crate::domain_xml::PciAddress::parse(pci_bus_id);
+    named.iter().any(|id| {
+        id.eq_ignore_ascii_case(uuid)
+            || (pci.is_some() && crate::domain_xml::PciAddress::parse(id) == pci)
+    })
+}
+
 /// Memory held outside Astraeus on one GPU, rounded up, with who holds it.
 ///
 /// Outside = memory used by processes that are not workers' + used memory no

@@ -386,11 +386,7 @@ impl NvmlSource {
                 .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
                 .collect()
         });
-        let sliced = self
-            .opts
-            .baseboard
-            .iter()
-            .any(|id| id.eq_ignore_ascii_case(&uuid) || id.eq_ignore_ascii_case(&pci_bus_id));
+        let sliced = super::on_baseboard(&self.opts.baseboard, &uuid, &pci_bus_id);
         Ok(Gpu {
             index,
             uuid,

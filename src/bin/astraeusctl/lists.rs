@@ -207,7 +207,9 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
     }
     for r in &table {
         outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
-        for why in pending.remove(r[0].as_str()).unwrap_or_default() {
+        // The rows alone for scripts (--no-legend): one line a worker.
+        let reasons = pending.remove(r[0].as_str()).filter(|_| form.legend);
+        for why in reasons.unwrap_or_default() {
             // One line each: what a reason quotes cannot start a row.
             outln!(
                 "{}    {}",
