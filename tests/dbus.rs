@@ -676,6 +676,11 @@ fn astraeusctl_shows_the_seeds_words() {
     assert_eq!(v[1]["name"], "small");
     assert_eq!(v[1]["gpus"], serde_json::json!([]));
     assert_eq!(
+        v[1]["gpu_used_gb"],
+        serde_json::Value::Null,
+        "waiting: none"
+    );
+    assert_eq!(
         v[1]["pending_reasons"][0],
         "GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5"
     );

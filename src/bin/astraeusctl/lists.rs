@@ -168,7 +168,8 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
                    "owner_name": user_name(r.owner_uid),
                    "gpus": r.gpu_indices,
                    "gpu_shared_gb": (r.gpu_shared_gb > 0.0).then_some(r.gpu_shared_gb),
-                   "gpu_used_gb": (r.gpu_used_gb >= 0.0).then_some(r.gpu_used_gb),
+                   // Null where nothing is read: waiting, or no reading (as the table's — and "unknown").
+                   "gpu_used_gb": (r.state == "running" && r.gpu_used_gb >= 0.0).then_some(r.gpu_used_gb),
                    "pending_reasons": pending.get(&r.name).cloned().unwrap_or_default()})
             })
             .collect();
