@@ -521,7 +521,7 @@ mod tests {
             "line 2 (`refrsh_seconds = 2`): unknown field",
         );
         // The shipped example and the edges of each range load.
-        assert!(load(crate::config_doc::EXAMPLE).is_ok());
+        assert!(load(include_str!("../packaging/node.toml")).is_ok());
         let edges = "machine = \"majin\"\n[placement]\ndrain_after_seconds = 31536000\n\
                      [usage]\ninterval_seconds = 3600\n[schedule]\nhandoff_buffer_seconds = 0\n\
                      time_zone = \"Europe/Berlin\"\n[http]\nlisten = \"65535\"\n";

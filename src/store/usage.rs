@@ -25,6 +25,18 @@ const INTERVALS_IN: &str = "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilizat
 const RUNS_IN: &str = "SELECT started_ms, alive_ms FROM daemon_runs INDEXED BY daemon_runs_alive
     WHERE started_ms < ?2 AND alive_ms > ?1 ORDER BY started_ms";
 
+/// Whether a worker's request launches something (has a top-level `run`):
+/// such a workload keeps running, and is billed, while the daemon is down.
+/// A reservation named "run" is not one (the text alone said it was).
+fn launches(spec: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Top {
+        run: Option<serde::de::IgnoredAny>,
+    }
+    // Most reservations say "run" nowhere: no parse for those.
+    spec.contains("\"run\"") && serde_json::from_str::<Top>(spec).is_ok_and(|t| t.run.is_some())
+}
+
 /// One worker's hold on one GPU, as the usage report needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HoldRow {
@@ -68,7 +80,7 @@ impl Store {
             Ok(HoldRow {
                 worker: r.get(0)?,
                 owner_uid: r.get(1)?,
-                launched: r.get::<_, String>(2)?.contains("\"run\""),
+                launched: launches(&r.get::<_, String>(2)?),
                 gpu_uuid: r.get(3)?,
                 gpu_index: r.get(4)?,
                 share_hundredths: r.get::<_, Option<i64>>(5)?.map(|h| h as u64),
@@ -319,6 +331,20 @@ mod tests {
     use rusqlite::{params, StatementStatus};
 
     const MINUTE: i64 = 60_000;
+
+    #[test]
+    fn a_worker_launches_when_its_request_has_a_run() {
+        use super::launches;
+        assert!(launches(
+            r#"{"name":"w","run":{"container":{"image":"i"}}}"#
+        ));
+        assert!(!launches(r#"{"name":"w"}"#));
+        assert!(!launches(r#"{"name":"run"}"#), "a reservation named run");
+        assert!(!launches(
+            r#"{"name":"w","requested_resources":{"gpu_requests":{"models":["run"]}}}"#
+        ));
+        assert!(!launches("not json \"run\""));
+    }
 
     /// A ledger with `history` ended workers (a hold, a GPU interval, a
     /// time slice and a daemon run each, long before the window) and, in the last minute,
