@@ -1323,6 +1323,17 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
             2,
             "--since",
         ),
+        (
+            vec![
+                "usage".into(),
+                "--since".into(),
+                "now".into(),
+                "--until".into(),
+                "1h".into(),
+            ],
+            2,
+            "--until: must be after --since",
+        ),
         // A file of the caller's that is not there: neither the daemon's
         // NotFound nor a daemon that is down.
         (

@@ -594,6 +594,11 @@ async fn run(args: Args) -> Result<(), String> {
                 Some(s) => local.when(&s, "--since")?,
                 None => until - 86_400,
             };
+            // Said here in the flags' names (the daemon's would name its
+            // arguments, from and to).
+            if until <= since {
+                return Err("--until: must be after --since".into());
+            }
             let rows: Vec<UsageRow> = c.call("UsageReport", &(since, until, by.as_str())).await?;
             print_usage(&rows, &by, form, csv);
         }
