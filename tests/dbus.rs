@@ -1434,6 +1434,43 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
     assert!(o.stderr.contains("--timeout"), "{}", o.stderr);
 }
 
+/// A stop frees room for two waiting workers and the ledger refuses the
+/// second placement (a failpoint stands in for a full disk): the stop is
+/// done and answered as done, the first is placed, on the bus and in the
+/// GPU's figures alike, the second waits, and once the first is stopped its
+/// share is free again and the second is placed. (The refusal failed the
+/// whole pass: the first stayed pending on the bus while the ledger and the
+/// GPU's book had it placed, and its share was never given back.)
+#[test]
+fn a_placement_the_ledger_refuses_leaves_the_others_placed_and_that_one_waiting() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let sim = sim_file(dir.path());
+    let _d = with_failpoints(&bus, dir.path(), &sim, "store.start=fail@2");
+    let a = &bus.address;
+    let submit = |name: &str, gb: &str| {
+        let o = manager(a, None, "SubmitWorker", &["s", &shared_spec(name, gb)]);
+        assert!(o.ok, "{}", o.stderr);
+    };
+    submit("big", "6.5");
+    submit("first", "1");
+    submit("second", "1");
+    assert_eq!(state(a, "first"), "s \"pending\"\n");
+    assert_eq!(state(a, "second"), "s \"pending\"\n");
+    let o = manager(a, None, "StopWorker", &["s", "big"]);
+    assert!(o.ok, "the stop was made: {}", o.stderr);
+    assert_eq!(state(a, "first"), "s \"running\"\n");
+    assert_eq!(state(a, "second"), "s \"pending\"\n");
+    assert_eq!(gpu_property(a, 0, "TakenGb").as_deref(), Some("d 1"));
+    let o = manager(a, None, "StopWorker", &["s", "first"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(state(a, "second"), "s \"running\"\n");
+    assert_eq!(gpu_property(a, 0, "TakenGb").as_deref(), Some("d 1"));
+    let o = manager(a, None, "StopWorker", &["s", "second"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(gpu_property(a, 0, "TakenGb").as_deref(), Some("d 0"));
+}
+
 /// A submit whose group's ledger commit fails (a failpoint stands in for
 /// the full disk that tests/faults.rs fills for real) leaves no trace: its
 /// caller gets the disk's error, the object that was added for it is gone

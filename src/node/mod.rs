@@ -596,7 +596,17 @@ impl Node {
                 placement::fits_for(&self.machine, &self.book, res, name, &mut self.evals)
             {
                 let at = EpochMs::now();
-                self.store.start_worker(id, &grants, at)?;
+                // A placement the ledger refused (a full disk) leaves that
+                // worker pending, in the ledger and here, and ends this
+                // pass; those placed before it stand (each committed, or in
+                // the caller's group) and are applied below. Failing the
+                // whole re-examination would leave them placed in the
+                // ledger and the book but pending here, and fail the change
+                // that asked for the pass although it was made.
+                if let Err(e) = self.store.start_worker(id, &grants, at) {
+                    tracing::error!("placing worker {name} failed, it waits: {e}");
+                    break;
+                }
                 self.book.add(name, res, &grants);
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
                 placed.push((id, name.clone(), grants, at));

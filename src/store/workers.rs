@@ -165,6 +165,14 @@ impl Store {
     /// A pending worker is placed.
     pub fn start_worker(&mut self, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
         let at_ms = at.as_i64();
+        // A test refuses one placement here, as a full disk would.
+        if failpoint::fails("store.start") {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("failpoint store.start".into()),
+            )
+            .into());
+        }
         let tx = self.change()?;
         let n = exec(
 &tx,
