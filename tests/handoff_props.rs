@@ -255,7 +255,7 @@ impl World {
                     });
                 }
             }
-            Action::Signal(_) | Action::Refuse { .. } => {}
+            Action::Signal(_) | Action::Refuse { .. } | Action::CloseSlice { .. } => {}
         }
         prop_assert!(self.on.len() <= 1, "two template VMs on: {:?}", self.on);
         Ok(())

@@ -262,7 +262,7 @@ impl World {
                     template: template.clone(),
                     at_ms: EpochMs(self.now),
                 }),
-                Action::Signal(_) | Action::Refuse { .. } => {}
+                Action::Signal(_) | Action::Refuse { .. } | Action::CloseSlice { .. } => {}
             }
         }
         Ok(())

@@ -844,6 +844,18 @@ fn real_qemu_a_daemon_killed_mid_handoff_finishes_it_after_restart_never_two_on(
             template_state(&a, next) == "running"
         });
         assert_eq!(template_state(&a, holder), "off", "killed at {point}");
+        // One slice open, the incoming VM's: the outgoing one's was closed
+        // (a kill right after "stopped" left it open for ever, billed until
+        // now and overlapping the next).
+        let open: Vec<String> = rusqlite::Connection::open(&ledger)
+            .unwrap()
+            .prepare("SELECT template FROM slices WHERE end_ms IS NULL")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(open, [next], "open slices after a kill at {point}");
         // This handoff's steps. A step recorded just before the kill may be
         // recorded again after it (its libvirt call may not have been
         // made), but the incoming VM is started and made ready once.

@@ -362,6 +362,7 @@ impl Hypervisor {
             Action::SetTimer { .. }
             | Action::Record(_)
             | Action::Signal(_)
+            | Action::CloseSlice { .. }
             | Action::Refuse { .. } => {}
         }
     }

@@ -249,19 +249,11 @@ impl Service {
         slicer.state = state;
         slicer.cursor = now;
         slicer.converged = true;
-        // Replay the actions through the same path as events.
-        for a in actions {
-            match a {
-                Action::Record(r) => {
-                    let _ = self.node.store_mut().record_step(&r);
-                }
-                other => {
-                    if let Some(s) = self.slicing.as_mut() {
-                        s.execute(&other);
-                    }
-                }
-            }
-        }
+        // Through the same path as events' actions: a slice whose end was
+        // recorded before the restart is closed, one the handoff ends or
+        // starts now is recorded, and every step is told. (Only the
+        // hypervisor's calls went through: such slices stayed open.)
+        self.carry_out(&actions, false);
         self.publish_templates();
     }
 
@@ -644,15 +636,30 @@ impl Service {
         };
         let (state, actions) = handoff::step(&s.state, &event, &s.settings);
         s.state = state;
+        let refused = self.carry_out(&actions, true);
+        self.publish_templates();
+        match refused {
+            Some(reason) => Err(Error::Conflict(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Carries out a handoff's actions: steps recorded (and told), slices
+    /// opened and closed, the hypervisor's calls; a refusal's reason.
+    /// `crash_points`: the tests' kill points after each step (not at
+    /// start-up, where the steps finish a handoff from before).
+    fn carry_out(&mut self, actions: &[Action], crash_points: bool) -> Option<String> {
         let mut refused = None;
-        for a in &actions {
+        for a in actions {
             match a {
                 Action::Record(r) => {
                     if let Err(e) = self.node.store_mut().record_step(r) {
                         tracing::error!("recording handoff step {}: {e}", r.step.as_str());
                     }
-                    // Crash tests kill the daemon right after a step is recorded.
-                    failpoint::hit(&format!("slice.after-{}", r.step.as_str()));
+                    if crash_points {
+                        // Crash tests kill the daemon right after a step is recorded.
+                        failpoint::hit(&format!("slice.after-{}", r.step.as_str()));
+                    }
                     let from = r.from.as_deref().unwrap_or("");
                     let to = r.to.as_deref().unwrap_or("");
                     let detail = r.detail.as_deref().unwrap_or("");
@@ -689,6 +696,11 @@ impl Service {
                         Manager::slice_started(&e, &template, at, dead).await
                     });
                 }
+                Action::CloseSlice {
+                    template,
+                    at_ms,
+                    error,
+                } => self.slice_done(template, *at_ms, error.as_deref()),
                 Action::Signal(Signal::SliceEnded { template, at_ms }) => {
                     self.slice_done(template, *at_ms, None);
                     let (template, at) = (template.clone(), at_ms.as_i64());
@@ -730,11 +742,7 @@ impl Service {
                 }
             }
         }
-        self.publish_templates();
-        match refused {
-            Some(reason) => Err(Error::Conflict(reason)),
-            None => Ok(()),
-        }
+        refused
     }
 
     /// A slice opens in the ledger and its meter starts.

@@ -413,6 +413,15 @@ pub enum Action {
     Refuse {
         reason: String,
     },
+    /// At start-up: the slice of `template` ends at `at_ms` (with `error`
+    /// when it failed), if the daemon stopped between recording that and
+    /// closing it; nothing when it is closed already, and no signal (its
+    /// end was the last step, from before the restart).
+    CloseSlice {
+        template: String,
+        at_ms: EpochMs,
+        error: Option<String>,
+    },
 }
 
 /// Applies one event. Events that do not fit the state (late, duplicated,
@@ -722,6 +731,11 @@ pub fn resume_from(
         (None, Some(r)) => match (r.step, r.from.as_deref(), r.to.as_deref()) {
             (Step::PowerOffAsked | Step::Forced | Step::Stopped, Some(from), _) => {
                 if r.step == Step::Stopped {
+                    out.push(Action::CloseSlice {
+                        template: from.to_string(),
+                        at_ms: r.at_ms,
+                        error: None,
+                    });
                     check_release_soon(now, s, &mut out);
                     State::AwaitingRelease {
                         from: from.to_string(),
@@ -748,11 +762,19 @@ pub fn resume_from(
                 let why = Some("found off at start-up".to_string());
                 stopped(to, None, now, why, s, &mut out)
             }
-            (Step::Failed | Step::TargetGone, _, Some(to)) => State::Failed {
-                template: to.to_string(),
-                error: r.detail.clone().unwrap_or_default(),
-                at_ms: r.at_ms,
-            },
+            (Step::Failed | Step::TargetGone, _, Some(to)) => {
+                let error = r.detail.clone().unwrap_or_default();
+                out.push(Action::CloseSlice {
+                    template: to.to_string(),
+                    at_ms: r.at_ms,
+                    error: Some(error.clone()),
+                });
+                State::Failed {
+                    template: to.to_string(),
+                    error,
+                    at_ms: r.at_ms,
+                }
+            }
             _ => State::Idle { released_ms: None },
         },
     };
@@ -1955,6 +1977,29 @@ mod tests {
             at_ms: EpochMs(at_ms),
             detail: None,
         }
+    }
+
+    /// A daemon stopped between recording a slice's end and closing it in
+    /// the ledger closes it at start-up, at the recorded time.
+    #[test]
+    fn a_restart_closes_the_slice_whose_end_was_recorded() {
+        let s = settings(300_000);
+        let stopped = rec(Step::Stopped, Some("a"), Some("b"), 7_000);
+        let (state, actions) = resume_from(Some(&stopped), None, EpochMs(9_000), &s);
+        assert!(matches!(state, State::AwaitingRelease { .. }), "{state:?}");
+        assert!(actions.contains(&Action::CloseSlice {
+            template: "a".into(),
+            at_ms: EpochMs(7_000),
+            error: None
+        }));
+        let mut failed = rec(Step::Failed, None, Some("b"), 8_000);
+        failed.detail = Some("no such domain".into());
+        let (_, actions) = resume_from(Some(&failed), None, EpochMs(9_000), &s);
+        assert!(actions.contains(&Action::CloseSlice {
+            template: "b".into(),
+            at_ms: EpochMs(8_000),
+            error: Some("no such domain".into())
+        }));
     }
 
     #[test]
