@@ -203,7 +203,9 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
     GpuView {
         index: g.index,
         uuid: g.uuid.clone(),
-        model: g.model.clone(),
+        // The driver's or the sim file's words, shown as they are only
+        // when printable (docs/security.md).
+        model: crate::text::printable(&g.model),
         vendor: g.vendor.clone(),
         mode: if g.sliced {
             "time-sliced".into()

@@ -561,10 +561,17 @@ fn a_process_name_with_escapes_is_shown_printable() {
     eventually("the process renamed itself", || {
         std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(b"\x1b]0;owned"))
     });
-    fixture(&fx, &[rtx(GB, 0)], &[(0, pid, GB, "graphics")]);
+    // The driver's own words too: a board name that would turn text around.
+    let turned = Gpu {
+        name: "RTX\u{202e}0604",
+        ..rtx(GB, 0)
+    };
+    fixture(&fx, &[turned], &[(0, pid, GB, "graphics")]);
     let bus = Bus::session();
     let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
     let a = &bus.address;
+    let gpu = "/org/astraeus/Node1/gpu/0";
+    let model = prop(a, gpu, "org.astraeus.Node1.Gpu", "Model");
     let spec = dir.path().join("big.json");
     std::fs::write(
         &spec,
@@ -574,6 +581,7 @@ fn a_process_name_with_escapes_is_shown_printable() {
     let o = ctl(a, None, &["submit", spec.to_str().unwrap()]);
     let _ = hostile.kill();
     let _ = hostile.wait();
+    assert_eq!(model, "s \"RTX?0604\"\n");
     assert!(
         o.stdout
             .contains(&format!("held by pid {pid} (?]0;owned??[2J, user root)")),

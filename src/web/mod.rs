@@ -274,12 +274,18 @@ async fn route(target: &str, tx: &mpsc::Sender<Command>, objects: &Objects) -> R
     let Some(mut snap) = snapshot(tx).await else {
         return Response::error(503, "the daemon is busy or stopping; try again");
     };
-    // Every page shows the workers; a path that is not one is answered without them.
-    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    if matches!(first, "" | "metrics" | "machines") {
+    if shows_workers(path) {
         snap.workers = objects.worker_snaps(crate::auth::user_name_or_uid).await;
     }
     respond(path, &snap)
+}
+
+/// Whether the page at `path` shows the workers (every page does; a path
+/// that is not one is answered without them). Decoded as [`respond`]
+/// decodes it: `/%6Detrics` is /metrics, and said there were none.
+fn shows_workers(path: &str) -> bool {
+    let first = percent_decode(path.trim_start_matches('/').split('/').next().unwrap_or(""));
+    matches!(first.as_str(), "" | "metrics" | "machines")
 }
 
 /// The answer for a path, from a snapshot (pure: tested without a socket).
@@ -399,7 +405,8 @@ pub fn workers_json(snap: &Snapshot) -> Value {
             let mut o = json!({
                 "name": v.name, "state": v.state.as_str(), "owner": w.owner,
                 "gpus": v.gpus.iter().map(|(i, u)| json!({"index": i, "uuid": u})).collect::<Vec<_>>(),
-                "gpu_used_gb": known(v.gpu_used_gb),
+                // Null where nothing is read: waiting (no GPU), or no reading.
+                "gpu_used_gb": if v.gpus.is_empty() { Value::Null } else { known(v.gpu_used_gb) },
                 "pending_reasons": w.pending_reasons, "warnings": v.warnings,
             });
             if let Some(gb) = w.shared_gb {
@@ -686,6 +693,23 @@ mod tests {
     use super::*;
     use crate::views::WorkerView;
 
+    /// The workers are gathered for a path as it is answered: decoded.
+    #[test]
+    fn a_page_written_with_escapes_shows_its_workers() {
+        for path in [
+            "/",
+            "/metrics",
+            "/%6Detrics",
+            "/machines/m/workers",
+            "/%6Dachines/m/workers",
+        ] {
+            assert!(shows_workers(path), "{path}");
+        }
+        for path in ["/nope", "/%6Eope", "/favicon.ico"] {
+            assert!(!shows_workers(path), "{path}");
+        }
+    }
+
     #[test]
     fn the_host_header_must_name_this_host() {
         let hosts = Hosts {
@@ -805,6 +829,8 @@ mod tests {
         assert_eq!(w["workers"][0]["gpu_shared_gb"], json!(2.5));
         assert_eq!(w["workers"][0]["gpu_used_gb"], Value::Null);
         assert!(w["workers"][1].get("gpu_shared_gb").is_none());
+        // Waiting: nothing used, and nothing read (as astraeusctl says it).
+        assert_eq!(w["workers"][1]["gpu_used_gb"], Value::Null);
         let m = machine_json(&snap());
         assert_eq!(
             m["gpus"][0]["offers"],
