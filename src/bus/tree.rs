@@ -132,30 +132,45 @@ impl Objects {
     }
 
     /// The machine page's workers, from the same views, off the loop like
-    /// the lists: an owner's name is looked up once.
-    pub async fn worker_snaps(&self, owner_name: impl Fn(u32) -> String) -> Vec<WorkerSnap> {
-        let _turn = self.turn().await;
-        // A test holds the page here, as 100,000 workers would.
-        crate::failpoint::hit_in_task("page.workers");
-        let mut owners: HashMap<u32, String> = HashMap::new();
+    /// the lists. Owners' names are looked up once each, in the blocking
+    /// pool and after this listing's turn: a slow name service (LDAP
+    /// behind NSS) delays this page, not the other listings.
+    pub async fn worker_snaps(
+        &self,
+        owner_name: impl Fn(u32) -> String + Send + 'static,
+    ) -> Vec<WorkerSnap> {
         let mut out = Vec::new();
-        for (i, w) in self.workers().iter().enumerate() {
-            pause(i).await;
-            let view = w.view.read().clone();
-            let pending = view.state == State::Pending;
-            out.push(WorkerSnap {
-                owner: owners
-                    .entry(view.owner)
-                    .or_insert_with(|| owner_name(view.owner))
-                    .clone(),
-                shared_gb: (!pending && view.gpu_shared_gb > 0.0).then_some(view.gpu_shared_gb),
-                pending_reasons: if pending {
-                    w.waits.explain(&view.name, &w.resources)
-                } else {
-                    Vec::new()
-                },
-                view,
-            });
+        {
+            let _turn = self.turn().await;
+            // A test holds the page here, as 100,000 workers would.
+            crate::failpoint::hit_in_task("page.workers");
+            for (i, w) in self.workers().iter().enumerate() {
+                pause(i).await;
+                let view = w.view.read().clone();
+                let pending = view.state == State::Pending;
+                out.push(WorkerSnap {
+                    owner: String::new(),
+                    shared_gb: (!pending && view.gpu_shared_gb > 0.0).then_some(view.gpu_shared_gb),
+                    pending_reasons: if pending {
+                        w.waits.explain(&view.name, &w.resources)
+                    } else {
+                        Vec::new()
+                    },
+                    view,
+                });
+            }
+        }
+        let uids: std::collections::BTreeSet<u32> = out.iter().map(|w| w.view.owner).collect();
+        let names: HashMap<u32, String> = tokio::task::spawn_blocking(move || {
+            uids.into_iter().map(|u| (u, owner_name(u))).collect()
+        })
+        .await
+        .unwrap_or_default();
+        for w in &mut out {
+            w.owner = names
+                .get(&w.view.owner)
+                .cloned()
+                .unwrap_or_else(|| w.view.owner.to_string());
         }
         give_back_memory();
         out
