@@ -648,19 +648,25 @@ impl Node {
     }
 
     /// A launched worker's runtime id, recorded before it counts as running.
+    /// The workload runs whether or not the ledger could take its id (a
+    /// full disk): it is known here either way, so that its exit is matched
+    /// to the worker and a stop reaches it; the ledger's error is returned
+    /// after.
     pub fn set_launched(&mut self, name: &str, runtime_id: &str) -> Result<()> {
         let Some(w) = self.workers.get(name) else {
             return Err(Error::NotFound(format!("no live worker named {name}")));
         };
-        if w.runtime_id.as_deref() != Some(runtime_id) {
-            self.store.set_runtime_id(w.id, runtime_id)?;
-        }
+        let recorded = if w.runtime_id.as_deref() != Some(runtime_id) {
+            self.store.set_runtime_id(w.id, runtime_id)
+        } else {
+            Ok(())
+        };
         let w = self.workers.get_mut(name).expect("checked");
         w.runtime_id = Some(runtime_id.to_string());
         if w.phase != Phase::Stopping {
             w.phase = Phase::Running;
         }
-        Ok(())
+        recorded
     }
 
     /// Records the control group of a launched worker's workload.
