@@ -834,6 +834,15 @@ fn answered_meanwhile(address: &str, failpoint: &str) {
     );
 }
 
+/// Ok when a busctl call succeeded with a reply starting `with`; else
+/// what it printed.
+fn replied(o: &Out, with: &str) -> Result<(), String> {
+    match o.ok && o.stdout.starts_with(with) {
+        true => Ok(()),
+        false => Err(format!("{} {}", o.stdout, o.stderr)),
+    }
+}
+
 /// A daemon held for 6 s at `failpoint` by `ask` (on a thread, given the
 /// bus address): a submit is answered meanwhile (within 5 s), before `ask`
 /// gets its answer — so whatever `ask` made the daemon do, it did it off the
@@ -963,10 +972,7 @@ fn a_long_usage_report_holds_no_one_else() {
     held_at_holds_no_one_else("usage.report", "", move |a| {
         let (from, to) = ((now - 3600).to_string(), now.to_string());
         let o = manager(&a, None, "UsageReport", &["xxs", &from, &to, "worker"]);
-        match o.ok && o.stdout.starts_with("a(sssttx)") {
-            true => Ok(()),
-            false => Err(format!("{} {}", o.stdout, o.stderr)),
-        }
+        replied(&o, "a(sssttx)")
     });
 }
 
@@ -976,10 +982,7 @@ fn a_long_usage_report_holds_no_one_else() {
 fn a_long_slice_report_holds_no_one_else() {
     held_at_holds_no_one_else("slice.report", "", |a| {
         let o = manager(&a, None, "SliceReport", &["sxx", "", "0", "86400"]);
-        match o.ok && o.stdout.starts_with("a(ssxxxxdddddds) 0") {
-            true => Ok(()),
-            false => Err(format!("{} {}", o.stdout, o.stderr)),
-        }
+        replied(&o, "a(ssxxxxdddddds) 0")
     });
 }
 
@@ -989,10 +992,7 @@ fn a_long_slice_report_holds_no_one_else() {
 fn a_long_listing_of_ended_workers_holds_no_one_else() {
     held_at_holds_no_one_else("ended.list", "", |a| {
         let o = manager(&a, None, "ListEnded", &["xu", "0", "10000"]);
-        match o.ok && o.stdout.starts_with("a(susaudxxxis) 0") {
-            true => Ok(()),
-            false => Err(format!("{} {}", o.stdout, o.stderr)),
-        }
+        replied(&o, "a(susaudxxxis) 0")
     });
 }
 
@@ -1013,10 +1013,7 @@ fn a_long_object_listing_holds_no_one_else() {
                 "GetManagedObjects",
             ],
         );
-        match o.ok && o.stdout.starts_with("a{oa{sa{sv}}}") {
-            true => Ok(()),
-            false => Err(format!("{} {}", o.stdout, o.stderr)),
-        }
+        replied(&o, "a{oa{sa{sv}}}")
     });
 }
 
@@ -1024,10 +1021,7 @@ fn a_long_object_listing_holds_no_one_else() {
 fn a_long_worker_list_holds_no_one_else() {
     held_at_holds_no_one_else("bus.listing", "", |a| {
         let o = manager(&a, None, "ListWorkers", &[]);
-        match o.ok && o.stdout.starts_with("a(") {
-            true => Ok(()),
-            false => Err(format!("{} {}", o.stdout, o.stderr)),
-        }
+        replied(&o, "a(")
     });
 }
 
