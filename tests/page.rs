@@ -407,6 +407,13 @@ fn the_page_survives_slow_clients_and_answers_only_to_its_names() {
     assert!(!body.contains("majin"), "{body}");
     let (status, _, _) = http(port, "GET / HTTP/1.1\r\nHost: localhost:1234\r\n\r\n");
     assert_eq!(status, 200);
+    // A second Host (checked here by the first, read by a proxy by the last).
+    let (status, _, body) = http(
+        port,
+        "GET /machines/majin HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: attacker.example\r\n\r\n",
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("more than once"), "{body}");
 }
 
 /// A GPU that is not healthy says so on the page (its badge and why), in the
@@ -442,6 +449,14 @@ fn an_unhealthy_gpu_is_shown_as_unhealthy() {
             .any(|l| l.starts_with("astraeus_gpu_healthy{") && l.ends_with(" 0")),
         "{metrics}"
     );
+    // Its memory is not drawn as free (placement refuses the GPU), in the
+    // server's first paint as in the script's.
+    let (_, _, html) = get(port, "/");
+    assert!(
+        html.contains(r#"title="unhealthy, not offered 7 GB""#),
+        "{html}"
+    );
+    assert!(!html.contains(r#"class="seg free""#), "{html}");
     if !require_component(webdriver::available(), "chromium and chromium-driver") {
         return;
     }
@@ -458,6 +473,12 @@ fn an_unhealthy_gpu_is_shown_as_unhealthy() {
         browser.text(".gpu .health").as_deref(),
         Some("unhealthy: marked unhealthy in the sim file")
     );
+    let legend = browser
+        .wait_for(".gpu .legend .closed", |t| !t.is_empty(), wait)
+        .unwrap();
+    assert_eq!(legend, "unhealthy, not offered 7 GB");
+    assert_eq!(browser.text(".gpu .legend .free"), None);
+    assert_eq!(browser.text(".gpu .seg.free"), None);
 }
 
 /// A GPU draining for a whole request: the page's JSON names the worker,

@@ -148,7 +148,10 @@ fn gpu(g: &GpuSnap) -> String {
         None,
     );
     let free = total - outside - taken;
-    if v.held_whole_by.is_empty() {
+    if v.held_whole_by.is_empty() && closed(v) {
+        let label = format!("{}, not offered {} GB", v.mode, gb(free));
+        h += &seg("closed", free, &label, None);
+    } else if v.held_whole_by.is_empty() {
         h += &seg("free", free, &format!("free {} GB", gb(free)), None);
     } else {
         h += &seg(
@@ -175,6 +178,13 @@ fn gpu(g: &GpuSnap) -> String {
         h += &format!(r#"<div class="warning">{}</div>"#, esc(&v.warning));
     }
     h + "</section>"
+}
+
+/// Memory no shared work may take, though neither shared nor outside: an
+/// unhealthy GPU's (placement refuses it) and a time-sliced one's (the
+/// baseboard's VM owns it). Drawn apart from free memory.
+fn closed(v: &crate::views::GpuView) -> bool {
+    v.mode == "unhealthy" || v.mode == "time-sliced"
 }
 
 /// The GPUs cell as the seed writes it: `1 · shared 2.2 GB`.

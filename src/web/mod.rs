@@ -194,22 +194,36 @@ async fn connection(
     let text = String::from_utf8_lossy(&head);
     let mut parts = text.lines().next().unwrap_or_default().split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let host = text.lines().skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case("host").then(|| v.trim())
-    });
-    let response = match method {
-        _ if host.is_some_and(|h| !hosts.allows(h)) => Response::error(
+    let response = match (host_of(&text), method) {
+        (Err(why), _) => Response::error(400, why),
+        (Ok(Some(h)), _) if !hosts.allows(h) => Response::error(
             421,
             "this page answers to its IP addresses, localhost and the names in http.names",
         ),
-        "GET" | "HEAD" => route(target, &tx, &objects).await,
+        (_, "GET" | "HEAD") => route(target, &tx, &objects).await,
         _ => Response::error(
             405,
             &format!("{method} is not served here: the page is read-only"),
         ),
     };
     stream.write_all(&response.bytes(method == "HEAD")).await
+}
+
+/// The request's Host header, if it has one. Only the head's lines count
+/// (not what a client sent after it), and a request naming the host twice
+/// is refused (RFC 9112, 3.2): one check reading the first and a proxy in
+/// front reading the last would disagree about which host was asked.
+fn host_of(request: &str) -> Result<Option<&str>, &'static str> {
+    let head = request.split("\r\n\r\n").next().unwrap_or_default();
+    let mut hosts = head.lines().skip(1).filter_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("host").then(|| v.trim())
+    });
+    let first = hosts.next();
+    match hosts.next() {
+        Some(_) => Err("the request names its Host more than once"),
+        None => Ok(first),
+    }
 }
 
 /// One response, always closing the connection.
@@ -467,6 +481,18 @@ mod tests {
         for path in ["/nope", "/%6Eope", "/favicon.ico"] {
             assert!(!shows_workers(path), "{path}");
         }
+    }
+
+    #[test]
+    fn the_host_is_read_from_the_head_alone_and_named_once() {
+        let ok = "GET / HTTP/1.1\r\nhOsT: 127.0.0.1:8089\r\nAccept: */*\r\n\r\n";
+        assert_eq!(host_of(ok), Ok(Some("127.0.0.1:8089")));
+        assert_eq!(host_of("GET / HTTP/1.0\r\n\r\n"), Ok(None));
+        let twice = "GET / HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n";
+        assert!(host_of(twice).is_err());
+        // What follows the head is not a header.
+        let after = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\nHost: evil.example\r\n";
+        assert_eq!(host_of(after), Ok(Some("localhost")));
     }
 
     #[test]
