@@ -7,6 +7,7 @@
 mod common;
 use common::*;
 use std::path::Path;
+use std::time::Duration;
 
 fn steps(db: &Path) -> Vec<String> {
     let c = rusqlite::Connection::open(db).unwrap();
@@ -417,6 +418,49 @@ fn weights_are_staged_once_onto_a_read_only_image() {
     let _ = monitor.wait();
 }
 
+/// New weights whose checksum the ledger refuses (a full disk) are not
+/// reported staged: astraeusctl says why and the ledger keeps no checksum
+/// for an image it does not know; staging again builds and records it.
+#[test]
+fn weights_the_ledger_does_not_record_are_not_reported_staged() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        &[("ASTRAEUS_FAILPOINTS", "store.weights=fail")],
+    );
+    let a = &bus.address;
+    let (image, _) = weights_template(a, dir.path(), "w");
+    let source = dir.path().join("model");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::write(source.join("config.json"), "{\"layers\": 32}").unwrap();
+    let src = source.to_str().unwrap();
+    let recorded = || {
+        rusqlite::Connection::open(d.state.join("ledger.db"))
+            .unwrap()
+            .query_row(
+                "SELECT checksum FROM weights WHERE template = 'w'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .ok()
+    };
+    let o = ctl(a, None, &["template", "stage", "w", src]);
+    assert!(!o.ok, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("the ledger refused its checksum"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(recorded(), None);
+    let o = ctl(a, None, &["template", "stage", "w", src]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(!o.stdout.contains("unchanged"), "{}", o.stdout);
+    assert_eq!(recorded(), Some(image_checksum(&image, &["config.json"])));
+}
+
 #[test]
 fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
     let dir = open_tempdir();
@@ -439,7 +483,7 @@ fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
     );
     assert!(o.ok, "{}", o.stderr);
     drop(d); // down before either action is due
-    std::thread::sleep(std::time::Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(5));
     let d = start();
     let db = d.state.join("ledger.db");
     eventually("skipped actions recorded", || {
@@ -513,6 +557,107 @@ fn a_resume_waiting_out_the_buffer_survives_a_kill() {
         "the buffer holds after the restart: {:?}",
         steps(&db)
     );
+}
+
+/// A handoff step the ledger refuses (as a full disk would) is not acted
+/// on: nothing after it is done — above all libvirt is not asked to start
+/// the incoming VM, whose start the ledger would not know of — and the
+/// daemon stops, for a restart to resume the handoff from the last step
+/// recorded, as after a crash.
+#[test]
+fn a_handoff_step_the_ledger_refuses_is_not_acted_on() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let config = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\n\
+                  libvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n";
+    let a = bus.address.clone();
+    let refuse = [("ASTRAEUS_FAILPOINTS", "store.step.release-confirmed=fail")];
+    let mut d = start_majin(&bus, dir.path(), config, &refuse);
+    for t in ["a", "b"] {
+        assert!(manager(&a, None, "CreateTemplate", &["s", &test_template(t)]).ok);
+    }
+    assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("a running", || template_state(&a, "a") == "running");
+    let _ = manager(&a, None, "Resume", &["sb", "b", "true"]);
+    let status = exits_within(&mut d.child, Duration::from_secs(30)).unwrap_or_else(|| {
+        panic!(
+            "the daemon went on after the ledger refused a handoff step: {:?}",
+            steps(&d.state.join("ledger.db"))
+        )
+    });
+    assert!(!status.success(), "{status:?}");
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(
+        log.contains("the ledger refused handoff step release-confirmed"),
+        "{log}"
+    );
+    let db = d.state.join("ledger.db");
+    let after_stop: Vec<String> = steps(&db)
+        .into_iter()
+        .skip_while(|s| !s.starts_with("stopped a>b"))
+        .collect();
+    assert_eq!(after_stop, ["stopped a>b"], "{:?}", steps(&db));
+    // A restart resumes from "stopped": the release, then b's start. (The
+    // test driver lives in the daemon, so the new one has forgotten b's
+    // domain and the start ends "target-gone"; tests/vm.rs resumes a
+    // handoff on real libvirtd after a kill at every step.)
+    let _d = start_majin(&bus, dir.path(), config, &[]);
+    eventually("the handoff resumed after the restart", || {
+        steps(&db).iter().any(|s| s.starts_with("start-issued"))
+    });
+    let after_stop: Vec<String> = steps(&db)
+        .into_iter()
+        .skip_while(|s| !s.starts_with("stopped a>b"))
+        .take(3)
+        .collect();
+    assert_eq!(
+        after_stop,
+        ["stopped a>b", "release-confirmed a>b", "start-issued ->b"],
+        "{:?}",
+        steps(&db)
+    );
+    drop(_d);
+    // A ledger that cannot say where the handoff stands is not taken for
+    // one with no steps (which converges on what runs): the daemon stops.
+    let before = steps(&db);
+    let log = dir.path().join("unreadable.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusd"))
+        .args(["--bus-address", &bus.address, "--sim"])
+        .arg(dir.path().join("majin.toml"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(dir.path().join("node.toml"))
+        .env("ASTRAEUS_FAILPOINTS", "store.last-step=fail")
+        .env_remove("NOTIFY_SOCKET")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let exited = exits_within(&mut child, Duration::from_secs(30));
+    let err = std::fs::read_to_string(&log).unwrap();
+    let status = exited.unwrap_or_else(|| panic!("it went on without the last step: {err}"));
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("reading the last handoff step"), "{err}");
+    assert_eq!(steps(&db), before);
+}
+
+/// The child's exit status once it exits, or None (and it is killed) if it
+/// is still running after `limit`.
+fn exits_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 /// A template on the test driver with a readiness probe and, optionally, a

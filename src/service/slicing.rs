@@ -215,7 +215,13 @@ impl Service {
         let rotation = self.node.rotation();
         let tz = self.slice_rules.tz.clone();
         let now = jiff::Timestamp::now();
-        let last = self.node.store().last_step().ok().flatten();
+        // The handoff resumes from the ledger's last step: a ledger that
+        // cannot say it must not be taken for one with no steps (that would
+        // converge on what runs, mid-handoff). A restart reads it afresh.
+        let last = match self.node.store().last_step() {
+            Ok(last) => last,
+            Err(e) => return self.stop_handoffs(format!("reading the last handoff step: {e}")),
+        };
         // With a schedule, the state it says now; without one, what a person
         // last asked for (a request, or a handoff under way, finishes) or,
         // after a failed slice or on a fresh ledger, what runs.
@@ -228,9 +234,10 @@ impl Service {
         };
         // Requests only say who is next; the handoff resumes from its last step.
         let last = match &last {
-            Some(r) if r.step == Step::Requested => {
-                self.node.store().last_state_step().ok().flatten()
-            }
+            Some(r) if r.step == Step::Requested => match self.node.store().last_state_step() {
+                Ok(last) => last,
+                Err(e) => return self.stop_handoffs(format!("reading the last handoff step: {e}")),
+            },
             _ => last,
         };
         let (state, actions) = handoff::converge(
@@ -602,17 +609,26 @@ impl Service {
             .get(&template)
             .and_then(|d| d.template.weights_disk.clone())
             .unwrap_or_default();
+        // New content the ledger does not take is not staged: the ledger's
+        // checksum is what the image is said to hold, and the next staging
+        // compares against it (and so builds the image again).
+        let result = result.and_then(|(sum, changed)| {
+            if changed {
+                let store = self.node.store_mut();
+                store
+                    .set_weights(&template, &sum, &image, EpochMs::now())
+                    .map_err(|e| {
+                        Error::Backend(format!(
+                            "the image was built, but the ledger refused its checksum ({}): \
+                             stage the weights again",
+                            e.message()
+                        ))
+                    })?;
+            }
+            Ok((sum, changed))
+        });
         let (checksum, changed, error) = match result {
             Ok((sum, changed)) => {
-                if changed {
-                    if let Err(e) =
-                        self.node
-                            .store_mut()
-                            .set_weights(&template, &sum, &image, EpochMs::now())
-                    {
-                        tracing::error!("recording the weights of {template}: {e}");
-                    }
-                }
                 let same = if changed { "" } else { ", unchanged" };
                 tracing::info!(template = %template, "weights of {template} staged ({sum}{same})");
                 (sum, changed, String::new())
@@ -653,8 +669,19 @@ impl Service {
         for a in actions {
             match a {
                 Action::Record(r) => {
+                    // A step the ledger refused is not acted on: what follows
+                    // it (libvirt's calls above all) would leave the VMs
+                    // where a restart, resuming from the last recorded step,
+                    // does not expect them. The handoff state in memory is
+                    // already past it, so the daemon stops, and a restart
+                    // resumes from the ledger (the path the crash tests kill
+                    // after every step).
                     if let Err(e) = self.node.store_mut().record_step(r) {
-                        tracing::error!("recording handoff step {}: {e}", r.step.as_str());
+                        self.stop_handoffs(format!(
+                            "the ledger refused handoff step {} ({e}); nothing after it was done",
+                            r.step.as_str()
+                        ));
+                        return refused;
                     }
                     if crash_points {
                         // Crash tests kill the daemon right after a step is recorded.
@@ -743,6 +770,18 @@ impl Service {
             }
         }
         refused
+    }
+
+    /// Ends the loop (systemd's `Restart=` starts a new daemon): the handoff
+    /// cannot go on safely from what the ledger holds, and a restart resumes
+    /// it from the ledger's last step as after a crash.
+    fn stop_handoffs(&mut self, why: String) {
+        let e = Error::Backend(format!(
+            "time-slicing: {why}; stopping, for a restart to resume the handoff from the \
+             ledger's last step"
+        ));
+        tracing::error!("{e}");
+        self.fatal.get_or_insert(e);
     }
 
     /// A slice opens in the ledger and its meter starts.

@@ -3,6 +3,7 @@
 
 use super::{exec, Store};
 use crate::error::{Error, Result};
+use crate::failpoint;
 use crate::slicing::meter::SliceMeasures;
 use crate::time::EpochMs;
 use rusqlite::{params, OptionalExtension};
@@ -77,6 +78,10 @@ impl Store {
 
     /// The last handoff step recorded, if any.
     pub fn last_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
+        // A test fails this read, as an I/O error would.
+        if failpoint::fails("store.last-step") {
+            return Err(Error::Backend("failpoint store.last-step".into()));
+        }
         Ok(self.steps(Some(1))?.pop())
     }
 
@@ -293,6 +298,10 @@ impl Store {
         at: EpochMs,
     ) -> Result<()> {
         let at_ms = at.as_i64();
+        // A test refuses the checksum here, as a full disk would.
+        if failpoint::fails("store.weights") {
+            return Err(Error::Backend("failpoint store.weights".into()));
+        }
         self.write(
             "INSERT INTO weights (template, checksum, image, staged_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(template) DO UPDATE SET checksum = excluded.checksum,
@@ -304,6 +313,14 @@ impl Store {
 
     /// Records one handoff step.
     pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
+        // A test refuses one step here, as a full disk would.
+        if failpoint::fails(&format!("store.step.{}", r.step.as_str())) {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("failpoint store.step".into()),
+            )
+            .into());
+        }
         self.write(
             "INSERT INTO handoff_steps (at_ms, step, from_template, to_template, detail)
              VALUES (?1, ?2, ?3, ?4, ?5)",
