@@ -509,6 +509,88 @@ fn a_new_worker_is_announced_after_its_reply_with_its_properties() {
     }
 }
 
+/// A worker's InterfacesAdded is built from its view, not through zbus's
+/// GetAll (#25): it must carry exactly what GetAll answers for the same
+/// object — zbus's own answer is the oracle — for a running worker and a
+/// waiting one, whose reasons it carries. (No env here: the request's env
+/// hiding is views::redact_env's, tested there and in tests/podman.rs.)
+#[test]
+fn a_workers_announcement_carries_what_get_all_answers() {
+    use futures_util::StreamExt;
+    use std::collections::HashMap;
+    type Props = HashMap<String, zbus::OwnedVariant>;
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    // No refresh while the test reads: each worker's view stays as announced.
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[inventory]\nrefresh_seconds = 600\n",
+    )
+    .unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let a = bus.address.as_str();
+        let watcher = zbus::connection::Builder::address(a).build().await.unwrap();
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .interface("org.freedesktop.DBus.ObjectManager")
+            .member("InterfacesAdded")
+            .build()
+            .unwrap();
+        let mut added = zbus::MessageStream::for_match_rule(rule, &watcher, None)
+            .await
+            .unwrap();
+        let c = zbus::connection::Builder::address(a).build().await.unwrap();
+        for (name, gb, state) in [("voice", "6", "running"), ("later", "2", "pending")] {
+            c.call_method(
+                Some("org.astraeus.Node1"),
+                "/org/astraeus/Node1",
+                Some("org.astraeus.Node1.Manager"),
+                "SubmitWorker",
+                &shared_spec(name, gb),
+            )
+            .await
+            .unwrap();
+            let path = format!("/org/astraeus/Node1/worker/{name}");
+            let announced: Props = loop {
+                let m = added.next().await.unwrap().unwrap();
+                let (p, mut ifaces): (zbus::OwnedObjectPath, HashMap<String, Props>) =
+                    m.body().deserialize().unwrap();
+                if p.as_str() == path {
+                    assert_eq!(ifaces.len(), 1, "{ifaces:?}");
+                    break ifaces.remove("org.astraeus.Node1.Worker").unwrap();
+                }
+            };
+            let got: Props = c
+                .call_method(
+                    Some("org.astraeus.Node1"),
+                    path.as_str(),
+                    Some("org.freedesktop.DBus.Properties"),
+                    "GetAll",
+                    &"org.astraeus.Node1.Worker",
+                )
+                .await
+                .unwrap()
+                .body()
+                .deserialize()
+                .unwrap();
+            assert_eq!(announced, got, "{name}");
+            let state_of = |p: &Props| format!("{:?}", p["State"]);
+            assert!(state_of(&got).contains(state), "{got:?}");
+            let reasons = format!("{:?}", got["PendingReasons"]);
+            assert_eq!(
+                reasons.contains("6 of 7 GB taken by shared work"),
+                state == "pending",
+                "{reasons}"
+            );
+        }
+    });
+}
+
 /// systemd hears the status line at most once a second, not once per
 /// change: a burst of submits costs a message or two, and the last one
 /// tells the final count when its second is up (the inventory's refresh,

@@ -402,7 +402,8 @@ impl Service {
             if let Some(obj) = self.published.objects.worker(&name) {
                 let path = p.clone();
                 self.on_conn("InterfacesAdded", move |conn| async move {
-                    tree::interfaces_added(&conn, &path, &obj).await
+                    let added = obj.added_message(&path)?;
+                    conn.send(&added).await
                 });
             }
             self.signal("WorkerNew", BASE_PATH.into(), move |e| async move {
