@@ -221,6 +221,26 @@ CREATE INDEX slices_end ON slices(coalesce(end_ms, 9223372036854775807), start_m
     r#"
 CREATE INDEX daemon_runs_alive ON daemon_runs(alive_ms);
 "#,
+    // 15: holds kept in the order of their key (WITHOUT ROWID): with a
+    // rowid, the key (worker, GPU) was an index of its own beside the
+    // table, one B-tree more written by every submit and read by every
+    // stop to find the row (#25). Rows kept; the end index as in 12.
+    r#"
+CREATE TABLE holds_by_key (
+    worker_id        INTEGER NOT NULL REFERENCES workers(id),
+    gpu_uuid         TEXT NOT NULL,
+    gpu_index        INTEGER NOT NULL,
+    share_hundredths INTEGER,
+    from_ms          INTEGER NOT NULL,
+    to_ms            INTEGER,
+    PRIMARY KEY (worker_id, gpu_uuid)
+) WITHOUT ROWID;
+INSERT INTO holds_by_key (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms, to_ms)
+    SELECT worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms, to_ms FROM holds;
+DROP TABLE holds;
+ALTER TABLE holds_by_key RENAME TO holds;
+CREATE INDEX holds_end ON holds(coalesce(to_ms, 9223372036854775807), from_ms);
+"#,
 ];
 
 #[cfg(test)]
@@ -247,7 +267,7 @@ mod tests {
     /// rows kept.
     #[test]
     fn older_ledgers_end_with_what_they_hold_indexed_by_its_end() {
-        for version in [9, 10, 11, 13] {
+        for version in [9, 10, 11, 13, 14] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("ledger.db");
             {
@@ -289,6 +309,23 @@ mod tests {
                 })
                 .unwrap();
             assert_eq!(holds, 1);
+            // Keyed without a rowid: no index of its own for the key.
+            let sql: String = conn
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE name = 'holds'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(sql.ends_with("WITHOUT ROWID"), "{sql}");
+            let autoindexes: i64 = conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'holds' AND sql IS NULL",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(autoindexes, 0, "from {version}");
         }
     }
 }
