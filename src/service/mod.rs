@@ -329,6 +329,7 @@ impl Service {
                     }
                     self.sample();
                     self.meter_slice();
+                    self.relearn_if_due();
                     self.drain().await;
                 }
                 _ = hup.recv() => {

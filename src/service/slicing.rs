@@ -4,12 +4,13 @@
 //! steps into the ledger and onto the bus here, libvirt calls in tasks
 //! ([`super::hypervisor`]). What is due is read from the node's schedules.
 
+mod weights;
+
 use super::hypervisor::Hypervisor;
 use super::{Service, Settings};
 use crate::access::{Act, Caller};
 use crate::bus::manager::Manager;
 use crate::bus::BASE_PATH;
-use crate::command::Command;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal;
@@ -36,6 +37,12 @@ pub(super) struct Slicing {
     /// (libvirt answered): until then no action fires and no person's
     /// request is taken, since the handoff would start from a guess.
     converged: bool,
+    /// Paused (the ledger refused a step, or could not say the last one):
+    /// when to learn what runs again and start from the ledger afresh.
+    relearn_at: Option<std::time::Instant>,
+    /// Converged once since the start: actions missed while the daemon was
+    /// down are recorded as skipped only then.
+    started: bool,
     /// Accept weights disks on networked filesystems (config).
     allow_networked_weights: bool,
     /// The running slice's measurements, and the task reading its guest.
@@ -69,6 +76,8 @@ impl Slicing {
             timer: None,
             cursor: jiff::Timestamp::now(),
             converged: false,
+            relearn_at: None,
+            started: false,
             allow_networked_weights: settings.allow_networked_weights,
             meter: None,
             guest_reader: None,
@@ -189,6 +198,9 @@ fn next_due(
 
 const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
 
+/// A paused time-slicing (the ledger refused a step) tries again this often.
+const RELEARN_AFTER: Duration = Duration::from_secs(5);
+
 impl Service {
     /// After a start: asks libvirt (in a task) which templates' VMs run;
     /// [`Service::converge_slices`] takes the answer.
@@ -217,10 +229,10 @@ impl Service {
         let now = jiff::Timestamp::now();
         // The handoff resumes from the ledger's last step: a ledger that
         // cannot say it must not be taken for one with no steps (that would
-        // converge on what runs, mid-handoff). A restart reads it afresh.
+        // converge on what runs, mid-handoff). Paused; read again later.
         let last = match self.node.store().last_step() {
             Ok(last) => last,
-            Err(e) => return self.stop_handoffs(format!("reading the last handoff step: {e}")),
+            Err(e) => return self.pause_slicing(format!("reading the last handoff step: {e}")),
         };
         // With a schedule, the state it says now; without one, what a person
         // last asked for (a request, or a handoff under way, finishes) or,
@@ -236,7 +248,7 @@ impl Service {
         let last = match &last {
             Some(r) if r.step == Step::Requested => match self.node.store().last_state_step() {
                 Ok(last) => last,
-                Err(e) => return self.stop_handoffs(format!("reading the last handoff step: {e}")),
+                Err(e) => return self.pause_slicing(format!("reading the last handoff step: {e}")),
             },
             _ => last,
         };
@@ -251,16 +263,32 @@ impl Service {
             Some(t) => tracing::info!("time-slicing: {t} should be on now; on: {}", on.join(", ")),
             None => tracing::info!("time-slicing: none should be on now; on: {}", on.join(", ")),
         }
-        self.record_skipped(&rotation, now);
+        let slicer = self.slicing.as_mut().expect("checked");
+        // Missed while the daemon was down (at its start), or while paused.
+        let (since, why) = if slicer.started {
+            (
+                Some(slicer.cursor.as_millisecond()),
+                "time-slicing was paused",
+            )
+        } else {
+            (
+                self.node.previous_run_end().ok().flatten(),
+                "the daemon was down",
+            )
+        };
+        self.record_skipped(&rotation, since, now, why);
         let slicer = self.slicing.as_mut().expect("checked");
         slicer.state = state;
         slicer.cursor = now;
         slicer.converged = true;
+        slicer.started = true;
         // Through the same path as events' actions: a slice whose end was
         // recorded before the restart is closed, one the handoff ends or
         // starts now is recorded, and every step is told. (Only the
         // hypervisor's calls went through: such slices stayed open.)
-        self.carry_out(&actions, false);
+        if let Err(e) = self.carry_out(&actions, false) {
+            self.pause_slicing(e.message().to_string());
+        }
         self.publish_templates();
     }
 
@@ -269,12 +297,11 @@ impl Service {
     fn record_skipped(
         &mut self,
         rotation: &[(String, Vec<ScheduledAction>)],
+        since_ms: Option<i64>,
         now: jiff::Timestamp,
+        why: &str,
     ) {
-        let Ok(Some(down_since)) = self.node.previous_run_end() else {
-            return;
-        };
-        let Ok(since) = jiff::Timestamp::from_millisecond(down_since) else {
+        let Some(Ok(since)) = since_ms.map(jiff::Timestamp::from_millisecond) else {
             return;
         };
         for (template, actions) in rotation {
@@ -284,7 +311,7 @@ impl Service {
                         break;
                     }
                     let what = format!(
-                        "{} of {template} due at {at} skipped: the daemon was down",
+                        "{} of {template} due at {at} skipped: {why}",
                         a.action.as_str()
                     );
                     tracing::warn!(template = %template, "{what}");
@@ -320,6 +347,16 @@ impl Service {
         // past it count as skipped.
         let _ = self.node.alive(EpochMs::now());
         for (template, action) in list {
+            // Paused by the one before (its step refused): the rest is not
+            // fired from a state the ledger does not hold.
+            if !self.slicing.as_ref().is_some_and(|s| s.converged) {
+                let what = format!(
+                    "{} of {template} due at {at} skipped: time-slicing is paused",
+                    action.as_str()
+                );
+                tracing::warn!(template = %template, "{what}");
+                continue;
+            }
             tracing::info!(template = %template, "scheduled {} of {template} is due", action.as_str());
             let at_ms = EpochMs::from_timestamp(at);
             let _ = self
@@ -401,6 +438,11 @@ impl Service {
                     crate::text::printable(template)
                 )))
             }
+            Some(s) if !s.converged && s.started => Err(Error::Conflict(
+                "time-slicing is paused: the ledger refused a handoff step (the daemon's log \
+                 says why); it starts again from the last step recorded, try again shortly"
+                    .into(),
+            )),
             Some(s) if !s.converged => Err(Error::Conflict(
                 "time-slicing is still learning which VMs run (libvirt has not answered yet); \
                  try again shortly"
@@ -519,130 +561,6 @@ impl Service {
         Ok(())
     }
 
-    /// Starts staging a template's weights (its VM must be off); progress and
-    /// the end come as signals.
-    pub(super) fn stage_weights(
-        &mut self,
-        template: &str,
-        source: &str,
-        caller: &Caller,
-    ) -> Result<()> {
-        let s = self.manual(caller, template)?;
-        let Some(image) = s.templates[template].template.weights_disk.clone() else {
-            return Err(Error::field(
-                "weights_disk",
-                format!("template {template} has no weights disk to stage"),
-            ));
-        };
-        let state = s.state.state_of(template);
-        if state != VmState::Off {
-            return Err(Error::Conflict(format!(
-                "template {template}'s VM is {state}; weights are staged while it is off"
-            )));
-        }
-        let source = std::path::PathBuf::from(source);
-        if !source.is_dir() {
-            return Err(Error::field(
-                "source",
-                format!("{} is not a directory", source.display()),
-            ));
-        }
-        let before = self.node.store().weights(template)?;
-        let s = self.slicing.as_mut().expect("manual() checked");
-        if !s.staging.insert(template.to_string()) {
-            return Err(Error::Conflict(format!(
-                "the weights of {template} are already being staged"
-            )));
-        }
-        let (tx, conn, template) = (self.lp.tx.clone(), self.conn.clone(), template.to_string());
-        tokio::task::spawn_blocking(move || {
-            let emitter = zbus::object_server::SignalEmitter::new(&conn, BASE_PATH).ok();
-            let rt = tokio::runtime::Handle::current();
-            let progress = |phase: &str, fraction: f64| {
-                if let Some(e) = &emitter {
-                    let _ = rt.block_on(Manager::weights_progress(e, &template, phase, fraction));
-                }
-            };
-            let mut last = std::time::Instant::now();
-            let result = crate::weights::checksum(&source, |done, total| {
-                if last.elapsed() > Duration::from_millis(200) || done == total {
-                    last = std::time::Instant::now();
-                    progress("checksum", done as f64 / total.max(1) as f64);
-                }
-            })
-            .and_then(|sum| {
-                let image_path = std::path::Path::new(&image);
-                if before.as_deref() == Some(sum.as_str()) && image_path.exists() {
-                    return Ok((sum, false)); // the same content: nothing to do
-                }
-                // New content: the image and its checksum come from one
-                // snapshot, which nobody else can change (see weights.rs).
-                progress("snapshot", 0.0);
-                let snapshot = crate::weights::snapshot_path(image_path);
-                let staged = crate::weights::snapshot(&source, &snapshot).and_then(|()| {
-                    crate::failpoint::hit("weights.snapshot-taken");
-                    let sum = crate::weights::checksum(&snapshot, |_, _| {})?;
-                    progress("image", 0.0);
-                    crate::weights::build_image(&snapshot, image_path)?;
-                    Ok(sum)
-                });
-                let _ = std::fs::remove_dir_all(&snapshot);
-                progress("image", 1.0);
-                Ok((staged?, true))
-            });
-            let _ = tx.blocking_send(Command::WeightsStaged { template, result });
-        });
-        Ok(())
-    }
-
-    pub(super) async fn weights_staged(
-        &mut self,
-        template: String,
-        result: Result<(String, bool)>,
-    ) {
-        let Some(s) = self.slicing.as_mut() else {
-            return;
-        };
-        s.staging.remove(&template);
-        let image = s
-            .templates
-            .get(&template)
-            .and_then(|d| d.template.weights_disk.clone())
-            .unwrap_or_default();
-        // New content the ledger does not take is not staged: the ledger's
-        // checksum is what the image is said to hold, and the next staging
-        // compares against it (and so builds the image again).
-        let result = result.and_then(|(sum, changed)| {
-            if changed {
-                let store = self.node.store_mut();
-                store
-                    .set_weights(&template, &sum, &image, EpochMs::now())
-                    .map_err(|e| {
-                        Error::Backend(format!(
-                            "the image was built, but the ledger refused its checksum ({}): \
-                             stage the weights again",
-                            e.message()
-                        ))
-                    })?;
-            }
-            Ok((sum, changed))
-        });
-        let (checksum, changed, error) = match result {
-            Ok((sum, changed)) => {
-                let same = if changed { "" } else { ", unchanged" };
-                tracing::info!(template = %template, "weights of {template} staged ({sum}{same})");
-                (sum, changed, String::new())
-            }
-            Err(e) => {
-                tracing::warn!(template = %template, "staging the weights of {template} failed: {e}");
-                (String::new(), false, e.message().to_string())
-            }
-        };
-        self.signal("WeightsStaged", BASE_PATH.into(), move |e| async move {
-            Manager::weights_staged(&e, &template, &checksum, changed, &error).await
-        });
-    }
-
     /// Feeds one event to the handoff machine and carries out its actions:
     /// steps into the ledger and onto the bus, hypervisor calls in tasks.
     /// A refused manual request comes back as Conflict.
@@ -651,10 +569,18 @@ impl Service {
             return Ok(());
         };
         let (state, actions) = handoff::step(&s.state, &event, &s.settings);
-        s.state = state;
-        let refused = self.carry_out(&actions, true);
+        let before = std::mem::replace(&mut s.state, state);
+        let carried = self.carry_out(&actions, true);
+        if let Err(e) = &carried {
+            // Back to where the ledger stands (until the pause ends and
+            // the state is learned afresh): events meanwhile start there.
+            if let Some(s) = self.slicing.as_mut() {
+                s.state = before;
+            }
+            self.pause_slicing(e.message().to_string());
+        }
         self.publish_templates();
-        match refused {
+        match carried? {
             Some(reason) => Err(Error::Conflict(reason)),
             None => Ok(()),
         }
@@ -664,7 +590,7 @@ impl Service {
     /// opened and closed, the hypervisor's calls; a refusal's reason.
     /// `crash_points`: the tests' kill points after each step (not at
     /// start-up, where the steps finish a handoff from before).
-    fn carry_out(&mut self, actions: &[Action], crash_points: bool) -> Option<String> {
+    fn carry_out(&mut self, actions: &[Action], crash_points: bool) -> Result<Option<String>> {
         let mut refused = None;
         for a in actions {
             match a {
@@ -672,16 +598,13 @@ impl Service {
                     // A step the ledger refused is not acted on: what follows
                     // it (libvirt's calls above all) would leave the VMs
                     // where a restart, resuming from the last recorded step,
-                    // does not expect them. The handoff state in memory is
-                    // already past it, so the daemon stops, and a restart
-                    // resumes from the ledger (the path the crash tests kill
-                    // after every step).
+                    // does not expect them. The caller pauses time-slicing.
                     if let Err(e) = self.node.store_mut().record_step(r) {
-                        self.stop_handoffs(format!(
-                            "the ledger refused handoff step {} ({e}); nothing after it was done",
-                            r.step.as_str()
-                        ));
-                        return refused;
+                        return Err(Error::Backend(format!(
+                            "the ledger refused handoff step {} ({}); nothing after it was done",
+                            r.step.as_str(),
+                            e.message()
+                        )));
                     }
                     if crash_points {
                         // Crash tests kill the daemon right after a step is recorded.
@@ -769,19 +692,40 @@ impl Service {
                 }
             }
         }
-        refused
+        Ok(refused)
     }
 
-    /// Ends the loop (systemd's `Restart=` starts a new daemon): the handoff
-    /// cannot go on safely from what the ledger holds, and a restart resumes
-    /// it from the ledger's last step as after a crash.
-    fn stop_handoffs(&mut self, why: String) {
-        let e = Error::Backend(format!(
-            "time-slicing: {why}; stopping, for a restart to resume the handoff from the \
-             ledger's last step"
-        ));
-        tracing::error!("{e}");
-        self.fatal.get_or_insert(e);
+    /// Time-slicing stops where the ledger stopped recording (a full disk,
+    /// a failed read): no scheduled action fires, no person's request is
+    /// taken, no timer runs, as before libvirt first answered after a
+    /// start. After [`RELEARN_AFTER`] it learns what runs and converges
+    /// from the ledger's last step, as a start does (the path the crash
+    /// tests kill after every step); the rest of the daemon goes on.
+    fn pause_slicing(&mut self, why: String) {
+        tracing::error!(
+            "time-slicing: {why}; paused: it starts again from the ledger's last step and \
+             what libvirt says runs, tried every {} s",
+            RELEARN_AFTER.as_secs()
+        );
+        if let Some(s) = self.slicing.as_mut() {
+            s.converged = false;
+            s.timer = None;
+            s.relearn_at = Some(std::time::Instant::now() + RELEARN_AFTER);
+        }
+    }
+
+    /// Each refresh: a pause whose time is up learns what runs again
+    /// ([`Service::converge_slices`] takes the answer).
+    pub(super) fn relearn_if_due(&mut self) {
+        let due = self.slicing.as_ref().is_some_and(|s| {
+            !s.converged && s.relearn_at.is_some_and(|t| std::time::Instant::now() >= t)
+        });
+        if due {
+            if let Some(s) = self.slicing.as_mut() {
+                s.relearn_at = None;
+            }
+            self.learn_what_runs();
+        }
     }
 
     /// A slice opens in the ledger and its meter starts.

@@ -215,15 +215,27 @@ async fn connection(
 /// front reading the last would disagree about which host was asked.
 fn host_of(request: &str) -> Result<Option<&str>, &'static str> {
     let head = request.split("\r\n\r\n").next().unwrap_or_default();
-    let mut hosts = head.lines().skip(1).filter_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("host").then(|| v.trim())
-    });
-    let first = hosts.next();
-    match hosts.next() {
-        Some(_) => Err("the request names its Host more than once"),
-        None => Ok(first),
+    let mut host = None;
+    for line in head.lines().skip(1) {
+        // Both are read as another header, or another Host, by some
+        // parsers and refused by the RFC (9112, 5.1 and 5.2).
+        if line.starts_with([' ', '\t']) {
+            return Err("a header line is folded onto the one before");
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        if name.ends_with([' ', '\t']) {
+            return Err("a header's name is followed by whitespace before its colon");
+        }
+        if name.eq_ignore_ascii_case("host") {
+            if host.is_some() {
+                return Err("the request names its Host more than once");
+            }
+            host = Some(value.trim());
+        }
     }
+    Ok(host)
 }
 
 /// One response, always closing the connection.
@@ -493,6 +505,11 @@ mod tests {
         // What follows the head is not a header.
         let after = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\nHost: evil.example\r\n";
         assert_eq!(host_of(after), Ok(Some("localhost")));
+        // Hidden from a reader that trims, or joins folded lines.
+        let spaced = "GET / HTTP/1.1\r\nHost: localhost\r\nHost : evil.example\r\n\r\n";
+        assert!(host_of(spaced).is_err());
+        let folded = "GET / HTTP/1.1\r\nX-A: 1\r\n Host: evil.example\r\n\r\n";
+        assert!(host_of(folded).is_err());
     }
 
     #[test]
