@@ -1165,6 +1165,17 @@ fn an_unmarked_domain_with_a_workers_name_is_not_taken_for_it() {
 /// destroyed at once, the step recorded with why.
 #[test]
 fn two_template_vms_found_on_at_start_leave_one() {
+    two_on_at_start(false);
+}
+
+/// The same with a ledger that refuses the step (a full disk): time-slicing
+/// pauses, but the interlock's destroy does not wait for the record.
+#[test]
+fn two_template_vms_found_on_leave_one_though_the_ledger_refuses_the_step() {
+    two_on_at_start(true);
+}
+
+fn two_on_at_start(refused: bool) {
     let Some(_lock) = libvirtd() else { return };
     let uri = shared_test_driver();
     let conn = libvirt::direct::open(&uri).expect("the suite's libvirtd serves the test driver");
@@ -1190,21 +1201,33 @@ fn two_template_vms_found_on_at_start_leave_one() {
             .expect("started behind its back");
     }
     assert!(on("tmpl-a") && on("tmpl-b"));
-    let d = start_majin(&bus, dir.path(), &config, &[]);
+    let refuse = [("ASTRAEUS_FAILPOINTS", "store.step.forced=fail")];
+    let env: &[(&str, &str)] = if refused { &refuse } else { &[] };
+    let d = start_majin(&bus, dir.path(), &config, env);
     eventually("one of them off", || !(on("tmpl-a") && on("tmpl-b")));
     assert!(on("tmpl-a") || on("tmpl-b"), "one stays on");
-    let forced: String = rusqlite::Connection::open(d.state.join("ledger.db"))
+    let forced: Option<String> = rusqlite::Connection::open(d.state.join("ledger.db"))
         .unwrap()
         .query_row(
             "SELECT detail FROM handoff_steps WHERE step = 'forced' ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
         )
-        .unwrap();
-    assert!(
-        forced.contains("exactly one template VM may be on"),
-        "{forced}"
-    );
+        .ok();
+    if refused {
+        assert_eq!(forced, None, "the refused step is not in the ledger");
+        assert!(
+            d.log_text().contains("refused handoff step forced"),
+            "{}",
+            d.log_text()
+        );
+    } else {
+        let forced = forced.unwrap();
+        assert!(
+            forced.contains("exactly one template VM may be on"),
+            "{forced}"
+        );
+    }
     for name in ["tmpl-a", "tmpl-b"] {
         if let Ok(d) = conn.lookup_domain_by_name(name) {
             let _ = d.destroy();

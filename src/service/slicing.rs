@@ -40,6 +40,9 @@ pub(super) struct Slicing {
     /// Paused (the ledger refused a step, or could not say the last one):
     /// when to learn what runs again and start from the ledger afresh.
     relearn_at: Option<std::time::Instant>,
+    /// How long the next pause waits: doubled while the ledger keeps
+    /// refusing (a disk that stays full), back to the least once converged.
+    relearn_after: Duration,
     /// Converged once since the start: actions missed while the daemon was
     /// down are recorded as skipped only then.
     started: bool,
@@ -77,6 +80,7 @@ impl Slicing {
             cursor: jiff::Timestamp::now(),
             converged: false,
             relearn_at: None,
+            relearn_after: RELEARN_AFTER,
             started: false,
             allow_networked_weights: settings.allow_networked_weights,
             meter: None,
@@ -198,8 +202,10 @@ fn next_due(
 
 const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
 
-/// A paused time-slicing (the ledger refused a step) tries again this often.
+/// A paused time-slicing (the ledger refused a step) tries again after
+/// this long, doubled each time it is refused again, up to the second.
 const RELEARN_AFTER: Duration = Duration::from_secs(5);
+const RELEARN_AT_MOST: Duration = Duration::from_secs(300);
 
 impl Service {
     /// After a start: asks libvirt (in a task) which templates' VMs run;
@@ -278,7 +284,7 @@ impl Service {
         };
         self.record_skipped(&rotation, since, now, why);
         let slicer = self.slicing.as_mut().expect("checked");
-        slicer.state = state;
+        let before = std::mem::replace(&mut slicer.state, state);
         slicer.cursor = now;
         slicer.converged = true;
         slicer.started = true;
@@ -286,8 +292,19 @@ impl Service {
         // recorded before the restart is closed, one the handoff ends or
         // starts now is recorded, and every step is told. (Only the
         // hypervisor's calls went through: such slices stayed open.)
-        if let Err(e) = self.carry_out(&actions, false) {
-            self.pause_slicing(e.message().to_string());
+        match self.carry_out(&actions, false) {
+            Ok(_) => {
+                if let Some(s) = self.slicing.as_mut() {
+                    s.relearn_after = RELEARN_AFTER;
+                }
+            }
+            Err(e) => {
+                // Not past what the ledger holds (the views say so too).
+                if let Some(s) = self.slicing.as_mut() {
+                    s.state = before;
+                }
+                self.pause_slicing(e.message().to_string());
+            }
         }
         self.publish_templates();
     }
@@ -568,12 +585,19 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return Ok(());
         };
+        // Paused: the state in memory may be past what the ledger holds,
+        // and answers of tasks begun before may be stale. What happened
+        // meanwhile is read from libvirt when the pause ends.
+        if s.started && !s.converged {
+            tracing::debug!("time-slicing paused: {event:?} is left to the next convergence");
+            return Ok(());
+        }
         let (state, actions) = handoff::step(&s.state, &event, &s.settings);
         let before = std::mem::replace(&mut s.state, state);
         let carried = self.carry_out(&actions, true);
         if let Err(e) = &carried {
-            // Back to where the ledger stands (until the pause ends and
-            // the state is learned afresh): events meanwhile start there.
+            // Back to where the ledger stands, for the views until the
+            // pause ends and the state is learned afresh.
             if let Some(s) = self.slicing.as_mut() {
                 s.state = before;
             }
@@ -592,16 +616,29 @@ impl Service {
     /// start-up, where the steps finish a handoff from before).
     fn carry_out(&mut self, actions: &[Action], crash_points: bool) -> Result<Option<String>> {
         let mut refused = None;
-        for a in actions {
+        for (i, a) in actions.iter().enumerate() {
             match a {
                 Action::Record(r) => {
                     // A step the ledger refused is not acted on: what follows
                     // it (libvirt's calls above all) would leave the VMs
                     // where a restart, resuming from the last recorded step,
                     // does not expect them. The caller pauses time-slicing.
+                    // Only the interlock's destroys still run: one VM fewer
+                    // on is what any convergence would do (a VM started
+                    // behind the daemon's back must not stay on beside
+                    // another for as long as the disk is full).
                     if let Err(e) = self.node.store_mut().record_step(r) {
+                        if let Some(s) = self.slicing.as_mut() {
+                            for destroy in actions[i..]
+                                .iter()
+                                .filter(|a| matches!(a, Action::Destroy { .. }))
+                            {
+                                s.execute(destroy);
+                            }
+                        }
                         return Err(Error::Backend(format!(
-                            "the ledger refused handoff step {} ({}); nothing after it was done",
+                            "the ledger refused handoff step {} ({}); nothing after it was done \
+                             but the interlock's destroys",
                             r.step.as_str(),
                             e.message()
                         )));
@@ -697,21 +734,36 @@ impl Service {
 
     /// Time-slicing stops where the ledger stopped recording (a full disk,
     /// a failed read): no scheduled action fires, no person's request is
-    /// taken, no timer runs, as before libvirt first answered after a
-    /// start. After [`RELEARN_AFTER`] it learns what runs and converges
-    /// from the ledger's last step, as a start does (the path the crash
-    /// tests kill after every step); the rest of the daemon goes on.
+    /// taken, no timer runs and libvirt's events are left to the next
+    /// convergence. After a while (5 s, doubled while the ledger keeps
+    /// refusing, up to 5 minutes) it learns what runs and converges from
+    /// the ledger's last step, as a start does (the path the crash tests
+    /// kill after every step); the rest of the daemon goes on. A ledger
+    /// that refuses every commit until a restart (a write of unknown fate)
+    /// ends the loop instead: only a restart reads it again.
     fn pause_slicing(&mut self, why: String) {
+        if self.node.store().refuses_until_restart() {
+            let e = Error::Backend(format!(
+                "time-slicing: {why}; the ledger refuses every write until a restart: stopping, \
+                 for the service manager to start the daemon afresh"
+            ));
+            tracing::error!("{e}");
+            self.fatal.get_or_insert(e);
+            return;
+        }
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        let wait = s.relearn_after;
+        s.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
+        s.converged = false;
+        s.timer = None;
+        s.relearn_at = Some(std::time::Instant::now() + wait);
         tracing::error!(
             "time-slicing: {why}; paused: it starts again from the ledger's last step and \
-             what libvirt says runs, tried every {} s",
-            RELEARN_AFTER.as_secs()
+             what libvirt says runs, at the first refresh after {} s",
+            wait.as_secs()
         );
-        if let Some(s) = self.slicing.as_mut() {
-            s.converged = false;
-            s.timer = None;
-            s.relearn_at = Some(std::time::Instant::now() + RELEARN_AFTER);
-        }
     }
 
     /// Each refresh: a pause whose time is up learns what runs again

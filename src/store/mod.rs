@@ -247,6 +247,12 @@ impl Store {
         Ok(n)
     }
 
+    /// Whether commits are refused until a restart ([`Store::refuse_until_restart`],
+    /// or a write whose fate is unknown).
+    pub fn refuses_until_restart(&self) -> bool {
+        self.broken.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// From now on every commit is refused (the commit hook), reads go on:
     /// for when the ledger's state or memory's agreement with it is unknown.
     pub fn refuse_until_restart(&self) {

@@ -114,10 +114,13 @@ impl Service {
                         // does not know. Gone, it is built again by the next
                         // staging whatever it stages (the old content would
                         // compare equal to the old checksum).
-                        let _ = std::fs::remove_file(&image);
+                        let gone = match std::fs::remove_file(&image) {
+                            Ok(()) => "the image was removed".to_string(),
+                            Err(r) => format!("removing the image failed too ({r})"),
+                        };
                         Error::Backend(format!(
                             "the image was built, but the ledger refused its checksum ({}); \
-                             the image was removed: stage the weights again",
+                             {gone}: stage the weights again",
                             e.message()
                         ))
                     })?;
