@@ -14,6 +14,7 @@ use crate::slicing::template::{Defined, Readiness, Template};
 use crate::time::EpochMs;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// What time-slicing asks of a hypervisor: libvirt in production
@@ -191,16 +192,30 @@ impl Hypervisor {
         });
     }
 
-    /// Which of these templates' VMs run now (after a start).
+    /// Which of these templates' VMs run now (after a start, or a pause).
+    /// libvirt failing to say is not "off": a VM taken for off could be
+    /// started beside another. Asked again every 5 s until it answers for
+    /// every one (a domain that is not defined is off).
     pub fn running(&self, domains: Vec<(String, String)>) {
         let (vms, tx) = (self.vms.clone(), self.tx.clone());
         tokio::spawn(async move {
-            let mut on = Vec::new();
-            for (template, domain) in domains {
-                if vms.is_on(&domain).await.unwrap_or(false) {
-                    on.push(template);
+            let mut said = false;
+            let on = loop {
+                match which_run(&vms, &domains).await {
+                    Ok(on) => break on,
+                    Err(e) => {
+                        if !said {
+                            tracing::warn!(
+                                "time-slicing: libvirt cannot say whether the template VMs run \
+                                 ({e}); nothing is started or stopped until it can, asked again \
+                                 every 5 s"
+                            );
+                            said = true;
+                        }
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
                 }
-            }
+            };
             let _ = tx.send(Command::Running { on }).await;
         });
     }
@@ -565,6 +580,17 @@ pub fn fs_type_of(path: &std::path::Path) -> Option<String> {
     best.map(|(_, fs)| fs)
 }
 
+/// The templates whose VMs run, or why libvirt could not say.
+async fn which_run(vms: &Arc<dyn VmHost>, domains: &[(String, String)]) -> Result<Vec<String>> {
+    let mut on = Vec::new();
+    for (template, domain) in domains {
+        if vms.is_on(domain).await? {
+            on.push(template.clone());
+        }
+    }
+    Ok(on)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,6 +643,76 @@ mod tests {
         }
         fn lifecycle_events(&self) -> broadcast::Receiver<Lifecycle> {
             broadcast::channel(1).1
+        }
+    }
+
+    /// A hypervisor that fails to say whether a VM runs the first time it
+    /// is asked, then says it runs.
+    struct FailsOnce(std::sync::atomic::AtomicBool, Vanished);
+
+    impl VmHost for FailsOnce {
+        fn is_on<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool>> {
+            let failed = self.0.swap(true, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move {
+                match failed {
+                    false => Err(Error::Backend("libvirtd is restarting".into())),
+                    true => Ok(true),
+                }
+            })
+        }
+        fn definition<'a>(&'a self, d: &'a str) -> BoxFuture<'a, Result<String>> {
+            self.1.definition(d)
+        }
+        fn define(&self, x: String) -> BoxFuture<'_, Result<String>> {
+            self.1.define(x)
+        }
+        fn power_on<'a>(&'a self, d: &'a str) -> BoxFuture<'a, Result<()>> {
+            self.1.power_on(d)
+        }
+        fn power_off<'a>(&'a self, d: &'a str, hard: bool) -> BoxFuture<'a, Result<()>> {
+            self.1.power_off(d, hard)
+        }
+        fn cpu_time<'a>(&'a self, d: &'a str) -> BoxFuture<'a, Result<(u64, u32)>> {
+            self.1.cpu_time(d)
+        }
+        fn holders(&self, p: Vec<PciAddress>) -> BoxFuture<'_, Result<Vec<String>>> {
+            self.1.holders(p)
+        }
+        fn guest_addresses<'a>(
+            &'a self,
+            d: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<std::net::IpAddr>>> {
+            self.1.guest_addresses(d)
+        }
+        fn agent_answers<'a>(
+            &'a self,
+            d: &'a str,
+        ) -> BoxFuture<'a, Result<std::result::Result<(), String>>> {
+            self.1.agent_answers(d)
+        }
+        fn channel_path<'a>(
+            &'a self,
+            d: &'a str,
+            c: &'a str,
+        ) -> BoxFuture<'a, Result<Option<String>>> {
+            self.1.channel_path(d, c)
+        }
+        fn lifecycle_events(&self) -> broadcast::Receiver<Lifecycle> {
+            self.1.lifecycle_events()
+        }
+    }
+
+    /// libvirt failing to say whether a template's VM runs is not "off"
+    /// (convergence would then start another beside it): asked again, the
+    /// answer is the VM that runs.
+    #[tokio::test]
+    async fn which_vms_run_is_asked_again_when_libvirt_cannot_say() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let hv = Hypervisor::new(Arc::new(FailsOnce(Default::default(), Vanished)), tx);
+        hv.running(vec![("a".into(), "vm-a".into())]);
+        match rx.recv().await {
+            Some(Command::Running { on }) => assert_eq!(on, ["a"]),
+            _ => panic!("no answer"),
         }
     }
 
