@@ -574,7 +574,8 @@ fn a_handoff_step_the_ledger_refuses_is_not_acted_on() {
     let config = "[inventory]\nrefresh_seconds = 0.5\n[schedule]\nhandoff_buffer_seconds = 0\n\
                   [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n";
     let a = bus.address.clone();
-    let refuse = "store.step.power-off-asked=fail,store.step.release-confirmed=fail";
+    let refuse = "store.step.forced=fail,store.step.power-off-asked=fail,\
+                  store.step.release-confirmed=fail";
     let mut d = start_majin(&bus, dir.path(), config, &[("ASTRAEUS_FAILPOINTS", refuse)]);
     let db = d.state.join("ledger.db");
     for t in ["a", "b"] {
@@ -582,7 +583,24 @@ fn a_handoff_step_the_ledger_refuses_is_not_acted_on() {
     }
     assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
     eventually("a running", || template_state(&a, "a") == "running");
+    // A hard power-off whose step is refused: a is not destroyed (only
+    // VMs beside the one on are, as the interlock's): converged again from
+    // the ledger, a is found on and nothing is recorded.
     let before = steps(&db).len();
+    let o = manager(&a, None, "PowerOff", &["sb", "a", "true"]);
+    assert!(
+        o.stderr.contains("refused handoff step forced"),
+        "{}",
+        o.stderr
+    );
+    eventually("converged after the refused power-off", || {
+        d.log_text()
+            .split("refused handoff step forced")
+            .nth(1)
+            .is_some_and(|after| after.contains("a should be on now"))
+    });
+    assert_eq!(template_state(&a, "a"), "running");
+    assert_eq!(steps(&db).len(), before, "{:?}", steps(&db));
     // The power-off's step is refused: the caller hears it, a runs on.
     let o = manager(&a, None, "Resume", &["sb", "b", "true"]);
     assert!(!o.ok, "{}", o.stdout);

@@ -205,7 +205,7 @@ const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
 /// A paused time-slicing (the ledger refused a step) tries again after
 /// this long, doubled each time it is refused again, up to the second.
 const RELEARN_AFTER: Duration = Duration::from_secs(5);
-const RELEARN_AT_MOST: Duration = Duration::from_secs(300);
+const RELEARN_AT_MOST: Duration = Duration::from_secs(60);
 
 impl Service {
     /// After a start: asks libvirt (in a task) which templates' VMs run;
@@ -292,12 +292,8 @@ impl Service {
         // recorded before the restart is closed, one the handoff ends or
         // starts now is recorded, and every step is told. (Only the
         // hypervisor's calls went through: such slices stayed open.)
-        match self.carry_out(&actions, false) {
-            Ok(_) => {
-                if let Some(s) = self.slicing.as_mut() {
-                    s.relearn_after = RELEARN_AFTER;
-                }
-            }
+        match self.carry_out(&actions, false, None) {
+            Ok(_) => {}
             Err(e) => {
                 // Not past what the ledger holds (the views say so too).
                 if let Some(s) = self.slicing.as_mut() {
@@ -594,7 +590,8 @@ impl Service {
         }
         let (state, actions) = handoff::step(&s.state, &event, &s.settings);
         let before = std::mem::replace(&mut s.state, state);
-        let carried = self.carry_out(&actions, true);
+        let on_before = before.on().map(str::to_string);
+        let carried = self.carry_out(&actions, true, on_before.as_deref());
         if let Err(e) = &carried {
             // Back to where the ledger stands, for the views until the
             // pause ends and the state is learned afresh.
@@ -613,8 +610,14 @@ impl Service {
     /// Carries out a handoff's actions: steps recorded (and told), slices
     /// opened and closed, the hypervisor's calls; a refusal's reason.
     /// `crash_points`: the tests' kill points after each step (not at
-    /// start-up, where the steps finish a handoff from before).
-    fn carry_out(&mut self, actions: &[Action], crash_points: bool) -> Result<Option<String>> {
+    /// start-up, where the steps finish a handoff from before). `on`: the
+    /// template the state before the event had on (None at convergence).
+    fn carry_out(
+        &mut self,
+        actions: &[Action],
+        crash_points: bool,
+        on: Option<&str>,
+    ) -> Result<Option<String>> {
         let mut refused = None;
         for (i, a) in actions.iter().enumerate() {
             match a {
@@ -623,16 +626,17 @@ impl Service {
                     // it (libvirt's calls above all) would leave the VMs
                     // where a restart, resuming from the last recorded step,
                     // does not expect them. The caller pauses time-slicing.
-                    // Only the interlock's destroys still run: one VM fewer
-                    // on is what any convergence would do (a VM started
-                    // behind the daemon's back must not stay on beside
-                    // another for as long as the disk is full).
+                    // Only the interlock's destroys still run, of VMs other
+                    // than the one the state had on (an extra found at
+                    // convergence, one started behind the daemon's back):
+                    // one VM fewer on is what any convergence would do, and
+                    // none may stay on beside another while the disk is
+                    // full. A person's hard power-off is not one of them.
                     if let Err(e) = self.node.store_mut().record_step(r) {
                         if let Some(s) = self.slicing.as_mut() {
-                            for destroy in actions[i..]
-                                .iter()
-                                .filter(|a| matches!(a, Action::Destroy { .. }))
-                            {
+                            for destroy in actions[i..].iter().filter(|a| {
+                                matches!(a, Action::Destroy { template } if Some(template.as_str()) != on)
+                            }) {
                                 s.execute(destroy);
                             }
                         }
@@ -642,6 +646,10 @@ impl Service {
                             r.step.as_str(),
                             e.message()
                         )));
+                    }
+                    // The ledger takes steps again: a later pause waits the least.
+                    if let Some(s) = self.slicing.as_mut() {
+                        s.relearn_after = RELEARN_AFTER;
                     }
                     if crash_points {
                         // Crash tests kill the daemon right after a step is recorded.
@@ -736,12 +744,16 @@ impl Service {
     /// a failed read): no scheduled action fires, no person's request is
     /// taken, no timer runs and libvirt's events are left to the next
     /// convergence. After a while (5 s, doubled while the ledger keeps
-    /// refusing, up to 5 minutes) it learns what runs and converges from
+    /// refusing, up to a minute) it learns what runs and converges from
     /// the ledger's last step, as a start does (the path the crash tests
     /// kill after every step); the rest of the daemon goes on. A ledger
     /// that refuses every commit until a restart (a write of unknown fate)
     /// ends the loop instead: only a restart reads it again.
     fn pause_slicing(&mut self, why: String) {
+        if let Some(s) = self.slicing.as_mut() {
+            s.converged = false;
+            s.timer = None;
+        }
         if self.node.store().refuses_until_restart() {
             let e = Error::Backend(format!(
                 "time-slicing: {why}; the ledger refuses every write until a restart: stopping, \
