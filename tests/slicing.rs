@@ -593,12 +593,7 @@ fn a_handoff_step_the_ledger_refuses_is_not_acted_on() {
         "{}",
         o.stderr
     );
-    eventually("converged after the refused power-off", || {
-        d.log_text()
-            .split("refused handoff step forced")
-            .nth(1)
-            .is_some_and(|after| after.contains("a should be on now"))
-    });
+    converged_after(&d, "refused handoff step forced", "a should be on now");
     assert_eq!(template_state(&a, "a"), "running");
     assert_eq!(steps(&db).len(), before, "{:?}", steps(&db));
     // The power-off's step is refused: the caller hears it, a runs on.
@@ -619,12 +614,11 @@ fn a_handoff_step_the_ledger_refuses_is_not_acted_on() {
     let o = manager(&a, None, "PowerOff", &["sb", "a", "false"]);
     assert!(o.stderr.contains("time-slicing is paused"), "{}", o.stderr);
     // It starts again from the ledger, which holds a's slice: a stays on.
-    eventually("converged again", || {
-        d.log_text()
-            .split("refused handoff step power-off-asked")
-            .nth(1)
-            .is_some_and(|after| after.contains("a should be on now"))
-    });
+    converged_after(
+        &d,
+        "refused handoff step power-off-asked",
+        "a should be on now",
+    );
     assert_eq!(template_state(&a, "a"), "running");
     // Asked again: the release's step is refused on the way, and b's start
     // waits for its record (the next start from the ledger's last step).
@@ -668,11 +662,16 @@ fn a_handoff_step_the_ledger_refuses_is_not_acted_on() {
     });
     let o = manager(&a, None, "Resume", &["sb", "a", "false"]);
     assert!(!o.ok, "{}", o.stdout);
-    eventually("converged on the second read", || {
+    converged_after(&d, "reading the last handoff step", "should be on now");
+}
+
+/// Waits until the daemon's log says `converged` after it said `refused`.
+fn converged_after(d: &Daemon, refused: &str, converged: &str) {
+    eventually(&format!("{converged}, after {refused}"), || {
         d.log_text()
-            .split("reading the last handoff step")
+            .split(refused)
             .nth(1)
-            .is_some_and(|after| after.contains("should be on now"))
+            .is_some_and(|after| after.contains(converged))
     });
 }
 
