@@ -302,6 +302,12 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     assert!(!o.stdout.contains("\"b\""), "{}", o.stdout);
 }
 
+/// The daemon with libvirt's test driver and these failpoints ("" none).
+fn on_test_driver(bus: &Bus, dir: &Path, failpoints: &str) -> Daemon {
+    let config = "[runtime]\nlibvirt_uri = \"test:///default\"\n";
+    start_majin(bus, dir, config, &[("ASTRAEUS_FAILPOINTS", failpoints)])
+}
+
 /// Defines template `name` (domain `tmpl-NAME`) with a read-only weights
 /// disk at `dir/weights.img`: the image's path and the template's spec.
 fn weights_template(a: &str, dir: &Path, name: &str) -> (std::path::PathBuf, serde_json::Value) {
@@ -326,12 +332,7 @@ fn weights_template(a: &str, dir: &Path, name: &str) -> (std::path::PathBuf, ser
 fn weights_are_staged_once_onto_a_read_only_image() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = start_majin(
-        &bus,
-        dir.path(),
-        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
-        &[],
-    );
+    let d = on_test_driver(&bus, dir.path(), "");
     let a = &bus.address;
     let (image, spec) = weights_template(a, dir.path(), "w");
     // Not read-only in the domain: refused by field.
@@ -426,12 +427,7 @@ fn weights_are_staged_once_onto_a_read_only_image() {
 fn weights_the_ledger_does_not_record_are_not_reported_staged() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = start_majin(
-        &bus,
-        dir.path(),
-        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
-        &[("ASTRAEUS_FAILPOINTS", "store.weights=fail")],
-    );
+    let d = on_test_driver(&bus, dir.path(), "store.weights=fail");
     let a = &bus.address;
     let (image, _) = weights_template(a, dir.path(), "w");
     let source = dir.path().join("model");
@@ -1111,12 +1107,7 @@ fn image_checksum(image: &std::path::Path, files: &[&str]) -> String {
 fn the_image_holds_exactly_what_its_checksum_names() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = start_majin(
-        &bus,
-        dir.path(),
-        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
-        &[("ASTRAEUS_FAILPOINTS", "weights.snapshot-taken=pause1000")],
-    );
+    let d = on_test_driver(&bus, dir.path(), "weights.snapshot-taken=pause1000");
     let a = &bus.address;
     let (image, _) = weights_template(a, dir.path(), "r");
     let source = dir.path().join("model");

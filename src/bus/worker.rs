@@ -167,7 +167,8 @@ impl WorkerObject {
             ("GpuUsedGb", v.gpu_used_gb.into()),
             ("Request", v.request_redacted.as_str().into()),
         ]);
-        let interfaces = HashMap::from([("org.astraeus.Node1.Worker", properties)]);
+        let interfaces =
+            HashMap::from([(<Self as zbus::object_server::Interface>::name(), properties)]);
         zbus::Message::signal(
             super::BASE_PATH,
             "org.freedesktop.DBus.ObjectManager",

@@ -41,7 +41,8 @@ pub(super) struct Slicing {
     /// when to learn what runs again and start from the ledger afresh.
     relearn_at: Option<std::time::Instant>,
     /// How long the next pause waits: doubled while the ledger keeps
-    /// refusing (a disk that stays full), back to the least once converged.
+    /// refusing (a disk that stays full), back to the least once it takes
+    /// a step again.
     relearn_after: Duration,
     /// Converged once since the start: actions missed while the daemon was
     /// down are recorded as skipped only then.
@@ -203,7 +204,7 @@ fn next_due(
 const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
 
 /// A paused time-slicing (the ledger refused a step) tries again after
-/// this long, doubled each time it is refused again, up to the second.
+/// the first, doubled each time it is refused again, up to the second.
 const RELEARN_AFTER: Duration = Duration::from_secs(5);
 const RELEARN_AT_MOST: Duration = Duration::from_secs(60);
 
@@ -238,7 +239,9 @@ impl Service {
         // converge on what runs, mid-handoff). Paused; read again later.
         let last = match self.node.store().last_step() {
             Ok(last) => last,
-            Err(e) => return self.pause_slicing(format!("reading the last handoff step: {e}")),
+            Err(e) => {
+                return self.pause_slicing(format!("reading the last handoff step: {e}"), None)
+            }
         };
         // With a schedule, the state it says now; without one, what a person
         // last asked for (a request, or a handoff under way, finishes) or,
@@ -254,7 +257,10 @@ impl Service {
         let last = match &last {
             Some(r) if r.step == Step::Requested => match self.node.store().last_state_step() {
                 Ok(last) => last,
-                Err(e) => return self.pause_slicing(format!("reading the last handoff step: {e}")),
+                Err(e) => {
+                    let why = format!("reading the last handoff step: {e}");
+                    return self.pause_slicing(why, None);
+                }
             },
             _ => last,
         };
@@ -292,15 +298,8 @@ impl Service {
         // recorded before the restart is closed, one the handoff ends or
         // starts now is recorded, and every step is told. (Only the
         // hypervisor's calls went through: such slices stayed open.)
-        match self.carry_out(&actions, false, None) {
-            Ok(_) => {}
-            Err(e) => {
-                // Not past what the ledger holds (the views say so too).
-                if let Some(s) = self.slicing.as_mut() {
-                    s.state = before;
-                }
-                self.pause_slicing(e.message().to_string());
-            }
+        if let Err(e) = self.carry_out(&actions, false, None) {
+            self.pause_slicing(e.message().to_string(), Some(before));
         }
         self.publish_templates();
     }
@@ -593,12 +592,7 @@ impl Service {
         let on_before = before.on().map(str::to_string);
         let carried = self.carry_out(&actions, true, on_before.as_deref());
         if let Err(e) = &carried {
-            // Back to where the ledger stands, for the views until the
-            // pause ends and the state is learned afresh.
-            if let Some(s) = self.slicing.as_mut() {
-                s.state = before;
-            }
-            self.pause_slicing(e.message().to_string());
+            self.pause_slicing(e.message().to_string(), Some(before));
         }
         self.publish_templates();
         match carried? {
@@ -748,12 +742,18 @@ impl Service {
     /// the ledger's last step, as a start does (the path the crash tests
     /// kill after every step); the rest of the daemon goes on. A ledger
     /// that refuses every commit until a restart (a write of unknown fate)
-    /// ends the loop instead: only a restart reads it again.
-    fn pause_slicing(&mut self, why: String) {
-        if let Some(s) = self.slicing.as_mut() {
-            s.converged = false;
-            s.timer = None;
+    /// ends the loop instead: only a restart reads it again. `back_to`:
+    /// the state before the refused change, where the ledger stands (the
+    /// views show it until the state is learned afresh).
+    fn pause_slicing(&mut self, why: String, back_to: Option<State>) {
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        if let Some(state) = back_to {
+            s.state = state;
         }
+        s.converged = false;
+        s.timer = None;
         if self.node.store().refuses_until_restart() {
             let e = Error::Backend(format!(
                 "time-slicing: {why}; the ledger refuses every write until a restart: stopping, \
@@ -768,8 +768,6 @@ impl Service {
         };
         let wait = s.relearn_after;
         s.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
-        s.converged = false;
-        s.timer = None;
         s.relearn_at = Some(std::time::Instant::now() + wait);
         tracing::error!(
             "time-slicing: {why}; paused: it starts again from the ledger's last step and \

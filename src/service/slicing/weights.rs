@@ -106,8 +106,8 @@ impl Service {
         // checksum is what the image is said to hold.
         let result = result.and_then(|(sum, changed)| {
             if changed {
-                let store = self.node.store_mut();
-                store
+                self.node
+                    .store_mut()
                     .set_weights(&template, &sum, &image, EpochMs::now())
                     .map_err(|e| {
                         // Built in place: the image holds content the ledger
