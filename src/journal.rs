@@ -17,6 +17,9 @@ pub const WORKER_WARNING: &str = "17583ccc74d7438ab6bb45c9550a4eaa";
 pub const HANDOFF_STEP: &str = "eecdf24d752a41ea87b048282b74d465";
 /// The daemon is ready (READY=1 sent) or stopping.
 pub const LIFECYCLE: &str = "c5b1cceda2054a4e9ca28d2406f9753b";
+/// Time-slicing paused (the ledger refused a handoff step, or could not say
+/// the last one), or resumed after such a pause.
+pub const SLICING_PAUSED: &str = "dd0305d237e842b7a75928c04f524508";
 
 /// Every id with its name, for the README table and a uniqueness test.
 pub const ALL: &[(&str, &str)] = &[
@@ -27,6 +30,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("worker-warning", WORKER_WARNING),
     ("handoff-step", HANDOFF_STEP),
     ("lifecycle", LIFECYCLE),
+    ("slicing-paused", SLICING_PAUSED),
 ];
 
 #[cfg(test)]

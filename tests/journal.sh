@@ -45,7 +45,9 @@ total_gb = 8
 outside_gb = 1
 SIM
 printf '[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = "test:///default"\n' > "$rt/node.toml"
-"$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>"$rt/daemon.stderr" &
+# The ledger refuses a power-off's step (as a full disk would): below.
+ASTRAEUS_FAILPOINTS=store.step.power-off-asked=fail \
+    "$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>"$rt/daemon.stderr" &
 daemon_pid=$!
 for _ in $(seq 300); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && break; sleep 0.1; done
 call() { busctl --user call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager "$@"; }
@@ -95,6 +97,25 @@ call Resume sb t false >/dev/null
 seen MESSAGE_ID=$handoff TEMPLATE=t || fail "no handoff step for t"
 grep -q "^handoff: start-issued (from none to t)" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$handoff TEMPLATE=t)" \
     || fail "handoff line: $(journalctl --no-pager -o cat MESSAGE_ID=$handoff)"
+# A handoff step the ledger refuses pauses time-slicing; it resumes by
+# itself (after 5 s). Both lines under their own id, at their priorities.
+paused=dd0305d237e842b7a75928c04f524508
+state() { busctl --user get-property org.astraeus.Node1 /org/astraeus/Node1/template/t org.astraeus.Node1.Template State; }
+for _ in $(seq 300); do [ "$(state)" = 's "running"' ] && break; sleep 0.1; done
+[ "$(state)" = 's "running"' ] || fail "t not running: $(state)"
+if call PowerOff sb t false >/dev/null 2>&1; then fail "a power-off whose step was refused was answered ok"; fi
+seen MESSAGE_ID=$paused || fail "no pause line"
+grep -q "^time-slicing: .*power-off-asked.*; paused: it starts again" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$paused)" \
+    || fail "pause line: $(journalctl --no-pager -o cat MESSAGE_ID=$paused)"
+prio=$(journalctl --no-pager -o verbose MESSAGE_ID=$paused | sed -n 's/^    PRIORITY=//p' | head -1)
+[ "$prio" = 3 ] || fail "the pause logged at PRIORITY=$prio"
+grep -q "Time-slicing paused, or resumed after a pause" <<<"$(journalctl --no-pager -x MESSAGE_ID=$paused)" \
+    || fail "pause catalog text: $(journalctl --no-pager -x MESSAGE_ID=$paused | tail -5)"
+for _ in $(seq 300); do
+    grep -q "^time-slicing resumes after its pause" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$paused)" && break; sleep 0.1
+done
+grep -q "^time-slicing resumes after its pause" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$paused)" \
+    || fail "no resume line: $(journalctl --no-pager -o cat MESSAGE_ID=$paused)"
 # A clean stop says so.
 kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
 seen MESSAGE_ID=$lifecycle || fail "lifecycle"

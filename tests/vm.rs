@@ -1175,20 +1175,35 @@ fn two_template_vms_found_on_leave_one_though_the_ledger_refuses_the_step() {
     two_on_at_start(true);
 }
 
-fn two_on_at_start(refused: bool) {
-    let Some(_lock) = libvirtd() else { return };
+/// Templates defined by a daemon on the shared test driver (buffer 0; a
+/// domain of the same name left by another test is removed first), which
+/// is then killed, their VMs off: the driver's connection, and the
+/// daemon's directory, bus and node.toml for the next start.
+fn defined_then_killed(names: &[&str]) -> (virt::connect::Connect, tempfile::TempDir, Bus, String) {
     let uri = shared_test_driver();
     let conn = libvirt::direct::open(&uri).expect("the suite's libvirtd serves the test driver");
+    for name in names {
+        if let Ok(vm) = conn.lookup_domain_by_name(&format!("tmpl-{name}")) {
+            let _ = vm.destroy();
+            let _ = vm.undefine();
+        }
+    }
     let dir = open_tempdir();
     let bus = Bus::session();
     let config =
         format!("[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{uri}\"\n");
     let mut d = start_majin(&bus, dir.path(), &config, &[]);
-    let a = bus.address.clone();
-    define_template(&a, "a");
-    define_template(&a, "b");
+    for name in names {
+        define_template(&bus.address, name);
+    }
     d.child.kill().unwrap();
     d.child.wait().unwrap();
+    (conn, dir, bus, config)
+}
+
+fn two_on_at_start(refused: bool) {
+    let Some(_lock) = libvirtd() else { return };
+    let (conn, dir, bus, config) = defined_then_killed(&["a", "b"]);
     let on = |name: &str| {
         conn.lookup_domain_by_name(name)
             .and_then(|d| d.is_active())
@@ -1234,6 +1249,46 @@ fn two_on_at_start(refused: bool) {
             let _ = d.undefine();
         }
     }
+    drop(d);
+    std::mem::forget(conn);
+}
+
+/// A template VM that stops while the daemon is asking libvirt what runs
+/// (the answer held by a failpoint, as a busy loop would leave it unread):
+/// once converged the daemon takes it for off, as it is. The stop's event
+/// came before the answer was read; it was dropped, and the VM taken for on.
+#[test]
+fn a_vm_that_stops_while_libvirt_is_asked_what_runs_is_not_taken_for_on() {
+    let Some(_lock) = libvirtd() else { return };
+    let (conn, dir, bus, config) = defined_then_killed(&["late"]);
+    let a = bus.address.clone();
+    let vm = conn
+        .lookup_domain_by_name("tmpl-late")
+        .expect("defined by the daemon");
+    vm.create().expect("started behind its back");
+    let held = [(
+        "ASTRAEUS_FAILPOINTS",
+        "hypervisor.running-answered=pause3000",
+    )];
+    let d = start_majin(&bus, dir.path(), &config, &held);
+    eventually("libvirt's answer held", || {
+        d.log_text()
+            .contains("failpoint hypervisor.running-answered reached")
+    });
+    vm.destroy().expect("stopped while the answer is held");
+    eventually("converged", || d.log_text().contains("should be on now"));
+    eventually("late taken for off", || template_state(&a, "late") == "off");
+    let stops: i64 = rusqlite::Connection::open(d.state.join("ledger.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM handoff_steps WHERE step = 'stopped' \
+             AND detail LIKE '%stopped on its own%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stops, 1, "the stop is in the ledger: {}", d.log_text());
+    let _ = vm.undefine();
     drop(d);
     std::mem::forget(conn);
 }

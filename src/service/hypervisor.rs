@@ -216,6 +216,8 @@ impl Hypervisor {
                     }
                 }
             };
+            // A test holds the answer here, as a slow loop would.
+            crate::failpoint::hit_async("hypervisor.running-answered").await;
             let _ = tx.send(Command::Running { on }).await;
         });
     }

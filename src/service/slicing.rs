@@ -4,6 +4,7 @@
 //! steps into the ledger and onto the bus here, libvirt calls in tasks
 //! ([`super::hypervisor`]). What is due is read from the node's schedules.
 
+mod converge;
 mod weights;
 
 use super::hypervisor::Hypervisor;
@@ -15,11 +16,12 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal;
 use crate::schedule::{self, ScheduledAction};
-use crate::slicing::handoff::{self, Action, Event, Signal, State, Step, VmState};
+use crate::slicing::handoff::{self, Action, Event, Signal, State, VmState};
 use crate::slicing::meter::{GpuSample, Meter};
 use crate::slicing::template::{self, Defined, Template};
 use crate::time::EpochMs;
 use crate::views::SlicingView;
+use converge::RELEARN_AFTER;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -44,6 +46,9 @@ pub(super) struct Slicing {
     /// refusing (a disk that stays full), back to the least once it takes
     /// a step again.
     relearn_after: Duration,
+    /// Paused, and not converged since (requests are told so; the journal
+    /// is told when it resumes).
+    paused: bool,
     /// Converged once since the start: actions missed while the daemon was
     /// down are recorded as skipped only then.
     started: bool,
@@ -59,6 +64,16 @@ pub(super) struct Slicing {
     dead_times: BTreeMap<String, u64>,
     /// Templates whose weights are being staged (their VM may not start).
     staging: BTreeSet<String>,
+    /// Lifecycle events that came while not converged, the last of each
+    /// template: libvirt's answer to "what runs" may be older than one.
+    missed: BTreeMap<String, Missed>,
+}
+
+/// A lifecycle event kept for after the convergence.
+struct Missed {
+    domain: String,
+    event: u32,
+    on: bool,
 }
 
 impl Slicing {
@@ -82,6 +97,7 @@ impl Slicing {
             converged: false,
             relearn_at: None,
             relearn_after: RELEARN_AFTER,
+            paused: false,
             started: false,
             allow_networked_weights: settings.allow_networked_weights,
             meter: None,
@@ -89,6 +105,7 @@ impl Slicing {
             cpu_asked: false,
             dead_times: BTreeMap::new(),
             staging: BTreeSet::new(),
+            missed: BTreeMap::new(),
         };
         for (name, spec) in stored {
             match Defined::restore(&spec) {
@@ -203,142 +220,7 @@ fn next_due(
 
 const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
 
-/// A paused time-slicing (the ledger refused a step) tries again after
-/// the first, doubled each time it is refused again, up to the second.
-const RELEARN_AFTER: Duration = Duration::from_secs(5);
-const RELEARN_AT_MOST: Duration = Duration::from_secs(60);
-
 impl Service {
-    /// After a start: asks libvirt (in a task) which templates' VMs run;
-    /// [`Service::converge_slices`] takes the answer.
-    pub(super) fn learn_what_runs(&self) {
-        if let Some(s) = &self.slicing {
-            let domains = s
-                .templates
-                .iter()
-                .map(|(t, d)| (t.clone(), d.domain.clone()))
-                .collect();
-            s.hv.running(domains);
-        }
-    }
-
-    /// The state the schedule says now, from what runs and the last step
-    /// the ledger recorded (no burst of missed actions).
-    pub(super) async fn converge_slices(&mut self, on: Vec<String>) {
-        let Some(slicer) = self.slicing.as_ref() else {
-            return;
-        };
-        if slicer.converged {
-            return;
-        }
-        let rotation = self.node.rotation();
-        let tz = self.slice_rules.tz.clone();
-        let now = jiff::Timestamp::now();
-        // The handoff resumes from the ledger's last step: a ledger that
-        // cannot say it must not be taken for one with no steps (that would
-        // converge on what runs, mid-handoff). Paused; read again later.
-        let last = match self.node.store().last_step() {
-            Ok(last) => last,
-            Err(e) => {
-                return self.pause_slicing(format!("reading the last handoff step: {e}"), None)
-            }
-        };
-        // With a schedule, the state it says now; without one, what a person
-        // last asked for (a request, or a handoff under way, finishes) or,
-        // after a failed slice or on a fresh ledger, what runs.
-        let scheduled = rotation.iter().any(|(_, a)| !a.is_empty());
-        let want = if scheduled {
-            crate::rotation::owner_now(&rotation, now, &tz)
-                .filter(|t| slicer.templates.contains_key(t))
-        } else {
-            handoff::wanted_without_schedule(last.as_ref(), &on)
-        };
-        // Requests only say who is next; the handoff resumes from its last step.
-        let last = match &last {
-            Some(r) if r.step == Step::Requested => match self.node.store().last_state_step() {
-                Ok(last) => last,
-                Err(e) => {
-                    let why = format!("reading the last handoff step: {e}");
-                    return self.pause_slicing(why, None);
-                }
-            },
-            _ => last,
-        };
-        let (state, actions) = handoff::converge(
-            want.as_deref(),
-            &on,
-            last.as_ref(),
-            EpochMs::now(),
-            &slicer.settings,
-        );
-        match &want {
-            Some(t) => tracing::info!("time-slicing: {t} should be on now; on: {}", on.join(", ")),
-            None => tracing::info!("time-slicing: none should be on now; on: {}", on.join(", ")),
-        }
-        let slicer = self.slicing.as_mut().expect("checked");
-        // Missed while the daemon was down (at its start), or while paused.
-        let (since, why) = if slicer.started {
-            (
-                Some(slicer.cursor.as_millisecond()),
-                "time-slicing was paused",
-            )
-        } else {
-            (
-                self.node.previous_run_end().ok().flatten(),
-                "the daemon was down",
-            )
-        };
-        self.record_skipped(&rotation, since, now, why);
-        let slicer = self.slicing.as_mut().expect("checked");
-        let before = std::mem::replace(&mut slicer.state, state);
-        slicer.cursor = now;
-        slicer.converged = true;
-        slicer.started = true;
-        // Through the same path as events' actions: a slice whose end was
-        // recorded before the restart is closed, one the handoff ends or
-        // starts now is recorded, and every step is told. (Only the
-        // hypervisor's calls went through: such slices stayed open.)
-        if let Err(e) = self.carry_out(&actions, false, None) {
-            self.pause_slicing(e.message().to_string(), Some(before));
-        }
-        self.publish_templates();
-    }
-
-    /// Scheduled actions that fell while the daemon was down are not fired
-    /// late (the state converges to now instead); each is recorded as skipped.
-    fn record_skipped(
-        &mut self,
-        rotation: &[(String, Vec<ScheduledAction>)],
-        since_ms: Option<i64>,
-        now: jiff::Timestamp,
-        why: &str,
-    ) {
-        let Some(Ok(since)) = since_ms.map(jiff::Timestamp::from_millisecond) else {
-            return;
-        };
-        for (template, actions) in rotation {
-            for a in actions {
-                for at in a.occurrences_after(since, &self.slice_rules.tz, 1000) {
-                    if at > now {
-                        break;
-                    }
-                    let what = format!(
-                        "{} of {template} due at {at} skipped: {why}",
-                        a.action.as_str()
-                    );
-                    tracing::warn!(template = %template, "{what}");
-                    if let Err(e) =
-                        self.node
-                            .store_mut()
-                            .record_event("skipped", &what, EpochMs::now())
-                    {
-                        tracing::error!("recording a skipped action: {e}");
-                    }
-                }
-            }
-        }
-    }
-
     pub(super) async fn handoff_timer(&mut self) {
         if let Some(s) = self.slicing.as_mut() {
             s.timer = None;
@@ -384,14 +266,19 @@ impl Service {
     /// A libvirt event about a template VM, as a handoff event (a late
     /// STOPPED of an earlier run must not end the VM created after it).
     pub(super) async fn lifecycle(&mut self, domain: &str, event: u32, on: bool, at_ms: EpochMs) {
-        let Some(template) = self
-            .slicing
-            .as_ref()
-            .and_then(|s| s.template_of(domain))
-            .map(str::to_string)
-        else {
+        let Some(s) = self.slicing.as_mut() else {
             return;
         };
+        let Some(template) = s.template_of(domain).map(str::to_string) else {
+            return;
+        };
+        // Not converged (starting, or paused): the state is a guess, so
+        // the event waits for the convergence (the last one of each VM).
+        if !s.converged {
+            let domain = domain.to_string();
+            s.missed.insert(template, Missed { domain, event, on });
+            return;
+        }
         let event = match event {
             virt::sys::VIR_DOMAIN_EVENT_STOPPED if !on => Event::Stopped { template, at_ms },
             virt::sys::VIR_DOMAIN_EVENT_STARTED if on => Event::Started { template, at_ms },
@@ -450,9 +337,10 @@ impl Service {
                     crate::text::printable(template)
                 )))
             }
-            Some(s) if !s.converged && s.started => Err(Error::Conflict(
-                "time-slicing is paused: the ledger refused a handoff step (the daemon's log \
-                 says why); it starts again from the last step recorded, try again shortly"
+            Some(s) if s.paused => Err(Error::Conflict(
+                "time-slicing is paused: the ledger refused a handoff step or could not read \
+                 the last one (the daemon's log says which); it starts again from the last step \
+                 recorded, try again shortly"
                     .into(),
             )),
             Some(s) if !s.converged => Err(Error::Conflict(
@@ -580,11 +468,12 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return Ok(());
         };
-        // Paused: the state in memory may be past what the ledger holds,
-        // and answers of tasks begun before may be stale. What happened
-        // meanwhile is read from libvirt when the pause ends.
-        if s.started && !s.converged {
-            tracing::debug!("time-slicing paused: {event:?} is left to the next convergence");
+        // Not converged (starting, or paused): the state in memory is a
+        // guess or past what the ledger holds, and answers of tasks begun
+        // before may be stale. What happened meanwhile is read from libvirt
+        // at the convergence (lifecycle events are kept for it).
+        if !s.converged {
+            tracing::debug!("time-slicing not converged: {event:?} is left to the convergence");
             return Ok(());
         }
         let (state, actions) = handoff::step(&s.state, &event, &s.settings);
@@ -732,62 +621,6 @@ impl Service {
             }
         }
         Ok(refused)
-    }
-
-    /// Time-slicing stops where the ledger stopped recording (a full disk,
-    /// a failed read): no scheduled action fires, no person's request is
-    /// taken, no timer runs and libvirt's events are left to the next
-    /// convergence. After a while (5 s, doubled while the ledger keeps
-    /// refusing, up to a minute) it learns what runs and converges from
-    /// the ledger's last step, as a start does (the path the crash tests
-    /// kill after every step); the rest of the daemon goes on. A ledger
-    /// that refuses every commit until a restart (a write of unknown fate)
-    /// ends the loop instead: only a restart reads it again. `back_to`:
-    /// the state before the refused change, where the ledger stands (the
-    /// views show it until the state is learned afresh).
-    fn pause_slicing(&mut self, why: String, back_to: Option<State>) {
-        let Some(s) = self.slicing.as_mut() else {
-            return;
-        };
-        if let Some(state) = back_to {
-            s.state = state;
-        }
-        s.converged = false;
-        s.timer = None;
-        if self.node.store().refuses_until_restart() {
-            let e = Error::Backend(format!(
-                "time-slicing: {why}; the ledger refuses every write until a restart: stopping, \
-                 for the service manager to start the daemon afresh"
-            ));
-            tracing::error!("{e}");
-            self.fatal.get_or_insert(e);
-            return;
-        }
-        let Some(s) = self.slicing.as_mut() else {
-            return;
-        };
-        let wait = s.relearn_after;
-        s.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
-        s.relearn_at = Some(std::time::Instant::now() + wait);
-        tracing::error!(
-            "time-slicing: {why}; paused: it starts again from the ledger's last step and \
-             what libvirt says runs, at the first refresh after {} s",
-            wait.as_secs()
-        );
-    }
-
-    /// Each refresh: a pause whose time is up learns what runs again
-    /// ([`Service::converge_slices`] takes the answer).
-    pub(super) fn relearn_if_due(&mut self) {
-        let due = self.slicing.as_ref().is_some_and(|s| {
-            !s.converged && s.relearn_at.is_some_and(|t| std::time::Instant::now() >= t)
-        });
-        if due {
-            if let Some(s) = self.slicing.as_mut() {
-                s.relearn_at = None;
-            }
-            self.learn_what_runs();
-        }
     }
 
     /// A slice opens in the ledger and its meter starts.

@@ -1,0 +1,239 @@
+//! Time-slicing's convergence: from what libvirt says runs and the
+//! ledger's last step to the state the schedule (or a person) wants, at a
+//! start and at the end of a pause; and the pause itself, taken when the
+//! ledger refuses a handoff step.
+
+use super::super::Service;
+use crate::error::Error;
+use crate::journal;
+use crate::schedule::ScheduledAction;
+use crate::slicing::handoff::{self, State, Step};
+use crate::time::EpochMs;
+use std::time::Duration;
+
+/// A paused time-slicing (the ledger refused a step) tries again after
+/// the first, doubled each time it is refused again, up to the second.
+pub(super) const RELEARN_AFTER: Duration = Duration::from_secs(5);
+const RELEARN_AT_MOST: Duration = Duration::from_secs(60);
+
+impl Service {
+    /// After a start: asks libvirt (in a task) which templates' VMs run;
+    /// [`Service::converge_slices`] takes the answer.
+    pub(in crate::service) fn learn_what_runs(&self) {
+        if let Some(s) = &self.slicing {
+            let domains = s
+                .templates
+                .iter()
+                .map(|(t, d)| (t.clone(), d.domain.clone()))
+                .collect();
+            s.hv.running(domains);
+        }
+    }
+
+    /// The state the schedule says now, from what runs and the last step
+    /// the ledger recorded (no burst of missed actions).
+    pub(in crate::service) async fn converge_slices(&mut self, on: Vec<String>) {
+        let Some(slicer) = self.slicing.as_ref() else {
+            return;
+        };
+        if slicer.converged {
+            return;
+        }
+        let rotation = self.node.rotation();
+        let tz = self.slice_rules.tz.clone();
+        let now = jiff::Timestamp::now();
+        // The handoff resumes from the ledger's last step: a ledger that
+        // cannot say it must not be taken for one with no steps (that would
+        // converge on what runs, mid-handoff). Paused; read again later.
+        let last = match self.node.store().last_step() {
+            Ok(last) => last,
+            Err(e) => {
+                return self.pause_slicing(format!("reading the last handoff step: {e}"), None)
+            }
+        };
+        // With a schedule, the state it says now; without one, what a person
+        // last asked for (a request, or a handoff under way, finishes) or,
+        // after a failed slice or on a fresh ledger, what runs.
+        let scheduled = rotation.iter().any(|(_, a)| !a.is_empty());
+        let want = if scheduled {
+            crate::rotation::owner_now(&rotation, now, &tz)
+                .filter(|t| slicer.templates.contains_key(t))
+        } else {
+            handoff::wanted_without_schedule(last.as_ref(), &on)
+        };
+        // Requests only say who is next; the handoff resumes from its last step.
+        let last = match &last {
+            Some(r) if r.step == Step::Requested => match self.node.store().last_state_step() {
+                Ok(last) => last,
+                Err(e) => {
+                    let why = format!("reading the last handoff step: {e}");
+                    return self.pause_slicing(why, None);
+                }
+            },
+            _ => last,
+        };
+        let (state, actions) = handoff::converge(
+            want.as_deref(),
+            &on,
+            last.as_ref(),
+            EpochMs::now(),
+            &slicer.settings,
+        );
+        match &want {
+            Some(t) => tracing::info!("time-slicing: {t} should be on now; on: {}", on.join(", ")),
+            None => tracing::info!("time-slicing: none should be on now; on: {}", on.join(", ")),
+        }
+        let slicer = self.slicing.as_mut().expect("checked");
+        // Missed while the daemon was down (at its start), or while paused.
+        let (since, why) = if slicer.started {
+            (
+                Some(slicer.cursor.as_millisecond()),
+                "time-slicing was paused",
+            )
+        } else {
+            (
+                self.node.previous_run_end().ok().flatten(),
+                "the daemon was down",
+            )
+        };
+        self.record_skipped(&rotation, since, now, why);
+        let slicer = self.slicing.as_mut().expect("checked");
+        let before = std::mem::replace(&mut slicer.state, state);
+        slicer.cursor = now;
+        slicer.converged = true;
+        slicer.started = true;
+        // Through the same path as events' actions: a slice whose end was
+        // recorded before the restart is closed, one the handoff ends or
+        // starts now is recorded, and every step is told. (Only the
+        // hypervisor's calls went through: such slices stayed open.)
+        match self.carry_out(&actions, false, None) {
+            Err(e) => self.pause_slicing(e.message().to_string(), Some(before)),
+            Ok(_) => {
+                let slicer = self.slicing.as_mut().expect("checked");
+                if std::mem::take(&mut slicer.paused) {
+                    tracing::info!(
+                        message_id = journal::SLICING_PAUSED,
+                        "time-slicing resumes after its pause, from the ledger's last step"
+                    );
+                }
+            }
+        }
+        self.publish_templates();
+        self.replay_missed(&on).await;
+    }
+
+    /// Events that came while libvirt was asked what runs: its answer for
+    /// a VM may be older than the VM's last event (a VM that stopped just
+    /// after its question would be taken for on). The last event of each
+    /// template that says otherwise than the answer is fed now; were it the
+    /// older of the two, the event that made the answer true comes after it.
+    async fn replay_missed(&mut self, on: &[String]) {
+        let Some(s) = self.slicing.as_mut().filter(|s| s.converged) else {
+            return; // paused again: kept for the next convergence
+        };
+        for (template, m) in std::mem::take(&mut s.missed) {
+            if m.on != on.contains(&template) {
+                tracing::info!(
+                    template = %template,
+                    "time-slicing: {template}'s VM {} while libvirt was asked what runs",
+                    if m.on { "started" } else { "stopped" }
+                );
+                self.lifecycle(&m.domain, m.event, m.on, EpochMs::now())
+                    .await;
+            }
+        }
+    }
+
+    /// Scheduled actions that fell while the daemon was down are not fired
+    /// late (the state converges to now instead); each is recorded as skipped.
+    fn record_skipped(
+        &mut self,
+        rotation: &[(String, Vec<ScheduledAction>)],
+        since_ms: Option<i64>,
+        now: jiff::Timestamp,
+        why: &str,
+    ) {
+        let Some(Ok(since)) = since_ms.map(jiff::Timestamp::from_millisecond) else {
+            return;
+        };
+        for (template, actions) in rotation {
+            for a in actions {
+                for at in a.occurrences_after(since, &self.slice_rules.tz, 1000) {
+                    if at > now {
+                        break;
+                    }
+                    let what = format!(
+                        "{} of {template} due at {at} skipped: {why}",
+                        a.action.as_str()
+                    );
+                    tracing::warn!(template = %template, "{what}");
+                    if let Err(e) =
+                        self.node
+                            .store_mut()
+                            .record_event("skipped", &what, EpochMs::now())
+                    {
+                        tracing::error!("recording a skipped action: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Time-slicing stops where the ledger stopped recording (a full disk,
+    /// a failed read): no scheduled action fires, no person's request is
+    /// taken, no timer runs and libvirt's events are left to the next
+    /// convergence. After a while (5 s, doubled while the ledger keeps
+    /// refusing, up to a minute) it learns what runs and converges from
+    /// the ledger's last step, as a start does (the path the crash tests
+    /// kill after every step); the rest of the daemon goes on. A ledger
+    /// that refuses every commit until a restart (a write of unknown fate)
+    /// ends the loop instead: only a restart reads it again. `back_to`:
+    /// the state before the refused change, where the ledger stands (the
+    /// views show it until the state is learned afresh).
+    pub(super) fn pause_slicing(&mut self, why: String, back_to: Option<State>) {
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        if let Some(state) = back_to {
+            s.state = state;
+        }
+        s.converged = false;
+        s.paused = true;
+        s.timer = None;
+        if self.node.store().refuses_until_restart() {
+            let e = Error::Backend(format!(
+                "time-slicing: {why}; the ledger refuses every write until a restart: stopping, \
+                 for the service manager to start the daemon afresh"
+            ));
+            tracing::error!("{e}");
+            self.fatal.get_or_insert(e);
+            return;
+        }
+        let Some(s) = self.slicing.as_mut() else {
+            return;
+        };
+        let wait = s.relearn_after;
+        s.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
+        s.relearn_at = Some(std::time::Instant::now() + wait);
+        tracing::error!(
+            message_id = journal::SLICING_PAUSED,
+            "time-slicing: {why}; paused: it starts again from the ledger's last step and \
+             what libvirt says runs, at the first refresh after {} s",
+            wait.as_secs()
+        );
+    }
+
+    /// Each refresh: a pause whose time is up learns what runs again
+    /// ([`Service::converge_slices`] takes the answer).
+    pub(in crate::service) fn relearn_if_due(&mut self) {
+        let due = self.slicing.as_ref().is_some_and(|s| {
+            !s.converged && s.relearn_at.is_some_and(|t| std::time::Instant::now() >= t)
+        });
+        if due {
+            if let Some(s) = self.slicing.as_mut() {
+                s.relearn_at = None;
+            }
+            self.learn_what_runs();
+        }
+    }
+}
