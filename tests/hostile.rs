@@ -272,6 +272,125 @@ fn a_flooding_client_does_not_starve_another() {
     assert!(flood_ok > 0);
 }
 
+/// This test binary re-executed as nobody, running only `test` (a flooder
+/// that acts when `env` is set, the bus address its value).
+fn as_nobody(
+    test: &str,
+    env: &str,
+    address: &str,
+    stdout: std::process::Stdio,
+) -> std::process::Child {
+    std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(env, address)
+        .stdout(stdout)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// A flooder's runtime: two workers, so its calls go out while others wait.
+fn flooder_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Run by `a_user_flooding_from_many_connections_leaves_room_for_others` as
+/// another user (this binary, re-executed under setpriv): 40 connections,
+/// each keeping 16 ListGpus calls in flight, until killed; prints each
+/// refusal's text once. Does nothing in a normal run.
+#[test]
+fn flooder_of_connections() {
+    let Ok(address) = std::env::var("ASTRAEUS_TEST_CONNECTIONS_ADDRESS") else {
+        return;
+    };
+    flooder_runtime().block_on(async move {
+        let said = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        let mut tasks = Vec::new();
+        for _ in 0..40 {
+            let conn = zbus::connection::Builder::address(address.as_str())
+                .build()
+                .await
+                .unwrap();
+            for _ in 0..16 {
+                let (conn, said) = (conn.clone(), said.clone());
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        if let Err(e) = timed(&conn, "ListGpus").await.0 {
+                            if said.lock().unwrap().insert(e.clone()) {
+                                println!("REFUSED {e}");
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+}
+
+/// One user (nobody) opens 40 connections and keeps 16 calls in flight on
+/// each while the loop is held (a failpoint, 5 s): 640 calls, more than the
+/// loop's queue (256). Each client's own bound (16) let them fill it, and a
+/// member's call was refused Busy. Each user's calls over all its
+/// connections are bounded too (64): the member's call waits its turn and
+/// is answered, and the flood is told why it was refused.
+#[test]
+fn a_user_flooding_from_many_connections_leaves_room_for_others() {
+    let (member, dir, sim) = member_and_majin();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim,
+        &[("ASTRAEUS_FAILPOINTS", "service.list-gpus=pause5000")],
+    );
+    let a = bus.address.clone();
+    let holder = {
+        let a = a.clone();
+        std::thread::spawn(move || manager(&a, None, "ListGpus", &[]))
+    };
+    eventually("the loop held", || {
+        d.log_text().contains("failpoint service.list-gpus reached")
+    });
+    let out = dir.path().join("flooder.out");
+    let mut flooder = as_nobody(
+        "flooder_of_connections",
+        "ASTRAEUS_TEST_CONNECTIONS_ADDRESS",
+        &a,
+        std::fs::File::create(&out).unwrap().into(),
+    );
+    eventually("the flood refused", || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("REFUSED")
+    });
+    let o = manager(&a, Some(member), "ListGpus", &[]);
+    let _ = flooder.kill();
+    let _ = flooder.wait();
+    assert!(holder.join().unwrap().ok);
+    let refused = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        o.ok,
+        "a member's call under another user's flood: {}\nthe flood was told: {refused}",
+        o.stderr
+    );
+    assert!(
+        refused.contains(
+            "org.astraeus.Node1.Error.Busy: 64 calls of this user (uid 65534) are already waiting"
+        ),
+        "{refused}"
+    );
+}
+
 /// The ledger holds run specs with their secrets: whatever starts the
 /// daemon (here: not systemd, and a state directory left 0755 with a 0644
 /// ledger by an older version), its state is its own.
@@ -611,12 +730,7 @@ fn flooder_of_big_messages() {
     let Ok(address) = std::env::var("ASTRAEUS_TEST_FLOOD_ADDRESS") else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    flooder_runtime().block_on(async move {
         let conn = zbus::connection::Builder::address(address.as_str())
             .build()
             .await
@@ -674,15 +788,13 @@ fn a_flood_of_big_messages_is_refused_by_size() {
     );
     let mut flooders: Vec<std::process::Child> = (0..4)
         .map(|_| {
-            std::process::Command::new("setpriv")
-                .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-                .arg(std::env::current_exe().unwrap())
-                .args(["--exact", "flooder_of_big_messages", "--nocapture"])
-                .env("ASTRAEUS_TEST_FLOOD_ADDRESS", &a)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
+            let quiet = std::process::Stdio::null();
+            as_nobody(
+                "flooder_of_big_messages",
+                "ASTRAEUS_TEST_FLOOD_ADDRESS",
+                &a,
+                quiet,
+            )
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));

@@ -1268,7 +1268,7 @@ fn a_vm_that_stops_while_libvirt_is_asked_what_runs_is_not_taken_for_on() {
     vm.create().expect("started behind its back");
     let held = [(
         "ASTRAEUS_FAILPOINTS",
-        "hypervisor.running-answered=pause3000",
+        "hypervisor.running-answered=pause5000",
     )];
     let d = start_majin(&bus, dir.path(), &config, &held);
     eventually("libvirt's answer held", || {
@@ -1278,6 +1278,14 @@ fn a_vm_that_stops_while_libvirt_is_asked_what_runs_is_not_taken_for_on() {
     vm.destroy().expect("stopped while the answer is held");
     eventually("converged", || d.log_text().contains("should be on now"));
     eventually("late taken for off", || template_state(&a, "late") == "off");
+    // By the replay, not by an event after the answer (a destroy late
+    // for the 5 s hold would pass without it).
+    assert!(
+        d.log_text()
+            .contains("late's VM stopped while time-slicing was not converged"),
+        "{}",
+        d.log_text()
+    );
     let stops: i64 = rusqlite::Connection::open(d.state.join("ledger.db"))
         .unwrap()
         .query_row(

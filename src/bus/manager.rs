@@ -73,12 +73,13 @@ impl Manager {
     async fn get_worker(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         name: String,
     ) -> Result<OwnedObjectPath, BusError> {
         bounded(&[("name", &name)])?;
         let name = self
             .lp
-            .ask_from(&hdr, |reply| Command::GetWorker { name, reply })
+            .ask_from(&hdr, conn, |reply| Command::GetWorker { name, reply })
             .await??;
         path(worker_path(&name))
     }
@@ -105,6 +106,7 @@ impl Manager {
     async fn list_ended(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         since: i64,
         limit: u32,
     ) -> Result<Vec<EndedRow>, BusError> {
@@ -116,7 +118,7 @@ impl Manager {
         let since_ms = since.saturating_mul(1000);
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::ListEnded {
+            .ask_from(&hdr, conn, |reply| Command::ListEnded {
                 since_ms,
                 limit,
                 reply,
@@ -127,9 +129,13 @@ impl Manager {
     /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB,
     /// warning, the whole request it drains for, health: "ok" or why not)
     #[zbus(out_args("gpus"))]
-    async fn list_gpus(&self, #[zbus(header)] hdr: Header<'_>) -> Result<Vec<GpuRow>, BusError> {
+    async fn list_gpus(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<GpuRow>, BusError> {
         self.lp
-            .ask_from(&hdr, |reply| Command::ListGpus { reply })
+            .ask_from(&hdr, conn, |reply| Command::ListGpus { reply })
             .await
     }
 
@@ -138,11 +144,12 @@ impl Manager {
     async fn list_sharers(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         gpu: u32,
     ) -> Result<(Vec<Sharer>, String), BusError> {
         let s = self
             .lp
-            .ask_from(&hdr, |reply| Command::ListSharers { gpu, reply })
+            .ask_from(&hdr, conn, |reply| Command::ListSharers { gpu, reply })
             .await??;
         Ok((s.sharers, s.summary))
     }
@@ -152,12 +159,13 @@ impl Manager {
     async fn why_not(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         spec: String,
     ) -> Result<(bool, Vec<u32>, Vec<String>), BusError> {
         bounded(&[("request", &spec)])?;
         let w = self
             .lp
-            .ask_from(&hdr, |reply| Command::WhyNot { spec, reply })
+            .ask_from(&hdr, conn, |reply| Command::WhyNot { spec, reply })
             .await??;
         Ok((w.fits, w.gpus, w.reasons))
     }
@@ -211,12 +219,13 @@ impl Manager {
     async fn get_schedule(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         template: String,
     ) -> Result<String, BusError> {
         bounded(&[("template", &template)])?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::GetSchedule { template, reply })
+            .ask_from(&hdr, conn, |reply| Command::GetSchedule { template, reply })
             .await??)
     }
 
@@ -226,12 +235,13 @@ impl Manager {
     async fn list_slices(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         from: i64,
         to: i64,
     ) -> Result<Vec<SliceRow>, BusError> {
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::ListSlices {
+            .ask_from(&hdr, conn, |reply| Command::ListSlices {
                 window: Window { from, to },
                 reply,
             })
@@ -244,12 +254,13 @@ impl Manager {
     async fn list_slice_notes(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         from: i64,
         to: i64,
     ) -> Result<Vec<String>, BusError> {
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::ListSliceNotes {
+            .ask_from(&hdr, conn, |reply| Command::ListSliceNotes {
                 window: Window { from, to },
                 reply,
             })
@@ -266,6 +277,7 @@ impl Manager {
     async fn usage_report(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
         from: i64,
         to: i64,
         group_by: String,
@@ -273,7 +285,7 @@ impl Manager {
         bounded(&[("group_by", &group_by)])?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::UsageReport {
+            .ask_from(&hdr, conn, |reply| Command::UsageReport {
                 window: Window { from, to },
                 group_by,
                 reply,
@@ -293,7 +305,7 @@ impl Manager {
         let caller = self.lp.caller(&hdr, conn).await?;
         let name = self
             .lp
-            .ask_from(&hdr, |reply| Command::CreateTemplate {
+            .ask_for(&caller, &hdr, |reply| Command::CreateTemplate {
                 spec,
                 caller,
                 reply,
@@ -325,9 +337,10 @@ impl Manager {
     async fn list_templates(
         &self,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<TemplateRow>, BusError> {
         self.lp
-            .ask_from(&hdr, |reply| Command::ListTemplates { reply })
+            .ask_from(&hdr, conn, |reply| Command::ListTemplates { reply })
             .await
     }
 
@@ -386,11 +399,12 @@ impl Manager {
         from: i64,
         to: i64,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<SliceReportRow>, BusError> {
         bounded(&[("template", &template)])?;
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::SliceReport {
+            .ask_from(&hdr, conn, |reply| Command::SliceReport {
                 template,
                 window: Window { from, to },
                 reply,

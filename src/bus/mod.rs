@@ -203,28 +203,51 @@ pub struct Loop {
     /// Caller facts by unique bus name. The bus never reuses a unique name, so
     /// uid and pid never go stale; group membership is re-read after a while.
     pub facts: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
-    /// Calls waiting in the queue, by client (unique bus name).
-    pub in_flight: Arc<Mutex<HashMap<String, usize>>>,
+    /// Calls waiting for the loop, by client and by user.
+    pub in_flight: Arc<Mutex<InFlight>>,
 }
 
 /// At most this many calls of one client wait for the loop at once: a client
 /// flooding the daemon gets `Busy`, and every other client still gets in.
 pub const PER_CLIENT_IN_FLIGHT: usize = 16;
 
-/// A client's place in the queue, given back when its call is answered.
+/// At most this many calls of one user, over all its connections, wait for
+/// the loop at once: a quarter of its queue ([`crate::service::QUEUE_DEPTH`]),
+/// so that a user opening many connections cannot fill it for the others
+/// (reads are counted once the queue is half full: [`Loop::ask_from`]).
+pub const PER_USER_IN_FLIGHT: usize = 64;
+
+/// Calls waiting for the loop: by client (unique bus name) and by uid.
+#[derive(Default)]
+pub struct InFlight {
+    by_client: HashMap<String, usize>,
+    by_user: HashMap<u32, usize>,
+}
+
+/// One less waiting under `key`; the entry goes at zero.
+fn release<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = map.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+/// A call's place in the queue, given back when it is answered.
 struct Slot {
-    map: Arc<Mutex<HashMap<String, usize>>>,
-    key: String,
+    map: Arc<Mutex<InFlight>>,
+    client: String,
+    /// Counted for its user too (when known).
+    uid: Option<u32>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = m.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.key);
-            }
+        release(&mut m.by_client, &self.client);
+        if let Some(uid) = self.uid {
+            release(&mut m.by_user, &uid);
         }
     }
 }
@@ -249,26 +272,77 @@ impl Loop {
             .map_err(|_| busy("the daemon is stopping; try again"))
     }
 
-    /// [`Loop::ask`] on behalf of the message's sender, within its share of the queue.
+    /// [`Loop::ask`] on behalf of the message's sender, within its client's
+    /// share of the queue, and its user's when the user is known. Who calls
+    /// is learnt for that (a round trip to the bus daemon) only once the
+    /// queue is half full: a read needs no more, and under a flood of big
+    /// messages to the daemon that round trip waits behind all of them
+    /// (tests/hostile.rs). Until then at most half the queue is taken by
+    /// calls of unknown users, so one flooding user leaves a quarter.
     pub async fn ask_from<T>(
         &self,
         hdr: &Header<'_>,
+        conn: &Connection,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, BusError> {
-        let key = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
+        let uid = match self.known_uid(hdr) {
+            Some(uid) => Some(uid),
+            None if self.tx.capacity() < self.tx.max_capacity() / 2 => {
+                Some(self.caller(hdr, conn).await?.uid)
+            }
+            None => None,
+        };
+        self.ask_within(uid, hdr, make).await
+    }
+
+    /// [`Loop::ask`] for a caller already learnt from this message, within
+    /// its client's and its user's shares of the queue.
+    pub async fn ask_for<T>(
+        &self,
+        caller: &Caller,
+        hdr: &Header<'_>,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, BusError> {
+        self.ask_within(Some(caller.uid), hdr, make).await
+    }
+
+    /// The uid of a sender learnt before (a unique name's uid never changes).
+    fn known_uid(&self, hdr: &Header<'_>) -> Option<u32> {
+        let sender = hdr.sender()?.to_string();
+        self.lock_facts().get(&sender).map(|(c, _)| c.uid)
+    }
+
+    /// [`Loop::ask`] within the client's share of the queue, and the
+    /// user's (`uid`) when known.
+    async fn ask_within<T>(
+        &self,
+        uid: Option<u32>,
+        hdr: &Header<'_>,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, BusError> {
+        let client = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
         let _slot = {
             let mut m = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-            let n = m.entry(key.clone()).or_insert(0);
-            if *n >= PER_CLIENT_IN_FLIGHT {
+            if m.by_client.get(&client).copied().unwrap_or(0) >= PER_CLIENT_IN_FLIGHT {
                 return Err(busy(format!(
                     "{PER_CLIENT_IN_FLIGHT} calls of this client are already waiting; \
                      wait for their replies"
                 )));
             }
-            *n += 1;
+            if let Some(uid) = uid {
+                if m.by_user.get(&uid).copied().unwrap_or(0) >= PER_USER_IN_FLIGHT {
+                    return Err(busy(format!(
+                        "{PER_USER_IN_FLIGHT} calls of this user (uid {uid}) are already \
+                         waiting; wait for their replies"
+                    )));
+                }
+                *m.by_user.entry(uid).or_insert(0) += 1;
+            }
+            *m.by_client.entry(client.clone()).or_insert(0) += 1;
             Slot {
                 map: self.in_flight.clone(),
-                key,
+                client,
+                uid,
             }
         };
         self.ask(make).await
@@ -282,7 +356,8 @@ impl Loop {
         make: impl FnOnce(Caller, oneshot::Sender<T>) -> Command,
     ) -> Result<T, BusError> {
         let caller = self.caller(hdr, conn).await?;
-        self.ask_from(hdr, |reply| make(caller, reply)).await
+        self.ask_for(&caller, hdr, |reply| make(caller, reply))
+            .await
     }
 
     /// Who is calling: uid and pid from the bus daemon, group membership from NSS.

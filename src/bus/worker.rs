@@ -38,7 +38,7 @@ impl WorkerObject {
         let name = self.view.read().name.clone();
         Ok(self
             .lp
-            .ask_from(&hdr, |reply| Command::Stop {
+            .ask_for(&caller, &hdr, |reply| Command::Stop {
                 name,
                 caller,
                 reply,

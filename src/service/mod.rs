@@ -95,6 +95,8 @@ const SAMPLES_KEPT: usize = 1800;
 
 /// Bounded: a flood of calls gets `Busy` instead of growing memory.
 pub const QUEUE_DEPTH: usize = 256;
+// One user's calls take at most a quarter of it (bus/mod.rs).
+const _: () = assert!(crate::bus::PER_USER_IN_FLIGHT * 4 <= QUEUE_DEPTH);
 
 /// Without a watchdog, a re-read taking longer than this is said.
 const READ_STUCK_WITHOUT_WATCHDOG: Duration = Duration::from_secs(30);
@@ -651,6 +653,9 @@ impl Service {
                 reply,
             } => self.list_ended(since_ms, limit, reply),
             Command::ListGpus { reply } => {
+                // A test holds the loop here (its task only: the bus goes on
+                // taking calls, which queue for it).
+                failpoint::hit_async("service.list-gpus").await;
                 let _ = reply.send(self.list_gpus());
             }
             Command::ListSharers { gpu, reply } => {

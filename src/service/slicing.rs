@@ -69,10 +69,10 @@ pub(super) struct Slicing {
     missed: BTreeMap<String, Missed>,
 }
 
-/// A lifecycle event kept for after the convergence.
+/// What a template VM's last lifecycle event said, kept for after the
+/// convergence: whether it runs (asked at the event, whatever its kind).
 struct Missed {
     domain: String,
-    event: u32,
     on: bool,
 }
 
@@ -273,10 +273,12 @@ impl Service {
             return;
         };
         // Not converged (starting, or paused): the state is a guess, so
-        // the event waits for the convergence (the last one of each VM).
+        // the event waits for the convergence. Only whether the VM runs is
+        // kept, the last word of each VM (a STOPPED then an UNDEFINED must
+        // not leave it unsaid).
         if !s.converged {
             let domain = domain.to_string();
-            s.missed.insert(template, Missed { domain, event, on });
+            s.missed.insert(template, Missed { domain, on });
             return;
         }
         let event = match event {

@@ -1003,7 +1003,8 @@ fn started_outside(
         Some(u) if u == t => state.clone(),
         Some(u) => {
             let why = format!("started outside Astraeus while {u} holds the baseboard");
-            record(out, Step::Forced, Some(t), None, at, Some(why));
+            // `to`: who stays on, so a restart right after this still wants it.
+            record(out, Step::Forced, Some(t), Some(u), at, Some(why));
             out.push(Action::Destroy {
                 template: t.to_string(),
             });
@@ -1946,6 +1947,38 @@ mod tests {
         assert_eq!(
             step(&running("b"), &started("b"), &s),
             (running("b"), vec![])
+        );
+    }
+
+    /// The newcomer's destroy is the ledger's last step when the daemon
+    /// restarts (no schedule): the holder is still wanted, not powered off.
+    /// The step named no one staying on, and a restart powered b off.
+    #[test]
+    fn a_restart_after_a_newcomer_was_destroyed_keeps_the_holder() {
+        let s = settings(0);
+        let started = Event::Started {
+            template: "a".into(),
+            at_ms: EpochMs(5),
+        };
+        let (_, actions) = step(&running("b"), &started, &s);
+        let forced = actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Record(r) if r.step == Step::Forced => Some(r.clone()),
+                _ => None,
+            })
+            .expect("the newcomer's destroy is recorded");
+        let on = ["b".to_string()];
+        let want = wanted_without_schedule(Some(&forced), &on);
+        assert_eq!(want.as_deref(), Some("b"));
+        let (state, actions) = converge(want.as_deref(), &on, Some(&forced), EpochMs(9), &s);
+        assert_eq!(state.on(), Some("b"));
+        assert_eq!(state.target(), Some("b"), "{state:?}");
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Shutdown { .. } | Action::Destroy { .. })),
+            "{actions:?}"
         );
     }
 

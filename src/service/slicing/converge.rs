@@ -122,24 +122,28 @@ impl Service {
         self.replay_missed(&on).await;
     }
 
-    /// Events that came while libvirt was asked what runs: its answer for
-    /// a VM may be older than the VM's last event (a VM that stopped just
-    /// after its question would be taken for on). The last event of each
-    /// template that says otherwise than the answer is fed now; were it the
-    /// older of the two, the event that made the answer true comes after it.
+    /// Events that came while not converged (libvirt being asked what runs,
+    /// or paused before): libvirt's answer for a VM may be older than the
+    /// VM's last event (a VM that stopped just after its question would be
+    /// taken for on). Where the last event's word on whether the VM runs
+    /// differs from the answer, it is fed now as a start or a stop; were it
+    /// the older of the two, the event that made the answer true follows.
     async fn replay_missed(&mut self, on: &[String]) {
+        use virt::sys::{VIR_DOMAIN_EVENT_STARTED, VIR_DOMAIN_EVENT_STOPPED};
         let Some(s) = self.slicing.as_mut().filter(|s| s.converged) else {
             return; // paused again: kept for the next convergence
         };
         for (template, m) in std::mem::take(&mut s.missed) {
             if m.on != on.contains(&template) {
+                let (event, what) = match m.on {
+                    true => (VIR_DOMAIN_EVENT_STARTED, "started"),
+                    false => (VIR_DOMAIN_EVENT_STOPPED, "stopped"),
+                };
                 tracing::info!(
                     template = %template,
-                    "time-slicing: {template}'s VM {} while libvirt was asked what runs",
-                    if m.on { "started" } else { "stopped" }
+                    "time-slicing: {template}'s VM {what} while time-slicing was not converged"
                 );
-                self.lifecycle(&m.domain, m.event, m.on, EpochMs::now())
-                    .await;
+                self.lifecycle(&m.domain, event, m.on, EpochMs::now()).await;
             }
         }
     }
@@ -181,7 +185,7 @@ impl Service {
 
     /// Time-slicing stops where the ledger stopped recording (a full disk,
     /// a failed read): no scheduled action fires, no person's request is
-    /// taken, no timer runs and libvirt's events are left to the next
+    /// taken, no timer runs and libvirt's events are kept for the next
     /// convergence. After a while (5 s, doubled while the ledger keeps
     /// refusing, up to a minute) it learns what runs and converges from
     /// the ledger's last step, as a start does (the path the crash tests
