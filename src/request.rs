@@ -345,10 +345,19 @@ fn parse_run(v: &Value) -> Result<Run> {
         "unit" => {
             let u = object(body, &path, &["exec", "env"])?;
             let exec = strings(Some(required(u, &path, "exec")?), "run.unit.exec")?;
-            if !exec.first().is_some_and(|p| p.starts_with('/')) {
+            // What systemd takes as an executable's path, checked here: its
+            // refusal would come after the worker was placed, quoting it.
+            let valid_path = |p: &str| {
+                p.starts_with('/')
+                    && p.len() < 4096
+                    && p.split('/').all(|c| c.len() <= 255)
+                    && !p.chars().any(crate::text::hidden)
+            };
+            if !exec.first().is_some_and(|p| valid_path(p)) {
                 return Err(Error::field(
-                    "run.unit.exec",
-                    "a command line whose first element is an absolute path",
+                    "run.unit.exec[0]",
+                    "an absolute path (under 4096 bytes, each part at most 255, no control \
+                     characters), then its arguments",
                 ));
             }
             Ok(Run::Unit {
@@ -576,10 +585,20 @@ mod tests {
             err(&base(r#"{"container":{"command":[]}}"#)),
             "run.container.image: required"
         );
-        assert_eq!(
-            err(&base(r#"{"unit":{"exec":["whisper"]}}"#)),
-            "run.unit.exec: a command line whose first element is an absolute path"
-        );
+        let exec_err = "run.unit.exec[0]: an absolute path (under 4096 bytes, each part at most \
+                        255, no control characters), then its arguments";
+        for bad in [
+            "whisper".to_string(),
+            format!("/{}", "a".repeat(256)),
+            format!("/a{}", "/b".repeat(2048)),
+            "/bin/x\u{1b}]0;owned\u{7}".to_string(),
+        ] {
+            let run = serde_json::json!({"unit": {"exec": [bad]}}).to_string();
+            assert_eq!(err(&base(&run)), exec_err, "{bad:?}");
+        }
+        let long_ok = format!("/{}/x", "a".repeat(255));
+        let run = serde_json::json!({"unit": {"exec": [long_ok]}}).to_string();
+        assert!(WorkerSpec::parse(&base(&run)).is_ok());
         assert_eq!(
             err(&base(r#"{"vm":{}}"#)),
             "run.vm: exactly one of domain (an existing domain's name) or domain_xml"

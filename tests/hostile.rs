@@ -338,7 +338,7 @@ fn flooder_of_connections() {
 }
 
 /// One user (nobody) opens 40 connections and keeps 16 calls in flight on
-/// each while the loop is held (a failpoint, 5 s): 640 calls, more than the
+/// each while the loop is held (a failpoint, 15 s): 640 calls, more than the
 /// loop's queue (256). Each client's own bound (16) let them fill it, and a
 /// member's call was refused Busy. Each user's calls over all its
 /// connections are bounded too (64): the member's call waits its turn and
@@ -351,7 +351,7 @@ fn a_user_flooding_from_many_connections_leaves_room_for_others() {
         &bus,
         dir.path(),
         &sim,
-        &[("ASTRAEUS_FAILPOINTS", "service.list-gpus=pause5000")],
+        &[("ASTRAEUS_FAILPOINTS", "service.list-gpus=pause15000")],
     );
     let a = bus.address.clone();
     let holder = {
@@ -373,6 +373,8 @@ fn a_user_flooding_from_many_connections_leaves_room_for_others() {
             .unwrap_or_default()
             .contains("REFUSED")
     });
+    // Still held: the member's call meets the flood's queue.
+    assert!(!holder.is_finished(), "the flood took longer than the hold");
     let o = manager(&a, Some(member), "ListGpus", &[]);
     let _ = flooder.kill();
     let _ = flooder.wait();
@@ -383,10 +385,17 @@ fn a_user_flooding_from_many_connections_leaves_room_for_others() {
         "a member's call under another user's flood: {}\nthe flood was told: {refused}",
         o.stderr
     );
+    let nobody = std::process::Command::new("id")
+        .args(["-u", "nobody"])
+        .output()
+        .unwrap()
+        .stdout;
+    let nobody = String::from_utf8_lossy(&nobody).trim().to_string();
     assert!(
-        refused.contains(
-            "org.astraeus.Node1.Error.Busy: 64 calls of this user (uid 65534) are already waiting"
-        ),
+        refused.contains(&format!(
+            "org.astraeus.Node1.Error.Busy: 64 calls of this user (uid {nobody}) are already \
+             waiting"
+        )),
         "{refused}"
     );
 }

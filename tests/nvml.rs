@@ -240,6 +240,48 @@ fn two_gpus_a_desktop_and_outside_use_that_grows_and_shrinks() {
     let _ = desktop.wait();
 }
 
+/// A worker's holder using memory on GPUs its worker was not granted (here
+/// a worker with no GPU at all): that memory is outside use there, named,
+/// and not offered. It was taken for the worker's own on every GPU, hidden
+/// from placement: the GPUs kept offering it to others.
+#[test]
+fn a_holders_memory_on_a_gpu_its_worker_was_not_granted_is_outside() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let mut holder = sleeper();
+    let pid = holder.id();
+    fixture(&fx, &[rtx(0, 0), l4(0)], &[]);
+    let bus = Bus::session();
+    let _d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let spec = format!(r#"{{"name":"hider","holders":[{pid}]}}"#);
+    assert!(manager(a, None, "SubmitWorker", &["s", &spec]).ok);
+    assert!(state(a, "hider").contains("running"));
+    fixture(
+        &fx,
+        &[rtx(2 * GB, 0), l4(5 * GB)],
+        &[(0, pid, 2 * GB, "compute"), (1, pid, 5 * GB, "compute")],
+    );
+    let offered = |i: u32| {
+        prop(
+            a,
+            &format!("/org/astraeus/Node1/gpu/{i}"),
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb",
+        )
+    };
+    eventually("the holder's memory is outside", || {
+        offered(0) == "d 6\n" && offered(1) == "d 19\n"
+    });
+    // A request that cannot fit is told whose memory it is.
+    let big =
+        r#"{"name":"big","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":20}}}"#;
+    let why = manager(a, None, "WhyNot", &["s", big]).stdout;
+    assert!(why.contains(&format!("5 GB held by pid {pid}")), "{why}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
 #[test]
 fn a_reservations_holder_is_its_own_use_not_outside() {
     let dir = open_tempdir();

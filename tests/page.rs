@@ -416,18 +416,73 @@ fn the_page_survives_slow_clients_and_answers_only_to_its_names() {
     assert!(body.contains("more than once"), "{body}");
 }
 
+/// node.toml in `dir` serving the page on a free port, which it returns.
+fn page_on_a_free_port(dir: &Path) -> u16 {
+    let port = free_port();
+    std::fs::write(
+        dir.join("node.toml"),
+        format!("[http]\nlisten = \"{port}\"\n"),
+    )
+    .unwrap();
+    port
+}
+
+/// While the loop is held (a failpoint, 6 s), 40 page requests at once:
+/// those beyond the page's share of the loop's queue (16) are answered 503
+/// at once rather than queued (they took up to 64 of its 256 places, which
+/// bus callers then lacked); those within it are answered when it goes on.
+#[test]
+fn the_page_takes_no_more_of_the_loops_queue_than_a_client() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let port = page_on_a_free_port(dir.path());
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &dir.path().join("majin.toml"),
+        &[("ASTRAEUS_FAILPOINTS", "service.list-gpus=pause6000")],
+    );
+    let a = bus.address.clone();
+    let holder = std::thread::spawn(move || manager(&a, None, "ListGpus", &[]));
+    eventually("the loop held", || {
+        d.log_text().contains("failpoint service.list-gpus reached")
+    });
+    let started = std::time::Instant::now();
+    let asks: Vec<_> = (0..40)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let (status, _, _) = http(
+                    port,
+                    "GET /machines/majin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                );
+                (status, started.elapsed())
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, Duration)> = asks.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(holder.join().unwrap().ok);
+    let busy = answers.iter().filter(|(s, _)| *s == 503).count();
+    let served = answers.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(busy + served, 40, "{answers:?}");
+    assert_eq!(served, 16, "{answers:?}");
+    // The refused were told at once, not after the hold.
+    assert!(
+        answers
+            .iter()
+            .filter(|(s, _)| *s == 503)
+            .all(|(_, took)| *took < Duration::from_secs(3)),
+        "{answers:?}"
+    );
+}
+
 /// A GPU that is not healthy says so on the page (its badge and why), in the
 /// JSON and in the metrics — not "free".
 #[test]
 fn an_unhealthy_gpu_is_shown_as_unhealthy() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    let port = free_port();
-    std::fs::write(
-        dir.path().join("node.toml"),
-        format!("[http]\nlisten = \"{port}\"\n"),
-    )
-    .unwrap();
+    let port = page_on_a_free_port(dir.path());
     std::fs::write(
         dir.path().join("sick.toml"),
         MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\nhealthy = false"),

@@ -273,6 +273,55 @@ fn only_root_may_run_a_vm_unless_config_extends_it_to_the_group() {
     }
 }
 
+/// A member's VM worker waits for its GPU while `vms_for_group` is on; the
+/// switch is turned off (reload) before the GPU frees: the worker is not
+/// started when it is placed, but ended, saying why. It was started.
+#[test]
+fn a_vm_queued_before_its_switch_was_turned_off_is_not_started() {
+    if !require_component(is_root(), "root, to call as another user") {
+        return;
+    }
+    let dir = open_tempdir();
+    let open_policy = careless_policy(dir.path());
+    let bus = Bus::system_like(dir.path(), Some(&open_policy));
+    let config = |on: bool| {
+        format!(
+            "[access]\ngroup = \"nogroup\"\nvms_for_group = {on}\n\
+             [runtime]\nlibvirt_uri = \"test:///default\"\n"
+        )
+    };
+    std::fs::write(dir.path().join("node.toml"), config(true)).unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = bus.address.clone();
+    let hog = r#"{"name":"hog","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    assert!(manager(&a, None, "SubmitWorker", &["s", hog]).ok);
+    let o = manager(
+        &a,
+        Some("nobody"),
+        "SubmitWorker",
+        &["s", &vm_spec("v", 1, TEST_DOMAIN)],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    assert!(state(&a, "v").contains("pending"));
+    std::fs::write(dir.path().join("node.toml"), config(false)).unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("reloaded", || d.log_text().contains("node.toml reloaded"));
+    assert!(manager(&a, None, "StopWorker", &["s", "hog"]).ok);
+    eventually("v ended", || {
+        !manager(&a, None, "ListWorkers", &[])
+            .stdout
+            .contains("\"v\"")
+    });
+    let log = d.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("worker v not started: uid "))
+        .unwrap_or_else(|| panic!("no line saying v was not started: {log}"));
+    assert!(line.contains("only root may run one"), "{line}");
+    assert!(!log.contains("worker v started"), "{log}");
+}
+
 // ---- a real libvirtd with QEMU (TCG) ----
 
 const QEMU_DOMAIN: &str = "<domain type='qemu'><name>q</name><memory unit='MiB'>64</memory>\

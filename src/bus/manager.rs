@@ -456,7 +456,8 @@ impl Manager {
     /// One step of a handoff, as the ledger records it: power-off-asked,
     /// forced, stopped, release-confirmed, start-issued, started, ready,
     /// start-failed, failed, requested (who comes next changed, nothing else
-    /// yet); `from`/`to` are templates ("" when none).
+    /// yet); `from`/`to` are templates ("" when none). For `forced`, `from`
+    /// is the VM destroyed and `to` who holds the baseboard after it.
     #[zbus(signal)]
     pub async fn handoff_step(
         emitter: &SignalEmitter<'_>,

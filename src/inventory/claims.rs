@@ -34,6 +34,10 @@ impl Claims {
         let dir = std::env::var_os("ASTRAEUS_GPU_LOCK_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(LOCK_DIR));
+        Claims::in_dir(dir, yields)
+    }
+
+    fn in_dir(dir: PathBuf, yields: bool) -> Claims {
         Claims {
             dir,
             yields,
@@ -59,21 +63,30 @@ impl Claims {
             })
             .collect();
         let path = self.dir.join(format!("astraeusd-gpu-{safe}.lock"));
+        // Never blocking: another user may have put a FIFO there, whose
+        // open waits for a writer that never comes (before READY=1, or
+        // holding the inventory's re-read until the watchdog ends us).
+        let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
         let taken = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(flags)
             .open(&path)
             .or_else(|_| {
                 // Created by another user: open it as it is, read-only.
                 std::fs::OpenOptions::new()
                     .read(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .custom_flags(flags)
                     .open(&path)
             })
             .map_err(|e| e.to_string())
+            .and_then(|f| match f.metadata() {
+                Ok(m) if m.file_type().is_file() => Ok(f),
+                Ok(_) => Err("it is not a regular file (another user's FIFO or link?)".into()),
+                Err(e) => Err(e.to_string()),
+            })
             .and_then(|f| {
                 // SAFETY: flock on a descriptor we own.
                 match unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
@@ -108,5 +121,55 @@ impl Claims {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Asks `may_manage` in a thread: None when it did not answer in 5 s
+    /// (a blocked open stays blocked; the test ends without it).
+    fn answered(claims: Claims, uuid: &'static str) -> Option<(bool, Claims)> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut claims = claims;
+            let managed = claims.may_manage(uuid);
+            let _ = tx.send((managed, claims));
+        });
+        rx.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    /// Another user's FIFO (or anything but a regular file) where a lock
+    /// belongs is never opened to wait on, nor held as a lock: a user's
+    /// daemon leaves the GPU alone, the system's manages it anyway.
+    #[test]
+    fn a_fifo_where_a_lock_belongs_is_not_waited_on_nor_held() {
+        for yields in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("astraeusd-gpu-GPU-1.lock");
+            let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            let claims = Claims::in_dir(dir.path().to_path_buf(), yields);
+            let (managed, claims) = answered(claims, "GPU-1").expect("answered at once");
+            assert_eq!(managed, !yields);
+            assert!(claims.held.is_empty(), "a FIFO held as a lock");
+        }
+    }
+
+    /// A regular file is taken and held; a second claimant finds it held.
+    #[test]
+    fn a_lock_is_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Claims::in_dir(dir.path().to_path_buf(), true);
+        let (managed, first) = answered(first, "GPU-2").unwrap();
+        assert!(managed);
+        let second = Claims::in_dir(dir.path().to_path_buf(), true);
+        let (managed, _second) = answered(second, "GPU-2").unwrap();
+        assert!(!managed, "held by the first");
+        drop(first);
     }
 }

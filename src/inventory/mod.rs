@@ -15,11 +15,22 @@ use std::collections::{HashMap, HashSet};
 /// What a source needs from the engine to tell workers' memory from outside memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Own {
-    /// Processes whose GPU memory is a worker's own (reservations' holders).
-    pub pids: HashSet<u32>,
+    /// By GPU (UUID): processes whose memory on it is a worker's own, the
+    /// holders and cgroup processes of running workers granted that GPU.
+    /// A worker's process on a GPU it was not granted is outside use there
+    /// (else a holder could hide what it takes on any GPU from placement).
+    pub pids: HashMap<String, HashSet<u32>>,
     /// GB promised to workers on each GPU (by UUID), for hosts without
     /// per-process readings (WSL2).
     pub promised: HashMap<String, Amount>,
+}
+
+impl Own {
+    /// The processes whose memory on the GPU `uuid` is a worker's own.
+    pub fn pids_on(&self, uuid: &str) -> &HashSet<u32> {
+        static NONE: std::sync::LazyLock<HashSet<u32>> = std::sync::LazyLock::new(HashSet::new);
+        self.pids.get(uuid).unwrap_or(&NONE)
+    }
 }
 
 /// Reads the machine as it is now. Called at start and on every refresh.
@@ -84,7 +95,7 @@ pub fn held_outside(
     used: u64,
     reserved: u64,
     processes: Option<&[ProcessUse]>,
-    own: &Own,
+    own: &HashSet<u32>,
     promised: Amount,
 ) -> (Amount, Vec<String>) {
     let mut detail = Vec::new();
@@ -92,13 +103,11 @@ pub fn held_outside(
         Some(procs) if procs.iter().all(|p| p.bytes.is_some()) => {
             let own_bytes: u64 = procs
                 .iter()
-                .filter(|p| own.pids.contains(&p.pid))
+                .filter(|p| own.contains(&p.pid))
                 .filter_map(|p| p.bytes)
                 .sum();
-            let mut others: Vec<&ProcessUse> = procs
-                .iter()
-                .filter(|p| !own.pids.contains(&p.pid))
-                .collect();
+            let mut others: Vec<&ProcessUse> =
+                procs.iter().filter(|p| !own.contains(&p.pid)).collect();
             others.sort_by_key(|p| std::cmp::Reverse(p.bytes));
             for p in others {
                 let gb = Amount::gb_from_bytes_ceil(p.bytes.unwrap_or(0));
@@ -219,10 +228,7 @@ mod tests {
 
     #[test]
     fn outside_is_other_processes_plus_unaccounted_plus_reserved() {
-        let own = Own {
-            pids: [7].into(),
-            ..Own::default()
-        };
+        let own: HashSet<u32> = [7].into();
         let procs = [p(4242, 1, "Xorg, user gdm"), p(7, 2, "listen, user ann")];
         // 3.5 GB used: 1 by Xorg, 2 by a worker's holder, 0.5 by nobody we can see.
         let used = 3 * GB_BYTES + GB_BYTES / 2;
@@ -245,17 +251,17 @@ mod tests {
             5 * GB_BYTES,
             0,
             Some(&procs),
-            &Own::default(),
+            &HashSet::new(),
             Amount::whole(2),
         );
         assert_eq!(outside, Amount::whole(3));
-        let (outside, _) = held_outside(GB_BYTES, 0, None, &Own::default(), Amount::whole(2));
+        let (outside, _) = held_outside(GB_BYTES, 0, None, &HashSet::new(), Amount::whole(2));
         assert_eq!(outside, Amount::ZERO);
     }
 
     #[test]
     fn outside_rounds_up() {
-        let (outside, _) = held_outside(1, 0, Some(&[]), &Own::default(), Amount::ZERO);
+        let (outside, _) = held_outside(1, 0, Some(&[]), &HashSet::new(), Amount::ZERO);
         assert_eq!(outside.to_string(), "0.01");
     }
 }

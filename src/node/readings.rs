@@ -7,16 +7,23 @@ use crate::inventory::Own;
 use crate::placement::Gpu;
 
 impl Node {
-    /// What is the workers' own on the GPUs: running workers' holder pids and
-    /// the GB promised on each GPU.
+    /// What is the workers' own on the GPUs: on each GPU, the holder and
+    /// cgroup pids of the running workers granted it; and the GB promised
+    /// on each GPU.
     pub fn own(&self) -> Own {
+        let mut pids: std::collections::HashMap<String, std::collections::HashSet<u32>> =
+            Default::default();
+        for w in self.workers.values() {
+            if matches!(w.status, Status::Running { .. }) {
+                for grant in w.grants() {
+                    pids.entry(grant.gpu_uuid.clone())
+                        .or_default()
+                        .extend(w.own_pids());
+                }
+            }
+        }
         Own {
-            pids: self
-                .workers
-                .values()
-                .filter(|w| matches!(w.status, Status::Running { .. }))
-                .flat_map(|w| w.own_pids())
-                .collect(),
+            pids,
             promised: self
                 .book
                 .gpus

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal;
 use crate::schedule::{self, ScheduledAction};
-use crate::slicing::handoff::{self, Action, Event, Signal, State, VmState};
+use crate::slicing::handoff::{self, Action, Event, Signal, State, Step, VmState};
 use crate::slicing::meter::{GpuSample, Meter};
 use crate::slicing::template::{self, Defined, Template};
 use crate::time::EpochMs;
@@ -550,9 +550,16 @@ impl Service {
                             t.to_string()
                         }
                     };
+                    // The template the step is about: the one coming, or
+                    // the one a forced step destroys.
+                    let about = if to.is_empty() || r.step == Step::Forced {
+                        from
+                    } else {
+                        to
+                    };
                     tracing::info!(
                         message_id = journal::HANDOFF_STEP,
-                        template = %if to.is_empty() { from } else { to },
+                        template = %about,
                         "handoff: {} (from {} to {}) {detail}",
                         r.step.as_str(),
                         who(from),

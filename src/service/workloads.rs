@@ -97,6 +97,24 @@ impl Service {
             Box::pin(self.end_worker(name, None, "stopped", None)).await;
             return;
         }
+        // Allowed when it was submitted; the switch that allowed it may have
+        // been turned off since (a reload) while it waited for its GPUs.
+        let workload = match kind {
+            Kind::Container => Workload::Container,
+            Kind::Unit => Workload::Unit,
+            Kind::Vm => Workload::Vm,
+        };
+        let owner = Caller {
+            uid: w.owner_uid,
+            pid: None,
+            member: true,
+        };
+        if let Err(e) = self.access.may_run(&owner, workload) {
+            let reason = format!("not started: {}", e.message());
+            tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
+            Box::pin(self.end_worker(name, None, &reason, None)).await;
+            return;
+        }
         self.node.set_phase(name, Phase::Starting);
         self.publish_worker(name);
         let tx = self.lp.tx.clone();
@@ -132,7 +150,7 @@ impl Service {
                 });
             }
             (Err(e), true) => {
-                let reason = format!("failed to start: {}", e.message());
+                let reason = format!("failed to start: {}", crate::text::printable(e.message()));
                 tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
                 self.end_worker(&name, None, &reason, None).await;
             }
@@ -168,7 +186,11 @@ impl Service {
         at: Option<EpochMs>,
     ) {
         let at = at.unwrap_or_else(EpochMs::now);
-        match self.node.end_at(name, status, reason, at) {
+        // A runtime's error may quote what the owner wrote (an image, an
+        // exec path): printable before it is kept, listed to anyone (the
+        // ended list) and logged.
+        let reason = crate::text::printable(reason);
+        match self.node.end_at(name, status, &reason, at) {
             Ok(changes) => {
                 self.publish(&changes);
                 self.launch_placed(&changes.placed).await;
@@ -234,7 +256,7 @@ impl Service {
         }
         let (status, reason) = match &exit {
             Exit::Exited(code) => (Some(*code), format!("exited with status {code}")),
-            Exit::Failed(why) => (None, format!("failed: {why}")),
+            Exit::Failed(why) => (None, format!("failed: {}", crate::text::printable(why))),
         };
         tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
         self.end_worker(&name, status, &reason, at).await;

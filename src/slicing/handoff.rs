@@ -1003,8 +1003,10 @@ fn started_outside(
         Some(u) if u == t => state.clone(),
         Some(u) => {
             let why = format!("started outside Astraeus while {u} holds the baseboard");
-            // `to`: who stays on, so a restart right after this still wants it.
-            record(out, Step::Forced, Some(t), Some(u), at, Some(why));
+            // `to`: who holds the baseboard once the machine settles (not
+            // u, when u is being powered off), so a restart right after
+            // this still wants it.
+            record(out, Step::Forced, Some(t), state.target(), at, Some(why));
             out.push(Action::Destroy {
                 template: t.to_string(),
             });
@@ -1950,6 +1952,17 @@ mod tests {
         );
     }
 
+    /// The `forced` step among these actions.
+    fn forced_step(actions: &[Action]) -> Record {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Record(r) if r.step == Step::Forced => Some(r.clone()),
+                _ => None,
+            })
+            .expect("the newcomer's destroy is recorded")
+    }
+
     /// The newcomer's destroy is the ledger's last step when the daemon
     /// restarts (no schedule): the holder is still wanted, not powered off.
     /// The step named no one staying on, and a restart powered b off.
@@ -1961,13 +1974,7 @@ mod tests {
             at_ms: EpochMs(5),
         };
         let (_, actions) = step(&running("b"), &started, &s);
-        let forced = actions
-            .iter()
-            .find_map(|a| match a {
-                Action::Record(r) if r.step == Step::Forced => Some(r.clone()),
-                _ => None,
-            })
-            .expect("the newcomer's destroy is recorded");
+        let forced = forced_step(&actions);
         let on = ["b".to_string()];
         let want = wanted_without_schedule(Some(&forced), &on);
         assert_eq!(want.as_deref(), Some("b"));
@@ -1980,6 +1987,37 @@ mod tests {
                 .any(|a| matches!(a, Action::Shutdown { .. } | Action::Destroy { .. })),
             "{actions:?}"
         );
+    }
+
+    /// The same while the holder is being powered off (by a person, or for
+    /// another): the restart finishes that, rather than keeping the holder.
+    #[test]
+    fn a_restart_after_a_newcomer_was_destroyed_mid_power_off_finishes_it() {
+        let s = settings(0);
+        let started = Event::Started {
+            template: "a".into(),
+            at_ms: EpochMs(5),
+        };
+        for next in [None, Some("c")] {
+            let powering_off = State::PoweringOff {
+                from: "b".into(),
+                to: next.map(str::to_string),
+                forced: false,
+                since_ms: EpochMs(1),
+            };
+            let (_, actions) = step(&powering_off, &started, &s);
+            let forced = forced_step(&actions);
+            assert_eq!(forced.to.as_deref(), next);
+            let on = ["b".to_string()];
+            let want = wanted_without_schedule(Some(&forced), &on);
+            assert_eq!(want.as_deref(), next);
+            let (state, _) = converge(want.as_deref(), &on, Some(&forced), EpochMs(9), &s);
+            assert!(
+                matches!(&state, State::PoweringOff { from, to, .. }
+                    if from == "b" && to.as_deref() == next),
+                "{next:?}: {state:?}"
+            );
+        }
     }
 
     #[test]

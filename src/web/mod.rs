@@ -290,7 +290,15 @@ impl Response {
     }
 }
 
+/// At most this many page requests wait for the service loop at once: the
+/// page (any local user) takes no more of its queue than a bus client may.
+const PAGE_IN_QUEUE: usize = crate::bus::PER_CLIENT_IN_FLIGHT;
+static WAITING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PAGE_IN_QUEUE);
+
+/// The loop's snapshot; None when the page's share of the queue, or the
+/// queue, is full (or the loop stopping).
 async fn snapshot(tx: &mpsc::Sender<Command>) -> Option<Snapshot> {
+    let _turn = WAITING.try_acquire().ok()?;
     let (reply, rx) = oneshot::channel();
     tx.try_send(Command::Snapshot { reply }).ok()?;
     rx.await.ok()
