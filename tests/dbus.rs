@@ -1089,6 +1089,33 @@ fn astraeusctl_follows_events_and_lists_the_history() {
     assert!(o.stderr.contains("limit: 1 to 10000"), "{}", o.stderr);
 }
 
+/// A request's own line breaks and spacing do not lay out lines of its
+/// owner's choosing in `astraeusctl show` (root reads it there): it is
+/// printed on one line, as JSON. They were printed as sent.
+#[test]
+fn show_prints_a_request_on_one_line() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = start_majin(&bus, dir.path(), "", &[]);
+    let a = &bus.address;
+    let spec = "{\"name\":\"w\",\n  \"requested_resources\":\n{\"gpu_requests\":\
+                {\"shared\":true,\"memory_gb\":1}}}\n";
+    assert!(manager(a, None, "SubmitWorker", &["s", spec]).ok);
+    let o = ctl(a, None, &["show", "w"]);
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("  request:"))
+        .unwrap_or_else(|| panic!("{}", o.stdout));
+    assert_eq!(
+        line,
+        "  request:  {\"name\":\"w\",\"requested_resources\":{\"gpu_requests\":\
+         {\"shared\":true,\"memory_gb\":1}}}",
+        "{}",
+        o.stdout
+    );
+}
+
 #[test]
 fn a_wsl_host_says_so_and_shares_every_gpu() {
     let dir = open_tempdir();

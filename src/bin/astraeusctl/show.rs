@@ -101,6 +101,12 @@ pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> 
             outln!("    {}", astraeusd::text::printable(&r));
         }
     }
-    outln!("  request:  {}", text("Request").trim_end());
+    // On one line, as the daemon's JSON: the owner's own line breaks and
+    // spacing could otherwise lay out lines of their choosing here.
+    let request = text("Request");
+    let request = serde_json::from_str::<serde_json::Value>(&request)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| request.replace(['\n', '\r'], " "));
+    outln!("  request:  {}", request.trim_end());
     Ok(())
 }
