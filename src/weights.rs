@@ -18,7 +18,8 @@
 //! and the image is built from the snapshot. Whoever can write the source
 //! cannot make the image differ from its checksum by changing files between
 //! the two reads. The cost: the content is read twice and, for a while,
-//! stored twice.
+//! stored twice. The snapshot is read through opened directories, never
+//! through a link, so neither can they make it copy files from elsewhere.
 
 use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
@@ -92,6 +93,18 @@ pub fn snapshot_path(image: &Path) -> PathBuf {
 /// Copies the tree at `source` into `snapshot`, a fresh directory (mode
 /// 0700) replacing whatever a staging cut short left there.
 pub fn snapshot(source: &Path, snapshot: &Path) -> Result<()> {
+    snapshot_watched(source, snapshot, |_| {})
+}
+
+/// [`snapshot`], calling `copied` after each file (tests change the source
+/// there, as its owner could while a large file is copied).
+///
+/// Each file and directory is opened relative to its already opened parent
+/// and never through a link: whoever can write the source may swap a
+/// directory for a link to `/etc` or the ledger between two files, and a
+/// path opened afresh from the source would follow it (`O_NOFOLLOW` guards
+/// only a path's last part) into the image the guest reads.
+fn snapshot_watched(source: &Path, snapshot: &Path, copied: impl FnMut(&Path)) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     let backend = |what: String, e: std::io::Error| {
         Error::Backend(format!("staging weights: snapshot: {what}: {e}"))
@@ -100,26 +113,77 @@ pub fn snapshot(source: &Path, snapshot: &Path) -> Result<()> {
         std::fs::remove_dir_all(snapshot)
             .map_err(|e| backend(snapshot.display().to_string(), e))?;
     }
-    let mut dirs = std::fs::DirBuilder::new();
-    dirs.mode(0o700).recursive(true);
-    dirs.create(snapshot)
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(snapshot)
         .map_err(|e| backend(snapshot.display().to_string(), e))?;
-    for (rel, _) in files(source)? {
-        let to = snapshot.join(&rel);
-        if let Some(parent) = to.parent() {
-            dirs.create(parent)
-                .map_err(|e| backend(parent.display().to_string(), e))?;
+    let root = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(source)
+        .map_err(|e| Error::field("source", format!("{}: {e}", source.display())))?;
+    let mut copied = copied;
+    copy_dir(&root, Path::new(""), snapshot, &mut copied)
+}
+
+/// Copies the directory open as `dir` (at `rel` below the source) to `to`.
+fn copy_dir(
+    dir: &std::fs::File,
+    rel: &Path,
+    to: &Path,
+    copied: &mut impl FnMut(&Path),
+) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::io::AsRawFd;
+    let refused =
+        |name: &Path, why: String| Error::field("source", format!("{}: {why}", name.display()));
+    let backend = |what: &Path, e: std::io::Error| {
+        Error::Backend(format!(
+            "staging weights: snapshot: {}: {e}",
+            what.display()
+        ))
+    };
+    // The open directory's entries (its /proc link names the directory
+    // itself, whatever its path now leads to), in name order.
+    let listed = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|e| refused(rel, e.to_string()))?;
+    let mut names = Vec::new();
+    for entry in listed {
+        names.push(entry.map_err(|e| refused(rel, e.to_string()))?.file_name());
+    }
+    names.sort();
+    for name in names {
+        let here = rel.join(&name);
+        let c_name =
+            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()))
+                .map_err(|_| refused(&here, "a name with a NUL".into()))?;
+        // Never a link, never waiting (a FIFO), relative to the open parent.
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: a valid directory descriptor and a NUL-terminated name.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(refused(&here, format!("{e} (links are not followed)")));
         }
-        // A file swapped for a link meanwhile is refused, not followed.
-        let from = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(source.join(&rel))
-            .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
-        let mut out =
-            std::fs::File::create(&to).map_err(|e| backend(to.display().to_string(), e))?;
-        std::io::copy(&mut std::io::BufReader::new(from), &mut out)
-            .map_err(|e| backend(rel.display().to_string(), e))?;
+        // SAFETY: a descriptor just opened, owned from here on.
+        let file = unsafe { <std::fs::File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) };
+        let meta = file.metadata().map_err(|e| refused(&here, e.to_string()))?;
+        let target = to.join(&name);
+        if meta.is_dir() {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&target)
+                .map_err(|e| backend(&target, e))?;
+            copy_dir(&file, &here, &target, copied)?;
+        } else if meta.is_file() {
+            let mut out = std::fs::File::create(&target).map_err(|e| backend(&target, e))?;
+            std::io::copy(&mut std::io::BufReader::new(file), &mut out)
+                .map_err(|e| backend(&here, e))?;
+            copied(&here);
+        } else {
+            return Err(refused(&here, "not a regular file or directory".into()));
+        }
     }
     Ok(())
 }
@@ -178,6 +242,38 @@ mod tests {
         // A renamed or changed file: another.
         std::fs::write(b.path().join("sub/w.bin"), b"weightz").unwrap();
         assert_ne!(checksum(b.path(), |_, _| {}).unwrap(), one);
+    }
+
+    /// The source's owner swaps a directory for a link to elsewhere while
+    /// an earlier file is copied: the snapshot fails rather than copying
+    /// what the link leads to. It was copied (the path was opened afresh).
+    #[test]
+    fn a_directory_swapped_for_a_link_mid_copy_is_not_followed() {
+        let src = tempfile::tempdir().unwrap();
+        let secret = tempfile::tempdir().unwrap();
+        std::fs::write(secret.path().join("s"), b"SECRET").unwrap();
+        std::fs::write(src.path().join("a"), b"first").unwrap();
+        std::fs::create_dir(src.path().join("z")).unwrap();
+        std::fs::write(src.path().join("z/s"), b"weights").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let snap = out.path().join("snap");
+        let (s, z) = (secret.path().to_path_buf(), src.path().join("z"));
+        let r = snapshot_watched(src.path(), &snap, |done| {
+            if done == Path::new("a") {
+                std::fs::rename(&z, z.with_extension("old")).unwrap();
+                std::os::unix::fs::symlink(&s, &z).unwrap();
+            }
+        });
+        let leaked = std::fs::read(snap.join("z/s")).unwrap_or_default();
+        assert_ne!(leaked, b"SECRET", "the link was followed");
+        let e = r.unwrap_err();
+        assert!(e.message().starts_with("source: z: "), "{e}");
+        // Untouched, the same tree is copied whole.
+        std::fs::remove_file(&z).unwrap();
+        std::fs::rename(z.with_extension("old"), &z).unwrap();
+        snapshot(src.path(), &snap).unwrap();
+        assert_eq!(std::fs::read(snap.join("z/s")).unwrap(), b"weights");
+        assert_eq!(std::fs::read(snap.join("a")).unwrap(), b"first");
     }
 
     #[test]
