@@ -18,8 +18,10 @@
 //! and the image is built from the snapshot. Whoever can write the source
 //! cannot make the image differ from its checksum by changing files between
 //! the two reads. The cost: the content is read twice and, for a while,
-//! stored twice. The snapshot is read through opened directories, never
-//! through a link, so neither can they make it copy files from elsewhere.
+//! stored twice. The source is opened once ([`pinned`]) and the snapshot
+//! read through opened directories below it, never through a link, so they
+//! cannot make it copy files from elsewhere either (hard links to others'
+//! files are the kernel's to refuse: `fs.protected_hardlinks`).
 
 use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
@@ -83,6 +85,37 @@ pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Strin
         }
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The source directory opened once, and a path that leads to it as it was
+/// opened (`/proc/self/fd/N`) whatever its owner does to its path later;
+/// the path is good while the file is kept. Refused when `image` lies
+/// inside it (the snapshot beside the image would be copied into itself).
+pub fn pinned(source: &Path, image: &Path) -> Result<(std::fs::File, PathBuf)> {
+    use std::os::unix::io::AsRawFd;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(source)
+        .map_err(|e| Error::field("source", format!("{}: {e}", source.display())))?;
+    let at = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    let real = std::fs::read_link(&at)
+        .map_err(|e| Error::field("source", format!("{}: {e}", source.display())))?;
+    let image_dir = image
+        .parent()
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .unwrap_or_default();
+    if image_dir.starts_with(&real) {
+        return Err(Error::field(
+            "weights_disk",
+            format!(
+                "{} is inside the source {}: stage from a directory that does not hold it",
+                image.display(),
+                real.display()
+            ),
+        ));
+    }
+    Ok((dir, at))
 }
 
 /// Where the snapshot of new content for `image` is kept while it is staged.
@@ -274,6 +307,30 @@ mod tests {
         snapshot(src.path(), &snap).unwrap();
         assert_eq!(std::fs::read(snap.join("z/s")).unwrap(), b"weights");
         assert_eq!(std::fs::read(snap.join("a")).unwrap(), b"first");
+    }
+
+    /// The source's path swapped for a link after it was opened: the pinned
+    /// path still reads the directory opened; an image inside it is refused.
+    #[test]
+    fn a_pinned_source_is_the_directory_opened() {
+        let top = tempfile::tempdir().unwrap();
+        let src = top.path().join("model");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("w"), b"weights").unwrap();
+        let elsewhere = top.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("w"), b"SECRET").unwrap();
+        let image = top.path().join("out/w.img");
+        std::fs::create_dir(top.path().join("out")).unwrap();
+        let (_dir, at) = pinned(&src, &image).unwrap();
+        std::fs::rename(&src, top.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &src).unwrap();
+        let snap = top.path().join("out/w.snapshot");
+        snapshot(&at, &snap).unwrap();
+        assert_eq!(std::fs::read(snap.join("w")).unwrap(), b"weights");
+        let inside = elsewhere.join("w.img");
+        let e = pinned(&elsewhere, &inside).unwrap_err();
+        assert!(e.message().starts_with("weights_disk: "), "{e}");
     }
 
     #[test]

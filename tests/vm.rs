@@ -275,7 +275,8 @@ fn only_root_may_run_a_vm_unless_config_extends_it_to_the_group() {
 
 /// A member's VM worker waits for its GPU while `vms_for_group` is on; the
 /// switch is turned off (reload) before the GPU frees: the worker is not
-/// started when it is placed, but ended, saying why. It was started.
+/// started when it is placed, but ended as a launch that failed, saying
+/// why. It was started.
 #[test]
 fn a_vm_queued_before_its_switch_was_turned_off_is_not_started() {
     if !require_component(is_root(), "root, to call as another user") {
@@ -316,7 +317,7 @@ fn a_vm_queued_before_its_switch_was_turned_off_is_not_started() {
     let log = d.log_text();
     let line = log
         .lines()
-        .find(|l| l.contains("worker v not started: uid "))
+        .find(|l| l.contains("worker v failed to start: its access was withdrawn"))
         .unwrap_or_else(|| panic!("no line saying v was not started: {log}"));
     assert!(line.contains("only root may run one"), "{line}");
     assert!(!log.contains("worker v started"), "{log}");

@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 
@@ -83,7 +83,16 @@ impl Claims {
             })
             .map_err(|e| e.to_string())
             .and_then(|f| match f.metadata() {
-                Ok(m) if m.file_type().is_file() => Ok(f),
+                Ok(m) if m.file_type().is_file() => {
+                    // Ours: readable by all (the unit's UMask makes it 0600),
+                    // so a user's daemon can still open and lock it after
+                    // this one is gone.
+                    // SAFETY: geteuid cannot fail.
+                    if m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o777 != 0o644 {
+                        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
+                    }
+                    Ok(f)
+                }
                 Ok(_) => Err("it is not a regular file (another user's FIFO or link?)".into()),
                 Err(e) => Err(e.to_string()),
             })
@@ -147,12 +156,25 @@ mod tests {
     /// daemon leaves the GPU alone, the system's manages it anyway.
     #[test]
     fn a_fifo_where_a_lock_belongs_is_not_waited_on_nor_held() {
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
         for yields in [true, false] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("astraeusd-gpu-GPU-1.lock");
             let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+            // As /run/lock has it: the read-write open fails (another user's
+            // FIFO in a sticky world-writable directory, fs.protected_fifos;
+            // or, not root, one we may only read) and the read-only one
+            // follows, which waited for a writer for ever.
+            let mode = if root { 0o666 } else { 0o444 };
             // SAFETY: a valid NUL-terminated path.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), mode) }, 0);
+            if root {
+                let sticky = std::fs::Permissions::from_mode(0o1777);
+                std::fs::set_permissions(dir.path(), sticky).unwrap();
+                // SAFETY: a valid path; 65534 is nobody.
+                assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+            }
             let claims = Claims::in_dir(dir.path().to_path_buf(), yields);
             let (managed, claims) = answered(claims, "GPU-1").expect("answered at once");
             assert_eq!(managed, !yields);

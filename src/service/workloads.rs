@@ -109,12 +109,12 @@ impl Service {
             pid: None,
             member: true,
         };
-        if let Err(e) = self.access.may_run(&owner, workload) {
-            let reason = format!("not started: {}", e.message());
-            tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
-            Box::pin(self.end_worker(name, None, &reason, None)).await;
-            return;
-        }
+        let allowed = self.access.may_run(&owner, workload).map_err(|e| {
+            Error::AccessDenied(format!(
+                "its access was withdrawn after it was submitted: {}",
+                e.message()
+            ))
+        });
         self.node.set_phase(name, Phase::Starting);
         self.publish_worker(name);
         let tx = self.lp.tx.clone();
@@ -123,7 +123,13 @@ impl Service {
             if let Some(id) = stale {
                 let _ = rt.remove(&id).await;
             }
-            let result = rt.start(&launch).await;
+            // Refused, it ends as a launch that failed, in a turn of its own
+            // (ended here, the next it frees room for would be launched
+            // within this call, and so on down the queue).
+            let result = match allowed {
+                Ok(()) => rt.start(&launch).await,
+                Err(e) => Err(e),
+            };
             // Never dropped: a lost report would leak a share.
             let _ = tx.send(Command::Launched { name, kind, result }).await;
         });

@@ -57,31 +57,36 @@ impl Service {
                 }
             };
             let mut last = std::time::Instant::now();
-            let result = crate::weights::checksum(&source, |done, total| {
-                if last.elapsed() > Duration::from_millis(200) || done == total {
-                    last = std::time::Instant::now();
-                    progress("checksum", done as f64 / total.max(1) as f64);
-                }
-            })
-            .and_then(|sum| {
-                let image_path = std::path::Path::new(&image);
-                if before.as_deref() == Some(sum.as_str()) && image_path.exists() {
-                    return Ok((sum, false)); // the same content: nothing to do
-                }
-                // New content: the image and its checksum come from one
-                // snapshot, which nobody else can change (see weights.rs).
-                progress("snapshot", 0.0);
-                let snapshot = crate::weights::snapshot_path(image_path);
-                let staged = crate::weights::snapshot(&source, &snapshot).and_then(|()| {
-                    crate::failpoint::hit("weights.snapshot-taken");
-                    let sum = crate::weights::checksum(&snapshot, |_, _| {})?;
-                    progress("image", 0.0);
-                    crate::weights::build_image(&snapshot, image_path)?;
-                    Ok(sum)
-                });
-                let _ = std::fs::remove_dir_all(&snapshot);
-                progress("image", 1.0);
-                Ok((staged?, true))
+            // The source opened once: both passes read what it was now, even
+            // if its owner swaps the path for a link to elsewhere meanwhile.
+            let result = crate::weights::pinned(&source, std::path::Path::new(&image));
+            let result = result.and_then(|(_dir, source)| {
+                crate::weights::checksum(&source, |done, total| {
+                    if last.elapsed() > Duration::from_millis(200) || done == total {
+                        last = std::time::Instant::now();
+                        progress("checksum", done as f64 / total.max(1) as f64);
+                    }
+                })
+                .and_then(|sum| {
+                    let image_path = std::path::Path::new(&image);
+                    if before.as_deref() == Some(sum.as_str()) && image_path.exists() {
+                        return Ok((sum, false)); // the same content: nothing to do
+                    }
+                    // New content: the image and its checksum come from one
+                    // snapshot, which nobody else can change (see weights.rs).
+                    progress("snapshot", 0.0);
+                    let snapshot = crate::weights::snapshot_path(image_path);
+                    let staged = crate::weights::snapshot(&source, &snapshot).and_then(|()| {
+                        crate::failpoint::hit("weights.snapshot-taken");
+                        let sum = crate::weights::checksum(&snapshot, |_, _| {})?;
+                        progress("image", 0.0);
+                        crate::weights::build_image(&snapshot, image_path)?;
+                        Ok(sum)
+                    });
+                    let _ = std::fs::remove_dir_all(&snapshot);
+                    progress("image", 1.0);
+                    Ok((staged?, true))
+                })
             });
             let _ = tx.blocking_send(Command::WeightsStaged { template, result });
         });
