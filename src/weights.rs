@@ -38,7 +38,13 @@ pub fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>> {
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
-    let io = |e: std::io::Error| Error::field("source", format!("{}: {e}", dir.display()));
+    // Named below the source (the root may be a /proc/self/fd path).
+    let shown = |p: &Path| match p.strip_prefix(root) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => p.display().to_string(),
+    };
+    let io = |e: std::io::Error| Error::field("source", format!("{}: {e}", shown(dir)));
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let entry = entry.map_err(io)?;
         let meta = std::fs::symlink_metadata(entry.path()).map_err(io)?;
@@ -51,7 +57,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
         } else {
             return Err(Error::field(
                 "source",
-                format!("{} is not a regular file or directory", path.display()),
+                format!("{} is not a regular file or directory", shown(&path)),
             ));
         }
     }
@@ -70,8 +76,17 @@ pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Strin
         h.update(rel.to_string_lossy().as_bytes());
         h.update([0]);
         h.update(len.to_le_bytes());
-        let mut f = std::fs::File::open(root.join(rel))
-            .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
+        // Swapped for a link or a FIFO since the walk: refused, not followed
+        // or waited on.
+        let refused = |why: String| Error::field("source", format!("{}: {why}", rel.display()));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(root.join(rel))
+            .map_err(|e| refused(e.to_string()))?;
+        if !f.metadata().map_err(|e| refused(e.to_string()))?.is_file() {
+            return Err(refused("not a regular file any more".into()));
+        }
         loop {
             let n = f
                 .read(&mut buf)
@@ -101,10 +116,7 @@ pub fn pinned(source: &Path, image: &Path) -> Result<(std::fs::File, PathBuf)> {
     let at = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
     let real = std::fs::read_link(&at)
         .map_err(|e| Error::field("source", format!("{}: {e}", source.display())))?;
-    let image_dir = image
-        .parent()
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .unwrap_or_default();
+    let image_dir = resolved(image.parent().unwrap_or(image));
     if image_dir.starts_with(&real) {
         return Err(Error::field(
             "weights_disk",
@@ -116,6 +128,25 @@ pub fn pinned(source: &Path, image: &Path) -> Result<(std::fs::File, PathBuf)> {
         ));
     }
     Ok((dir, at))
+}
+
+/// `path` with links resolved, as far as it exists (the rest as written).
+fn resolved(path: &Path) -> PathBuf {
+    let mut missing = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(mut real) = std::fs::canonicalize(at) {
+            real.extend(missing.iter().rev());
+            return real;
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// Where the snapshot of new content for `image` is kept while it is staged.
@@ -328,9 +359,10 @@ mod tests {
         let snap = top.path().join("out/w.snapshot");
         snapshot(&at, &snap).unwrap();
         assert_eq!(std::fs::read(snap.join("w")).unwrap(), b"weights");
-        let inside = elsewhere.join("w.img");
-        let e = pinned(&elsewhere, &inside).unwrap_err();
-        assert!(e.message().starts_with("weights_disk: "), "{e}");
+        for inside in [elsewhere.join("w.img"), elsewhere.join("not/yet/w.img")] {
+            let e = pinned(&elsewhere, &inside).unwrap_err();
+            assert!(e.message().starts_with("weights_disk: "), "{e}");
+        }
     }
 
     #[test]
