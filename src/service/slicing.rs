@@ -64,16 +64,9 @@ pub(super) struct Slicing {
     dead_times: BTreeMap<String, u64>,
     /// Templates whose weights are being staged (their VM may not start).
     staging: BTreeSet<String>,
-    /// Lifecycle events that came while not converged, the last of each
-    /// template: libvirt's answer to "what runs" may be older than one.
-    missed: BTreeMap<String, Missed>,
-}
-
-/// What a template VM's last lifecycle event said, kept for after the
-/// convergence: whether it runs (asked at the event, whatever its kind).
-struct Missed {
-    domain: String,
-    on: bool,
+    /// While not converged, whether each template's VM runs by its last
+    /// lifecycle event: libvirt's answer to "what runs" may be older.
+    missed: BTreeMap<String, bool>,
 }
 
 impl Slicing {
@@ -277,8 +270,7 @@ impl Service {
         // kept, the last word of each VM (a STOPPED then an UNDEFINED must
         // not leave it unsaid).
         if !s.converged {
-            let domain = domain.to_string();
-            s.missed.insert(template, Missed { domain, on });
+            s.missed.insert(template, on);
             return;
         }
         let event = match event {

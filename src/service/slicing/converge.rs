@@ -7,7 +7,7 @@ use super::super::Service;
 use crate::error::Error;
 use crate::journal;
 use crate::schedule::ScheduledAction;
-use crate::slicing::handoff::{self, State, Step};
+use crate::slicing::handoff::{self, Event, State, Step};
 use crate::time::EpochMs;
 use std::time::Duration;
 
@@ -129,21 +129,22 @@ impl Service {
     /// differs from the answer, it is fed now as a start or a stop; were it
     /// the older of the two, the event that made the answer true follows.
     async fn replay_missed(&mut self, on: &[String]) {
-        use virt::sys::{VIR_DOMAIN_EVENT_STARTED, VIR_DOMAIN_EVENT_STOPPED};
         let Some(s) = self.slicing.as_mut().filter(|s| s.converged) else {
             return; // paused again: kept for the next convergence
         };
-        for (template, m) in std::mem::take(&mut s.missed) {
-            if m.on != on.contains(&template) {
-                let (event, what) = match m.on {
-                    true => (VIR_DOMAIN_EVENT_STARTED, "started"),
-                    false => (VIR_DOMAIN_EVENT_STOPPED, "stopped"),
-                };
+        for (template, runs) in std::mem::take(&mut s.missed) {
+            if runs != on.contains(&template) {
+                let what = if runs { "started" } else { "stopped" };
                 tracing::info!(
                     template = %template,
                     "time-slicing: {template}'s VM {what} while time-slicing was not converged"
                 );
-                self.lifecycle(&m.domain, event, m.on, EpochMs::now()).await;
+                let at_ms = EpochMs::now();
+                let event = match runs {
+                    true => Event::Started { template, at_ms },
+                    false => Event::Stopped { template, at_ms },
+                };
+                let _ = self.slice(event).await;
             }
         }
     }
