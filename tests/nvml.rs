@@ -355,6 +355,23 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
         ),
         "d 3\n"
     );
+    // Its 0.5 GB beyond the share is not free for others: outside, named.
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb"
+        ),
+        "d 6.5\n"
+    );
+    let big =
+        r#"{"name":"big","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":4.5}}}"#;
+    let why = manager(a, None, "WhyNot", &["s", big]).stdout;
+    assert!(
+        why.contains("0.5 GB beyond its 2.5 GB share by worker listen"),
+        "{why}"
+    );
     let o = ctl(a, None, &["workers"]);
     assert!(
         o.stdout

@@ -20,16 +20,40 @@ pub struct Own {
     /// A worker's process on a GPU it was not granted is outside use there
     /// (else a holder could hide what it takes on any GPU from placement).
     pub pids: HashMap<String, HashSet<u32>>,
+    /// By GPU (UUID): the shares of the running workers placed on it by
+    /// memory. What their processes use beyond their share is outside use
+    /// too: placement promised the rest of the GPU to others.
+    pub shares: HashMap<String, Vec<Share>>,
     /// GB promised to workers on each GPU (by UUID), for hosts without
     /// per-process readings (WSL2).
     pub promised: HashMap<String, Amount>,
 }
 
+/// One shared worker's promise on a GPU and the processes that are its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Share {
+    pub worker: String,
+    pub gb: Amount,
+    pub pids: Vec<u32>,
+}
+
+/// What is the workers' own on one GPU ([`Own::on`]).
+#[derive(Clone, Copy, Debug)]
+pub struct OwnOn<'a> {
+    pub pids: &'a HashSet<u32>,
+    pub shares: &'a [Share],
+    pub promised: Amount,
+}
+
 impl Own {
-    /// The processes whose memory on the GPU `uuid` is a worker's own.
-    pub fn pids_on(&self, uuid: &str) -> &HashSet<u32> {
+    /// What is the workers' own on the GPU `uuid`.
+    pub fn on(&self, uuid: &str) -> OwnOn<'_> {
         static NONE: std::sync::LazyLock<HashSet<u32>> = std::sync::LazyLock::new(HashSet::new);
-        self.pids.get(uuid).unwrap_or(&NONE)
+        OwnOn {
+            pids: self.pids.get(uuid).unwrap_or(&NONE),
+            shares: self.shares.get(uuid).map(Vec::as_slice).unwrap_or(&[]),
+            promised: self.promised.get(uuid).copied().unwrap_or_default(),
+        }
     }
 }
 
@@ -88,26 +112,28 @@ pub fn on_baseboard(named: &[String], uuid: &str, pci_bus_id: &str) -> bool {
 
 /// Memory held outside Astraeus on one GPU, rounded up, with who holds it.
 ///
-/// Outside = memory used by processes that are not workers' + used memory no
-/// process accounts for + the driver's reserved memory. Without per-process
-/// readings, all used memory beyond what is promised to workers is outside.
+/// Outside = memory used by processes that are not workers' + what shared
+/// workers use beyond their share + used memory no process accounts for +
+/// the driver's reserved memory. Without per-process readings, all used
+/// memory beyond what is promised to workers is outside.
 pub fn held_outside(
     used: u64,
     reserved: u64,
     processes: Option<&[ProcessUse]>,
-    own: &HashSet<u32>,
-    promised: Amount,
+    own: OwnOn<'_>,
 ) -> (Amount, Vec<String>) {
     let mut detail = Vec::new();
     let outside_bytes = match processes {
         Some(procs) if procs.iter().all(|p| p.bytes.is_some()) => {
             let own_bytes: u64 = procs
                 .iter()
-                .filter(|p| own.contains(&p.pid))
+                .filter(|p| own.pids.contains(&p.pid))
                 .filter_map(|p| p.bytes)
                 .sum();
-            let mut others: Vec<&ProcessUse> =
-                procs.iter().filter(|p| !own.contains(&p.pid)).collect();
+            let mut others: Vec<&ProcessUse> = procs
+                .iter()
+                .filter(|p| !own.pids.contains(&p.pid))
+                .collect();
             others.sort_by_key(|p| std::cmp::Reverse(p.bytes));
             for p in others {
                 let gb = Amount::gb_from_bytes_ceil(p.bytes.unwrap_or(0));
@@ -115,14 +141,17 @@ pub fn held_outside(
                     detail.push(format!("{gb} GB held by pid {} ({})", p.pid, p.who));
                 }
             }
-            used.saturating_sub(own_bytes)
+            let mut beyond = 0u64;
+            for (excess, line) in beyond_shares(procs, own.shares) {
+                beyond += excess;
+                detail.push(line);
+            }
+            used.saturating_sub(own_bytes).saturating_add(beyond)
         }
         _ => {
             // No per-process figures: what workers were promised is theirs,
             // the rest of what is used is outside.
-            let promised_bytes =
-                (promised.hundredths() as u128 * crate::quantity::GB_BYTES as u128 / 100) as u64;
-            used.saturating_sub(promised_bytes.min(used))
+            used.saturating_sub(own.promised.bytes().min(used))
         }
     };
     if reserved > 0 {
@@ -135,6 +164,53 @@ pub fn held_outside(
         Amount::gb_from_bytes_ceil(outside_bytes.saturating_add(reserved)),
         detail,
     )
+}
+
+/// What shared workers' processes use beyond their shares, with a line
+/// saying whose. Workers that name a process in common (one holder serving
+/// two workers) are judged together, against the sum of their shares: a
+/// process's bytes cannot be told apart between them.
+fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, String)> {
+    // Groups of workers linked by a process in common: names, pids, share.
+    let mut groups: Vec<(Vec<&str>, HashSet<u32>, Amount)> = Vec::new();
+    for s in shares {
+        let mut group = (
+            vec![s.worker.as_str()],
+            s.pids.iter().copied().collect(),
+            s.gb,
+        );
+        groups.retain(|g: &(Vec<&str>, HashSet<u32>, Amount)| {
+            if g.1.is_disjoint(&group.1) {
+                return true;
+            }
+            group.0.extend(&g.0);
+            group.1.extend(&g.1);
+            group.2 = group.2 + g.2;
+            false
+        });
+        groups.push(group);
+    }
+    groups
+        .into_iter()
+        .filter_map(|(mut names, pids, share)| {
+            let used: u64 = procs
+                .iter()
+                .filter(|p| pids.contains(&p.pid))
+                .filter_map(|p| p.bytes)
+                .sum();
+            let excess = used.checked_sub(share.bytes()).filter(|e| *e > 0)?;
+            names.sort_unstable();
+            let gb = Amount::gb_from_bytes_ceil(excess);
+            let line = match names.as_slice() {
+                [one] => format!("{gb} GB beyond its {share} GB share by worker {one}"),
+                many => format!(
+                    "{gb} GB beyond their {share} GB of shares by workers {}",
+                    many.join(", ")
+                ),
+            };
+            Some((excess, line))
+        })
+        .collect()
 }
 
 /// A board's total as people know it, and the bytes under it that NVML does
@@ -206,6 +282,75 @@ mod tests {
         }
     }
 
+    fn mine<'a>(pids: &'a HashSet<u32>, shares: &'a [Share], promised: Amount) -> OwnOn<'a> {
+        OwnOn {
+            pids,
+            shares,
+            promised,
+        }
+    }
+
+    fn share(worker: &str, gb: u64, pids: &[u32]) -> Share {
+        Share {
+            worker: worker.into(),
+            gb: Amount::whole(gb),
+            pids: pids.to_vec(),
+        }
+    }
+
+    #[test]
+    fn what_a_shared_worker_uses_beyond_its_share_is_outside() {
+        // Worker a (share 2) uses 5 through pids 1 and 2; worker b (share 4)
+        // uses 1 through pid 3: b's unused 3 GB are still promised to b, so
+        // they do not cover a's excess. 3 GB beyond a's share, 1 by pid 9.
+        let own: HashSet<u32> = [1, 2, 3].into();
+        let shares = [share("a", 2, &[1, 2]), share("b", 4, &[3])];
+        let procs = [p(1, 3, "x"), p(2, 2, "x"), p(3, 1, "x"), p(9, 1, "y")];
+        let (outside, detail) = held_outside(
+            7 * GB_BYTES,
+            0,
+            Some(&procs),
+            mine(&own, &shares, Amount::whole(6)),
+        );
+        assert_eq!(outside, Amount::whole(4));
+        assert_eq!(
+            detail,
+            vec![
+                "1 GB held by pid 9 (y)",
+                "3 GB beyond its 2 GB share by worker a"
+            ]
+        );
+        // Within their shares, nothing of theirs is outside.
+        let procs = [p(1, 1, "x"), p(3, 4, "x")];
+        let (outside, detail) = held_outside(
+            5 * GB_BYTES,
+            0,
+            Some(&procs),
+            mine(&own, &shares, Amount::whole(6)),
+        );
+        assert_eq!((outside, detail.len()), (Amount::ZERO, 0));
+    }
+
+    #[test]
+    fn workers_with_a_process_in_common_are_judged_on_their_shares_together() {
+        // One holder (pid 5) serves c (share 1) and d (share 2), and d has
+        // pid 6 of its own: 4 GB between them against 3 GB of shares.
+        let own: HashSet<u32> = [5, 6].into();
+        let shares = [share("d", 2, &[5, 6]), share("c", 1, &[5])];
+        let procs = [p(5, 3, "x"), p(6, 1, "x")];
+        let (outside, detail) = held_outside(
+            4 * GB_BYTES,
+            0,
+            Some(&procs),
+            mine(&own, &shares, Amount::whole(3)),
+        );
+        assert_eq!(outside, Amount::whole(1));
+        assert_eq!(
+            detail,
+            vec!["1 GB beyond their 3 GB of shares by workers c, d"]
+        );
+    }
+
     #[test]
     fn board_totals_read_as_sold_and_the_missing_bytes_are_the_drivers() {
         const MIB: u64 = 1 << 20;
@@ -232,10 +377,15 @@ mod tests {
         let procs = [p(4242, 1, "Xorg, user gdm"), p(7, 2, "listen, user ann")];
         // 3.5 GB used: 1 by Xorg, 2 by a worker's holder, 0.5 by nobody we can see.
         let used = 3 * GB_BYTES + GB_BYTES / 2;
-        let (outside, detail) = held_outside(used, 0, Some(&procs), &own, Amount::ZERO);
+        let (outside, detail) = held_outside(used, 0, Some(&procs), mine(&own, &[], Amount::ZERO));
         assert_eq!(outside.to_string(), "1.5");
         assert_eq!(detail, vec!["1 GB held by pid 4242 (Xorg, user gdm)"]);
-        let (outside, detail) = held_outside(used, GB_BYTES / 4, Some(&procs), &own, Amount::ZERO);
+        let (outside, detail) = held_outside(
+            used,
+            GB_BYTES / 4,
+            Some(&procs),
+            mine(&own, &[], Amount::ZERO),
+        );
         assert_eq!(outside.to_string(), "1.75");
         assert_eq!(detail[1], "0.25 GB reserved by the driver");
     }
@@ -247,21 +397,21 @@ mod tests {
             bytes: None,
             who: "x".into(),
         }];
+        let none = HashSet::new();
         let (outside, _) = held_outside(
             5 * GB_BYTES,
             0,
             Some(&procs),
-            &HashSet::new(),
-            Amount::whole(2),
+            mine(&none, &[], Amount::whole(2)),
         );
         assert_eq!(outside, Amount::whole(3));
-        let (outside, _) = held_outside(GB_BYTES, 0, None, &HashSet::new(), Amount::whole(2));
+        let (outside, _) = held_outside(GB_BYTES, 0, None, mine(&none, &[], Amount::whole(2)));
         assert_eq!(outside, Amount::ZERO);
     }
 
     #[test]
     fn outside_rounds_up() {
-        let (outside, _) = held_outside(1, 0, Some(&[]), &HashSet::new(), Amount::ZERO);
+        let (outside, _) = held_outside(1, 0, Some(&[]), mine(&HashSet::new(), &[], Amount::ZERO));
         assert_eq!(outside.to_string(), "0.01");
     }
 }

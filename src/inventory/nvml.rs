@@ -373,17 +373,16 @@ impl NvmlSource {
                 (Ok(_), None) => {}
             }
         }
-        let promised = own.promised.get(&uuid).copied().unwrap_or_default();
         // The bytes under the board's nominal size are the driver's too.
         let (total, unreported) = board_total(mem.total);
         let reserved = mem.reserved.saturating_add(unreported);
-        let mine = own.pids_on(&uuid);
+        let mine = own.on(&uuid);
         let (outside, outside_detail) =
-            held_outside(mem.used, reserved, processes.as_deref(), mine, promised);
+            held_outside(mem.used, reserved, processes.as_deref(), mine);
         let own_use = processes.as_ref().map(|procs| {
             procs
                 .iter()
-                .filter(|p| mine.contains(&p.pid))
+                .filter(|p| mine.pids.contains(&p.pid))
                 .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
                 .collect()
         });

@@ -3,27 +3,39 @@
 //! from theirs), and the warnings a GPU or a worker needs attention for.
 
 use super::{Node, Status, Worker};
-use crate::inventory::Own;
+use crate::inventory::{Own, Share};
 use crate::placement::Gpu;
 
 impl Node {
     /// What is the workers' own on the GPUs: on each GPU, the holder and
-    /// cgroup pids of the running workers granted it; and the GB promised
-    /// on each GPU.
+    /// cgroup pids of the running workers granted it, the shares of those
+    /// placed by memory, and the GB promised on each GPU.
     pub fn own(&self) -> Own {
         let mut pids: std::collections::HashMap<String, std::collections::HashSet<u32>> =
             Default::default();
+        let mut shares: std::collections::HashMap<String, Vec<Share>> = Default::default();
         for w in self.workers.values() {
             if matches!(w.status, Status::Running { .. }) {
                 for grant in w.grants() {
                     pids.entry(grant.gpu_uuid.clone())
                         .or_default()
                         .extend(w.own_pids());
+                    if let Some(gb) = w.spec.shared_gb() {
+                        shares
+                            .entry(grant.gpu_uuid.clone())
+                            .or_default()
+                            .push(Share {
+                                worker: w.name().to_string(),
+                                gb,
+                                pids: w.own_pids().collect(),
+                            });
+                    }
                 }
             }
         }
         Own {
             pids,
+            shares,
             promised: self
                 .book
                 .gpus
