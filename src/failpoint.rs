@@ -4,6 +4,7 @@
 //! process SIGKILL itself on the third time it reaches `name`, block forever
 //! at `other`, and hold the thread at `third` for 1.5 s (the first time).
 //! `name=fail@2` makes the second [`fails`] at `name` report a failure.
+//! `name=pause1000@all` holds the thread 1 s at every hit (a slow operation).
 //! Without the variable every `hit` is one relaxed load of an empty table.
 
 use std::collections::HashMap;
@@ -21,7 +22,7 @@ enum Action {
 
 struct Point {
     action: Action,
-    /// Fire on this hit (1-based).
+    /// Fire on this hit (1-based); 0: on every hit.
     on: u32,
     hits: AtomicU32,
 }
@@ -34,6 +35,7 @@ fn table() -> &'static HashMap<String, Point> {
             .filter_map(|entry| {
                 let (name, rest) = entry.trim().split_once('=')?;
                 let (action, on) = match rest.split_once('@') {
+                    Some((a, "all")) => (a, 0),
                     Some((a, n)) => (a, n.parse().ok()?),
                     None => (rest, 1),
                 };
@@ -89,12 +91,18 @@ pub async fn hit_async(name: &str) {
 /// The point named, when this hit is the one it fires on.
 fn reached(name: &str) -> Option<&'static Point> {
     let p = table().get(name)?;
-    if p.hits.fetch_add(1, Ordering::SeqCst) + 1 != p.on {
+    if !fires(p) {
         return None;
     }
     // A test waits for this line to know the process is held here.
     tracing::warn!("failpoint {name} reached");
     Some(p)
+}
+
+/// Counts a hit of `p`; whether it fires on this one.
+fn fires(p: &Point) -> bool {
+    let hit = p.hits.fetch_add(1, Ordering::SeqCst) + 1;
+    p.on == 0 || hit == p.on
 }
 
 /// Marks a point where a test may kill or stall the process.
@@ -126,7 +134,7 @@ pub fn fails(name: &str) -> bool {
     let Some(p) = table().get(name) else {
         return false;
     };
-    if !matches!(p.action, Action::Fail) || p.hits.fetch_add(1, Ordering::SeqCst) + 1 != p.on {
+    if !matches!(p.action, Action::Fail) || !fires(p) {
         return false;
     }
     tracing::warn!("failpoint {name} reached");

@@ -309,24 +309,39 @@ fn flooder_of_connections() {
     let Ok(address) = std::env::var("ASTRAEUS_TEST_CONNECTIONS_ADDRESS") else {
         return;
     };
+    let said = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    flood(&address, 40, 16, move |conn| {
+        let said = said.clone();
+        async move {
+            if let Err(e) = timed(&conn, "ListGpus").await.0 {
+                if said.lock().unwrap().insert(e.clone()) {
+                    println!("REFUSED {e}");
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    });
+}
+
+/// A flooder's body: `connections` connections to `address`, each keeping
+/// `each` calls of `call` in flight, again and again, until killed.
+fn flood<F, Fut>(address: &str, connections: usize, each: usize, call: F)
+where
+    F: Fn(zbus::Connection) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     flooder_runtime().block_on(async move {
-        let said = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
         let mut tasks = Vec::new();
-        for _ in 0..40 {
-            let conn = zbus::connection::Builder::address(address.as_str())
+        for _ in 0..connections {
+            let conn = zbus::connection::Builder::address(address)
                 .build()
                 .await
                 .unwrap();
-            for _ in 0..16 {
-                let (conn, said) = (conn.clone(), said.clone());
+            for _ in 0..each {
+                let (conn, call) = (conn.clone(), call.clone());
                 tasks.push(tokio::spawn(async move {
                     loop {
-                        if let Err(e) = timed(&conn, "ListGpus").await.0 {
-                            if said.lock().unwrap().insert(e.clone()) {
-                                println!("REFUSED {e}");
-                            }
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        }
+                        call(conn.clone()).await;
                     }
                 }));
             }
@@ -398,6 +413,111 @@ fn a_user_flooding_from_many_connections_leaves_room_for_others() {
         )),
         "{refused}"
     );
+}
+
+/// A costly read the flooder and the member both ask for: a year's usage
+/// report, or the list of workers.
+async fn costly_read(conn: &zbus::Connection, method: &str) -> zbus::Result<zbus::Message> {
+    let (path, iface) = ("/org/astraeus/Node1", Some("org.astraeus.Node1.Manager"));
+    let dest = Some("org.astraeus.Node1");
+    match method {
+        "UsageReport" => {
+            let body = (0i64, 365 * 86_400i64, "worker");
+            conn.call_method(dest, path, iface, method, &body).await
+        }
+        _ => conn.call_method(dest, path, iface, method, &()).await,
+    }
+}
+
+/// Run by `one_users_costly_reads_wait_their_turn_behind_anothers` as
+/// another user (this binary, re-executed under setpriv): 4 connections,
+/// each keeping 4 of the costly read named in
+/// ASTRAEUS_TEST_READS_METHOD in flight, until killed; prints a line for
+/// each answer. Does nothing in a normal run.
+#[test]
+fn flooder_of_costly_reads() {
+    let Ok(address) = std::env::var("ASTRAEUS_TEST_READS_ADDRESS") else {
+        return;
+    };
+    let method = std::env::var("ASTRAEUS_TEST_READS_METHOD").unwrap();
+    flood(&address, 4, 4, move |conn| {
+        let method = method.clone();
+        async move {
+            match costly_read(&conn, &method).await {
+                Ok(_) => println!("ANSWERED"),
+                Err(e) => println!("REFUSED {e}"),
+            }
+        }
+    });
+}
+
+/// One user (nobody) keeps 16 costly reads in flight from 4 connections,
+/// each read held 1 s by a failpoint (as a year of ledger or 100,000
+/// workers would hold it). Built one at a time in the order they came, a
+/// member's one read waited for all of them (16 s, near the bus's 25 s
+/// timeout; more connections, past it). Turns now go round the users: it
+/// waits for the read running and at most one more of the flood's.
+fn one_users_costly_reads_wait_their_turn_behind_anothers(
+    method: &str,
+    args: &[&str],
+    failpoint: &str,
+) {
+    let (member, dir, sim) = member_and_majin();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim,
+        &[("ASTRAEUS_FAILPOINTS", &format!("{failpoint}=pause1000@all"))],
+    );
+    let a = bus.address.clone();
+    let out = dir.path().join("flooder.out");
+    let mut flooder = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "flooder_of_costly_reads", "--nocapture"])
+        .env("ASTRAEUS_TEST_READS_ADDRESS", &a)
+        .env("ASTRAEUS_TEST_READS_METHOD", method)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let answered = || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .matches("ANSWERED")
+            .count()
+    };
+    // Two answered: the flood's reads are all queued by now.
+    eventually("the flood's reads answered in turn", || answered() >= 2);
+    let before = answered();
+    let mine = manager(&a, Some(member), method, args);
+    let between = answered() - before;
+    let _ = flooder.kill();
+    let _ = flooder.wait();
+    drop(d);
+    let flood = std::fs::read_to_string(&out).unwrap();
+    assert!(mine.ok, "the member's {method}: {}", mine.stderr);
+    assert!(!flood.contains("REFUSED"), "{flood}");
+    assert!(
+        between <= 3,
+        "{between} of the flood's reads were answered while the member's one waited"
+    );
+}
+
+#[test]
+fn one_users_usage_reports_wait_their_turn_behind_anothers() {
+    let year = (365 * 86_400).to_string();
+    one_users_costly_reads_wait_their_turn_behind_anothers(
+        "UsageReport",
+        &["xxs", "0", &year, "worker"],
+        "usage.report",
+    );
+}
+
+#[test]
+fn one_users_listings_wait_their_turn_behind_anothers() {
+    one_users_costly_reads_wait_their_turn_behind_anothers("ListWorkers", &[], "bus.listing");
 }
 
 /// The ledger holds run specs with their secrets: whatever starts the

@@ -87,15 +87,25 @@ impl Manager {
     /// (name, state, owner uid, the GPUs column `1 · shared 2.2 GB`, GB used now or -1,
     /// the indices of its GPUs, GB of each it shares or 0)
     #[zbus(out_args("workers"))]
-    async fn list_workers(&self) -> Vec<WorkerRow> {
-        self.objects.worker_rows().await
+    async fn list_workers(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<WorkerRow>, BusError> {
+        let who = self.lp.who(&hdr, conn).await?;
+        self.objects.worker_rows(who).await
     }
 
     /// Every pending worker, oldest first, with why it waits: one call
     /// however many wait (what `astraeusctl workers` shows).
     #[zbus(out_args("pending"))]
-    async fn list_pending(&self) -> Vec<(String, Vec<String>)> {
-        self.objects.pending().await
+    async fn list_pending(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(String, Vec<String>)>, BusError> {
+        let who = self.lp.who(&hdr, conn).await?;
+        self.objects.pending(who).await
     }
 
     /// Workers that ended at or after `since` (epoch seconds), newest first,
@@ -118,7 +128,7 @@ impl Manager {
         let since_ms = since.saturating_mul(1000);
         Ok(self
             .lp
-            .ask_from(&hdr, conn, |reply| Command::ListEnded {
+            .ask_in_turn(&hdr, conn, |reply| Command::ListEnded {
                 since_ms,
                 limit,
                 reply,
@@ -285,7 +295,7 @@ impl Manager {
         bounded(&[("group_by", &group_by)])?;
         Ok(self
             .lp
-            .ask_from(&hdr, conn, |reply| Command::UsageReport {
+            .ask_in_turn(&hdr, conn, |reply| Command::UsageReport {
                 window: Window { from, to },
                 group_by,
                 reply,
@@ -404,7 +414,7 @@ impl Manager {
         bounded(&[("template", &template)])?;
         Ok(self
             .lp
-            .ask_from(&hdr, conn, |reply| Command::SliceReport {
+            .ask_in_turn(&hdr, conn, |reply| Command::SliceReport {
                 template,
                 window: Window { from, to },
                 reply,

@@ -12,6 +12,7 @@ pub mod offload;
 pub mod outbox;
 pub mod template;
 pub mod tree;
+pub mod turns;
 pub mod wire;
 pub mod worker;
 
@@ -89,6 +90,16 @@ pub(crate) fn bounded(args: &[(&str, &str)]) -> Result<(), BusError> {
         ))),
         None => Ok(()),
     }
+}
+
+/// A turn at a costly read, or why none is waited for.
+pub fn taken(turn: Result<turns::Turn, turns::TooMany>) -> Result<turns::Turn, BusError> {
+    turn.map_err(|turns::TooMany| {
+        busy(format!(
+            "{} reads of this user are already waiting for their turn; wait for their replies",
+            turns::WAITING_PER_USER
+        ))
+    })
 }
 
 fn busy(message: impl Into<String>) -> BusError {
@@ -205,6 +216,8 @@ pub struct Loop {
     pub facts: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
     /// Calls waiting for the loop, by client and by user.
     pub in_flight: Arc<Mutex<InFlight>>,
+    /// Turns at reading the ledger (reports, ended workers), round the users.
+    pub ledger_reads: Arc<turns::FairTurns>,
 }
 
 /// At most this many calls of one client wait for the loop at once: a client
@@ -346,6 +359,25 @@ impl Loop {
             }
         };
         self.ask(make).await
+    }
+
+    /// Who waits for a turn at a costly read: the caller's user.
+    pub async fn who(&self, hdr: &Header<'_>, conn: &Connection) -> Result<turns::Who, BusError> {
+        Ok(turns::Who::Uid(self.caller(hdr, conn).await?.uid))
+    }
+
+    /// [`Loop::ask`] for a read of the ledger (a report, ended workers),
+    /// in the caller's turn: one read at a time, taken in turn by the users
+    /// waiting, so that one user's many reads do not hold another's.
+    pub async fn ask_in_turn<T>(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, BusError> {
+        let caller = self.caller(hdr, conn).await?;
+        let _turn = taken(self.ledger_reads.take(turns::Who::Uid(caller.uid)).await)?;
+        self.ask_for(&caller, hdr, make).await
     }
 
     /// Learns the caller, then asks the loop on its behalf.

@@ -8,7 +8,8 @@
 //! allowed to read could then hold the service loop up for seconds, watchdog
 //! included. Here a listing copies the index (cheap handles), lets go of it,
 //! and builds its answer while yielding; one listing is built at a time
-//! (later ones wait their turn, never the loop).
+//! (later ones wait their turn, never the loop), the turns given round the
+//! users waiting (bus/turns.rs).
 //!
 //! The paths above the objects (`/` … `/org/astraeus/Node1/worker`) are kept
 //! for the daemon's life: each directory carries an empty
@@ -18,14 +19,15 @@
 
 use super::gpu::GpuObject;
 use super::template::TemplateObject;
+use super::turns::{FairTurns, Turn, Who};
 use super::wire::WorkerRow;
 use super::worker::WorkerObject;
 use super::{escape_label, gpu_path, template_path, worker_path, BASE_PATH};
+use super::{taken, BusError, Loop};
 use crate::views::WorkerSnap;
 use crate::worker::State;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use zbus::fdo::ManagedObjects;
 use zbus::message::Header;
 use zbus::names::InterfaceName;
@@ -42,7 +44,7 @@ const YIELD_EVERY: usize = 64;
 #[derive(Clone)]
 pub struct Objects {
     index: Arc<RwLock<Index>>,
-    turns: Arc<Semaphore>,
+    turns: Arc<FairTurns>,
 }
 
 #[derive(Default)]
@@ -65,7 +67,7 @@ impl Default for Objects {
     fn default() -> Objects {
         Objects {
             index: Arc::default(),
-            turns: Arc::new(Semaphore::new(LISTINGS_AT_ONCE)),
+            turns: Arc::new(FairTurns::new(LISTINGS_AT_ONCE)),
         }
     }
 }
@@ -104,13 +106,9 @@ impl Objects {
         self.index.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits for a turn to build a listing.
-    async fn turn(&self) -> OwnedSemaphorePermit {
-        self.turns
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed")
+    /// Waits for `who`'s turn to build a listing.
+    async fn turn(&self, who: Who) -> Result<Turn, BusError> {
+        taken(self.turns.take(who).await)
     }
 
     fn workers(&self) -> Vec<WorkerObject> {
@@ -118,8 +116,8 @@ impl Objects {
     }
 
     /// ListWorkers: every live worker's row, by name.
-    pub async fn worker_rows(&self) -> Vec<WorkerRow> {
-        let _turn = self.turn().await;
+    pub async fn worker_rows(&self, who: Who) -> Result<Vec<WorkerRow>, BusError> {
+        let _turn = self.turn(who).await?;
         // A test holds a listing here, as 100,000 workers would.
         crate::failpoint::hit_in_task("bus.listing");
         let mut rows = Vec::new();
@@ -128,7 +126,7 @@ impl Objects {
             rows.push(w.view.read().row.clone());
         }
         give_back_memory();
-        rows
+        Ok(rows)
     }
 
     /// The machine page's workers, from the same views, off the loop like
@@ -138,10 +136,12 @@ impl Objects {
     pub async fn worker_snaps(
         &self,
         owner_name: impl Fn(u32) -> String + Send + 'static,
-    ) -> Vec<WorkerSnap> {
+    ) -> Option<Vec<WorkerSnap>> {
         let mut out = Vec::new();
         {
-            let _turn = self.turn().await;
+            // The page is one more user in the rotation: None when as many
+            // of its requests wait as a user's may.
+            let _turn = self.turns.take(Who::Page).await.ok()?;
             // A test holds the page here, as 100,000 workers would.
             crate::failpoint::hit_in_task("page.workers");
             for (i, w) in self.workers().iter().enumerate() {
@@ -173,12 +173,12 @@ impl Objects {
                 .unwrap_or_else(|| w.view.owner.to_string());
         }
         give_back_memory();
-        out
+        Some(out)
     }
 
     /// ListPending: every pending worker with its reasons, oldest first.
-    pub async fn pending(&self) -> Vec<(String, Vec<String>)> {
-        let _turn = self.turn().await;
+    pub async fn pending(&self, who: Who) -> Result<Vec<(String, Vec<String>)>, BusError> {
+        let _turn = self.turn(who).await?;
         let mut waiting: Vec<(i64, WorkerObject)> = self
             .workers()
             .into_iter()
@@ -197,7 +197,7 @@ impl Objects {
             out.push(w.name_and_reasons());
         }
         give_back_memory();
-        out
+        Ok(out)
     }
 
     fn listed(&self) -> Vec<(String, Listed)> {
@@ -241,7 +241,7 @@ async fn pause(i: usize) {
 /// are built one at a time too.
 pub struct Listing {
     objects: ManagedObjects,
-    _turn: OwnedSemaphorePermit,
+    _turn: Turn,
 }
 
 impl Drop for Listing {
@@ -299,6 +299,8 @@ impl serde::Serialize for Listing {
 /// ([`interfaces_added`], [`interfaces_removed`]), not by zbus.
 pub struct ObjectManager {
     pub objects: Objects,
+    /// To learn who asks (whose turn a listing is).
+    pub lp: Loop,
 }
 
 #[interface(
@@ -313,27 +315,34 @@ impl ObjectManager {
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] hdr: Header<'_>,
-    ) -> zbus::fdo::Result<Listing> {
-        let turn = self.objects.turn().await;
+    ) -> Result<Listing, BusError> {
+        let who = self.lp.who(&hdr, conn).await?;
+        let turn = self.objects.turn(who).await?;
         crate::failpoint::hit_in_task("bus.listing");
+        let bus = |e: zbus::fdo::Error| BusError::from(zbus::Error::from(e));
         let mut objects = ManagedObjects::new();
         for (i, (path, o)) in self.objects.listed().into_iter().enumerate() {
             pause(i).await;
-            let path = OwnedObjectPath::try_from(path)
-                .map_err(|e| zbus::fdo::Error::Failed(format!("object path: {e}")))?;
+            let path = OwnedObjectPath::try_from(path)?;
             let emitter = SignalEmitter::new(conn, path.clone())?;
             let (name, props) = match &o {
                 Listed::Worker(w) => (
                     WorkerObject::name(),
-                    w.get_all(server, conn, Some(&hdr), &emitter).await?,
+                    w.get_all(server, conn, Some(&hdr), &emitter)
+                        .await
+                        .map_err(bus)?,
                 ),
                 Listed::Gpu(g) => (
                     GpuObject::name(),
-                    g.get_all(server, conn, Some(&hdr), &emitter).await?,
+                    g.get_all(server, conn, Some(&hdr), &emitter)
+                        .await
+                        .map_err(bus)?,
                 ),
                 Listed::Template(t) => (
                     TemplateObject::name(),
-                    t.get_all(server, conn, Some(&hdr), &emitter).await?,
+                    t.get_all(server, conn, Some(&hdr), &emitter)
+                        .await
+                        .map_err(bus)?,
                 ),
             };
             objects.insert(path, HashMap::from([(name.into(), props)]));
@@ -454,6 +463,8 @@ pub enum Above {
 pub struct FlatIntrospection {
     pub above: Above,
     pub objects: Objects,
+    /// To learn who asks (whose turn a directory's listing is).
+    pub lp: Loop,
 }
 
 /// org.freedesktop.DBus.Peer as zbus serves it on every path.
@@ -495,20 +506,25 @@ impl FlatIntrospection {
     introspection_docs = false
 )]
 impl FlatIntrospection {
-    async fn introspect(&self) -> String {
-        match &self.above {
+    async fn introspect(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, BusError> {
+        Ok(match &self.above {
             Above::Path { child } => self.xml(&[child.to_string()]),
             Above::Base { .. } => {
                 let dirs: Vec<String> = Dir::ALL.iter().map(|d| d.label().into()).collect();
                 self.xml(&dirs)
             }
             Above::Dir(d) => {
-                let _turn = self.objects.turn().await;
+                let who = self.lp.who(&hdr, conn).await?;
+                let _turn = self.objects.turn(who).await?;
                 let xml = self.xml(&self.objects.children(*d));
                 give_back_memory();
                 xml
             }
-        }
+        })
     }
 }
 

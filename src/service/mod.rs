@@ -179,6 +179,7 @@ impl Service {
             group: settings.group.clone(),
             facts: Default::default(),
             in_flight: Default::default(),
+            ledger_reads: Arc::new(crate::bus::turns::FairTurns::new(1)),
         };
         let slicing = settings.templates.clone().map(|vms| {
             slicing::Slicing::new(

@@ -74,6 +74,7 @@ impl Published {
         };
         let object_manager = ObjectManager {
             objects: objects.clone(),
+            lp: lp.clone(),
         };
         let interfaces_xml = tree::base_interfaces_xml(&[&manager, &object_manager]);
         server
@@ -87,6 +88,7 @@ impl Published {
         let flat = |above| FlatIntrospection {
             above,
             objects: objects.clone(),
+            lp: lp.clone(),
         };
         let parts: Vec<&'static str> = BASE_PATH.split('/').skip(1).collect();
         for (depth, child) in parts.iter().enumerate() {

@@ -310,7 +310,10 @@ async fn route(target: &str, tx: &mpsc::Sender<Command>, objects: &Objects) -> R
         return Response::error(503, "the daemon is busy or stopping; try again");
     };
     if shows_workers(path) {
-        snap.workers = objects.worker_snaps(crate::auth::user_name_or_uid).await;
+        let Some(workers) = objects.worker_snaps(crate::auth::user_name_or_uid).await else {
+            return Response::error(503, "the daemon is busy; try again");
+        };
+        snap.workers = workers;
     }
     respond(path, &snap)
 }
