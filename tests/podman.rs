@@ -633,6 +633,63 @@ fn a_containers_gpu_memory_is_its_own_not_held_outside() {
 
 /// A container given a whole GPU gets that GPU's device (through CDI) and
 /// its whole memory in ASTRAEUS_GPU_MEMORY_GB (8 GB on majin).
+/// The workers' control groups are looked in off the loop's thread, with
+/// the inventory's re-read (a member's unit may hold thousands of tasks in
+/// nested groups): held there 6 s, the look holds no call.
+#[test]
+fn looking_in_a_containers_control_group_holds_no_one_else() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let d = setup_with(
+        dir.path(),
+        &pm,
+        &bus,
+        &[("ASTRAEUS_FAILPOINTS", "cgroups.walk=pause6000")],
+    );
+    let a = &bus.address;
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &container("c", Some("4"), "sleep 600")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("c running", || state(a, "c") == "s \"running\"\n");
+    assert!(!d.log_text().contains("failpoint cgroups.walk reached"));
+    // A new reading of the machine (the sim file changed) looks in c's group.
+    let sim = dir.path().join("majin.toml");
+    let text = std::fs::read_to_string(&sim).unwrap();
+    std::fs::write(&sim, text.replace("outside_gb = 1", "outside_gb = 2")).unwrap();
+    eventually("the look is held", || {
+        d.log_text().contains("failpoint cgroups.walk reached")
+    });
+    let o = manager_spec_within(a, None, 5, "SubmitWorker", &shared_spec("meanwhile", "1"));
+    assert!(o.ok, "a submit waited on the look: {}", o.stderr);
+    let outside = || {
+        busctl(
+            a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/gpu/0",
+                "org.astraeus.Node1.Gpu",
+                "HeldOutsideGb",
+            ],
+        )
+        .stdout
+    };
+    assert_eq!(
+        outside().trim(),
+        "d 1",
+        "the reading ended before the submit"
+    );
+    eventually("the reading applied", || outside().trim() == "d 2");
+}
+
 #[test]
 fn a_whole_gpu_container_gets_the_device_and_its_whole_memory() {
     if !available() {

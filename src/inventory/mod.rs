@@ -15,18 +15,28 @@ use std::collections::{HashMap, HashSet};
 /// What a source needs from the engine to tell workers' memory from outside memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Own {
-    /// By GPU (UUID): processes whose memory on it is a worker's own, the
-    /// holders and cgroup processes of running workers granted that GPU.
-    /// A worker's process on a GPU it was not granted is outside use there
-    /// (else a holder could hide what it takes on any GPU from placement).
-    pub pids: HashMap<String, HashSet<u32>>,
-    /// By GPU (UUID): the shares of the running workers placed on it by
-    /// memory. What their processes use beyond their share is outside use
-    /// too: placement promised the rest of the GPU to others.
-    pub shares: HashMap<String, Vec<Share>>,
+    /// By GPU (UUID): the running workers granted it. A worker's process
+    /// on a GPU it was not granted is outside use there (else a holder
+    /// could hide what it takes on any GPU from placement).
+    pub on_gpu: HashMap<String, Vec<Claim>>,
+    /// The running workers' control groups (worker, path below the cgroup
+    /// root): the processes in them are theirs. Looked in off the loop,
+    /// just before the read (service/reading.rs), into `in_cgroups`.
+    pub cgroups: Vec<(String, String)>,
+    /// By worker: the processes found in its control group.
+    pub in_cgroups: HashMap<String, Vec<u32>>,
     /// GB promised to workers on each GPU (by UUID), for hosts without
     /// per-process readings (WSL2).
     pub promised: HashMap<String, Amount>,
+}
+
+/// A running worker granted a GPU: its share of it (None: the GPU whole)
+/// and the processes it names as its own (holders).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub worker: String,
+    pub share: Option<Amount>,
+    pub holders: Vec<u32>,
 }
 
 /// One shared worker's promise on a GPU and the processes that are its own.
@@ -38,22 +48,38 @@ pub struct Share {
 }
 
 /// What is the workers' own on one GPU ([`Own::on`]).
-#[derive(Clone, Copy, Debug)]
-pub struct OwnOn<'a> {
-    pub pids: &'a HashSet<u32>,
-    pub shares: &'a [Share],
+#[derive(Clone, Debug, Default)]
+pub struct OwnOn {
+    /// Processes whose memory on it is a worker's own: the holders and
+    /// control-group processes of the running workers granted it.
+    pub pids: HashSet<u32>,
+    /// What its workers placed by memory were promised, and their processes:
+    /// what they use beyond that is outside use too (placement promised
+    /// the rest of the GPU to others).
+    pub shares: Vec<Share>,
     pub promised: Amount,
 }
 
 impl Own {
     /// What is the workers' own on the GPU `uuid`.
-    pub fn on(&self, uuid: &str) -> OwnOn<'_> {
-        static NONE: std::sync::LazyLock<HashSet<u32>> = std::sync::LazyLock::new(HashSet::new);
-        OwnOn {
-            pids: self.pids.get(uuid).unwrap_or(&NONE),
-            shares: self.shares.get(uuid).map(Vec::as_slice).unwrap_or(&[]),
+    pub fn on(&self, uuid: &str) -> OwnOn {
+        let mut on = OwnOn {
             promised: self.promised.get(uuid).copied().unwrap_or_default(),
+            ..OwnOn::default()
+        };
+        for c in self.on_gpu.get(uuid).into_iter().flatten() {
+            let found = self.in_cgroups.get(&c.worker).into_iter().flatten();
+            let pids: Vec<u32> = c.holders.iter().chain(found).copied().collect();
+            on.pids.extend(&pids);
+            if let Some(gb) = c.share {
+                on.shares.push(Share {
+                    worker: c.worker.clone(),
+                    gb,
+                    pids,
+                });
+            }
         }
+        on
     }
 }
 
@@ -120,7 +146,7 @@ pub fn held_outside(
     used: u64,
     reserved: u64,
     processes: Option<&[ProcessUse]>,
-    own: OwnOn<'_>,
+    own: &OwnOn,
 ) -> (Amount, Vec<String>) {
     let mut detail = Vec::new();
     let outside_bytes = match processes {
@@ -142,7 +168,7 @@ pub fn held_outside(
                 }
             }
             let mut beyond = 0u64;
-            for (excess, line) in beyond_shares(procs, own.shares) {
+            for (excess, line) in beyond_shares(procs, &own.shares) {
                 beyond += excess;
                 detail.push(line);
             }
@@ -282,10 +308,10 @@ mod tests {
         }
     }
 
-    fn mine<'a>(pids: &'a HashSet<u32>, shares: &'a [Share], promised: Amount) -> OwnOn<'a> {
+    fn mine(pids: &HashSet<u32>, shares: &[Share], promised: Amount) -> OwnOn {
         OwnOn {
-            pids,
-            shares,
+            pids: pids.clone(),
+            shares: shares.to_vec(),
             promised,
         }
     }
@@ -310,7 +336,7 @@ mod tests {
             7 * GB_BYTES,
             0,
             Some(&procs),
-            mine(&own, &shares, Amount::whole(6)),
+            &mine(&own, &shares, Amount::whole(6)),
         );
         assert_eq!(outside, Amount::whole(4));
         assert_eq!(
@@ -326,7 +352,7 @@ mod tests {
             5 * GB_BYTES,
             0,
             Some(&procs),
-            mine(&own, &shares, Amount::whole(6)),
+            &mine(&own, &shares, Amount::whole(6)),
         );
         assert_eq!((outside, detail.len()), (Amount::ZERO, 0));
     }
@@ -342,7 +368,7 @@ mod tests {
             4 * GB_BYTES,
             0,
             Some(&procs),
-            mine(&own, &shares, Amount::whole(3)),
+            &mine(&own, &shares, Amount::whole(3)),
         );
         assert_eq!(outside, Amount::whole(1));
         assert_eq!(
@@ -377,14 +403,14 @@ mod tests {
         let procs = [p(4242, 1, "Xorg, user gdm"), p(7, 2, "listen, user ann")];
         // 3.5 GB used: 1 by Xorg, 2 by a worker's holder, 0.5 by nobody we can see.
         let used = 3 * GB_BYTES + GB_BYTES / 2;
-        let (outside, detail) = held_outside(used, 0, Some(&procs), mine(&own, &[], Amount::ZERO));
+        let (outside, detail) = held_outside(used, 0, Some(&procs), &mine(&own, &[], Amount::ZERO));
         assert_eq!(outside.to_string(), "1.5");
         assert_eq!(detail, vec!["1 GB held by pid 4242 (Xorg, user gdm)"]);
         let (outside, detail) = held_outside(
             used,
             GB_BYTES / 4,
             Some(&procs),
-            mine(&own, &[], Amount::ZERO),
+            &mine(&own, &[], Amount::ZERO),
         );
         assert_eq!(outside.to_string(), "1.75");
         assert_eq!(detail[1], "0.25 GB reserved by the driver");
@@ -402,16 +428,16 @@ mod tests {
             5 * GB_BYTES,
             0,
             Some(&procs),
-            mine(&none, &[], Amount::whole(2)),
+            &mine(&none, &[], Amount::whole(2)),
         );
         assert_eq!(outside, Amount::whole(3));
-        let (outside, _) = held_outside(GB_BYTES, 0, None, mine(&none, &[], Amount::whole(2)));
+        let (outside, _) = held_outside(GB_BYTES, 0, None, &mine(&none, &[], Amount::whole(2)));
         assert_eq!(outside, Amount::ZERO);
     }
 
     #[test]
     fn outside_rounds_up() {
-        let (outside, _) = held_outside(1, 0, Some(&[]), mine(&HashSet::new(), &[], Amount::ZERO));
+        let (outside, _) = held_outside(1, 0, Some(&[]), &mine(&HashSet::new(), &[], Amount::ZERO));
         assert_eq!(outside.to_string(), "0.01");
     }
 }

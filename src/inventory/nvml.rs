@@ -378,7 +378,7 @@ impl NvmlSource {
         let reserved = mem.reserved.saturating_add(unreported);
         let mine = own.on(&uuid);
         let (outside, outside_detail) =
-            held_outside(mem.used, reserved, processes.as_deref(), mine);
+            held_outside(mem.used, reserved, processes.as_deref(), &mine);
         let own_use = processes.as_ref().map(|procs| {
             procs
                 .iter()

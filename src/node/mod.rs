@@ -681,14 +681,6 @@ impl Node {
         Ok(())
     }
 
-    /// Workers whose workload has a control group: (name, cgroup).
-    pub fn cgroups(&self) -> Vec<(String, String)> {
-        self.workers
-            .values()
-            .filter_map(|w| Some((w.name().to_string(), w.cgroup.clone()?)))
-            .collect()
-    }
-
     /// The processes found in a worker's control group now.
     pub fn set_cgroup_pids(&mut self, name: &str, pids: Vec<u32>) {
         if let Some(w) = self.workers.get_mut(name) {

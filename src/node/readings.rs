@@ -3,39 +3,38 @@
 //! from theirs), and the warnings a GPU or a worker needs attention for.
 
 use super::{Node, Status, Worker};
-use crate::inventory::{Own, Share};
+use crate::inventory::{Claim, Own};
 use crate::placement::Gpu;
 
 impl Node {
-    /// What is the workers' own on the GPUs: on each GPU, the holder and
-    /// cgroup pids of the running workers granted it, the shares of those
-    /// placed by memory, and the GB promised on each GPU.
+    /// What is the workers' own on the GPUs: on each GPU, the running
+    /// workers granted it (their shares and holders); their control groups,
+    /// to look in for their processes; and the GB promised on each GPU.
     pub fn own(&self) -> Own {
-        let mut pids: std::collections::HashMap<String, std::collections::HashSet<u32>> =
-            Default::default();
-        let mut shares: std::collections::HashMap<String, Vec<Share>> = Default::default();
+        let mut on_gpu: std::collections::HashMap<String, Vec<Claim>> = Default::default();
+        let mut cgroups = Vec::new();
         for w in self.workers.values() {
-            if matches!(w.status, Status::Running { .. }) {
-                for grant in w.grants() {
-                    pids.entry(grant.gpu_uuid.clone())
-                        .or_default()
-                        .extend(w.own_pids());
-                    if let Some(gb) = w.spec.shared_gb() {
-                        shares
-                            .entry(grant.gpu_uuid.clone())
-                            .or_default()
-                            .push(Share {
-                                worker: w.name().to_string(),
-                                gb,
-                                pids: w.own_pids().collect(),
-                            });
-                    }
-                }
+            if !matches!(w.status, Status::Running { .. }) {
+                continue;
+            }
+            for grant in w.grants() {
+                on_gpu
+                    .entry(grant.gpu_uuid.clone())
+                    .or_default()
+                    .push(Claim {
+                        worker: w.name().to_string(),
+                        share: w.spec.shared_gb(),
+                        holders: w.holders.iter().map(|h| h.pid).collect(),
+                    });
+            }
+            if let Some(cgroup) = &w.cgroup {
+                cgroups.push((w.name().to_string(), cgroup.clone()));
             }
         }
         Own {
-            pids,
-            shares,
+            on_gpu,
+            cgroups,
+            in_cgroups: Default::default(),
             promised: self
                 .book
                 .gpus

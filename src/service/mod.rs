@@ -308,9 +308,12 @@ impl Service {
                         self.fire_due(at, list).await;
                     }
                 }
-                (machine, why, again) = self.reading.done() => {
-                    self.apply_reading(machine, &why).await;
-                    if let Some(why) = again {
+                done = self.reading.done() => {
+                    for (name, pids) in done.in_cgroups {
+                        self.node.set_cgroup_pids(&name, pids);
+                    }
+                    self.apply_reading(done.machine, &done.why).await;
+                    if let Some(why) = done.again {
                         self.reread(&why);
                     }
                     // GPUs for whole requests, on the machine as now read.
@@ -469,11 +472,6 @@ impl Service {
     /// Starts re-reading the machine (see [`reading`]); its result comes
     /// back to [`Service::apply_reading`].
     fn reread(&mut self, why: &str) {
-        // Processes in workers' control groups count as theirs (their GPU memory is not outside).
-        for (name, cgroup) in self.node.cgroups() {
-            let pids = crate::runtime::cgroup_pids(std::path::Path::new("/sys/fs/cgroup"), &cgroup);
-            self.node.set_cgroup_pids(&name, pids);
-        }
         self.reading.start(self.node.own(), why);
     }
 

@@ -4,7 +4,9 @@
 //! among what is read. On the loop's thread, which also serves the bus
 //! (#25), a slow read held every call; now it runs in the blocking pool and
 //! its machine comes back to the loop as a select branch ([`Reading::done`]).
-//! One read at a time: a re-read asked for meanwhile follows it.
+//! One read at a time: a re-read asked for meanwhile follows it. The
+//! workers' control groups are looked in there too, just before the read
+//! (a member's unit may hold thousands of tasks in nested groups).
 
 use crate::error::{Error, Result};
 use crate::inventory::{GpuSource, Own};
@@ -12,7 +14,19 @@ use crate::placement::Machine;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
-type Read = (Box<dyn GpuSource>, Result<Machine>);
+type Read = (Box<dyn GpuSource>, Result<Machine>, InCgroups);
+
+/// By worker: the processes found in its control group.
+pub(super) type InCgroups = std::collections::HashMap<String, Vec<u32>>;
+
+/// A read that ended: the machine, the processes found in the workers'
+/// control groups, why it was asked for, and why another was meanwhile.
+pub(super) struct Done {
+    pub machine: Result<Machine>,
+    pub in_cgroups: InCgroups,
+    pub why: String,
+    pub again: Option<String>,
+}
 
 pub(super) struct Reading {
     /// The source, while no read has it.
@@ -40,7 +54,7 @@ impl Reading {
 
     /// Starts a re-read with what the workers own now, unless one is under
     /// way: then one more follows it.
-    pub(super) fn start(&mut self, own: Own, why: &str) {
+    pub(super) fn start(&mut self, mut own: Own, why: &str) {
         let Some(mut source) = self.source.take() else {
             self.again = Some(why.to_string());
             return;
@@ -48,9 +62,19 @@ impl Reading {
         let read = tokio::task::spawn_blocking(move || {
             // A test holds a read here (a slow NVML or NSS).
             crate::failpoint::hit("inventory.read");
+            if !own.cgroups.is_empty() {
+                // And here, as a unit of many tasks would.
+                crate::failpoint::hit("cgroups.walk");
+            }
+            let root = std::path::Path::new("/sys/fs/cgroup");
+            own.in_cgroups = own
+                .cgroups
+                .iter()
+                .map(|(name, cgroup)| (name.clone(), crate::runtime::cgroup_pids(root, cgroup)))
+                .collect();
             let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.read(&own)))
                 .unwrap_or_else(|_| Err(Error::Backend("reading the machine panicked".into())));
-            (source, read)
+            (source, read, own.in_cgroups)
         });
         self.under_way = Some((read, why.to_string(), Instant::now()));
     }
@@ -64,23 +88,30 @@ impl Reading {
         }
     }
 
-    /// The machine of the read under way once it ends, why it was asked
-    /// for, and why another was asked for meanwhile; never while none is.
-    pub(super) async fn done(&mut self) -> (Result<Machine>, String, Option<String>) {
+    /// The read under way once it ends; never while none is.
+    pub(super) async fn done(&mut self) -> Done {
         let Some((read, _, _)) = &mut self.under_way else {
             return std::future::pending().await;
         };
         let joined = read.await;
         let (_, why, _) = self.under_way.take().expect("a read was under way");
-        let machine = match joined {
-            Ok((source, machine)) => {
+        let (machine, in_cgroups) = match joined {
+            Ok((source, machine, in_cgroups)) => {
                 self.source = Some(source);
-                machine
+                (machine, in_cgroups)
             }
             // Only if the runtime is shutting down (the read catches panics).
-            Err(e) => Err(Error::Backend(format!("reading the machine: {e}"))),
+            Err(e) => (
+                Err(Error::Backend(format!("reading the machine: {e}"))),
+                InCgroups::new(),
+            ),
         };
-        (machine, why, self.again.take())
+        Done {
+            machine,
+            in_cgroups,
+            why,
+            again: self.again.take(),
+        }
     }
 }
 
@@ -124,19 +155,23 @@ mod tests {
         r.start(Own::default(), "second");
         r.start(Own::default(), "third");
         tell.send(false).unwrap();
-        let (machine, why, again) = r.done().await;
-        assert_eq!(machine.unwrap().name, "read 1", "only one read ran");
-        assert_eq!(why, "first");
-        assert_eq!(again.as_deref(), Some("third"), "the latest reason follows");
+        let done = r.done().await;
+        assert_eq!(done.machine.unwrap().name, "read 1", "only one read ran");
+        assert_eq!(done.why, "first");
+        assert_eq!(
+            done.again.as_deref(),
+            Some("third"),
+            "the latest reason follows"
+        );
         // Nothing under way: done never ends.
         assert!(tokio::time::timeout(Duration::from_millis(50), r.done())
             .await
             .is_err());
         r.start(Own::default(), "third");
         tell.send(false).unwrap();
-        let (machine, _, again) = r.done().await;
-        assert_eq!(machine.unwrap().name, "read 2");
-        assert_eq!(again, None);
+        let done = r.done().await;
+        assert_eq!(done.machine.unwrap().name, "read 2");
+        assert_eq!(done.again, None);
     }
 
     #[tokio::test]
@@ -144,11 +179,11 @@ mod tests {
         let (mut r, tell) = reading();
         r.start(Own::default(), "refresh");
         tell.send(true).unwrap();
-        let (machine, _, _) = r.done().await;
+        let machine = r.done().await.machine;
         assert!(machine.unwrap_err().message().contains("panicked"));
         r.start(Own::default(), "refresh");
         tell.send(false).unwrap();
-        assert_eq!(r.done().await.0.unwrap().name, "read 2");
+        assert_eq!(r.done().await.machine.unwrap().name, "read 2");
     }
 
     #[tokio::test]
@@ -160,6 +195,6 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(r.stuck(Duration::from_millis(10)), Some("SIGHUP"));
         tell.send(false).unwrap();
-        r.done().await.0.unwrap();
+        r.done().await.machine.unwrap();
     }
 }
