@@ -149,13 +149,21 @@ impl Rules {
 
 /// A non-root caller names as holders only its own processes (their GPU
 /// memory would otherwise stop counting as held outside: a lie that lets a
-/// share be placed on memory another user's process holds).
-pub fn may_hold(caller: &Caller, index: usize, pid: u32, process_uid: u32) -> Result<()> {
-    if caller.is_root() || process_uid == caller.uid {
+/// share be placed on memory another user's process holds): every uid of
+/// the process (real, effective, saved, filesystem) is the caller's, so a
+/// set-uid program it started is not its own.
+pub fn may_hold(caller: &Caller, index: usize, pid: u32, uids: [u32; 4]) -> Result<()> {
+    if caller.is_root() || uids.iter().all(|u| *u == caller.uid) {
         return Ok(());
     }
+    let [real, effective, saved, fs] = uids;
+    let whose = if real == caller.uid {
+        format!("runs with the rights of another user (uids {real}, {effective}, {saved}, {fs})")
+    } else {
+        format!("belongs to uid {real}")
+    };
     Err(Error::AccessDenied(format!(
-        "holders[{index}]: process {pid} belongs to uid {process_uid}; uid {} may name only its own processes",
+        "holders[{index}]: process {pid} {whose}; uid {} may name only its own processes",
         caller.uid
     )))
 }
@@ -242,15 +250,28 @@ mod tests {
     #[test]
     fn holders_are_the_callers_own_processes() {
         let member = caller(1000, true);
-        assert!(may_hold(&member, 0, 42, 1000).is_ok());
-        let e = may_hold(&member, 1, 42, 0).unwrap_err();
+        assert!(may_hold(&member, 0, 42, [1000; 4]).is_ok());
+        let e = may_hold(&member, 1, 42, [0; 4]).unwrap_err();
         assert_eq!(e.kind(), "AccessDenied");
         assert!(
             e.message()
                 .starts_with("holders[1]: process 42 belongs to uid 0"),
             "{e}"
         );
-        assert!(may_hold(&caller(0, false), 0, 42, 1000).is_ok());
+        // A set-uid program the member started: root's rights, not its own.
+        for uids in [
+            [1000, 0, 0, 0],
+            [1000, 1000, 0, 1000],
+            [1000, 1000, 1000, 0],
+        ] {
+            let e = may_hold(&member, 0, 42, uids).unwrap_err();
+            assert!(
+                e.message()
+                    .starts_with("holders[0]: process 42 runs with the rights of another user"),
+                "{e}"
+            );
+        }
+        assert!(may_hold(&caller(0, false), 0, 42, [1000; 4]).is_ok());
     }
 
     #[test]

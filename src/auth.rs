@@ -85,35 +85,90 @@ pub fn user_name(uid: u32) -> Option<String> {
     }
 }
 
-/// What the kernel says of a running process: its real uid and its start
-/// time (clock ticks since boot), which with the pid names it uniquely.
+/// What the kernel says of a running process: its uids (real, effective,
+/// saved, filesystem) and its start time (clock ticks since boot), which
+/// with the pid names it uniquely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Process {
+    /// The real uid: whose process it is.
     pub uid: u32,
+    /// Real, effective, saved and filesystem uids.
+    pub uids: [u32; 4],
     pub start: u64,
 }
 
-/// The process `pid`, if one runs.
+/// The process `pid`, if one runs. Its status and stat are read through
+/// its /proc directory opened once: were the pid to end and be taken by
+/// another process between the two reads, the second read fails rather
+/// than pair one process's uids with another's start time.
 pub fn process(pid: u32) -> Option<Process> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let uid = status
+    let dir = std::fs::File::open(format!("/proc/{pid}")).ok()?;
+    let status = read_in(&dir, c"status")?;
+    let mut uids = [0u32; 4];
+    let mut fields = status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+        .split_whitespace();
+    for uid in &mut uids {
+        *uid = fields.next()?.parse().ok()?;
+    }
     // The name (field 2) may hold spaces and parentheses: fields are
     // counted after the last ')'; starttime is field 22.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = read_in(&dir, c"stat")?;
     let after_name = &stat[stat.rfind(')')? + 1..];
     let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
-    Some(Process { uid, start })
+    Some(Process {
+        uid: uids[0],
+        uids,
+        start,
+    })
+}
+
+/// A file of the directory `dir`, read whole.
+fn read_in(dir: &std::fs::File, name: &CStr) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::io::{AsRawFd, FromRawFd};
+    // SAFETY: a valid directory descriptor and a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just opened, owned from here on.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_read_through_its_directory_is_that_one_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let p = process(pid).unwrap();
+        assert_eq!(p.uids, [p.uid; 4]);
+        // Its directory, opened while it ran, reads nothing once it ended
+        // and was reaped: whatever takes its pid next is not read through it.
+        let dir = std::fs::File::open(format!("/proc/{pid}")).unwrap();
+        assert!(read_in(&dir, c"stat").is_some());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(read_in(&dir, c"status"), None);
+        assert_eq!(read_in(&dir, c"stat"), None);
+        assert_eq!(process(pid), None);
+    }
 
     #[test]
     fn root_is_always_a_member_and_unknowns_never() {

@@ -383,6 +383,29 @@ fn holders_are_the_callers_own_live_processes() {
         "{}",
         o.stderr
     );
+    // The member's process running with root's rights (a set-uid program
+    // it started) is not its own either.
+    let mut setuid = std::process::Command::new("setpriv")
+        .args(["--ruid", &uid.to_string(), "--euid", "0", "--clear-groups"])
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    let spid = setuid.id();
+    eventually("the set-uid sleeper runs", || {
+        std::fs::read_to_string(format!("/proc/{spid}/status"))
+            .is_ok_and(|s| s.contains(&format!("Uid:\t{uid}\t0\t")))
+    });
+    let o = submit("setuid", &[spid]);
+    setuid.kill().unwrap();
+    setuid.wait().unwrap();
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.AccessDenied")
+            && o.stderr.contains(&format!(
+                "holders[0]: process {spid} runs with the rights of another user"
+            )),
+        "{}",
+        o.stderr
+    );
     // No holders named: none (not the caller's short-lived pid).
     assert!(submit("plain", &[]).ok);
     assert_eq!(holders_of("plain"), "au 0\n");

@@ -868,7 +868,7 @@ fn holders_of(spec: &crate::request::WorkerSpec, caller: &Caller) -> Result<Vec<
                     format!("no process {pid} is running"),
                 )
             })?;
-            access::may_hold(caller, i, pid, p.uid)?;
+            access::may_hold(caller, i, pid, p.uids)?;
             Ok(Holder {
                 pid,
                 start: Some(p.start),
