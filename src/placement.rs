@@ -24,10 +24,14 @@ pub struct Gpu {
     pub total: Amount,
     /// Memory held by something outside Astraeus (a desktop, NVML reserved…).
     pub outside: Amount,
+    /// Memory shared workers use beyond their shares: theirs, but not free
+    /// to promise to anyone.
+    pub beyond_shares: Amount,
     pub healthy: bool,
     /// Owned by a time-slicing baseboard: never offered to workers.
     pub sliced: bool,
-    /// Who holds the outside memory, when known (`1 GB held by pid 4242 (Xorg, user gdm)`).
+    /// Who holds the outside memory, and who uses beyond their share, when
+    /// known (`1 GB held by pid 4242 (Xorg, user gdm)`).
     pub outside_detail: Vec<String>,
     /// Why the GPU is unhealthy, when it is.
     pub problem: Option<String>,
@@ -42,9 +46,26 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// What the GPU offers to shared work: total less what is held outside.
+    /// What the GPU offers to shared work: total less what is held outside
+    /// and what sharers use beyond their shares.
     pub fn offered(&self) -> Amount {
-        self.total.saturating_sub(self.outside)
+        self.total
+            .saturating_sub(self.outside)
+            .saturating_sub(self.beyond_shares)
+    }
+
+    /// `1 GB held outside Astraeus`, `0.5 GB used beyond shares`, or both:
+    /// why it offers less than its total; None when it offers it all.
+    pub fn held_text(&self) -> Option<String> {
+        let parts: Vec<String> = [
+            (self.outside, "held outside Astraeus"),
+            (self.beyond_shares, "used beyond shares"),
+        ]
+        .iter()
+        .filter(|(gb, _)| !gb.is_zero())
+        .map(|(gb, what)| format!("{gb} GB {what}"))
+        .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
     }
 
     /// ` — 1 GB held by pid 4242 (Xorg, user gdm)` after a seed sentence, when known.
@@ -274,6 +295,7 @@ pub fn never_fits(machine: &Machine, res: &Resources) -> Option<Vec<String>> {
     let mut emptied = machine.clone();
     for g in &mut emptied.gpus {
         g.outside = Amount::ZERO;
+        g.beyond_shares = Amount::ZERO;
         g.outside_detail.clear();
         g.healthy = true;
         g.problem = None;
@@ -697,20 +719,18 @@ fn too_few(m: &str, kind: &str, have: usize, want: usize) -> String {
 
 /// The seed's sentence for a need larger than what the GPU offers at all.
 fn offers_reason(m: &str, g: &Gpu, need: Amount) -> String {
-    if g.outside.is_zero() {
-        format!(
+    match g.held_text() {
+        None => format!(
             "GPU {} of {m} has {} GB in all; it needs {need}",
             g.index, g.total
-        )
-    } else {
-        format!(
-            "GPU {} of {m} offers {} of its {} GB ({} GB held outside Astraeus); it needs {need}{}",
+        ),
+        Some(held) => format!(
+            "GPU {} of {m} offers {} of its {} GB ({held}); it needs {need}{}",
             g.index,
             g.offered(),
             g.total,
-            g.outside,
             g.outside_suffix()
-        )
+        ),
     }
 }
 
@@ -735,15 +755,9 @@ pub fn gpus_column(grants: &[Grant]) -> String {
 
 /// Both figures of a GPU: `offers 7 of its 8 GB (1 GB held outside Astraeus)`.
 pub fn offers_line(g: &Gpu) -> String {
-    if g.outside.is_zero() {
-        format!("offers all its {} GB", g.total)
-    } else {
-        format!(
-            "offers {} of its {} GB ({} GB held outside Astraeus)",
-            g.offered(),
-            g.total,
-            g.outside
-        )
+    match g.held_text() {
+        None => format!("offers all its {} GB", g.total),
+        Some(held) => format!("offers {} of its {} GB ({held})", g.offered(), g.total),
     }
 }
 

@@ -430,8 +430,8 @@ async fn costly_read(conn: &zbus::Connection, method: &str) -> zbus::Result<zbus
 }
 
 /// Run by `one_users_costly_reads_wait_their_turn_behind_anothers` as
-/// another user (this binary, re-executed under setpriv): 4 connections,
-/// each keeping 4 of the costly read named in
+/// another user (this binary, re-executed under setpriv): 3 connections,
+/// each keeping 3 of the costly read named in
 /// ASTRAEUS_TEST_READS_METHOD in flight, until killed; prints a line for
 /// each answer. Does nothing in a normal run.
 #[test]
@@ -440,7 +440,7 @@ fn flooder_of_costly_reads() {
         return;
     };
     let method = std::env::var("ASTRAEUS_TEST_READS_METHOD").unwrap();
-    flood(&address, 4, 4, move |conn| {
+    flood(&address, 3, 3, move |conn| {
         let method = method.clone();
         async move {
             match costly_read(&conn, &method).await {
@@ -451,11 +451,11 @@ fn flooder_of_costly_reads() {
     });
 }
 
-/// One user (nobody) keeps 16 costly reads in flight from 4 connections,
-/// each read held 1 s by a failpoint (as a year of ledger or 100,000
+/// One user (nobody) keeps 9 costly reads in flight from 3 connections,
+/// each read held 2 s by a failpoint (as a year of ledger or 100,000
 /// workers would hold it). Built one at a time in the order they came, a
-/// member's one read waited for all of them (16 s, near the bus's 25 s
-/// timeout; more connections, past it). Turns now go round the users: it
+/// member's one read waited for all of them (16 s and more; with more
+/// connections, past the bus's 25 s timeout). Turns now go round the users: it
 /// waits for the read running and at most one more of the flood's.
 fn one_users_costly_reads_wait_their_turn_behind_anothers(
     method: &str,
@@ -468,7 +468,7 @@ fn one_users_costly_reads_wait_their_turn_behind_anothers(
         &bus,
         dir.path(),
         &sim,
-        &[("ASTRAEUS_FAILPOINTS", &format!("{failpoint}=pause1000@all"))],
+        &[("ASTRAEUS_FAILPOINTS", &format!("{failpoint}=pause2000@all"))],
     );
     let a = bus.address.clone();
     let out = dir.path().join("flooder.out");

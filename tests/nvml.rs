@@ -5,6 +5,8 @@
 mod common;
 #[path = "common/fake_nvml.rs"]
 mod fake_nvml;
+#[path = "common/webdriver.rs"]
+mod webdriver;
 use common::*;
 use fake_nvml::fake_lib;
 use std::path::Path;
@@ -355,21 +357,26 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
         ),
         "d 3\n"
     );
-    // Its 0.5 GB beyond the share is not free for others: outside, named.
-    assert_eq!(
+    // Its 0.5 GB beyond the share is not free for others, nor outside
+    // Astraeus: named as what it is.
+    let gpu = |name: &str| {
         prop(
             a,
             "/org/astraeus/Node1/gpu/0",
             "org.astraeus.Node1.Gpu",
-            "OfferedGb"
-        ),
-        "d 6.5\n"
-    );
+            name,
+        )
+    };
+    assert_eq!(gpu("OfferedGb"), "d 6.5\n");
+    assert_eq!(gpu("HeldOutsideGb"), "d 1\n");
     let big =
-        r#"{"name":"big","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":4.5}}}"#;
+        r#"{"name":"big","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":7}}}"#;
     let why = manager(a, None, "WhyNot", &["s", big]).stdout;
     assert!(
-        why.contains("0.5 GB beyond its 2.5 GB share by worker listen"),
+        why.contains(
+            "offers 6.5 of its 8 GB (1 GB held outside Astraeus, 0.5 GB used beyond shares); \
+             it needs 7"
+        ) && why.contains("0.5 GB beyond its 2.5 GB share by worker listen"),
         "{why}"
     );
     let o = ctl(a, None, &["workers"]);
@@ -1188,4 +1195,77 @@ fn a_baseboard_gpu_is_named_by_uuid_or_any_form_of_its_pci_address() {
         log.contains("access.group: no group named no-such-group-xyz on this host"),
         "{log}"
     );
+}
+
+/// What a sharer uses beyond its share is drawn on the machine page as
+/// what it is (neither outside Astraeus nor free), in headless Chromium
+/// with and without JavaScript.
+#[test]
+fn the_page_draws_use_beyond_a_share_apart_from_outside_and_free() {
+    if !require_component(webdriver::available(), "chromium and chromium-driver") {
+        return;
+    }
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let mut holder = sleeper();
+    let mut desktop = sleeper();
+    let pid = holder.id();
+    fixture(&fx, &[rtx(0, 0)], &[]);
+    let port = free_port();
+    let bus = Bus::session();
+    let _d = start(
+        &bus,
+        dir.path(),
+        &fake_lib(false),
+        &fx,
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let a = &bus.address;
+    let spec = format!(
+        r#"{{"name":"listen","holders":[{pid}],"requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":2.5}}}}}}"#
+    );
+    assert!(manager(a, None, "SubmitWorker", &["s", &spec]).ok);
+    // The holder uses 3 GB of its 2.5 GB share; a desktop holds 1 GB.
+    fixture(
+        &fx,
+        &[rtx(4 * GB, 0)],
+        &[
+            (0, pid, 3 * GB, "compute"),
+            (0, desktop.id(), GB, "graphics"),
+        ],
+    );
+    eventually("the reading taken", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb",
+        ) == "d 6.5\n"
+    });
+    let bar = [
+        "listen 2.5 GB",
+        "outside 1 GB",
+        "beyond shares 0.5 GB",
+        "free 4 GB",
+    ];
+    let offers = "offers 6.5 of its 8 GB (1 GB held outside Astraeus, 0.5 GB used beyond shares)";
+    let url = format!("http://127.0.0.1:{port}/");
+    let served = webdriver::Browser::start_without_javascript().unwrap();
+    served.navigate(&url).unwrap();
+    assert_eq!(served.texts(".gpu .seg"), bar);
+    assert_eq!(served.text(".gpu .offers").as_deref(), Some(offers));
+    let live = webdriver::Browser::start().unwrap();
+    live.navigate(&url).unwrap();
+    live.wait_for(
+        "#updated",
+        |t| !t.is_empty(),
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!(live.texts(".gpu .seg"), bar);
+    assert_eq!(live.text(".gpu .offers").as_deref(), Some(offers));
+    for p in [&mut holder, &mut desktop] {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
 }

@@ -92,8 +92,8 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<WorkerRow>, BusError> {
-        let who = self.lp.who(&hdr, conn).await?;
-        self.objects.worker_rows(who).await
+        let turn = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
+        Ok(self.objects.worker_rows(turn).await)
     }
 
     /// Every pending worker, oldest first, with why it waits: one call
@@ -104,8 +104,8 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, Vec<String>)>, BusError> {
-        let who = self.lp.who(&hdr, conn).await?;
-        self.objects.pending(who).await
+        let turn = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
+        Ok(self.objects.pending(turn).await)
     }
 
     /// Workers that ended at or after `since` (epoch seconds), newest first,

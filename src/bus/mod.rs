@@ -361,23 +361,52 @@ impl Loop {
         self.ask(make).await
     }
 
-    /// Who waits for a turn at a costly read: the caller's user.
-    pub async fn who(&self, hdr: &Header<'_>, conn: &Connection) -> Result<turns::Who, BusError> {
-        Ok(turns::Who::Uid(self.caller(hdr, conn).await?.uid))
+    /// The caller's turn at a costly read. Who calls is learnt only when
+    /// the turn must be waited for (a round trip to the bus daemon, which a
+    /// flood of big messages delays): a free turn is taken at once.
+    pub async fn turn_at(
+        &self,
+        turns: &turns::FairTurns,
+        hdr: &Header<'_>,
+        conn: &Connection,
+    ) -> Result<turns::Turn, BusError> {
+        if let Some(turn) = turns.try_take() {
+            return Ok(turn);
+        }
+        let uid = match self.known_uid(hdr) {
+            Some(uid) => uid,
+            None => self.uid_of(hdr, conn).await?,
+        };
+        taken(turns.take(turns::Who::Uid(uid)).await)
     }
 
-    /// [`Loop::ask`] for a read of the ledger (a report, ended workers),
-    /// in the caller's turn: one read at a time, taken in turn by the users
-    /// waiting, so that one user's many reads do not hold another's.
+    /// The caller's uid from the bus daemon (no group lookup).
+    async fn uid_of(&self, hdr: &Header<'_>, conn: &Connection) -> Result<u32, BusError> {
+        let sender = hdr
+            .sender()
+            .ok_or_else(|| BusError(Error::AccessDenied("the call carries no sender".into())))?;
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        dbus.get_connection_unix_user(sender.clone().into())
+            .await
+            .map_err(|e| {
+                BusError(Error::AccessDenied(format!(
+                    "cannot tell who the caller is: {e}"
+                )))
+            })
+    }
+
+    /// [`Loop::ask_from`] for a read of the ledger (a report, ended
+    /// workers), in the caller's turn: one read at a time, the turns given
+    /// round the users waiting, so that one user's many reads do not hold
+    /// another's.
     pub async fn ask_in_turn<T>(
         &self,
         hdr: &Header<'_>,
         conn: &Connection,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, BusError> {
-        let caller = self.caller(hdr, conn).await?;
-        let _turn = taken(self.ledger_reads.take(turns::Who::Uid(caller.uid)).await)?;
-        self.ask_for(&caller, hdr, make).await
+        let _turn = self.turn_at(&self.ledger_reads, hdr, conn).await?;
+        self.ask_from(hdr, conn, make).await
     }
 
     /// Learns the caller, then asks the loop on its behalf.

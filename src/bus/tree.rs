@@ -23,7 +23,7 @@ use super::turns::{FairTurns, Turn, Who};
 use super::wire::WorkerRow;
 use super::worker::WorkerObject;
 use super::{escape_label, gpu_path, template_path, worker_path, BASE_PATH};
-use super::{taken, BusError, Loop};
+use super::{BusError, Loop};
 use crate::views::WorkerSnap;
 use crate::worker::State;
 use std::collections::{BTreeMap, HashMap};
@@ -106,9 +106,9 @@ impl Objects {
         self.index.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits for `who`'s turn to build a listing.
-    async fn turn(&self, who: Who) -> Result<Turn, BusError> {
-        taken(self.turns.take(who).await)
+    /// Turns at building a listing (one at a time).
+    pub fn turns(&self) -> &FairTurns {
+        &self.turns
     }
 
     fn workers(&self) -> Vec<WorkerObject> {
@@ -116,8 +116,7 @@ impl Objects {
     }
 
     /// ListWorkers: every live worker's row, by name.
-    pub async fn worker_rows(&self, who: Who) -> Result<Vec<WorkerRow>, BusError> {
-        let _turn = self.turn(who).await?;
+    pub async fn worker_rows(&self, _turn: Turn) -> Vec<WorkerRow> {
         // A test holds a listing here, as 100,000 workers would.
         crate::failpoint::hit_in_task("bus.listing");
         let mut rows = Vec::new();
@@ -126,7 +125,7 @@ impl Objects {
             rows.push(w.view.read().row.clone());
         }
         give_back_memory();
-        Ok(rows)
+        rows
     }
 
     /// The machine page's workers, from the same views, off the loop like
@@ -141,7 +140,10 @@ impl Objects {
         {
             // The page is one more user in the rotation: None when as many
             // of its requests wait as a user's may.
-            let _turn = self.turns.take(Who::Page).await.ok()?;
+            let _turn = match self.turns.try_take() {
+                Some(turn) => turn,
+                None => self.turns.take(Who::Page).await.ok()?,
+            };
             // A test holds the page here, as 100,000 workers would.
             crate::failpoint::hit_in_task("page.workers");
             for (i, w) in self.workers().iter().enumerate() {
@@ -177,8 +179,7 @@ impl Objects {
     }
 
     /// ListPending: every pending worker with its reasons, oldest first.
-    pub async fn pending(&self, who: Who) -> Result<Vec<(String, Vec<String>)>, BusError> {
-        let _turn = self.turn(who).await?;
+    pub async fn pending(&self, _turn: Turn) -> Vec<(String, Vec<String>)> {
         let mut waiting: Vec<(i64, WorkerObject)> = self
             .workers()
             .into_iter()
@@ -197,7 +198,7 @@ impl Objects {
             out.push(w.name_and_reasons());
         }
         give_back_memory();
-        Ok(out)
+        out
     }
 
     fn listed(&self) -> Vec<(String, Listed)> {
@@ -236,9 +237,9 @@ async fn pause(i: usize) {
     }
 }
 
-/// A listing and its turn: the turn is given back once zbus has serialised
-/// the reply (it drops the value after building the message), so replies
-/// are built one at a time too.
+/// A listing and its turn: the turn is given back when zbus drops the
+/// value, once the reply built from it is sent, so replies are built (and
+/// sent) one at a time too.
 pub struct Listing {
     objects: ManagedObjects,
     _turn: Turn,
@@ -316,8 +317,7 @@ impl ObjectManager {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] hdr: Header<'_>,
     ) -> Result<Listing, BusError> {
-        let who = self.lp.who(&hdr, conn).await?;
-        let turn = self.objects.turn(who).await?;
+        let turn = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
         crate::failpoint::hit_in_task("bus.listing");
         let bus = |e: zbus::fdo::Error| BusError::from(zbus::Error::from(e));
         let mut objects = ManagedObjects::new();
@@ -518,8 +518,7 @@ impl FlatIntrospection {
                 self.xml(&dirs)
             }
             Above::Dir(d) => {
-                let who = self.lp.who(&hdr, conn).await?;
-                let _turn = self.objects.turn(who).await?;
+                let _turn = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
                 let xml = self.xml(&self.objects.children(*d));
                 give_back_memory();
                 xml

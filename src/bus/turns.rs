@@ -54,37 +54,54 @@ impl FairTurns {
         }
     }
 
+    /// A turn at once, when one is free and no one waits: who asks does
+    /// not matter then (and need not be learnt).
+    pub fn try_take(&self) -> Option<Turn> {
+        let mut s = lock(&self.state);
+        if s.free > 0 && s.rotation.is_empty() {
+            s.free -= 1;
+            return Some(Turn {
+                state: self.state.clone(),
+            });
+        }
+        None
+    }
+
     /// Waits for `who`'s turn.
     pub async fn take(&self, who: Who) -> Result<Turn, TooMany> {
-        let rx = {
-            let mut s = lock(&self.state);
-            if s.free > 0 && s.rotation.is_empty() {
-                s.free -= 1;
+        loop {
+            if let Some(turn) = self.try_take() {
+                return Ok(turn);
+            }
+            let rx = {
+                let mut s = lock(&self.state);
+                // A user is in the rotation while it has an entry here.
+                let fresh = !s.waiting.contains_key(&who);
+                let queue = s.waiting.entry(who).or_default();
+                // Callers that left count no more.
+                queue.retain(|tx| !tx.is_closed());
+                if queue.len() >= WAITING_PER_USER {
+                    return Err(TooMany);
+                }
+                let (tx, rx) = oneshot::channel();
+                queue.push_back(tx);
+                if fresh {
+                    s.rotation.push_back(who);
+                }
+                rx
+            };
+            let mut waiting = Waiting {
+                rx,
+                state: Some(self.state.clone()),
+            };
+            // A sender is dropped unsent only by a panic in `give_on`:
+            // then wait again rather than make a turn from nothing.
+            if (&mut waiting.rx).await.is_ok() {
                 return Ok(Turn {
-                    state: self.state.clone(),
+                    state: waiting.state.take().expect("taken once"),
                 });
             }
-            let queue = s.waiting.entry(who).or_default();
-            if queue.len() >= WAITING_PER_USER {
-                return Err(TooMany);
-            }
-            let (tx, rx) = oneshot::channel();
-            queue.push_back(tx);
-            if queue.len() == 1 {
-                s.rotation.push_back(who);
-            }
-            rx
-        };
-        let mut waiting = Waiting {
-            rx,
-            state: Some(self.state.clone()),
-        };
-        // The sender is dropped unsent only with the state itself, which
-        // this waiter holds: the value always comes.
-        let _ = (&mut waiting.rx).await;
-        Ok(Turn {
-            state: waiting.state.take().expect("taken once"),
-        })
+        }
     }
 }
 
@@ -112,21 +129,28 @@ impl Drop for Turn {
     }
 }
 
-/// Gives a turn that ended to the next user in the rotation (a waiter whose
-/// caller left is skipped), or frees it.
+/// Gives a turn that ended to the next user in the rotation (its callers
+/// that left are skipped, and the user keeps its place for the next), or
+/// frees it.
 fn give_on(state: &Mutex<State>) {
     let mut s = lock(state);
     while let Some(who) = s.rotation.pop_front() {
         let Some(queue) = s.waiting.get_mut(&who) else {
             continue;
         };
-        let next = queue.pop_front();
+        let mut given = false;
+        while let Some(tx) = queue.pop_front() {
+            if tx.send(()).is_ok() {
+                given = true;
+                break;
+            }
+        }
         if queue.is_empty() {
             s.waiting.remove(&who);
         } else {
             s.rotation.push_back(who);
         }
-        if next.is_some_and(|tx| tx.send(()).is_ok()) {
+        if given {
             return;
         }
     }
@@ -199,6 +223,36 @@ mod tests {
         let t = tokio::time::timeout(Duration::from_secs(5), turns.take(Who::Uid(4))).await;
         assert!(matches!(t, Ok(Ok(_))), "the turn was lost");
         assert_eq!(lock(&turns.state).free, 0);
+    }
+
+    #[tokio::test]
+    async fn callers_that_left_neither_count_nor_cost_their_user_a_round() {
+        let turns = Arc::new(FairTurns::new(1));
+        let running = turns.take(Who::Uid(9)).await.unwrap();
+        // The page: as many requests as it may keep waiting, all gone.
+        for _ in 0..WAITING_PER_USER {
+            let mut left = Box::pin(turns.take(Who::Page));
+            assert!(futures_poll(&mut left).is_none());
+        }
+        // They neither fill the page's share...
+        let mut page = Box::pin(turns.take(Who::Page));
+        assert!(
+            futures_poll(&mut page).is_none(),
+            "refused for callers gone"
+        );
+        // ...nor lose it its place: a user who came after it, and one of
+        // its requests that leaves while queued before the page's next.
+        let mut other = Box::pin(turns.take(Who::Uid(2)));
+        assert!(futures_poll(&mut other).is_none());
+        let mut next = Box::pin(turns.take(Who::Page));
+        assert!(futures_poll(&mut next).is_none());
+        drop(page);
+        drop(running);
+        let page_turn = futures_poll(&mut next);
+        assert!(matches!(page_turn, Some(Ok(_))), "the page is next");
+        assert!(futures_poll(&mut other).is_none());
+        drop(page_turn);
+        assert!(matches!(futures_poll(&mut other), Some(Ok(_))));
     }
 
     #[tokio::test]

@@ -136,19 +136,36 @@ pub fn on_baseboard(named: &[String], uuid: &str, pci_bus_id: &str) -> bool {
     })
 }
 
-/// Memory held outside Astraeus on one GPU, rounded up, with who holds it.
+/// What one GPU's memory is taken by, besides what its workers were
+/// promised, rounded up ([`held_outside`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Held outside Astraeus: other processes, used memory no process
+    /// accounts for, the driver's reserve.
+    pub outside: Amount,
+    /// Used by shared workers beyond their shares: not outside Astraeus,
+    /// but not free to promise either.
+    pub beyond_shares: Amount,
+    /// Who holds what (`1 GB held by pid 4242 (Xorg, user gdm)`, `0.5 GB
+    /// beyond its 2 GB share by worker listen`).
+    pub detail: Vec<String>,
+}
+
+/// Memory held outside Astraeus on one GPU, and used by shared workers
+/// beyond their shares, with who holds it.
 ///
-/// Outside = memory used by processes that are not workers' + what shared
-/// workers use beyond their share + used memory no process accounts for +
-/// the driver's reserved memory. Without per-process readings, all used
-/// memory beyond what is promised to workers is outside.
+/// Outside = memory used by processes that are not workers' + used memory
+/// no process accounts for + the driver's reserved memory. Without
+/// per-process readings, all used memory beyond what is promised to
+/// workers is outside.
 pub fn held_outside(
     used: u64,
     reserved: u64,
     processes: Option<&[ProcessUse]>,
     own: &OwnOn,
-) -> (Amount, Vec<String>) {
+) -> Held {
     let mut detail = Vec::new();
+    let mut beyond = 0u64;
     let outside_bytes = match processes {
         Some(procs) if procs.iter().all(|p| p.bytes.is_some()) => {
             let own_bytes: u64 = procs
@@ -167,12 +184,11 @@ pub fn held_outside(
                     detail.push(format!("{gb} GB held by pid {} ({})", p.pid, p.who));
                 }
             }
-            let mut beyond = 0u64;
             for (excess, line) in beyond_shares(procs, &own.shares) {
                 beyond += excess;
                 detail.push(line);
             }
-            used.saturating_sub(own_bytes).saturating_add(beyond)
+            used.saturating_sub(own_bytes)
         }
         _ => {
             // No per-process figures: what workers were promised is theirs,
@@ -186,38 +202,49 @@ pub fn held_outside(
             Amount::gb_from_bytes_ceil(reserved)
         ));
     }
-    (
-        Amount::gb_from_bytes_ceil(outside_bytes.saturating_add(reserved)),
+    Held {
+        outside: Amount::gb_from_bytes_ceil(outside_bytes.saturating_add(reserved)),
+        beyond_shares: Amount::gb_from_bytes_ceil(beyond),
         detail,
-    )
+    }
 }
+
+/// Workers a line about use beyond shares names; the rest are counted.
+const NAMED: usize = 3;
 
 /// What shared workers' processes use beyond their shares, with a line
 /// saying whose. Workers that name a process in common (one holder serving
 /// two workers) are judged together, against the sum of their shares: a
 /// process's bytes cannot be told apart between them.
 fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, String)> {
-    // Groups of workers linked by a process in common: names, pids, share.
-    let mut groups: Vec<(Vec<&str>, HashSet<u32>, Amount)> = Vec::new();
-    for s in shares {
-        let mut group = (
-            vec![s.worker.as_str()],
-            s.pids.iter().copied().collect(),
-            s.gb,
-        );
-        groups.retain(|g: &(Vec<&str>, HashSet<u32>, Amount)| {
-            if g.1.is_disjoint(&group.1) {
-                return true;
-            }
-            group.0.extend(&g.0);
-            group.1.extend(&g.1);
-            group.2 = group.2 + g.2;
-            false
-        });
-        groups.push(group);
+    // Workers linked by a process in common, as sets: each share points at
+    // another of its set, or at itself when it stands for the set.
+    let mut parent: Vec<usize> = (0..shares.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
     }
-    groups
-        .into_iter()
+    let mut first_with: HashMap<u32, usize> = HashMap::new();
+    for (i, s) in shares.iter().enumerate() {
+        for pid in &s.pids {
+            let j = *first_with.entry(*pid).or_insert(i);
+            let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+            parent[a] = b;
+        }
+    }
+    // By set: its workers, its processes, the sum of their shares.
+    let mut sets: std::collections::BTreeMap<usize, (Vec<&str>, HashSet<u32>, Amount)> =
+        Default::default();
+    for (i, s) in shares.iter().enumerate() {
+        let set = sets.entry(root(&mut parent, i)).or_default();
+        set.0.push(&s.worker);
+        set.1.extend(&s.pids);
+        set.2 = set.2 + s.gb;
+    }
+    sets.into_values()
         .filter_map(|(mut names, pids, share)| {
             let used: u64 = procs
                 .iter()
@@ -229,10 +256,14 @@ fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, String)> {
             let gb = Amount::gb_from_bytes_ceil(excess);
             let line = match names.as_slice() {
                 [one] => format!("{gb} GB beyond its {share} GB share by worker {one}"),
-                many => format!(
-                    "{gb} GB beyond their {share} GB of shares by workers {}",
-                    many.join(", ")
-                ),
+                many => {
+                    let more = many.len().saturating_sub(NAMED);
+                    let mut named = many[..many.len().min(NAMED)].join(", ");
+                    if more > 0 {
+                        named.push_str(&format!(" and {more} more"));
+                    }
+                    format!("{gb} GB beyond their {share} GB of shares by workers {named}")
+                }
             };
             Some((excess, line))
         })
@@ -325,22 +356,25 @@ mod tests {
     }
 
     #[test]
-    fn what_a_shared_worker_uses_beyond_its_share_is_outside() {
+    fn what_a_shared_worker_uses_beyond_its_share_is_not_free() {
         // Worker a (share 2) uses 5 through pids 1 and 2; worker b (share 4)
         // uses 1 through pid 3: b's unused 3 GB are still promised to b, so
         // they do not cover a's excess. 3 GB beyond a's share, 1 by pid 9.
         let own: HashSet<u32> = [1, 2, 3].into();
         let shares = [share("a", 2, &[1, 2]), share("b", 4, &[3])];
         let procs = [p(1, 3, "x"), p(2, 2, "x"), p(3, 1, "x"), p(9, 1, "y")];
-        let (outside, detail) = held_outside(
+        let held = held_outside(
             7 * GB_BYTES,
             0,
             Some(&procs),
             &mine(&own, &shares, Amount::whole(6)),
         );
-        assert_eq!(outside, Amount::whole(4));
         assert_eq!(
-            detail,
+            (held.outside, held.beyond_shares),
+            (Amount::whole(1), Amount::whole(3))
+        );
+        assert_eq!(
+            held.detail,
             vec![
                 "1 GB held by pid 9 (y)",
                 "3 GB beyond its 2 GB share by worker a"
@@ -348,13 +382,13 @@ mod tests {
         );
         // Within their shares, nothing of theirs is outside.
         let procs = [p(1, 1, "x"), p(3, 4, "x")];
-        let (outside, detail) = held_outside(
+        let held = held_outside(
             5 * GB_BYTES,
             0,
             Some(&procs),
             &mine(&own, &shares, Amount::whole(6)),
         );
-        assert_eq!((outside, detail.len()), (Amount::ZERO, 0));
+        assert_eq!(held, Held::default());
     }
 
     #[test]
@@ -364,16 +398,45 @@ mod tests {
         let own: HashSet<u32> = [5, 6].into();
         let shares = [share("d", 2, &[5, 6]), share("c", 1, &[5])];
         let procs = [p(5, 3, "x"), p(6, 1, "x")];
-        let (outside, detail) = held_outside(
+        let held = held_outside(
             4 * GB_BYTES,
             0,
             Some(&procs),
             &mine(&own, &shares, Amount::whole(3)),
         );
-        assert_eq!(outside, Amount::whole(1));
         assert_eq!(
-            detail,
+            (held.outside, held.beyond_shares),
+            (Amount::ZERO, Amount::whole(1))
+        );
+        assert_eq!(
+            held.detail,
             vec!["1 GB beyond their 3 GB of shares by workers c, d"]
+        );
+        // A set linked through several processes, named up to three.
+        let names = ["e", "f", "g", "h", "i"];
+        let shares: Vec<Share> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| share(n, 1, &[10 + i as u32, 11 + i as u32]))
+            .collect();
+        let procs = [p(10, 4, "x"), p(15, 2, "x"), p(20, 9, "y")];
+        let own: HashSet<u32> = (10..16).collect();
+        let held = held_outside(
+            15 * GB_BYTES,
+            0,
+            Some(&procs),
+            &mine(&own, &shares, Amount::whole(5)),
+        );
+        assert_eq!(
+            (held.outside, held.beyond_shares),
+            (Amount::whole(9), Amount::whole(1))
+        );
+        assert_eq!(
+            held.detail,
+            vec![
+                "9 GB held by pid 20 (y)",
+                "1 GB beyond their 5 GB of shares by workers e, f, g and 2 more"
+            ]
         );
     }
 
@@ -403,17 +466,17 @@ mod tests {
         let procs = [p(4242, 1, "Xorg, user gdm"), p(7, 2, "listen, user ann")];
         // 3.5 GB used: 1 by Xorg, 2 by a worker's holder, 0.5 by nobody we can see.
         let used = 3 * GB_BYTES + GB_BYTES / 2;
-        let (outside, detail) = held_outside(used, 0, Some(&procs), &mine(&own, &[], Amount::ZERO));
-        assert_eq!(outside.to_string(), "1.5");
-        assert_eq!(detail, vec!["1 GB held by pid 4242 (Xorg, user gdm)"]);
-        let (outside, detail) = held_outside(
+        let held = held_outside(used, 0, Some(&procs), &mine(&own, &[], Amount::ZERO));
+        assert_eq!(held.outside.to_string(), "1.5");
+        assert_eq!(held.detail, vec!["1 GB held by pid 4242 (Xorg, user gdm)"]);
+        let held = held_outside(
             used,
             GB_BYTES / 4,
             Some(&procs),
             &mine(&own, &[], Amount::ZERO),
         );
-        assert_eq!(outside.to_string(), "1.75");
-        assert_eq!(detail[1], "0.25 GB reserved by the driver");
+        assert_eq!(held.outside.to_string(), "1.75");
+        assert_eq!(held.detail[1], "0.25 GB reserved by the driver");
     }
 
     #[test]
@@ -424,20 +487,20 @@ mod tests {
             who: "x".into(),
         }];
         let none = HashSet::new();
-        let (outside, _) = held_outside(
+        let held = held_outside(
             5 * GB_BYTES,
             0,
             Some(&procs),
             &mine(&none, &[], Amount::whole(2)),
         );
-        assert_eq!(outside, Amount::whole(3));
-        let (outside, _) = held_outside(GB_BYTES, 0, None, &mine(&none, &[], Amount::whole(2)));
-        assert_eq!(outside, Amount::ZERO);
+        assert_eq!(held.outside, Amount::whole(3));
+        let held = held_outside(GB_BYTES, 0, None, &mine(&none, &[], Amount::whole(2)));
+        assert_eq!(held.outside, Amount::ZERO);
     }
 
     #[test]
     fn outside_rounds_up() {
-        let (outside, _) = held_outside(1, 0, Some(&[]), &mine(&HashSet::new(), &[], Amount::ZERO));
-        assert_eq!(outside.to_string(), "0.01");
+        let held = held_outside(1, 0, Some(&[]), &mine(&HashSet::new(), &[], Amount::ZERO));
+        assert_eq!(held.outside.to_string(), "0.01");
     }
 }

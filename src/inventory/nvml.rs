@@ -377,8 +377,7 @@ impl NvmlSource {
         let (total, unreported) = board_total(mem.total);
         let reserved = mem.reserved.saturating_add(unreported);
         let mine = own.on(&uuid);
-        let (outside, outside_detail) =
-            held_outside(mem.used, reserved, processes.as_deref(), &mine);
+        let held = held_outside(mem.used, reserved, processes.as_deref(), &mine);
         let own_use = processes.as_ref().map(|procs| {
             procs
                 .iter()
@@ -393,10 +392,11 @@ impl NvmlSource {
             model,
             vendor: "nvidia".into(),
             total,
-            outside: outside.min(total),
+            outside: held.outside.min(total),
+            beyond_shares: held.beyond_shares,
             healthy: true,
             sliced,
-            outside_detail,
+            outside_detail: held.detail,
             problem: None,
             pci_bus_id,
             own_use,

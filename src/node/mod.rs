@@ -86,9 +86,23 @@ fn better_machine(old: &Machine, new: &Machine) -> Better {
     }
     let same = |g: &Gpu, o: &Gpu| {
         (
-            &g.uuid, g.index, &g.model, &g.vendor, g.total, g.outside, g.healthy, g.sliced,
+            &g.uuid,
+            g.index,
+            &g.model,
+            &g.vendor,
+            g.total,
+            g.offered(),
+            g.healthy,
+            g.sliced,
         ) == (
-            &o.uuid, o.index, &o.model, &o.vendor, o.total, o.outside, o.healthy, o.sliced,
+            &o.uuid,
+            o.index,
+            &o.model,
+            &o.vendor,
+            o.total,
+            o.offered(),
+            o.healthy,
+            o.sliced,
         )
     };
     Better::Some {

@@ -45,15 +45,16 @@ impl Node {
     }
 
     /// Why a GPU needs attention, if it does: promised beyond what it offers
-    /// now (outside use grew after placement), or unhealthy while in use.
+    /// now (outside use, or a sharer's beyond its share, grew after
+    /// placement), or unhealthy while in use.
     pub fn gpu_warning(&self, g: &Gpu) -> Option<String> {
         let taken = self.book.taken(&g.uuid);
         if taken > g.offered() {
             return Some(format!(
-                "over-promised: {taken} GB promised to sharers but it offers {} of its {} GB ({} GB held outside Astraeus)",
+                "over-promised: {taken} GB promised to sharers but it offers {} of its {} GB{}",
                 g.offered(),
                 g.total,
-                g.outside
+                g.held_text().map(|h| format!(" ({h})")).unwrap_or_default()
             ));
         }
         if !g.healthy && self.book.usage(&g.uuid).is_some() {

@@ -115,8 +115,10 @@ fn gpu(g: &GpuSnap) -> String {
         );
     }
     let (total, outside) = (v.total_gb, v.held_outside_gb);
+    // What sharers use beyond their shares: neither outside nor free.
+    let beyond = ((total - outside - v.offered_gb) * 100.0).round().max(0.0) / 100.0;
     let taken = v.taken_gb;
-    let scale = total.max(outside + taken).max(0.001);
+    let scale = total.max(outside + beyond + taken).max(0.001);
     let names: Vec<&str> = v.sharers.iter().map(|(n, _)| &**n).collect();
     let colour = colours(&names);
     let seg = |class: &str, gbs: f64, label: &str, colour: Option<&str>| {
@@ -131,7 +133,7 @@ fn gpu(g: &GpuSnap) -> String {
             esc(label)
         )
     };
-    let over = if outside + taken > total + 1e-9 {
+    let over = if outside + beyond + taken > total + 1e-9 {
         " over"
     } else {
         ""
@@ -147,7 +149,13 @@ fn gpu(g: &GpuSnap) -> String {
         &format!("outside {} GB", gb(outside)),
         None,
     );
-    let free = total - outside - taken;
+    h += &seg(
+        "outside",
+        beyond,
+        &format!("beyond shares {} GB", gb(beyond)),
+        None,
+    );
+    let free = total - outside - beyond - taken;
     if v.held_whole_by.is_empty() && closed(v) {
         let label = format!("{}, not offered {} GB", v.mode, gb(free));
         h += &seg("closed", free, &label, None);
