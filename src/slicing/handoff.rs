@@ -692,19 +692,6 @@ pub fn resume_from(
                 since_ms: r.at_ms,
             }
         }
-        // Another VM was destroyed while t held the baseboard (started
-        // outside, or on together with it at a start), and t holds it
-        // still: its slice is open, not found anew.
-        (Some(t), Some(r))
-            if r.step == Step::Forced
-                && r.from.as_deref() != Some(t)
-                && r.to.as_deref() == Some(t) =>
-        {
-            State::Running {
-                template: t.to_string(),
-                since_ms: r.at_ms,
-            }
-        }
         (Some(t), last) => {
             let mine = last.filter(|r| {
                 r.to.as_deref() == Some(t)
@@ -2000,35 +1987,6 @@ mod tests {
                 .any(|a| matches!(a, Action::Shutdown { .. } | Action::Destroy { .. })),
             "{actions:?}"
         );
-        // b's slice goes on: not recorded as found running, nor begun again.
-        assert!(matches!(&state, State::Running { template, .. } if template == "b"));
-        assert!(
-            !actions.iter().any(|a| matches!(
-                a,
-                Action::Record(Record {
-                    step: Step::Started,
-                    ..
-                }) | Action::Signal(Signal::SliceStarted { .. })
-            )),
-            "{actions:?}"
-        );
-    }
-
-    /// So after a start that found two VMs on and destroyed one: the next
-    /// restart finds the one kept holding the baseboard, its slice open.
-    #[test]
-    fn a_restart_after_a_second_vm_was_destroyed_keeps_the_slice_of_the_first() {
-        let s = settings(0);
-        let on = ["b".to_string(), "a".to_string()];
-        let (_, actions) = converge(Some("b"), &on, None, EpochMs(5), &s);
-        let forced = forced_step(&actions);
-        assert_eq!(
-            (forced.from.as_deref(), forced.to.as_deref()),
-            (Some("a"), Some("b"))
-        );
-        let (state, actions) = converge(Some("b"), &on[..1], Some(&forced), EpochMs(9), &s);
-        assert!(matches!(&state, State::Running { template, .. } if template == "b"));
-        assert!(actions.is_empty(), "{actions:?}");
     }
 
     /// The same while the holder is being powered off (by a person, or for
