@@ -18,9 +18,10 @@
 //! and the image is built from the snapshot. Whoever can write the source
 //! cannot make the image differ from its checksum by changing files between
 //! the two reads. The cost: the content is read twice and, for a while,
-//! stored twice. The source is opened once ([`pinned`]) and the snapshot
-//! read through opened directories below it, never through a link, so they
-//! cannot make it copy files from elsewhere either (hard links to others'
+//! stored twice. The source is opened once ([`pinned`]) and every pass
+//! (its checksum, the snapshot) walks opened directories below it, never a
+//! link, opening only directories and regular files ([`walk`]), so they
+//! cannot make it read files from elsewhere either (hard links to others'
 //! files are the kernel's to refuse: `fs.protected_hardlinks`).
 
 use crate::error::{Error, Result};
@@ -32,73 +33,140 @@ use std::path::{Path, PathBuf};
 /// special files are refused (the guest would see something else).
 pub fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>> {
     let mut out = Vec::new();
-    walk(root, root, &mut out)?;
-    out.sort();
+    walk(
+        &open_dir(root)?,
+        Path::new(""),
+        &mut |_| Ok(()),
+        &mut |rel, _, len| {
+            out.push((rel.to_path_buf(), len));
+            Ok(())
+        },
+    )?;
     Ok(out)
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
-    // Named below the source (the root may be a /proc/self/fd path).
-    let shown = |p: &Path| match p.strip_prefix(root) {
-        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
-        Ok(rel) => rel.display().to_string(),
-        Err(_) => p.display().to_string(),
-    };
-    let io = |e: std::io::Error| Error::field("source", format!("{}: {e}", shown(dir)));
-    for entry in std::fs::read_dir(dir).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let meta = std::fs::symlink_metadata(entry.path()).map_err(io)?;
-        let path = entry.path();
-        if meta.is_dir() {
-            walk(root, &path, out)?;
-        } else if meta.is_file() {
-            let rel = path.strip_prefix(root).expect("below root").to_path_buf();
-            out.push((rel, meta.len()));
-        } else {
-            return Err(Error::field(
-                "source",
-                format!("{} is not a regular file or directory", shown(&path)),
-            ));
+/// The directory at `path`, opened (the root of a walk).
+fn open_dir(path: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::field("source", format!("{}: {e}", path.display())))
+}
+
+/// An entry of an opened directory, opened.
+enum Entry {
+    Dir(std::fs::File),
+    File(std::fs::File, u64),
+}
+
+/// The entry `name` of the opened directory `dir` (at `here` below the
+/// source): a directory or a regular file, opened relative to `dir` and
+/// never through a link. It is first opened as a bare path (`O_PATH`,
+/// which opens nothing: no device's driver, no FIFO's wait) and its type
+/// read; only then is that same file opened for reading, through its
+/// descriptor, whatever its name leads to by then.
+fn open_entry(dir: &std::fs::File, name: &std::ffi::OsStr, here: &Path) -> Result<Entry> {
+    use std::os::unix::io::{AsRawFd, FromRawFd};
+    let refused = |why: String| Error::field("source", format!("{}: {why}", here.display()));
+    let c_name = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
+        .map_err(|_| refused("a name with a NUL".into()))?;
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid directory descriptor and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(refused(format!("{e} (links are not followed)")));
+    }
+    // SAFETY: a descriptor just opened, owned from here on.
+    let bare = unsafe { std::fs::File::from_raw_fd(fd) };
+    let meta = bare.metadata().map_err(|e| refused(e.to_string()))?;
+    if !meta.is_dir() && !meta.is_file() {
+        return Err(refused("not a regular file or directory".into()));
+    }
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", bare.as_raw_fd()))
+        .map_err(|e| refused(e.to_string()))?;
+    Ok(if meta.is_dir() {
+        Entry::Dir(opened)
+    } else {
+        Entry::File(opened, meta.len())
+    })
+}
+
+/// Walks the tree below the opened directory `dir` (at `rel` below the
+/// source) in path order, names sorted in each directory: `on_dir` for
+/// each directory below it, `on_file` for each regular file, opened, with
+/// its size. Anything else is refused, by name.
+fn walk(
+    dir: &std::fs::File,
+    rel: &Path,
+    on_dir: &mut impl FnMut(&Path) -> Result<()>,
+    on_file: &mut impl FnMut(&Path, std::fs::File, u64) -> Result<()>,
+) -> Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let refused = |why: String| Error::field("source", format!("{}: {why}", shown(rel)));
+    // The open directory's entries (its /proc link names the directory
+    // itself, whatever its path now leads to).
+    let listed = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|e| refused(e.to_string()))?;
+    let mut names = Vec::new();
+    for entry in listed {
+        names.push(entry.map_err(|e| refused(e.to_string()))?.file_name());
+    }
+    names.sort();
+    for name in names {
+        let here = rel.join(&name);
+        match open_entry(dir, &name, &here)? {
+            Entry::Dir(sub) => {
+                on_dir(&here)?;
+                walk(&sub, &here, on_dir, on_file)?;
+            }
+            Entry::File(file, len) => on_file(&here, file, len)?,
         }
     }
     Ok(())
 }
 
+/// A path below the source as people read it (the source itself is `.`).
+fn shown(rel: &Path) -> String {
+    match rel.as_os_str().is_empty() {
+        true => ".".to_string(),
+        false => rel.display().to_string(),
+    }
+}
+
 /// The content checksum of a source tree; `progress(done, total)` in bytes.
+/// Two walks: one for the total, then one that reads.
 pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<String> {
     use std::io::Read;
-    let list = files(root)?;
-    let total: u64 = list.iter().map(|(_, n)| n).sum();
+    let total: u64 = files(root)?.iter().map(|(_, n)| n).sum();
     let mut h = Sha256::new();
     let mut done = 0u64;
     let mut buf = vec![0u8; 1 << 20];
-    for (rel, len) in &list {
-        h.update(rel.to_string_lossy().as_bytes());
-        h.update([0]);
-        h.update(len.to_le_bytes());
-        // Swapped for a link or a FIFO since the walk: refused, not followed
-        // or waited on.
-        let refused = |why: String| Error::field("source", format!("{}: {why}", rel.display()));
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(root.join(rel))
-            .map_err(|e| refused(e.to_string()))?;
-        if !f.metadata().map_err(|e| refused(e.to_string()))?.is_file() {
-            return Err(refused("not a regular file any more".into()));
-        }
-        loop {
-            let n = f
-                .read(&mut buf)
-                .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
-            if n == 0 {
-                break;
+    walk(
+        &open_dir(root)?,
+        Path::new(""),
+        &mut |_| Ok(()),
+        &mut |rel, mut f, len| {
+            h.update(rel.to_string_lossy().as_bytes());
+            h.update([0]);
+            h.update(len.to_le_bytes());
+            loop {
+                let n = f
+                    .read(&mut buf)
+                    .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
+                if n == 0 {
+                    return Ok(());
+                }
+                h.update(&buf[..n]);
+                done += n as u64;
+                progress(done, total);
             }
-            h.update(&buf[..n]);
-            done += n as u64;
-            progress(done, total);
-        }
-    }
+        },
+    )?;
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -164,92 +232,44 @@ pub fn snapshot(source: &Path, snapshot: &Path) -> Result<()> {
 /// there, as its owner could while a large file is copied).
 ///
 /// Each file and directory is opened relative to its already opened parent
-/// and never through a link: whoever can write the source may swap a
-/// directory for a link to `/etc` or the ledger between two files, and a
-/// path opened afresh from the source would follow it (`O_NOFOLLOW` guards
-/// only a path's last part) into the image the guest reads.
+/// and never through a link ([`walk`]): whoever can write the source may
+/// swap a directory for a link to `/etc` or the ledger between two files,
+/// and a path opened afresh from the source would follow it (`O_NOFOLLOW`
+/// guards only a path's last part) into the image the guest reads.
 fn snapshot_watched(source: &Path, snapshot: &Path, copied: impl FnMut(&Path)) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    let backend = |what: String, e: std::io::Error| {
-        Error::Backend(format!("staging weights: snapshot: {what}: {e}"))
-    };
-    if snapshot.exists() {
-        std::fs::remove_dir_all(snapshot)
-            .map_err(|e| backend(snapshot.display().to_string(), e))?;
-    }
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(snapshot)
-        .map_err(|e| backend(snapshot.display().to_string(), e))?;
-    let root = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(source)
-        .map_err(|e| Error::field("source", format!("{}: {e}", source.display())))?;
-    let mut copied = copied;
-    copy_dir(&root, Path::new(""), snapshot, &mut copied)
-}
-
-/// Copies the directory open as `dir` (at `rel` below the source) to `to`.
-fn copy_dir(
-    dir: &std::fs::File,
-    rel: &Path,
-    to: &Path,
-    copied: &mut impl FnMut(&Path),
-) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    use std::os::unix::io::AsRawFd;
-    let refused =
-        |name: &Path, why: String| Error::field("source", format!("{}: {why}", name.display()));
     let backend = |what: &Path, e: std::io::Error| {
         Error::Backend(format!(
             "staging weights: snapshot: {}: {e}",
             what.display()
         ))
     };
-    // The open directory's entries (its /proc link names the directory
-    // itself, whatever its path now leads to), in name order.
-    let listed = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-        .map_err(|e| refused(rel, e.to_string()))?;
-    let mut names = Vec::new();
-    for entry in listed {
-        names.push(entry.map_err(|e| refused(rel, e.to_string()))?.file_name());
+    if snapshot.exists() {
+        std::fs::remove_dir_all(snapshot).map_err(|e| backend(snapshot, e))?;
     }
-    names.sort();
-    for name in names {
-        let here = rel.join(&name);
-        let c_name =
-            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()))
-                .map_err(|_| refused(&here, "a name with a NUL".into()))?;
-        // Never a link, never waiting (a FIFO), relative to the open parent.
-        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
-        // SAFETY: a valid directory descriptor and a NUL-terminated name.
-        let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(refused(&here, format!("{e} (links are not followed)")));
-        }
-        // SAFETY: a descriptor just opened, owned from here on.
-        let file = unsafe { <std::fs::File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) };
-        let meta = file.metadata().map_err(|e| refused(&here, e.to_string()))?;
-        let target = to.join(&name);
-        if meta.is_dir() {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&target)
-                .map_err(|e| backend(&target, e))?;
-            copy_dir(&file, &here, &target, copied)?;
-        } else if meta.is_file() {
+    let new_dir = |path: &Path| {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(path)
+            .map_err(|e| backend(path, e))
+    };
+    new_dir(snapshot)?;
+    let root = open_dir(source)?;
+    let mut copied = copied;
+    walk(
+        &root,
+        Path::new(""),
+        &mut |rel| new_dir(&snapshot.join(rel)),
+        &mut |rel, file, _| {
+            let target = snapshot.join(rel);
             let mut out = std::fs::File::create(&target).map_err(|e| backend(&target, e))?;
             std::io::copy(&mut std::io::BufReader::new(file), &mut out)
-                .map_err(|e| backend(&here, e))?;
-            copied(&here);
-        } else {
-            return Err(refused(&here, "not a regular file or directory".into()));
-        }
-    }
-    Ok(())
+                .map_err(|e| backend(rel, e))?;
+            copied(rel);
+            Ok(())
+        },
+    )
 }
 
 /// Builds the read-only ext4 image of `source` at `image` (atomically).
@@ -363,6 +383,65 @@ mod tests {
             let e = pinned(&elsewhere, &inside).unwrap_err();
             assert!(e.message().starts_with("weights_disk: "), "{e}");
         }
+    }
+
+    /// The same swap while the checksum reads: refused, not read. The
+    /// checksum's walk went by paths, and hashed what the link led to.
+    #[test]
+    fn a_directory_swapped_for_a_link_mid_checksum_is_not_followed() {
+        let src = tempfile::tempdir().unwrap();
+        let secret = tempfile::tempdir().unwrap();
+        std::fs::write(secret.path().join("s"), b"SECRET").unwrap();
+        std::fs::write(src.path().join("a"), b"first").unwrap();
+        std::fs::create_dir(src.path().join("z")).unwrap();
+        std::fs::write(src.path().join("z/s"), b"weights").unwrap();
+        let (s, z) = (secret.path().to_path_buf(), src.path().join("z"));
+        let mut swapped = false;
+        let r = checksum(src.path(), |done, _| {
+            if done == 5 && !swapped {
+                swapped = true;
+                std::fs::rename(&z, z.with_extension("old")).unwrap();
+                std::os::unix::fs::symlink(&s, &z).unwrap();
+            }
+        });
+        let e = r.unwrap_err();
+        assert!(e.message().starts_with("source: z: "), "{e}");
+    }
+
+    /// A FIFO in the source is refused without being opened: a writer
+    /// waiting on it (its owner's, say) is not let through. Opened to read
+    /// its type, even without waiting, it was.
+    #[test]
+    fn a_fifo_in_the_source_is_refused_unopened() {
+        let src = tempfile::tempdir().unwrap();
+        let fifo = src.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::OpenOptions::new().write(true).open(fifo))
+        };
+        // Let the writer reach its wait in open().
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for r in [
+            files(src.path()).map(drop),
+            checksum(src.path(), |_, _| {}).map(drop),
+        ] {
+            let e = r.unwrap_err();
+            let m = e.message();
+            assert!(
+                m.starts_with("source: pipe") && m.contains("not a regular"),
+                "{e}"
+            );
+        }
+        let snap = tempfile::tempdir().unwrap();
+        assert!(snapshot(src.path(), &snap.path().join("s")).is_err());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!writer.is_finished(), "the FIFO was opened");
+        // Let the writer go.
+        let _reader = std::fs::File::open(&fifo).unwrap();
+        writer.join().unwrap().unwrap();
     }
 
     #[test]
