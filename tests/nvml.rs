@@ -1264,6 +1264,16 @@ fn the_page_draws_use_beyond_a_share_apart_from_outside_and_free() {
     .unwrap();
     assert_eq!(live.texts(".gpu .seg"), bar);
     assert_eq!(live.text(".gpu .offers").as_deref(), Some(offers));
+    assert_eq!(
+        live.texts(".gpu .legend span"),
+        [
+            "listen 2.5 GB",
+            "outside Astraeus 1 GB",
+            "used beyond shares 0.5 GB",
+            "free 4 GB",
+            "measured use 3 GB"
+        ]
+    );
     for p in [&mut holder, &mut desktop] {
         let _ = p.kill();
         let _ = p.wait();

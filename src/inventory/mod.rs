@@ -19,15 +19,25 @@ pub struct Own {
     /// on a GPU it was not granted is outside use there (else a holder
     /// could hide what it takes on any GPU from placement).
     pub on_gpu: HashMap<String, Vec<Claim>>,
-    /// The running workers' control groups (worker, path below the cgroup
-    /// root): the processes in them are theirs. Looked in off the loop,
+    /// The running workers' control groups: the processes in them are
+    /// theirs. Looked in off the loop,
     /// just before the read (service/reading.rs), into `in_cgroups`.
-    pub cgroups: Vec<(String, String)>,
-    /// By worker: the processes found in its control group.
-    pub in_cgroups: HashMap<String, Vec<u32>>,
+    pub cgroups: Vec<Group>,
+    /// By worker name: the worker's id and the processes found in its
+    /// control group.
+    pub in_cgroups: HashMap<String, (i64, Vec<u32>)>,
     /// GB promised to workers on each GPU (by UUID), for hosts without
     /// per-process readings (WSL2).
     pub promised: HashMap<String, Amount>,
+}
+
+/// A running worker's control group (a path below the cgroup root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub worker: String,
+    /// The worker's id: a name may be used again once its worker ended.
+    pub id: i64,
+    pub cgroup: String,
 }
 
 /// A running worker granted a GPU: its share of it (None: the GPU whole)
@@ -68,7 +78,11 @@ impl Own {
             ..OwnOn::default()
         };
         for c in self.on_gpu.get(uuid).into_iter().flatten() {
-            let found = self.in_cgroups.get(&c.worker).into_iter().flatten();
+            let found = self
+                .in_cgroups
+                .get(&c.worker)
+                .into_iter()
+                .flat_map(|(_, p)| p);
             let pids: Vec<u32> = c.holders.iter().chain(found).copied().collect();
             on.pids.extend(&pids);
             if let Some(gb) = c.share {

@@ -287,11 +287,15 @@ impl Node {
         Ok(dropped)
     }
 
-    /// Every live worker's holders, each once.
-    pub fn holders(&self) -> std::collections::HashSet<Holder> {
+    /// Every live worker's holders with the uid of the worker's owner,
+    /// each once.
+    pub fn holders(&self) -> std::collections::HashSet<(Holder, u32)> {
         self.with_holders
             .iter()
-            .flat_map(|name| self.workers[name].holders.iter().copied())
+            .flat_map(|name| {
+                let w = &self.workers[name];
+                w.holders.iter().map(|h| (*h, w.owner_uid))
+            })
             .collect()
     }
 
@@ -695,9 +699,10 @@ impl Node {
         Ok(())
     }
 
-    /// The processes found in a worker's control group now.
-    pub fn set_cgroup_pids(&mut self, name: &str, pids: Vec<u32>) {
-        if let Some(w) = self.workers.get_mut(name) {
+    /// The processes found in the control group of worker `name` (`id`:
+    /// not another that took its name since).
+    pub fn set_cgroup_pids(&mut self, name: &str, id: i64, pids: Vec<u32>) {
+        if let Some(w) = self.workers.get_mut(name).filter(|w| w.id == id) {
             w.cgroup_pids = pids;
         }
     }

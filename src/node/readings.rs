@@ -3,7 +3,7 @@
 //! from theirs), and the warnings a GPU or a worker needs attention for.
 
 use super::{Node, Status, Worker};
-use crate::inventory::{Claim, Own};
+use crate::inventory::{Claim, Group, Own};
 use crate::placement::Gpu;
 
 impl Node {
@@ -28,7 +28,11 @@ impl Node {
                     });
             }
             if let Some(cgroup) = &w.cgroup {
-                cgroups.push((w.name().to_string(), cgroup.clone()));
+                cgroups.push(Group {
+                    worker: w.name().to_string(),
+                    id: w.id,
+                    cgroup: cgroup.clone(),
+                });
             }
         }
         Own {

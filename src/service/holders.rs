@@ -17,15 +17,24 @@ pub(super) struct HolderCheck {
 }
 
 impl HolderCheck {
-    /// Checks `holders` with `alive`, unless a check is under way.
-    pub(super) fn start(&mut self, holders: HashSet<Holder>, alive: fn(&Holder) -> bool) {
+    /// Checks `holders` (each with its worker owner's uid) with `alive`,
+    /// unless a check is under way.
+    pub(super) fn start(
+        &mut self,
+        holders: HashSet<(Holder, u32)>,
+        alive: fn(&Holder, u32) -> bool,
+    ) {
         if self.under_way.is_some() || holders.is_empty() {
             return;
         }
         self.under_way = Some(tokio::task::spawn_blocking(move || {
             // A test holds a check here (a /proc that answers slowly).
             crate::failpoint::hit("holders.check");
-            holders.into_iter().filter(|h| !alive(h)).collect()
+            holders
+                .into_iter()
+                .filter(|(h, owner)| !alive(h, *owner))
+                .map(|(h, _)| h)
+                .collect()
         }));
     }
 
@@ -43,9 +52,14 @@ impl HolderCheck {
 }
 
 /// Whether a holder is still the process it was named as (a reused pid is
-/// another process: its start time differs).
-pub(super) fn still_running(h: &Holder) -> bool {
-    h.start.is_some() && crate::auth::process(h.pid).map(|p| p.start) == h.start
+/// another process: its start time differs), still all its owner's (`owner`,
+/// the worker's): a holder that ran a set-uid program since runs with
+/// another user's rights. Root's workers may name anyone's processes.
+pub(super) fn still_running(h: &Holder, owner: u32) -> bool {
+    let Some(p) = crate::auth::process(h.pid) else {
+        return false;
+    };
+    h.start == Some(p.start) && (owner == 0 || p.uids.iter().all(|u| *u == owner))
 }
 
 #[cfg(test)]
@@ -68,19 +82,29 @@ mod tests {
             pid: me.pid,
             start: None,
         };
+        let uid = mine.uid;
         let mut check = HolderCheck::default();
-        check.start([me, reused, unknown].into(), still_running);
+        check.start(
+            [(me, uid), (reused, uid), (unknown, uid)].into(),
+            still_running,
+        );
         // Asked again while one runs: ignored.
-        check.start([me].into(), |_| false);
+        check.start([(me, uid)].into(), |_, _| false);
         let gone = check.done().await;
         assert_eq!(gone, [reused, unknown].into());
+        // Named by a worker of another owner: this process is not all
+        // theirs (root's workers may name anyone's).
+        check.start([(me, uid + 1)].into(), still_running);
+        assert_eq!(check.done().await, [me].into());
+        check.start([(me, 0)].into(), still_running);
+        assert!(check.done().await.is_empty());
         // Nothing under way: done never ends.
         assert!(
             tokio::time::timeout(std::time::Duration::from_millis(50), check.done())
                 .await
                 .is_err()
         );
-        check.start([me].into(), |_| false);
+        check.start([(me, uid)].into(), |_, _| false);
         assert_eq!(check.done().await, [me].into());
     }
 }

@@ -309,8 +309,8 @@ impl Service {
                     }
                 }
                 done = self.reading.done() => {
-                    for (name, pids) in done.in_cgroups {
-                        self.node.set_cgroup_pids(&name, pids);
+                    for (name, (id, pids)) in done.in_cgroups {
+                        self.node.set_cgroup_pids(&name, id, pids);
                     }
                     self.apply_reading(done.machine, &done.why).await;
                     if let Some(why) = done.again {
@@ -433,8 +433,9 @@ impl Service {
                     for h in gone {
                         tracing::warn!(
                             worker = %name,
-                            "holder pid {} of worker {name} is gone (or its pid was reused): \
-                             its GPU memory no longer counts as the worker's",
+                            "holder pid {} of worker {name} is gone (or its pid was reused, or \
+                             it runs as another user now): its GPU memory no longer counts as \
+                             the worker's",
                             h.pid
                         );
                     }

@@ -16,8 +16,8 @@ use tokio::task::JoinHandle;
 
 type Read = (Box<dyn GpuSource>, Result<Machine>, InCgroups);
 
-/// By worker: the processes found in its control group.
-pub(super) type InCgroups = std::collections::HashMap<String, Vec<u32>>;
+/// By worker name: the worker's id and the processes found in its group.
+pub(super) type InCgroups = std::collections::HashMap<String, (i64, Vec<u32>)>;
 
 /// A read that ended: the machine, the processes found in the workers'
 /// control groups, why it was asked for, and why another was meanwhile.
@@ -70,7 +70,10 @@ impl Reading {
             own.in_cgroups = own
                 .cgroups
                 .iter()
-                .map(|(name, cgroup)| (name.clone(), crate::runtime::cgroup_pids(root, cgroup)))
+                .map(|g| {
+                    let pids = crate::runtime::cgroup_pids(root, &g.cgroup);
+                    (g.worker.clone(), (g.id, pids))
+                })
                 .collect();
             let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.read(&own)))
                 .unwrap_or_else(|_| Err(Error::Backend("reading the machine panicked".into())));

@@ -69,7 +69,7 @@ pub fn metrics(snap: &Snapshot) -> String {
     );
     family(
         "astraeus_gpu_memory_offered_bytes",
-        "GPU memory offered to shared work (total less what is held outside).",
+        "GPU memory offered to shared work (total less what is held outside and what sharers use beyond their shares).",
         per_gpu(&|v| v.offered_gb),
     );
     family(
