@@ -45,27 +45,51 @@ pub fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>> {
     Ok(out)
 }
 
-/// The directory at `path`, opened (the root of a walk).
+/// The directory at `path`, opened (the root of a walk; named `.` in
+/// errors, as `path` may be a /proc/self/fd path).
 fn open_dir(path: &Path) -> Result<std::fs::File> {
     std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| Error::field("source", format!("{}: {e}", path.display())))
+        .map_err(|e| Error::field("source", format!("{}: {e}", shown(Path::new("")))))
 }
 
-/// An entry of an opened directory, opened.
+/// Directories below the source a walk goes into at most: one descriptor
+/// is held open for each level.
+const MAX_DEPTH: usize = 64;
+
+/// An entry of an opened directory: a directory, opened, or a regular file
+/// known by a bare path descriptor ([`Bare::open`] reads it).
 enum Entry {
     Dir(std::fs::File),
-    File(std::fs::File, u64),
+    File(Bare, u64),
+}
+
+/// A regular file below the source, held by an `O_PATH` descriptor: it
+/// opens nothing until read.
+struct Bare(std::fs::File);
+
+impl Bare {
+    /// The file, opened to read through its own descriptor (never its
+    /// name). Not waiting: a lease its owner holds on it makes the open
+    /// fail at once rather than wait for the lease to break (45 s a time).
+    fn open(&self, here: &Path) -> Result<std::fs::File> {
+        use std::os::unix::io::AsRawFd;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
+            .map_err(|e| Error::field("source", format!("{}: {e}", here.display())))
+    }
 }
 
 /// The entry `name` of the opened directory `dir` (at `here` below the
-/// source): a directory or a regular file, opened relative to `dir` and
-/// never through a link. It is first opened as a bare path (`O_PATH`,
-/// which opens nothing: no device's driver, no FIFO's wait) and its type
-/// read; only then is that same file opened for reading, through its
-/// descriptor, whatever its name leads to by then.
+/// source): a directory or a regular file, found relative to `dir` and
+/// never through a link. It is opened as a bare path (`O_PATH`, which
+/// opens nothing: no device's driver, no FIFO's wait) and its type read;
+/// a directory is then opened through that descriptor, whatever its name
+/// leads to by then, and a file when it is read ([`Bare::open`]).
 fn open_entry(dir: &std::fs::File, name: &std::ffi::OsStr, here: &Path) -> Result<Entry> {
     use std::os::unix::io::{AsRawFd, FromRawFd};
     let refused = |why: String| Error::field("source", format!("{}: {why}", here.display()));
@@ -75,36 +99,38 @@ fn open_entry(dir: &std::fs::File, name: &std::ffi::OsStr, here: &Path) -> Resul
     // SAFETY: a valid directory descriptor and a NUL-terminated name.
     let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
     if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(refused(format!("{e} (links are not followed)")));
+        return Err(refused(std::io::Error::last_os_error().to_string()));
     }
     // SAFETY: a descriptor just opened, owned from here on.
     let bare = unsafe { std::fs::File::from_raw_fd(fd) };
     let meta = bare.metadata().map_err(|e| refused(e.to_string()))?;
-    if !meta.is_dir() && !meta.is_file() {
+    if meta.is_file() {
+        return Ok(Entry::File(Bare(bare), meta.len()));
+    }
+    if meta.file_type().is_symlink() {
+        return Err(refused("a link (links are not followed)".into()));
+    }
+    if !meta.is_dir() {
         return Err(refused("not a regular file or directory".into()));
     }
     let opened = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_CLOEXEC)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(format!("/proc/self/fd/{}", bare.as_raw_fd()))
         .map_err(|e| refused(e.to_string()))?;
-    Ok(if meta.is_dir() {
-        Entry::Dir(opened)
-    } else {
-        Entry::File(opened, meta.len())
-    })
+    Ok(Entry::Dir(opened))
 }
 
 /// Walks the tree below the opened directory `dir` (at `rel` below the
 /// source) in path order, names sorted in each directory: `on_dir` for
-/// each directory below it, `on_file` for each regular file, opened, with
-/// its size. Anything else is refused, by name.
+/// each directory below it, `on_file` for each regular file with its size.
+/// Anything else is refused, by name, and so is a tree deeper than
+/// [`MAX_DEPTH`].
 fn walk(
     dir: &std::fs::File,
     rel: &Path,
     on_dir: &mut impl FnMut(&Path) -> Result<()>,
-    on_file: &mut impl FnMut(&Path, std::fs::File, u64) -> Result<()>,
+    on_file: &mut impl FnMut(&Path, Bare, u64) -> Result<()>,
 ) -> Result<()> {
     use std::os::unix::io::AsRawFd;
     let refused = |why: String| Error::field("source", format!("{}: {why}", shown(rel)));
@@ -120,6 +146,12 @@ fn walk(
     for name in names {
         let here = rel.join(&name);
         match open_entry(dir, &name, &here)? {
+            Entry::Dir(_) if here.components().count() > MAX_DEPTH => {
+                return Err(Error::field(
+                    "source",
+                    format!("{}: deeper than {MAX_DEPTH} directories", here.display()),
+                ));
+            }
             Entry::Dir(sub) => {
                 on_dir(&here)?;
                 walk(&sub, &here, on_dir, on_file)?;
@@ -150,10 +182,11 @@ pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Strin
         &open_dir(root)?,
         Path::new(""),
         &mut |_| Ok(()),
-        &mut |rel, mut f, len| {
+        &mut |rel, bare, len| {
             h.update(rel.to_string_lossy().as_bytes());
             h.update([0]);
             h.update(len.to_le_bytes());
+            let mut f = bare.open(rel)?;
             loop {
                 let n = f
                     .read(&mut buf)
@@ -162,7 +195,8 @@ pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Strin
                     return Ok(());
                 }
                 h.update(&buf[..n]);
-                done += n as u64;
+                // Files grown since the first walk do not pass the total.
+                done = (done + n as u64).min(total);
                 progress(done, total);
             }
         },
@@ -261,7 +295,8 @@ fn snapshot_watched(source: &Path, snapshot: &Path, copied: impl FnMut(&Path)) -
         &root,
         Path::new(""),
         &mut |rel| new_dir(&snapshot.join(rel)),
-        &mut |rel, file, _| {
+        &mut |rel, bare, _| {
+            let file = bare.open(rel)?;
             let target = snapshot.join(rel);
             let mut out = std::fs::File::create(&target).map_err(|e| backend(&target, e))?;
             std::io::copy(&mut std::io::BufReader::new(file), &mut out)
@@ -442,6 +477,44 @@ mod tests {
         // Let the writer go.
         let _reader = std::fs::File::open(&fifo).unwrap();
         writer.join().unwrap().unwrap();
+    }
+
+    /// A file its owner holds a write lease on is refused at once, not
+    /// waited for: each open would wait for the lease to break (45 s, and
+    /// its owner can take it again after each).
+    #[test]
+    fn a_leased_file_is_refused_not_waited_for() {
+        use std::os::unix::io::AsRawFd;
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("w"), b"weights").unwrap();
+        let leased = std::fs::File::open(src.path().join("w")).unwrap();
+        // The lease's holder (this process) is told of a break by SIGIO,
+        // which would end it.
+        // SAFETY: ignoring a signal no other part of the tests uses.
+        unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
+        // SAFETY: a valid descriptor; F_SETLEASE takes an int.
+        let r = unsafe { libc::fcntl(leased.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        let e = checksum(src.path(), |_, _| {}).unwrap_err();
+        assert!(e.message().starts_with("source: w: "), "{e}");
+        let snap = tempfile::tempdir().unwrap();
+        assert!(snapshot(src.path(), &snap.path().join("s")).is_err());
+        // Not opened to learn its size either.
+        assert_eq!(files(src.path()).unwrap(), [(PathBuf::from("w"), 7)]);
+    }
+
+    #[test]
+    fn a_tree_too_deep_is_refused() {
+        let src = tempfile::tempdir().unwrap();
+        let mut deep = src.path().to_path_buf();
+        for _ in 0..=MAX_DEPTH {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        let e = files(src.path()).unwrap_err();
+        assert!(e.message().contains("deeper than 64 directories"), "{e}");
+        std::fs::remove_dir(&deep).unwrap();
+        assert!(files(src.path()).unwrap().is_empty());
     }
 
     #[test]

@@ -267,13 +267,14 @@ impl Node {
     /// first, then memory; the dropped ones, by worker.
     pub fn keep_holders(
         &mut self,
-        alive: impl Fn(&Holder) -> bool,
+        alive: impl Fn(&Holder, u32) -> bool,
     ) -> Result<Vec<(String, Vec<Holder>)>> {
         let mut dropped = Vec::new();
         let names: Vec<String> = self.with_holders.iter().cloned().collect();
         for name in names {
             let w = &self.workers[&name];
-            let (keep, gone): (Vec<Holder>, Vec<Holder>) = w.holders.iter().partition(|h| alive(h));
+            let (keep, gone): (Vec<Holder>, Vec<Holder>) =
+                w.holders.iter().partition(|h| alive(h, w.owner_uid));
             if gone.is_empty() {
                 continue;
             }

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 #[derive(Default)]
 pub(super) struct HolderCheck {
-    under_way: Option<JoinHandle<HashSet<Holder>>>,
+    under_way: Option<JoinHandle<HashSet<(Holder, u32)>>>,
 }
 
 impl HolderCheck {
@@ -33,14 +33,14 @@ impl HolderCheck {
             holders
                 .into_iter()
                 .filter(|(h, owner)| !alive(h, *owner))
-                .map(|(h, _)| h)
                 .collect()
         }));
     }
 
-    /// The holders found gone, once the check under way ends; never while
-    /// none is.
-    pub(super) async fn done(&mut self) -> HashSet<Holder> {
+    /// The holders found gone, each with the owner it was checked for (a
+    /// process may be one root's worker keeps and a member's may not), once
+    /// the check under way ends; never while none is.
+    pub(super) async fn done(&mut self) -> HashSet<(Holder, u32)> {
         let Some(check) = &mut self.under_way else {
             return std::future::pending().await;
         };
@@ -91,13 +91,11 @@ mod tests {
         // Asked again while one runs: ignored.
         check.start([(me, uid)].into(), |_, _| false);
         let gone = check.done().await;
-        assert_eq!(gone, [reused, unknown].into());
+        assert_eq!(gone, [(reused, uid), (unknown, uid)].into());
         // Named by a worker of another owner: this process is not all
         // theirs (root's workers may name anyone's).
-        check.start([(me, uid + 1)].into(), still_running);
-        assert_eq!(check.done().await, [me].into());
-        check.start([(me, 0)].into(), still_running);
-        assert!(check.done().await.is_empty());
+        check.start([(me, uid + 1), (me, 0)].into(), still_running);
+        assert_eq!(check.done().await, [(me, uid + 1)].into());
         // Nothing under way: done never ends.
         assert!(
             tokio::time::timeout(std::time::Duration::from_millis(50), check.done())
@@ -105,6 +103,6 @@ mod tests {
                 .is_err()
         );
         check.start([(me, uid)].into(), |_, _| false);
-        assert_eq!(check.done().await, [me].into());
+        assert_eq!(check.done().await, [(me, uid)].into());
     }
 }

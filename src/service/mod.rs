@@ -422,11 +422,14 @@ impl Service {
     /// Holders that are gone, or whose pid another process now has (as the
     /// check off the loop found), no longer count as their worker's:
     /// dropped, with a journal line.
-    fn drop_holders(&mut self, gone: &std::collections::HashSet<Holder>) {
+    fn drop_holders(&mut self, gone: &std::collections::HashSet<(Holder, u32)>) {
         if gone.is_empty() {
             return;
         }
-        match self.node.keep_holders(|h| !gone.contains(h)) {
+        match self
+            .node
+            .keep_holders(|h, owner| !gone.contains(&(*h, owner)))
+        {
             Ok(dropped) => {
                 for (name, gone) in dropped {
                     self.publish_worker(&name);
