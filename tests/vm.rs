@@ -1266,31 +1266,31 @@ fn two_on_at_start(refused: bool) {
             .expect("started behind its back");
     }
     assert!(on("tmpl-a") && on("tmpl-b"));
-    let refuse = [("ASTRAEUS_FAILPOINTS", "store.step.forced=fail")];
+    let refuse = [("ASTRAEUS_FAILPOINTS", "store.step.destroyed=fail")];
     let env: &[(&str, &str)] = if refused { &refuse } else { &[] };
     let d = start_majin(&bus, dir.path(), &config, env);
     eventually("one of them off", || !(on("tmpl-a") && on("tmpl-b")));
     assert!(on("tmpl-a") || on("tmpl-b"), "one stays on");
-    let forced: Option<String> = rusqlite::Connection::open(d.state.join("ledger.db"))
+    let destroyed: Option<String> = rusqlite::Connection::open(d.state.join("ledger.db"))
         .unwrap()
         .query_row(
-            "SELECT detail FROM handoff_steps WHERE step = 'forced' ORDER BY id DESC LIMIT 1",
+            "SELECT detail FROM handoff_steps WHERE step = 'destroyed' ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
         )
         .ok();
     if refused {
-        assert_eq!(forced, None, "the refused step is not in the ledger");
+        assert_eq!(destroyed, None, "the refused step is not in the ledger");
         assert!(
-            d.log_text().contains("refused handoff step forced"),
+            d.log_text().contains("refused handoff step destroyed"),
             "{}",
             d.log_text()
         );
     } else {
-        let forced = forced.unwrap();
+        let destroyed = destroyed.unwrap();
         assert!(
-            forced.contains("exactly one template VM may be on"),
-            "{forced}"
+            destroyed.contains("exactly one template VM may be on"),
+            "{destroyed}"
         );
     }
     for name in ["tmpl-a", "tmpl-b"] {

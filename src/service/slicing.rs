@@ -544,7 +544,8 @@ impl Service {
                     };
                     // The template the step is about: the one coming, or
                     // the one a forced step destroys.
-                    let about = if to.is_empty() || r.step == Step::Forced {
+                    let about = if to.is_empty() || matches!(r.step, Step::Forced | Step::Destroyed)
+                    {
                         from
                     } else {
                         to

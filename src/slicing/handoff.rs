@@ -317,9 +317,15 @@ pub enum Step {
     /// in a step that records nothing else — a resume waiting out the
     /// buffer, a retarget mid-handoff — so a restart still knows it.
     Requested,
+    /// A template VM that was not to be on (`from`: started behind the
+    /// daemon's back, or on beside another at a start) was destroyed; the
+    /// handoff is where it was (`to`: who holds the baseboard once it
+    /// settles). Not a step of the handoff: a restart resumes from the one
+    /// before it.
+    Destroyed,
 }
 
-const STEPS: [(Step, &str); 11] = [
+const STEPS: [(Step, &str); 12] = [
     (Step::PowerOffAsked, "power-off-asked"),
     (Step::Forced, "forced"),
     (Step::Stopped, "stopped"),
@@ -331,6 +337,7 @@ const STEPS: [(Step, &str); 11] = [
     (Step::Failed, "failed"),
     (Step::TargetGone, "target-gone"),
     (Step::Requested, "requested"),
+    (Step::Destroyed, "destroyed"),
 ];
 
 impl Step {
@@ -808,19 +815,28 @@ pub fn converge(
     let keep = want
         .filter(|w| vm_on.iter().any(|v| v == w))
         .or(vm_on.first().map(String::as_str));
+    let (state, actions) = resume_from(last, keep, now_ms, s);
     let mut out = Vec::new();
     for extra in vm_on.iter().filter(|v| Some(v.as_str()) != keep) {
         let why = format!(
             "on together with {}; exactly one template VM may be on",
             keep.unwrap_or_default()
         );
-        // `to`: who stays on, so a restart right after this still wants it.
-        record(&mut out, Step::Forced, Some(extra), keep, now_ms, Some(why));
+        // `to`: who holds the baseboard once settled (the one kept, or the
+        // one it is being powered off for), so a restart still wants it.
+        let to = state.target();
+        record(
+            &mut out,
+            Step::Destroyed,
+            Some(extra),
+            to,
+            now_ms,
+            Some(why),
+        );
         out.push(Action::Destroy {
             template: extra.clone(),
         });
     }
-    let (state, actions) = resume_from(last, keep, now_ms, s);
     out.extend(actions);
     let event = match (want, state.target()) {
         (Some(w), target) if target != Some(w) => Some(Scheduled::Resume.at(w, now_ms)),
@@ -1006,7 +1022,7 @@ fn started_outside(
             // `to`: who holds the baseboard once the machine settles (not
             // u, when u is being powered off), so a restart right after
             // this still wants it.
-            record(out, Step::Forced, Some(t), state.target(), at, Some(why));
+            record(out, Step::Destroyed, Some(t), state.target(), at, Some(why));
             out.push(Action::Destroy {
                 template: t.to_string(),
             });
@@ -1511,7 +1527,7 @@ mod tests {
             Some("a")
         );
         assert_eq!(wanted_without_schedule(None, &on).as_deref(), Some("a"));
-        // Two on at start-up: the extra is forced off, the record names
+        // Two on at start-up: the extra is destroyed, the record names
         // who stays, so a restart right after still wants it.
         let (_, actions) = converge(
             None,
@@ -1520,17 +1536,13 @@ mod tests {
             EpochMs(5),
             &settings(0),
         );
-        let forced = actions.iter().find_map(|a| match a {
-            Action::Record(r) if r.step == Step::Forced => Some(r.clone()),
-            _ => None,
-        });
-        let forced = forced.expect("the extra is forced off");
+        let destroyed = destroyed_step(&actions);
         assert_eq!(
-            (forced.from.as_deref(), forced.to.as_deref()),
+            (destroyed.from.as_deref(), destroyed.to.as_deref()),
             (Some("b"), Some("a"))
         );
         assert_eq!(
-            wanted_without_schedule(Some(&forced), &["a".into()]).as_deref(),
+            wanted_without_schedule(Some(&destroyed), &["a".into()]).as_deref(),
             Some("a")
         );
     }
@@ -1953,19 +1965,44 @@ mod tests {
     }
 
     /// The `forced` step among these actions.
-    fn forced_step(actions: &[Action]) -> Record {
+    fn destroyed_step(actions: &[Action]) -> Record {
         actions
             .iter()
             .find_map(|a| match a {
-                Action::Record(r) if r.step == Step::Forced => Some(r.clone()),
+                Action::Record(r) if r.step == Step::Destroyed => Some(r.clone()),
                 _ => None,
             })
             .expect("the newcomer's destroy is recorded")
     }
 
+    fn record_of(step: Step, from: Option<&str>, to: Option<&str>, at_ms: u64) -> Record {
+        Record {
+            step,
+            from: from.map(str::to_string),
+            to: to.map(str::to_string),
+            at_ms: EpochMs(at_ms),
+            detail: None,
+        }
+    }
+
+    /// Whether `actions` record a start or begin a slice.
+    fn starts_a_slice(actions: &[Action]) -> bool {
+        actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::Record(Record {
+                    step: Step::Started,
+                    ..
+                }) | Action::Signal(Signal::SliceStarted { .. })
+            )
+        })
+    }
+
     /// The newcomer's destroy is the ledger's last step when the daemon
-    /// restarts (no schedule): the holder is still wanted, not powered off.
-    /// The step named no one staying on, and a restart powered b off.
+    /// restarts (no schedule): the holder is still wanted, not powered off,
+    /// and the handoff resumes from the step before the destroy (the
+    /// ledger's `last_state_step` skips it), so b's slice goes on: it was
+    /// recorded as found running again, a slice begun anew.
     #[test]
     fn a_restart_after_a_newcomer_was_destroyed_keeps_the_holder() {
         let s = settings(0);
@@ -1974,19 +2011,15 @@ mod tests {
             at_ms: EpochMs(5),
         };
         let (_, actions) = step(&running("b"), &started, &s);
-        let forced = forced_step(&actions);
+        let destroyed = destroyed_step(&actions);
+        assert_eq!(destroyed.to.as_deref(), Some("b"));
         let on = ["b".to_string()];
-        let want = wanted_without_schedule(Some(&forced), &on);
+        let want = wanted_without_schedule(Some(&destroyed), &on);
         assert_eq!(want.as_deref(), Some("b"));
-        let (state, actions) = converge(want.as_deref(), &on, Some(&forced), EpochMs(9), &s);
-        assert_eq!(state.on(), Some("b"));
-        assert_eq!(state.target(), Some("b"), "{state:?}");
-        assert!(
-            !actions
-                .iter()
-                .any(|a| matches!(a, Action::Shutdown { .. } | Action::Destroy { .. })),
-            "{actions:?}"
-        );
+        let ready = record_of(Step::Ready, None, Some("b"), 2);
+        let (state, actions) = converge(want.as_deref(), &on, Some(&ready), EpochMs(9), &s);
+        assert!(matches!(&state, State::Running { template, .. } if template == "b"));
+        assert!(actions.is_empty(), "{actions:?}");
     }
 
     /// The same while the holder is being powered off (by a person, or for
@@ -2006,18 +2039,50 @@ mod tests {
                 since_ms: EpochMs(1),
             };
             let (_, actions) = step(&powering_off, &started, &s);
-            let forced = forced_step(&actions);
-            assert_eq!(forced.to.as_deref(), next);
+            let destroyed = destroyed_step(&actions);
+            assert_eq!(destroyed.to.as_deref(), next);
             let on = ["b".to_string()];
-            let want = wanted_without_schedule(Some(&forced), &on);
+            let want = wanted_without_schedule(Some(&destroyed), &on);
             assert_eq!(want.as_deref(), next);
-            let (state, _) = converge(want.as_deref(), &on, Some(&forced), EpochMs(9), &s);
+            let asked = record_of(Step::PowerOffAsked, Some("b"), next, 1);
+            let (state, actions) = converge(want.as_deref(), &on, Some(&asked), EpochMs(9), &s);
             assert!(
                 matches!(&state, State::PoweringOff { from, to, .. }
                     if from == "b" && to.as_deref() == next),
                 "{next:?}: {state:?}"
             );
+            assert!(!starts_a_slice(&actions), "{actions:?}");
         }
+    }
+
+    /// Two VMs found on at a start: the one not kept is destroyed, named as
+    /// such (not a forced power-off of the holder), and names who holds the
+    /// baseboard once settled: a restart after it neither powers the one
+    /// kept off nor finds it running anew.
+    #[test]
+    fn a_second_vm_found_on_is_destroyed_and_a_restart_after_keeps_the_first() {
+        let s = settings(0);
+        let on = ["b".to_string(), "a".to_string()];
+        let (state, actions) = converge(Some("b"), &on, None, EpochMs(5), &s);
+        let destroyed = destroyed_step(&actions);
+        assert_eq!(
+            (destroyed.from.as_deref(), destroyed.to.as_deref()),
+            (Some("a"), Some("b"))
+        );
+        assert_eq!(state.on(), Some("b"));
+        // The ledger then holds b's start (found running), then a's destroy.
+        let found = actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Record(r) if r.step == Step::Started => Some(r.clone()),
+                _ => None,
+            })
+            .expect("b found running");
+        let want = wanted_without_schedule(Some(&destroyed), &on[..1]);
+        assert_eq!(want.as_deref(), Some("b"));
+        let (state, actions) = converge(want.as_deref(), &on[..1], Some(&found), EpochMs(9), &s);
+        assert_eq!(state.on(), Some("b"));
+        assert!(!starts_a_slice(&actions), "{actions:?}");
     }
 
     #[test]

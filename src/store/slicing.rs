@@ -341,11 +341,12 @@ impl Store {
     }
 
     /// The last handoff step that says where the handoff stands (requests
-    /// only change who is next): what a restart resumes from.
+    /// only change who is next; a VM destroyed beside the holder changes
+    /// nothing): what a restart resumes from.
     pub fn last_state_step(&self) -> Result<Option<crate::slicing::handoff::Record>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT step, from_template, to_template, at_ms, detail FROM handoff_steps
-             WHERE step != 'requested' ORDER BY id DESC LIMIT 1",
+             WHERE step NOT IN ('requested', 'destroyed') ORDER BY id DESC LIMIT 1",
         )?;
         let steps = read_steps(stmt.query([])?)?;
         Ok(steps.into_iter().next_back())
@@ -411,4 +412,37 @@ fn read_steps(rows: rusqlite::Rows<'_>) -> Result<Vec<crate::slicing::handoff::R
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slicing::handoff::{Record, Step};
+
+    fn step(step: Step, from: Option<&str>, to: Option<&str>, at: u64) -> Record {
+        Record {
+            step,
+            from: from.map(str::to_string),
+            to: to.map(str::to_string),
+            at_ms: EpochMs(at),
+            detail: None,
+        }
+    }
+
+    /// A restart resumes from the last step that says where the handoff
+    /// stands: not a request, nor a VM destroyed beside the holder.
+    #[test]
+    fn the_step_a_restart_resumes_from_skips_requests_and_destroyed_vms() {
+        let mut store = Store::open_in_memory().unwrap();
+        let ready = step(Step::Ready, None, Some("b"), 1);
+        store.record_step(&ready).unwrap();
+        store
+            .record_step(&step(Step::Destroyed, Some("a"), Some("b"), 2))
+            .unwrap();
+        store
+            .record_step(&step(Step::Requested, None, Some("b"), 3))
+            .unwrap();
+        assert_eq!(store.last_step().unwrap().unwrap().step, Step::Requested);
+        assert_eq!(store.last_state_step().unwrap(), Some(ready));
+    }
 }

@@ -61,15 +61,18 @@ impl Service {
         } else {
             handoff::wanted_without_schedule(last.as_ref(), &on)
         };
-        // Requests only say who is next; the handoff resumes from its last step.
+        // Requests only say who is next, and a VM destroyed beside the
+        // holder changes nothing: the handoff resumes from its last step.
         let last = match &last {
-            Some(r) if r.step == Step::Requested => match self.node.store().last_state_step() {
-                Ok(last) => last,
-                Err(e) => {
-                    let why = format!("reading the last handoff step: {e}");
-                    return self.pause_slicing(why, None);
+            Some(r) if matches!(r.step, Step::Requested | Step::Destroyed) => {
+                match self.node.store().last_state_step() {
+                    Ok(last) => last,
+                    Err(e) => {
+                        let why = format!("reading the last handoff step: {e}");
+                        return self.pause_slicing(why, None);
+                    }
                 }
-            },
+            }
             _ => last,
         };
         let (state, actions) = handoff::converge(
