@@ -1225,6 +1225,62 @@ fn two_template_vms_found_on_leave_one_though_the_ledger_refuses_the_step() {
     two_on_at_start(true);
 }
 
+/// A template VM started behind the daemon's back while another holds the
+/// baseboard is destroyed (a `destroyed` step), and a restart after it
+/// resumes from the step before: the holder runs on in the same slice. The
+/// destroy was a `forced` step a restart resumed from: the holder was
+/// recorded as found running again, a second `started` step.
+#[test]
+fn a_restart_after_a_newcomer_was_destroyed_keeps_the_holders_slice() {
+    let Some(_lock) = libvirtd() else { return };
+    let (conn, dir, bus, config) = defined_then_killed(&["ha", "hb"]);
+    let a = bus.address.clone();
+    let on = |name: &str| {
+        conn.lookup_domain_by_name(name)
+            .and_then(|d| d.is_active())
+            .unwrap_or(false)
+    };
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    assert!(manager(&a, None, "Resume", &["sb", "ha", "false"]).ok);
+    eventually("ha running", || template_state(&a, "ha") == "running");
+    conn.lookup_domain_by_name("tmpl-hb")
+        .expect("defined by the daemon")
+        .create()
+        .expect("started behind its back");
+    eventually("hb destroyed", || !on("tmpl-hb"));
+    let ledger = d.state.join("ledger.db");
+    let count = |sql: &str| -> i64 {
+        rusqlite::Connection::open(&ledger)
+            .unwrap()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
+    };
+    let destroyed = "SELECT count(*) FROM handoff_steps WHERE step = 'destroyed' \
+                     AND from_template = 'hb' AND to_template = 'ha'";
+    eventually("hb's destroy recorded", || count(destroyed) == 1);
+    drop(d);
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    eventually("converged", || d.log_text().contains("should be on now"));
+    eventually("ha running again", || template_state(&a, "ha") == "running");
+    assert!(on("tmpl-ha") && !on("tmpl-hb"));
+    let started =
+        "SELECT count(*) FROM handoff_steps WHERE step = 'started' AND to_template = 'ha'";
+    assert_eq!(count(started), 1, "{}", d.log_text());
+    assert_eq!(
+        count("SELECT count(*) FROM slices WHERE template = 'ha'"),
+        1,
+        "one slice"
+    );
+    for vm in ["tmpl-ha", "tmpl-hb"] {
+        if let Ok(vm) = conn.lookup_domain_by_name(vm) {
+            let _ = vm.destroy();
+            let _ = vm.undefine();
+        }
+    }
+    drop(d);
+    std::mem::forget(conn);
+}
+
 /// Templates defined by a daemon on the shared test driver (buffer 0; a
 /// domain of the same name left by another test is removed first), which
 /// is then killed, their VMs off: the driver's connection, and the

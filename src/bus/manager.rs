@@ -465,9 +465,12 @@ impl Manager {
 
     /// One step of a handoff, as the ledger records it: power-off-asked,
     /// forced, stopped, release-confirmed, start-issued, started, ready,
-    /// start-failed, failed, requested (who comes next changed, nothing else
-    /// yet); `from`/`to` are templates ("" when none). For `forced`, `from`
-    /// is the VM destroyed and `to` who holds the baseboard after it.
+    /// start-failed, failed, target-gone, requested (who comes next
+    /// changed, nothing else yet), destroyed (a template VM on beside the
+    /// one holding the baseboard, destroyed; not a step of the handoff);
+    /// `from`/`to` are templates ("" when none). For `forced` and
+    /// `destroyed`, `from` is the VM destroyed and `to` who holds the
+    /// baseboard once it settles.
     #[zbus(signal)]
     pub async fn handoff_step(
         emitter: &SignalEmitter<'_>,

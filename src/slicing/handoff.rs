@@ -657,7 +657,8 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
 }
 
 /// The state at start-up, from the last ledger record that is not a
-/// [`Step::Requested`] (requests reach [`converge`] as `want`) and the
+/// [`Step::Requested`] (requests reach [`converge`] as `want`) nor a
+/// [`Step::Destroyed`] (not a step of the handoff), and the
 /// template VM that is on now (the caller lists active domains). Finishes what the
 /// record shows in flight, safely: a power-off is asked again, a stop is
 /// followed by a release check, a start is redone only after a fresh check.
@@ -812,8 +813,17 @@ pub fn converge(
     now_ms: EpochMs,
     s: &Settings,
 ) -> (State, Vec<Action>) {
+    let is_on = |t: &&str| vm_on.iter().any(|v| v == t);
+    // The one kept: the one wanted, else the one the ledger last had on
+    // (not a newcomer whose destroy a crash cut short), else any.
+    let recorded_on = last.and_then(|r| match r.step {
+        Step::PowerOffAsked | Step::Forced => r.from.as_deref(),
+        Step::StartIssued | Step::Started | Step::StartFailed | Step::Ready => r.to.as_deref(),
+        _ => None,
+    });
     let keep = want
-        .filter(|w| vm_on.iter().any(|v| v == w))
+        .filter(is_on)
+        .or(recorded_on.filter(is_on))
         .or(vm_on.first().map(String::as_str));
     let (state, actions) = resume_from(last, keep, now_ms, s);
     let mut out = Vec::new();
@@ -822,14 +832,13 @@ pub fn converge(
             "on together with {}; exactly one template VM may be on",
             keep.unwrap_or_default()
         );
-        // `to`: who holds the baseboard once settled (the one kept, or the
-        // one it is being powered off for), so a restart still wants it.
-        let to = state.target();
+        // `to`: who holds the baseboard once settled, so a restart still
+        // wants it: the one wanted (the event below brings the handoff there).
         record(
             &mut out,
             Step::Destroyed,
             Some(extra),
-            to,
+            want,
             now_ms,
             Some(why),
         );
@@ -1527,15 +1536,12 @@ mod tests {
             Some("a")
         );
         assert_eq!(wanted_without_schedule(None, &on).as_deref(), Some("a"));
-        // Two on at start-up: the extra is destroyed, the record names
-        // who stays, so a restart right after still wants it.
-        let (_, actions) = converge(
-            None,
-            &["a".into(), "b".into()],
-            None,
-            EpochMs(5),
-            &settings(0),
-        );
+        // Two on at start-up, a fresh ledger and no schedule: the one on
+        // first is wanted, the other destroyed; the record names who
+        // stays, so a restart right after still wants it.
+        let both = ["a".to_string(), "b".to_string()];
+        let want = wanted_without_schedule(None, &both);
+        let (_, actions) = converge(want.as_deref(), &both, None, EpochMs(5), &settings(0));
         let destroyed = destroyed_step(&actions);
         assert_eq!(
             (destroyed.from.as_deref(), destroyed.to.as_deref()),
@@ -1545,6 +1551,11 @@ mod tests {
             wanted_without_schedule(Some(&destroyed), &["a".into()]).as_deref(),
             Some("a")
         );
+        // With none wanted (a schedule's off time), it names none: the
+        // one kept is powered off next.
+        let (state, actions) = converge(None, &both, None, EpochMs(5), &settings(0));
+        assert_eq!(destroyed_step(&actions).to, None);
+        assert_eq!(state.target(), None);
     }
 
     fn requested(to: Option<&str>, at_ms: u64) -> Action {
@@ -1964,7 +1975,7 @@ mod tests {
         );
     }
 
-    /// The `forced` step among these actions.
+    /// The `destroyed` step among these actions.
     fn destroyed_step(actions: &[Action]) -> Record {
         actions
             .iter()
@@ -2055,6 +2066,34 @@ mod tests {
         }
     }
 
+    /// A newcomer whose destroy a crash cut short is on beside the holder
+    /// at the restart, and sorts first: the one the ledger last had on is
+    /// kept (its power-off finished), the newcomer destroyed again, and
+    /// the record names who holds the baseboard once settled (the next, or
+    /// none). Any VM on was kept (the first by name): the newcomer was
+    /// taken for found running, a slice begun for it, and the holder
+    /// destroyed with its slice left open.
+    #[test]
+    fn a_restart_keeps_the_vm_the_ledger_had_on_not_a_newcomer() {
+        let s = settings(0);
+        let on = ["a".to_string(), "b".to_string()];
+        for next in [None, Some("c")] {
+            let asked = record_of(Step::PowerOffAsked, Some("b"), next, 1);
+            let (state, actions) = converge(next, &on, Some(&asked), EpochMs(9), &s);
+            assert!(
+                matches!(&state, State::PoweringOff { from, to, .. }
+                    if from == "b" && to.as_deref() == next),
+                "{next:?}: {state:?}"
+            );
+            let destroyed = destroyed_step(&actions);
+            assert_eq!(
+                (destroyed.from.as_deref(), destroyed.to.as_deref()),
+                (Some("a"), next)
+            );
+            assert!(!starts_a_slice(&actions), "{actions:?}");
+        }
+    }
+
     /// Two VMs found on at a start: the one not kept is destroyed, named as
     /// such (not a forced power-off of the holder), and names who holds the
     /// baseboard once settled: a restart after it neither powers the one
@@ -2070,7 +2109,8 @@ mod tests {
             (Some("a"), Some("b"))
         );
         assert_eq!(state.on(), Some("b"));
-        // The ledger then holds b's start (found running), then a's destroy.
+        // The ledger then holds a's destroy, then b's start (found running):
+        // a restart resumes from the start (last_state_step skips the destroy).
         let found = actions
             .iter()
             .find_map(|a| match a {
