@@ -382,17 +382,10 @@ impl Loop {
 
     /// The caller's uid from the bus daemon (no group lookup).
     async fn uid_of(&self, hdr: &Header<'_>, conn: &Connection) -> Result<u32, BusError> {
-        let sender = hdr
-            .sender()
-            .ok_or_else(|| BusError(Error::AccessDenied("the call carries no sender".into())))?;
         let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        dbus.get_connection_unix_user(sender.clone().into())
+        dbus.get_connection_unix_user(sender_of(hdr)?.clone().into())
             .await
-            .map_err(|e| {
-                BusError(Error::AccessDenied(format!(
-                    "cannot tell who the caller is: {e}"
-                )))
-            })
+            .map_err(|e| unknown_caller(e.to_string()))
     }
 
     /// [`Loop::ask_from`] for a read of the ledger (a report, ended
@@ -423,9 +416,7 @@ impl Loop {
 
     /// Who is calling: uid and pid from the bus daemon, group membership from NSS.
     pub async fn caller(&self, hdr: &Header<'_>, conn: &Connection) -> Result<Caller, BusError> {
-        let sender = hdr
-            .sender()
-            .ok_or_else(|| BusError(Error::AccessDenied("the call carries no sender".into())))?;
+        let sender = sender_of(hdr)?;
         let key = sender.to_string();
         if let Some((caller, at)) = self.lock_facts().get(&key) {
             if at.elapsed() < MEMBERSHIP_TTL {
@@ -436,18 +427,13 @@ impl Loop {
         let name: BusName<'_> = sender.into();
         // One round trip for both (GetConnectionUnixUser and …ProcessID
         // would be two, on the call's path).
-        let unknown = |e: String| {
-            BusError(Error::AccessDenied(format!(
-                "cannot tell who the caller is: {e}"
-            )))
-        };
         let credentials = dbus
             .get_connection_credentials(name)
             .await
-            .map_err(|e| unknown(e.to_string()))?;
+            .map_err(|e| unknown_caller(e.to_string()))?;
         let uid = credentials
             .unix_user_id()
-            .ok_or_else(|| unknown("the bus gave no UnixUserID".into()))?;
+            .ok_or_else(|| unknown_caller("the bus gave no UnixUserID".into()))?;
         let pid = credentials.process_id();
         let group = self.group.clone();
         let member = tokio::task::spawn_blocking(move || auth::is_member(uid, &group))
@@ -465,6 +451,19 @@ impl Loop {
     fn lock_facts(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Caller, Instant)>> {
         self.facts.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The unique bus name a call came from.
+fn sender_of<'h>(hdr: &'h Header<'_>) -> Result<&'h zbus::names::UniqueName<'h>, BusError> {
+    hdr.sender()
+        .ok_or_else(|| BusError(Error::AccessDenied("the call carries no sender".into())))
+}
+
+/// The bus daemon could not say who called.
+fn unknown_caller(why: String) -> BusError {
+    BusError(Error::AccessDenied(format!(
+        "cannot tell who the caller is: {why}"
+    )))
 }
 
 #[cfg(test)]

@@ -57,7 +57,11 @@ impl FairTurns {
     /// A turn at once, when one is free and no one waits: who asks does
     /// not matter then (and need not be learnt).
     pub fn try_take(&self) -> Option<Turn> {
-        let mut s = lock(&self.state);
+        self.free_turn(&mut lock(&self.state))
+    }
+
+    /// A free turn when no one waits, taken under the lock held as `s`.
+    fn free_turn(&self, s: &mut State) -> Option<Turn> {
         if s.free > 0 && s.rotation.is_empty() {
             s.free -= 1;
             return Some(Turn {
@@ -74,11 +78,8 @@ impl FairTurns {
                 let mut s = lock(&self.state);
                 // Free now (checked under the same lock as the queueing:
                 // a turn given back between the two would wake no one).
-                if s.free > 0 && s.rotation.is_empty() {
-                    s.free -= 1;
-                    return Ok(Turn {
-                        state: self.state.clone(),
-                    });
+                if let Some(turn) = self.free_turn(&mut s) {
+                    return Ok(turn);
                 }
                 // A user is in the rotation while it has an entry here.
                 let fresh = !s.waiting.contains_key(&who);
