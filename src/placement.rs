@@ -27,6 +27,8 @@ pub struct Gpu {
     /// Memory shared workers use beyond their shares: theirs, but not free
     /// to promise to anyone.
     pub beyond_shares: Amount,
+    /// Whose use that is: each set of workers judged together.
+    pub beyond: Vec<Beyond>,
     pub healthy: bool,
     /// Owned by a time-slicing baseboard: never offered to workers.
     pub sliced: bool,
@@ -83,6 +85,46 @@ impl Gpu {
             None => format!("GPU {} of {m} is unhealthy", self.index),
         }
     }
+}
+
+/// Workers using more GPU memory than their shares, judged together (they
+/// name a process in common, whose bytes cannot be told apart between them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Beyond {
+    /// Sorted; one for a worker judged alone.
+    pub workers: Vec<String>,
+    /// The sum of their shares, and what their processes use now.
+    pub share: Amount,
+    pub used: Amount,
+    pub excess: Amount,
+}
+
+/// Workers a line about use beyond shares names; the rest are counted.
+const NAMED: usize = 3;
+
+impl Beyond {
+    /// `0.5 GB beyond its 2.5 GB share by worker listen`, or `1 GB beyond
+    /// their 5 GB of shares by workers e, f, g and 2 more`.
+    pub fn line(&self) -> String {
+        let (gb, share) = (self.excess, self.share);
+        match self.workers.as_slice() {
+            [one] => format!("{gb} GB beyond its {share} GB share by worker {one}"),
+            many => format!(
+                "{gb} GB beyond their {share} GB of shares by workers {}",
+                named(many.iter().map(String::as_str))
+            ),
+        }
+    }
+}
+
+/// Up to [`NAMED`] names, then how many more: `e, f, g and 2 more`.
+pub fn named<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let more = names.len().saturating_sub(NAMED);
+    let mut line = names.take(NAMED).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        line.push_str(&format!(" and {more} more"));
+    }
+    line
 }
 
 /// The machine as the placement core sees it.
@@ -296,6 +338,7 @@ pub fn never_fits(machine: &Machine, res: &Resources) -> Option<Vec<String>> {
     for g in &mut emptied.gpus {
         g.outside = Amount::ZERO;
         g.beyond_shares = Amount::ZERO;
+        g.beyond.clear();
         g.outside_detail.clear();
         g.healthy = true;
         g.problem = None;

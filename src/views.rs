@@ -61,6 +61,8 @@ pub struct GpuView {
     pub total_gb: f64,
     pub offered_gb: f64,
     pub held_outside_gb: f64,
+    /// What sharers use beyond their shares ([`placement::Gpu::beyond`]).
+    pub beyond_shares_gb: f64,
     pub taken_gb: f64,
     /// Each sharer and its share: the placement book's own map (a pointer:
     /// the list is built only when someone reads it).
@@ -223,6 +225,7 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
         total_gb: g.total.as_f64(),
         offered_gb: g.offered().as_f64(),
         held_outside_gb: g.outside.as_f64(),
+        beyond_shares_gb: g.beyond_shares.as_f64(),
         taken_gb: node.book().taken(&g.uuid).as_f64(),
         sharers: usage.map(|u| u.sharers().clone()).unwrap_or_default(),
         held_whole_by: usage.and_then(|u| u.whole.clone()).unwrap_or_default(),

@@ -219,6 +219,61 @@ fn a_new_reading_reexamines_only_the_gpus_that_changed() {
     assert!(n.audit().is_empty(), "{:?}", n.audit());
 }
 
+/// Use beyond shares as each one is told: the GPU's warning names whose it
+/// is, co-sharers see it as their GPU's, and a worker is told its own,
+/// judged with the workers it shares a process with (the oracle: the
+/// figures set by hand below, not the inventory's sums).
+#[test]
+fn use_beyond_shares_is_a_gpu_warning_and_each_workers_own() {
+    use astraeusd::placement::Beyond;
+    use astraeusd::quantity::Amount;
+    let mut n = node();
+    for (name, gb) in [("a", "1"), ("b", "1"), ("c", "2")] {
+        n.submit(&shared(name, gb), 1000).unwrap();
+    }
+    let gb = |h| Amount::from_hundredths(h);
+    let mut m = n.machine().clone();
+    m.gpus[0].beyond_shares = gb(50);
+    m.gpus[0].beyond = vec![Beyond {
+        workers: vec!["a".into(), "b".into()],
+        share: gb(200),
+        used: gb(250),
+        excess: gb(50),
+    }];
+    n.set_machine(m.clone()).unwrap();
+    let g = &n.machine().gpus[0];
+    assert_eq!(
+        n.gpu_warning(g).as_deref(),
+        Some("used beyond shares: 0.5 GB beyond their 2 GB of shares by workers a, b")
+    );
+    let warnings = |n: &Node, w: &str| n.worker_warnings(n.worker(w).unwrap());
+    assert_eq!(
+        warnings(&n, "a"),
+        ["uses, with b, more than their 2 GB of shares on GPU 0 of majin (2.5 GB now)"]
+    );
+    assert_eq!(
+        warnings(&n, "c"),
+        ["GPU 0 of majin is used beyond shares: 0.5 GB beyond their 2 GB of shares by workers a, b"]
+    );
+    // Alone, in the words of a worker's own breach.
+    m.gpus[0].beyond[0].workers = vec!["c".into()];
+    n.set_machine(m.clone()).unwrap();
+    assert_eq!(
+        warnings(&n, "c"),
+        ["uses more than its 2 GB share on GPU 0 of majin (2.5 GB now)"]
+    );
+    // Over-promised is the GPU's, whoever is beyond: everyone is told.
+    m.gpus[0].beyond_shares = gb(500);
+    n.set_machine(m).unwrap();
+    let told = warnings(&n, "c");
+    assert!(
+        told[0].starts_with("GPU 0 of majin is over-promised: 4 GB promised"),
+        "{told:?}"
+    );
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(warnings(&n, "a")[0].starts_with("GPU 0 of majin is over-promised"));
+}
+
 /// Ops of the quota tallies' property test: submit a sharer of `gb` tenths
 /// for owner `owner`, stop the `i`th live worker, or restart on the ledger.
 #[derive(Clone, Debug)]

@@ -369,6 +369,22 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
     };
     assert_eq!(gpu("OfferedGb"), "d 6.5\n");
     assert_eq!(gpu("HeldOutsideGb"), "d 1\n");
+    assert_eq!(gpu("BeyondSharesGb"), "d 0.5\n");
+    let warning = "used beyond shares: 0.5 GB beyond its 2.5 GB share by worker listen";
+    assert_eq!(gpu("Warning"), format!("s \"{warning}\"\n"));
+    assert_eq!(gpu("OverPromised"), "b false\n");
+    let o = ctl(a, None, &["gpus"]);
+    assert!(
+        o.stdout.contains(&format!("\n  ! {warning}\n")),
+        "{}",
+        o.stdout
+    );
+    let o = ctl(a, None, &["--json", "gpus"]);
+    assert!(
+        o.stdout.contains("\"beyond_shares_gb\": 0.5,"),
+        "{}",
+        o.stdout
+    );
     let big =
         r#"{"name":"big","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":7}}}"#;
     let why = manager(a, None, "WhyNot", &["s", big]).stdout;

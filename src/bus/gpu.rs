@@ -54,6 +54,12 @@ impl GpuObject {
     async fn held_outside_gb(&self) -> f64 {
         self.view.read().held_outside_gb
     }
+    /// What its sharers' processes use beyond their shares: not free to
+    /// offer, not outside Astraeus either (Warning says whose).
+    #[zbus(property)]
+    async fn beyond_shares_gb(&self) -> f64 {
+        self.view.read().beyond_shares_gb
+    }
     #[zbus(property)]
     async fn taken_gb(&self) -> f64 {
         self.view.read().taken_gb
@@ -121,6 +127,11 @@ impl GpuObject {
             old.held_outside_gb != n.held_outside_gb,
             "HeldOutsideGb",
             n.held_outside_gb,
+        );
+        d.set(
+            old.beyond_shares_gb != n.beyond_shares_gb,
+            "BeyondSharesGb",
+            n.beyond_shares_gb,
         );
         d.set(old.taken_gb != n.taken_gb, "TakenGb", n.taken_gb);
         // A changed map is a new tree: comparing pointers is exact for

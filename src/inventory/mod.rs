@@ -8,7 +8,7 @@ pub mod nvml;
 pub mod sim;
 
 use crate::error::Result;
-use crate::placement::Machine;
+use crate::placement::{Beyond, Machine};
 use crate::quantity::Amount;
 use std::collections::{HashMap, HashSet};
 
@@ -160,6 +160,8 @@ pub struct Held {
     /// Used by shared workers beyond their shares: not outside Astraeus,
     /// but not free to promise either.
     pub beyond_shares: Amount,
+    /// Whose use beyond shares that is.
+    pub beyond: Vec<Beyond>,
     /// Who holds what (`1 GB held by pid 4242 (Xorg, user gdm)`, `0.5 GB
     /// beyond its 2 GB share by worker listen`).
     pub detail: Vec<String>,
@@ -180,6 +182,7 @@ pub fn held_outside(
 ) -> Held {
     let mut detail = Vec::new();
     let mut beyond = 0u64;
+    let mut whose = Vec::new();
     let outside_bytes = match processes {
         Some(procs) if procs.iter().all(|p| p.bytes.is_some()) => {
             let own_bytes: u64 = procs
@@ -198,9 +201,10 @@ pub fn held_outside(
                     detail.push(format!("{gb} GB held by pid {} ({})", p.pid, p.who));
                 }
             }
-            for (excess, line) in beyond_shares(procs, &own.shares) {
+            for (excess, over) in beyond_shares(procs, &own.shares) {
                 beyond += excess;
-                detail.push(line);
+                detail.push(over.line());
+                whose.push(over);
             }
             used.saturating_sub(own_bytes)
         }
@@ -219,18 +223,16 @@ pub fn held_outside(
     Held {
         outside: Amount::gb_from_bytes_ceil(outside_bytes.saturating_add(reserved)),
         beyond_shares: Amount::gb_from_bytes_ceil(beyond),
+        beyond: whose,
         detail,
     }
 }
 
-/// Workers a line about use beyond shares names; the rest are counted.
-const NAMED: usize = 3;
-
-/// What shared workers' processes use beyond their shares, with a line
-/// saying whose. Workers that name a process in common (one holder serving
-/// two workers) are judged together, against the sum of their shares: a
+/// What shared workers' processes use beyond their shares (bytes, and
+/// whose). Workers that name a process in common (one holder serving two
+/// workers) are judged together, against the sum of their shares: a
 /// process's bytes cannot be told apart between them.
-fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, String)> {
+fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, Beyond)> {
     // Workers linked by a process in common, as sets: each share points at
     // another of its set, or at itself when it stands for the set.
     let mut parent: Vec<usize> = (0..shares.len()).collect();
@@ -267,19 +269,13 @@ fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, String)> {
                 .sum();
             let excess = used.checked_sub(share.bytes()).filter(|e| *e > 0)?;
             names.sort_unstable();
-            let gb = Amount::gb_from_bytes_ceil(excess);
-            let line = match names.as_slice() {
-                [one] => format!("{gb} GB beyond its {share} GB share by worker {one}"),
-                many => {
-                    let more = many.len().saturating_sub(NAMED);
-                    let mut named = many[..many.len().min(NAMED)].join(", ");
-                    if more > 0 {
-                        named.push_str(&format!(" and {more} more"));
-                    }
-                    format!("{gb} GB beyond their {share} GB of shares by workers {named}")
-                }
+            let beyond = Beyond {
+                workers: names.into_iter().map(str::to_string).collect(),
+                share,
+                used: Amount::gb_from_bytes_ceil(used),
+                excess: Amount::gb_from_bytes_ceil(excess),
             };
-            Some((excess, line))
+            Some((excess, beyond))
         })
         .collect()
 }

@@ -394,6 +394,7 @@ impl NvmlSource {
             total,
             outside: held.outside.min(total),
             beyond_shares: held.beyond_shares,
+            beyond: held.beyond,
             healthy: true,
             sliced,
             outside_detail: held.detail,

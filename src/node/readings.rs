@@ -4,7 +4,7 @@
 
 use super::{Node, Status, Worker};
 use crate::inventory::{Claim, Group, Own};
-use crate::placement::Gpu;
+use crate::placement::{named, Beyond, Gpu};
 
 impl Node {
     /// What is the workers' own on the GPUs: on each GPU, the running
@@ -50,8 +50,15 @@ impl Node {
 
     /// Why a GPU needs attention, if it does: promised beyond what it offers
     /// now (outside use, or a sharer's beyond its share, grew after
-    /// placement), or unhealthy while in use.
+    /// placement), unhealthy while in use, or sharers using beyond their
+    /// shares (memory the others were promised is at risk).
     pub fn gpu_warning(&self, g: &Gpu) -> Option<String> {
+        self.gpu_warning_for(g, None)
+    }
+
+    /// [`Self::gpu_warning`] as a worker on it is told: use beyond shares
+    /// that is partly its own is its own warning, not its GPU's.
+    fn gpu_warning_for(&self, g: &Gpu, worker: Option<&str>) -> Option<String> {
         let taken = self.book.taken(&g.uuid);
         if taken > g.offered() {
             return Some(format!(
@@ -70,7 +77,12 @@ impl Node {
                     .unwrap_or_default()
             ));
         }
-        None
+        let names = |b: &Beyond| worker.is_some_and(|w| b.workers.iter().any(|n| n == w));
+        if g.beyond.is_empty() || g.beyond.iter().any(names) {
+            return None;
+        }
+        let lines: Vec<String> = g.beyond.iter().map(Beyond::line).collect();
+        Some(format!("used beyond shares: {}", lines.join("; ")))
     }
 
     /// The GPU memory a worker's processes use now, per GPU it holds (index,
@@ -92,32 +104,43 @@ impl Node {
     }
 
     /// Warnings about a running worker: its GPUs (unhealthy, over-promised,
-    /// gone) and its promise (using more than its share).
+    /// gone, used beyond others' shares) and its promise (using more than
+    /// its share, judged with the workers it shares a process with).
     pub fn worker_warnings(&self, w: &Worker) -> Vec<String> {
         let m = &self.machine.name;
-        let mut out: Vec<String> = w
-            .grants()
-            .iter()
-            .filter_map(
-                |grant| match self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid) {
-                    None => Some(format!(
-                        "GPU {} of {m} ({}) is no longer seen by the inventory",
-                        grant.gpu_index, grant.gpu_uuid
-                    )),
-                    Some(g) => self
-                        .gpu_warning(g)
-                        .map(|w| format!("GPU {} of {m} is {w}", g.index)),
-                },
-            )
-            .collect();
-        if let Some(share) = w.spec.shared_gb() {
-            for (index, used) in self.worker_use(w) {
-                let used = used.map(crate::quantity::Amount::gb_from_bytes_ceil);
-                if let Some(used) = used.filter(|u| *u > share) {
-                    out.push(format!(
-                        "uses more than its {share} GB share on GPU {index} of {m} ({used} GB now)"
-                    ));
-                }
+        let mut out = Vec::new();
+        for grant in w.grants() {
+            let Some(g) = self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid) else {
+                out.push(format!(
+                    "GPU {} of {m} ({}) is no longer seen by the inventory",
+                    grant.gpu_index, grant.gpu_uuid
+                ));
+                continue;
+            };
+            if let Some(warning) = self.gpu_warning_for(g, Some(w.name())) {
+                out.push(format!("GPU {} of {m} is {warning}", g.index));
+            }
+            let index = g.index;
+            for b in g
+                .beyond
+                .iter()
+                .filter(|b| b.workers.iter().any(|n| n == w.name()))
+            {
+                let (share, used) = (b.share, b.used);
+                let others: Vec<&str> = b
+                    .workers
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|n| *n != w.name())
+                    .collect();
+                out.push(if others.is_empty() {
+                    format!("uses more than its {share} GB share on GPU {index} of {m} ({used} GB now)")
+                } else {
+                    format!(
+                        "uses, with {}, more than their {share} GB of shares on GPU {index} of {m} ({used} GB now)",
+                        named(others.into_iter())
+                    )
+                });
             }
         }
         out

@@ -116,7 +116,7 @@ fn gpu(g: &GpuSnap) -> String {
     }
     let (total, outside) = (v.total_gb, v.held_outside_gb);
     // What sharers use beyond their shares: neither outside nor free.
-    let beyond = ((total - outside - v.offered_gb) * 100.0).round().max(0.0) / 100.0;
+    let beyond = v.beyond_shares_gb;
     let taken = v.taken_gb;
     let scale = total.max(outside + beyond + taken).max(0.001);
     let names: Vec<&str> = v.sharers.iter().map(|(n, _)| &**n).collect();

@@ -78,6 +78,11 @@ pub fn metrics(snap: &Snapshot) -> String {
         per_gpu(&|v| v.held_outside_gb),
     );
     family(
+        "astraeus_gpu_memory_beyond_shares_bytes",
+        "GPU memory shared workers use beyond their shares.",
+        per_gpu(&|v| v.beyond_shares_gb),
+    );
+    family(
         "astraeus_gpu_memory_taken_bytes",
         "GPU memory promised to shared workers.",
         per_gpu(&|v| v.taken_gb),

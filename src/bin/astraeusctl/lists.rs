@@ -67,6 +67,15 @@ fn width<'a>(header: &str, cells: impl Iterator<Item = &'a str>) -> usize {
         .unwrap_or(0)
 }
 
+/// What sharers use beyond their shares: what a GPU offers less than its
+/// total without it being held outside, to hundredths as amounts are.
+fn beyond_shares(g: &GpuRow) -> f64 {
+    ((g.total_gb - g.held_outside_gb - g.offered_gb) * 100.0)
+        .round()
+        .max(0.0)
+        / 100.0
+}
+
 pub async fn gpus(c: &Client, form: Form) -> Result<(), String> {
     let rows: Vec<GpuRow> = c.call("ListGpus", &()).await?;
     if form.json {
@@ -75,7 +84,10 @@ pub async fn gpus(c: &Client, form: Form) -> Result<(), String> {
             .map(|g| {
                 json!({"index": g.index, "uuid": g.uuid, "model": g.model, "mode": g.mode,
                    "total_gb": g.total_gb, "offered_gb": g.offered_gb,
-                   "held_outside_gb": g.held_outside_gb, "taken_gb": g.taken_gb,
+                   "held_outside_gb": g.held_outside_gb,
+                   // ListGpus keeps its signature: derived (the Gpu object's BeyondSharesGb).
+                   "beyond_shares_gb": beyond_shares(g),
+                   "taken_gb": g.taken_gb,
                    "healthy": g.health == "ok",
                    "health": (g.health != "ok").then_some(&g.health),
                    "warning": (!g.warning.is_empty()).then_some(&g.warning),
