@@ -32,11 +32,47 @@ pub struct Submitted {
     pub reasons: Vec<String>,
 }
 
-/// A window of time, in epoch seconds as callers give it.
+/// A window of time callers give in epoch seconds, checked when made: the
+/// adaptor refuses a bad one before the caller waits for anything (a turn,
+/// the loop).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
-    pub from: i64,
-    pub to: i64,
+    from: jiff::Timestamp,
+    to: jiff::Timestamp,
+}
+
+/// The longest window a report or a slice listing answers for.
+pub const MAX_WINDOW_DAYS: i64 = 400;
+
+impl Window {
+    /// Both ends within years 1 to 9999, `to` after `from`, at most
+    /// [`MAX_WINDOW_DAYS`] apart.
+    pub fn checked(from: i64, to: i64) -> Result<Window> {
+        use crate::error::Error;
+        let ts = |field: &str, v: i64| {
+            jiff::Timestamp::from_second(v)
+                .map_err(|_| Error::field(field, "epoch seconds within years 1 to 9999"))
+        };
+        let (f, t) = (ts("from", from)?, ts("to", to)?);
+        if t <= f {
+            return Err(Error::field("to", "must be after from"));
+        }
+        if to - from > MAX_WINDOW_DAYS * 86_400 {
+            return Err(Error::field(
+                "to",
+                format!("a window of at most {MAX_WINDOW_DAYS} days"),
+            ));
+        }
+        Ok(Window { from: f, to: t })
+    }
+
+    pub fn from(&self) -> jiff::Timestamp {
+        self.from
+    }
+
+    pub fn to(&self) -> jiff::Timestamp {
+        self.to
+    }
 }
 
 pub enum Command {
@@ -76,7 +112,7 @@ pub enum Command {
     },
     UsageReport {
         window: Window,
-        group_by: String,
+        group_by: crate::report::GroupBy,
         reply: Reply<Result<Vec<UsageRow>>>,
     },
     /// Everything the machine page shows, in one go.

@@ -1217,6 +1217,72 @@ fn a_long_usage_report_holds_no_one_else() {
     });
 }
 
+/// A malformed report is refused before its caller takes a turn: with a
+/// report held in the ledger's one turn, a report asked for with a bad
+/// group_by or window is answered at once, the held one still running
+/// (before, it waited for the held report to end, then the loop refused it).
+#[test]
+fn a_malformed_report_waits_for_no_turn() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "",
+        &[("ASTRAEUS_FAILPOINTS", "usage.report=pause8000")],
+    );
+    let (from, to) = ((now - 3600).to_string(), now.to_string());
+    let held = {
+        let (a, from, to) = (bus.address.clone(), from.clone(), to.clone());
+        std::thread::spawn(move || manager(&a, None, "UsageReport", &["xxs", &from, &to, "worker"]))
+    };
+    eventually("the report is held inside", || {
+        d.log_text().contains("failpoint usage.report reached")
+    });
+    let long = (401 * 86_400).to_string();
+    let cases: [(&str, [&str; 4], &str); 5] = [
+        ("UsageReport", ["xxs", &from, &to, "colour"], "group_by"),
+        (
+            "UsageReport",
+            ["xxs", &to, &from, "worker"],
+            "to: must be after from",
+        ),
+        (
+            "UsageReport",
+            ["xxs", "0", &long, "worker"],
+            "to: a window of at most 400 days",
+        ),
+        (
+            "UsageReport",
+            ["xxs", &to, "999999999999", "worker"],
+            "to: epoch seconds",
+        ),
+        (
+            "SliceReport",
+            ["sxx", "", &to, &from],
+            "to: must be after from",
+        ),
+    ];
+    for (method, args, said) in cases {
+        let o = manager(&bus.address, None, method, &args);
+        assert!(
+            !o.ok && o.stderr.contains(said),
+            "{method} {args:?}: {}",
+            o.stderr
+        );
+    }
+    assert!(
+        !held.is_finished(),
+        "the malformed reports were answered only after the held one"
+    );
+    let o = held.join().unwrap();
+    assert!(o.ok, "{}", o.stderr);
+}
+
 /// So does a slice report: read by their end, the slices of a window long
 /// ago are every slice since, which a caller names (any window of 400 days).
 #[test]

@@ -249,12 +249,10 @@ impl Manager {
         from: i64,
         to: i64,
     ) -> Result<Vec<SliceRow>, BusError> {
+        let window = Window::checked(from, to)?;
         Ok(self
             .lp
-            .ask_from(&hdr, conn, |reply| Command::ListSlices {
-                window: Window { from, to },
-                reply,
-            })
+            .ask_from(&hdr, conn, |reply| Command::ListSlices { window, reply })
             .await??)
     }
 
@@ -268,10 +266,11 @@ impl Manager {
         from: i64,
         to: i64,
     ) -> Result<Vec<String>, BusError> {
+        let window = Window::checked(from, to)?;
         Ok(self
             .lp
             .ask_from(&hdr, conn, |reply| Command::ListSliceNotes {
-                window: Window { from, to },
+                window,
                 reply,
             })
             .await??)
@@ -292,11 +291,16 @@ impl Manager {
         to: i64,
         group_by: String,
     ) -> Result<Vec<UsageRow>, BusError> {
+        // Checked before the caller's turn: a malformed report waits for nothing.
         bounded(&[("group_by", &group_by)])?;
+        let group_by = group_by
+            .parse::<crate::report::GroupBy>()
+            .map_err(crate::error::Error::from)?;
+        let window = Window::checked(from, to)?;
         Ok(self
             .lp
             .ask_in_turn(&hdr, conn, |reply| Command::UsageReport {
-                window: Window { from, to },
+                window,
                 group_by,
                 reply,
             })
@@ -412,11 +416,12 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<SliceReportRow>, BusError> {
         bounded(&[("template", &template)])?;
+        let window = Window::checked(from, to)?;
         Ok(self
             .lp
             .ask_in_turn(&hdr, conn, |reply| Command::SliceReport {
                 template,
-                window: Window { from, to },
+                window,
                 reply,
             })
             .await??)

@@ -671,7 +671,7 @@ impl Service {
                 window,
                 group_by,
                 reply,
-            } => self.usage_report(window, &group_by, reply),
+            } => self.usage_report(window, group_by, reply),
             Command::Snapshot { reply } => {
                 let _ = reply.send(self.page_snapshot());
             }
@@ -704,10 +704,10 @@ impl Service {
                 let _ = reply.send(self.get_schedule(&template));
             }
             Command::ListSlices { window, reply } => {
-                let _ = reply.send(self.list_slices(window));
+                let _ = reply.send(Ok(self.list_slices(window)));
             }
             Command::ListSliceNotes { window, reply } => {
-                let _ = reply.send(self.list_slice_notes(window));
+                let _ = reply.send(Ok(self.list_slice_notes(window)));
             }
             Command::SliceReport {
                 template,

@@ -20,9 +20,6 @@ pub(super) fn slice_row(s: crate::rotation::Slice) -> SliceRow {
     }
 }
 
-/// The longest window ListSlices answers for.
-const MAX_SLICE_WINDOW_DAYS: i64 = 400;
-
 impl Service {
     pub(super) fn get_worker(&self, name: &str) -> Result<String> {
         match self.node.worker(name) {
@@ -86,28 +83,18 @@ impl Service {
         })
     }
 
-    /// The usage report over the window, as UsageReport rows. The arguments
-    /// are checked and the live run's facts taken here; the ledger is read
+    /// The usage report over the window, as UsageReport rows. The live
+    /// run's facts are taken here (the arguments were checked by the
+    /// adaptor, before the caller's turn); the ledger is read
     /// and the report computed on the report reader, away from the loop (a
     /// year of rows takes seconds), one report at a time.
     pub(super) fn usage_report(
         &self,
         window: Window,
-        group_by: &str,
+        by: crate::report::GroupBy,
         reply: Reply<Result<Vec<UsageRow>>>,
     ) {
-        let checked = group_by
-            .parse::<crate::report::GroupBy>()
-            .map_err(Error::from)
-            .and_then(|by| Ok((by, checked_window(window)?)));
-        let (by, (from, to)) = match checked {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        let (from, to) = (from.as_millisecond(), to.as_millisecond());
+        let (from, to) = (window.from().as_millisecond(), window.to().as_millisecond());
         let now = EpochMs::now().as_i64();
         let (current, gpus) = self
             .node
@@ -165,19 +152,18 @@ impl Service {
         }
     }
 
-    pub(super) fn list_slices(&self, window: Window) -> Result<Vec<SliceRow>> {
-        let (from, to) = checked_window(window)?;
-        Ok(self
-            .node
+    pub(super) fn list_slices(&self, window: Window) -> Vec<SliceRow> {
+        let (from, to) = (window.from(), window.to());
+        self.node
             .slices(from, to, &self.slice_rules.tz)
             .into_iter()
             .map(slice_row)
-            .collect())
+            .collect()
     }
 
-    pub(super) fn list_slice_notes(&self, window: Window) -> Result<Vec<String>> {
-        let (from, to) = checked_window(window)?;
-        Ok(self.node.slice_notes(from, to, &self.slice_rules.tz))
+    pub(super) fn list_slice_notes(&self, window: Window) -> Vec<String> {
+        self.node
+            .slice_notes(window.from(), window.to(), &self.slice_rules.tz)
     }
 
     pub(super) fn list_templates(&self) -> Vec<TemplateRow> {
@@ -203,14 +189,7 @@ impl Service {
         window: Window,
         reply: Reply<Result<Vec<SliceReportRow>>>,
     ) {
-        let (from, to) = match checked_window(window) {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        let (from, to) = (from.as_millisecond(), to.as_millisecond());
+        let (from, to) = (window.from().as_millisecond(), window.to().as_millisecond());
         let report = move |store: &crate::store::Store| {
             // A test holds a report here, as years of slices would.
             crate::failpoint::hit("slice.report");
@@ -253,24 +232,6 @@ fn usage_row(r: crate::report::Row) -> UsageRow {
 }
 
 /// A report or slice window: epoch seconds, from before to, at most 400 days.
-fn checked_window(w: Window) -> Result<(jiff::Timestamp, jiff::Timestamp)> {
-    let ts = |field: &str, v: i64| {
-        jiff::Timestamp::from_second(v)
-            .map_err(|_| Error::field(field, "epoch seconds within years 1 to 9999"))
-    };
-    let (f, t) = (ts("from", w.from)?, ts("to", w.to)?);
-    if t <= f {
-        return Err(Error::field("to", "must be after from"));
-    }
-    if w.to - w.from > MAX_SLICE_WINDOW_DAYS * 86_400 {
-        return Err(Error::field(
-            "to",
-            format!("a window of at most {MAX_SLICE_WINDOW_DAYS} days"),
-        ));
-    }
-    Ok((f, t))
-}
-
 fn slice_report_row(r: crate::store::SliceRecord) -> SliceReportRow {
     let n = |v: Option<f64>| v.unwrap_or(-1.0);
     let m = &r.measures;
