@@ -117,6 +117,22 @@ impl Beyond {
     }
 }
 
+/// The lines of [`Beyond::line`] for the sets using most beyond their
+/// shares, up to [`NAMED`], then how many more: one user's thousand small
+/// breaches make a short warning.
+pub fn beyond_lines(sets: &[Beyond]) -> Vec<String> {
+    let mut most: Vec<&Beyond> = sets.iter().collect();
+    most.sort_by_key(|b| std::cmp::Reverse(b.excess));
+    let mut lines: Vec<String> = most.iter().take(NAMED).map(|b| b.line()).collect();
+    if most.len() > NAMED {
+        lines.push(format!(
+            "and {} more sets of workers beyond their shares",
+            most.len() - NAMED
+        ));
+    }
+    lines
+}
+
 /// Up to [`NAMED`] names, then how many more: `e, f, g and 2 more`.
 pub fn named<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
     let more = names.len().saturating_sub(NAMED);

@@ -203,9 +203,9 @@ pub fn held_outside(
             }
             for (excess, over) in beyond_shares(procs, &own.shares) {
                 beyond += excess;
-                detail.push(over.line());
                 whose.push(over);
             }
+            detail.extend(crate::placement::beyond_lines(&whose));
             used.saturating_sub(own_bytes)
         }
         _ => {

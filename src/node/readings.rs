@@ -4,7 +4,7 @@
 
 use super::{Node, Status, Worker};
 use crate::inventory::{Claim, Group, Own};
-use crate::placement::{named, Beyond, Gpu};
+use crate::placement::{beyond_lines, named, Gpu};
 
 impl Node {
     /// What is the workers' own on the GPUs: on each GPU, the running
@@ -50,15 +50,22 @@ impl Node {
 
     /// Why a GPU needs attention, if it does: promised beyond what it offers
     /// now (outside use, or a sharer's beyond its share, grew after
-    /// placement), unhealthy while in use, or sharers using beyond their
+    /// placement), unhealthy while in use, or its sharers using beyond their
     /// shares (memory the others were promised is at risk).
     pub fn gpu_warning(&self, g: &Gpu) -> Option<String> {
-        self.gpu_warning_for(g, None)
+        let in_use = self.book.usage(&g.uuid).is_some();
+        self.gpus_own_warning(g).or_else(|| {
+            // Only while shared: a GPU gone keeps its last reading.
+            (in_use && !g.beyond.is_empty())
+                .then(|| format!("used beyond shares: {}", beyond_lines(&g.beyond).join("; ")))
+        })
     }
 
-    /// [`Self::gpu_warning`] as a worker on it is told: use beyond shares
-    /// that is partly its own is its own warning, not its GPU's.
-    fn gpu_warning_for(&self, g: &Gpu, worker: Option<&str>) -> Option<String> {
+    /// What every worker on a GPU is told about it: over-promised or
+    /// unhealthy in use. Use beyond shares is told to the GPU and to the
+    /// workers it is theirs (its figures change with every reading: told
+    /// to everyone else, each change was a new warning for each of them).
+    fn gpus_own_warning(&self, g: &Gpu) -> Option<String> {
         let taken = self.book.taken(&g.uuid);
         if taken > g.offered() {
             return Some(format!(
@@ -77,12 +84,7 @@ impl Node {
                     .unwrap_or_default()
             ));
         }
-        let names = |b: &Beyond| worker.is_some_and(|w| b.workers.iter().any(|n| n == w));
-        if g.beyond.is_empty() || g.beyond.iter().any(names) {
-            return None;
-        }
-        let lines: Vec<String> = g.beyond.iter().map(Beyond::line).collect();
-        Some(format!("used beyond shares: {}", lines.join("; ")))
+        None
     }
 
     /// The GPU memory a worker's processes use now, per GPU it holds (index,
@@ -104,7 +106,7 @@ impl Node {
     }
 
     /// Warnings about a running worker: its GPUs (unhealthy, over-promised,
-    /// gone, used beyond others' shares) and its promise (using more than
+    /// gone) and its promise (using more than
     /// its share, judged with the workers it shares a process with).
     pub fn worker_warnings(&self, w: &Worker) -> Vec<String> {
         let m = &self.machine.name;
@@ -117,7 +119,7 @@ impl Node {
                 ));
                 continue;
             };
-            if let Some(warning) = self.gpu_warning_for(g, Some(w.name())) {
+            if let Some(warning) = self.gpus_own_warning(g) {
                 out.push(format!("GPU {} of {m} is {warning}", g.index));
             }
             let index = g.index;
