@@ -274,21 +274,63 @@ fn a_flooding_client_does_not_starve_another() {
 
 /// This test binary re-executed as nobody, running only `test` (a flooder
 /// that acts when `env` is set, the bus address its value).
-fn as_nobody(
+fn as_nobody(test: &str, env: &str, address: &str, stdout: std::process::Stdio) -> AsUser {
+    as_user("nobody", test, env, address, stdout)
+}
+
+/// A flooder run as another user, killed when dropped: a failed assertion
+/// must not leave it flooding (and eating the CPU) under the tests after.
+struct AsUser(std::process::Child);
+
+impl std::ops::Deref for AsUser {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AsUser {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for AsUser {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// [`as_nobody`] as `user`, in its group (nogroup for nobody, astraeus for
+/// the users [`ensure_user`] makes).
+fn as_user(
+    user: &str,
     test: &str,
     env: &str,
     address: &str,
     stdout: std::process::Stdio,
-) -> std::process::Child {
-    std::process::Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture"])
-        .env(env, address)
-        .stdout(stdout)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
+) -> AsUser {
+    let group = if user == "nobody" {
+        "nogroup"
+    } else {
+        "astraeus"
+    };
+    AsUser(
+        std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={user}"),
+                &format!("--regid={group}"),
+                "--clear-groups",
+            ])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture"])
+            .env(env, address)
+            .stdout(stdout)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// A flooder's runtime: two workers, so its calls go out while others wait.
@@ -352,6 +394,30 @@ where
     });
 }
 
+/// A daemon on a system-like bus with the shipped policy, its loop held
+/// 15 s by a ListGpus (a failpoint): the bus, the daemon, and the call
+/// holding it.
+fn loop_held_15s(
+    dir: &tempfile::TempDir,
+    sim: &std::path::Path,
+) -> (Bus, Daemon, std::thread::JoinHandle<Out>) {
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        sim,
+        &[("ASTRAEUS_FAILPOINTS", "service.list-gpus=pause15000")],
+    );
+    let holder = {
+        let a = bus.address.clone();
+        std::thread::spawn(move || manager(&a, None, "ListGpus", &[]))
+    };
+    eventually("the loop held", || {
+        d.log_text().contains("failpoint service.list-gpus reached")
+    });
+    (bus, d, holder)
+}
+
 /// One user (nobody) opens 40 connections and keeps 16 calls in flight on
 /// each while the loop is held (a failpoint, 15 s): 640 calls, more than the
 /// loop's queue (256). Each client's own bound (16) let them fill it, and a
@@ -361,21 +427,8 @@ where
 #[test]
 fn a_user_flooding_from_many_connections_leaves_room_for_others() {
     let (member, dir, sim) = member_and_majin();
-    let bus = Bus::system_like(dir.path(), Some(policy_file()));
-    let d = Daemon::start(
-        &bus,
-        dir.path(),
-        &sim,
-        &[("ASTRAEUS_FAILPOINTS", "service.list-gpus=pause15000")],
-    );
+    let (bus, _d, holder) = loop_held_15s(&dir, &sim);
     let a = bus.address.clone();
-    let holder = {
-        let a = a.clone();
-        std::thread::spawn(move || manager(&a, None, "ListGpus", &[]))
-    };
-    eventually("the loop held", || {
-        d.log_text().contains("failpoint service.list-gpus reached")
-    });
     let out = dir.path().join("flooder.out");
     let mut flooder = as_nobody(
         "flooder_of_connections",
@@ -409,9 +462,60 @@ fn a_user_flooding_from_many_connections_leaves_room_for_others() {
     assert!(
         refused.contains(&format!(
             "org.astraeus.Node1.Error.Busy: 64 calls of this user (uid {nobody}) are already \
-             waiting"
+             waiting, its share of the daemon's queue now"
         )),
         "{refused}"
+    );
+}
+
+/// Two users flood at once (nobody and another user, 40 connections each,
+/// 16 calls in flight on each), the loop held: the calls made before the
+/// queue was half full count for no user, and a quarter each of it then
+/// filled the queue, so that a member's call was refused. Now each user's
+/// share is half of what the others leave.
+#[test]
+fn two_users_flooding_leave_room_for_a_third() {
+    let (member, dir, sim) = member_and_majin();
+    let (bus, _d, holder) = loop_held_15s(&dir, &sim);
+    let a = bus.address.clone();
+    let second = "astraeus-test-b";
+    ensure_user(second);
+    let outs = [dir.path().join("nobody.out"), dir.path().join("second.out")];
+    let flooders: Vec<AsUser> = ["nobody", second]
+        .iter()
+        .zip(&outs)
+        .map(|(user, out)| {
+            as_user(
+                user,
+                "flooder_of_connections",
+                "ASTRAEUS_TEST_CONNECTIONS_ADDRESS",
+                &a,
+                std::fs::File::create(out).unwrap().into(),
+            )
+        })
+        .collect();
+    eventually("both floods refused", || {
+        outs.iter().all(|out| {
+            std::fs::read_to_string(out)
+                .unwrap_or_default()
+                .contains("REFUSED")
+        })
+    });
+    assert!(
+        !holder.is_finished(),
+        "the floods took longer than the hold"
+    );
+    let o = manager(&a, Some(member), "ListGpus", &[]);
+    drop(flooders);
+    assert!(holder.join().unwrap().ok);
+    let told: Vec<String> = outs
+        .iter()
+        .map(|out| std::fs::read_to_string(out).unwrap())
+        .collect();
+    assert!(
+        o.ok,
+        "a member's call under two users' floods: {}\nthe floods were told: {told:?}",
+        o.stderr
     );
 }
 
@@ -915,7 +1019,7 @@ fn a_flood_of_big_messages_is_refused_by_size() {
         msg.starts_with("request: 31457280 bytes is too large"),
         "{msg}"
     );
-    let mut flooders: Vec<std::process::Child> = (0..4)
+    let mut flooders: Vec<AsUser> = (0..4)
         .map(|_| {
             let quiet = std::process::Stdio::null();
             as_nobody(

@@ -228,7 +228,18 @@ pub const PER_CLIENT_IN_FLIGHT: usize = 16;
 /// the loop at once: a quarter of its queue ([`crate::service::QUEUE_DEPTH`]),
 /// so that a user opening many connections cannot fill it for the others
 /// (reads are counted once the queue is half full: [`Loop::ask_from`]).
+/// Fewer when others' calls fill the queue: [`user_share`].
 pub const PER_USER_IN_FLIGHT: usize = 64;
+
+/// How many calls a user may have waiting for the loop, with `others`
+/// waiting besides its own in a queue of `depth`: half the places the
+/// others leave (rounded up), and at most [`PER_USER_IN_FLIGHT`]. However
+/// many users flood, each leaves half of what it found for those after it:
+/// with a fixed quarter each, two flooders filled the queue (the calls
+/// made before users are learnt count for no one: [`Loop::ask_from`]).
+pub fn user_share(depth: usize, others: usize) -> usize {
+    PER_USER_IN_FLIGHT.min(depth.saturating_sub(others).div_ceil(2))
+}
 
 /// Calls waiting for the loop: by client (unique bus name) and by uid.
 #[derive(Default)]
@@ -343,10 +354,13 @@ impl Loop {
                 )));
             }
             if let Some(uid) = uid {
-                if m.by_user.get(&uid).copied().unwrap_or(0) >= PER_USER_IN_FLIGHT {
+                let mine = m.by_user.get(&uid).copied().unwrap_or(0);
+                let waiting = self.tx.max_capacity() - self.tx.capacity();
+                let share = user_share(self.tx.max_capacity(), waiting.saturating_sub(mine));
+                if mine >= share {
                     return Err(busy(format!(
-                        "{PER_USER_IN_FLIGHT} calls of this user (uid {uid}) are already \
-                         waiting; wait for their replies"
+                        "{mine} calls of this user (uid {uid}) are already waiting, its \
+                         share of the daemon's queue now; wait for their replies"
                     )));
                 }
                 *m.by_user.entry(uid).or_insert(0) += 1;
@@ -469,6 +483,24 @@ fn unknown_caller(why: String) -> BusError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flooding_users_each_leave_half_of_what_they_found() {
+        // Half the queue taken by calls of users not learnt yet, then
+        // flooders one after another, each taking all it may.
+        let mut waiting = 128;
+        let mut took = Vec::new();
+        for _ in 0..5 {
+            let share = user_share(256, waiting);
+            took.push(share);
+            waiting += share;
+        }
+        assert_eq!(took, [64, 32, 16, 8, 4]);
+        assert_eq!(user_share(256, waiting), 2, "room for the next");
+        assert_eq!(user_share(256, 0), PER_USER_IN_FLIGHT);
+        assert_eq!(user_share(256, 255), 1);
+        assert_eq!(user_share(256, 256), 0);
+    }
 
     #[test]
     fn labels_escape_and_come_back() {
