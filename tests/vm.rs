@@ -1281,6 +1281,77 @@ fn a_restart_after_a_newcomer_was_destroyed_keeps_the_holders_slice() {
     std::mem::forget(conn);
 }
 
+/// The holder's VM runs on while the daemon is down (killed), another
+/// template's VM is started behind its back, and the schedule gives the
+/// baseboard to that one: at the start, the holder is the VM destroyed, and
+/// its slice ends there with why (it stayed open, as if it still ran).
+#[test]
+fn a_holder_destroyed_at_a_start_has_its_slice_closed() {
+    let Some(_lock) = libvirtd() else { return };
+    let (conn, dir, bus, config) = defined_then_killed(&["ca", "cb"]);
+    let a = bus.address.clone();
+    let on = |name: &str| {
+        conn.lookup_domain_by_name(name)
+            .and_then(|d| d.is_active())
+            .unwrap_or(false)
+    };
+    let mut d = start_majin(&bus, dir.path(), &config, &[]);
+    assert!(manager(&a, None, "Resume", &["sb", "ca", "false"]).ok);
+    eventually("ca running", || template_state(&a, "ca") == "running");
+    let o = manager(
+        &a,
+        None,
+        "SetSchedule",
+        &["ss", "cb", r#"[{"action":"resume","time":"+4"}]"#],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let due = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    conn.lookup_domain_by_name("tmpl-cb")
+        .expect("defined by the daemon")
+        .create()
+        .expect("started behind its back");
+    let ledger = d.state.join("ledger.db");
+    let open_slices = || -> Vec<String> {
+        let db = rusqlite::Connection::open(&ledger).unwrap();
+        let mut q = db
+            .prepare("SELECT template FROM slices WHERE end_ms IS NULL ORDER BY id")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(open_slices(), ["ca"]);
+    // Restarted once the schedule says cb holds the baseboard.
+    std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+    drop(d);
+    let d = start_majin(&bus, dir.path(), &config, &[]);
+    eventually("converged", || d.log_text().contains("should be on now"));
+    eventually("ca destroyed", || !on("tmpl-ca"));
+    assert!(on("tmpl-cb"), "{}", d.log_text());
+    eventually("cb's slice recorded", || open_slices() == ["cb"]);
+    let error: String = rusqlite::Connection::open(&ledger)
+        .unwrap()
+        .query_row("SELECT error FROM slices WHERE template = 'ca'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        error.starts_with("destroyed at a start: on together with cb"),
+        "{error}"
+    );
+    for vm in ["tmpl-ca", "tmpl-cb"] {
+        if let Ok(vm) = conn.lookup_domain_by_name(vm) {
+            let _ = vm.destroy();
+            let _ = vm.undefine();
+        }
+    }
+    drop(d);
+    std::mem::forget(conn);
+}
+
 /// Templates defined by a daemon on the shared test driver (buffer 0; a
 /// domain of the same name left by another test is removed first), which
 /// is then killed, their VMs off: the driver's connection, and the

@@ -840,10 +840,17 @@ pub fn converge(
             Some(extra),
             want,
             now_ms,
-            Some(why),
+            Some(why.clone()),
         );
         out.push(Action::Destroy {
             template: extra.clone(),
+        });
+        // Its slice ends here, if it had one open (it held the baseboard
+        // before the daemon stopped, and another was started meanwhile).
+        out.push(Action::CloseSlice {
+            template: extra.clone(),
+            at_ms: now_ms,
+            error: Some(format!("destroyed at a start: {why}")),
         });
     }
     out.extend(actions);
@@ -2095,7 +2102,7 @@ mod tests {
     }
 
     /// Two VMs found on at a start: the one not kept is destroyed, named as
-    /// such (not a forced power-off of the holder), and names who holds the
+    /// such (not a forced power-off of the holder), its slice closed, and names who holds the
     /// baseboard once settled: a restart after it neither powers the one
     /// kept off nor finds it running anew.
     #[test]
@@ -2109,6 +2116,22 @@ mod tests {
             (Some("a"), Some("b"))
         );
         assert_eq!(state.on(), Some("b"));
+        // a's slice, if it had one open, ends with it (and only a's).
+        let closed: Vec<&Action> = actions
+            .iter()
+            .filter(|a| matches!(a, Action::CloseSlice { .. }))
+            .collect();
+        assert_eq!(
+            closed,
+            [&Action::CloseSlice {
+                template: "a".into(),
+                at_ms: EpochMs(5),
+                error: Some(
+                    "destroyed at a start: on together with b; exactly one template VM may be on"
+                        .into()
+                ),
+            }]
+        );
         // The ledger then holds a's destroy, then b's start (found running):
         // a restart resumes from the start (last_state_step skips the destroy).
         let found = actions
