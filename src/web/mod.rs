@@ -28,6 +28,14 @@ const MAX_CONNECTIONS: usize = 64;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
 /// A whole connection, answer included.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// A client that takes none of a piece of the answer for this long is
+/// dropped: one that asked for a big answer (the workers of a busy host,
+/// more than the sockets' buffers hold) and never read it held its place
+/// for the whole connection's time, and 64 of them held the page.
+const WRITE_STALL: Duration = Duration::from_secs(2);
+/// The answer is written in pieces of this many bytes, each within
+/// [`WRITE_STALL`] (a client reading at 32 KB/s or more keeps up).
+const PIECE: usize = 64 * 1024;
 
 /// Connections still reading their request head, oldest first: when all
 /// places are taken, the slowest of these is dropped for the newcomer, so
@@ -206,7 +214,22 @@ async fn connection(
             &format!("{method} is not served here: the page is read-only"),
         ),
     };
-    stream.write_all(&response.bytes(method == "HEAD")).await
+    write_answer(&mut stream, &response.bytes(method == "HEAD")).await
+}
+
+/// Writes `bytes` in pieces, each taken by the client within [`WRITE_STALL`].
+async fn write_answer(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    for piece in bytes.chunks(PIECE) {
+        tokio::time::timeout(WRITE_STALL, stream.write_all(piece))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client took none of the answer",
+                )
+            })??;
+    }
+    Ok(())
 }
 
 /// The request's Host header, if it has one. Only the head's lines count
@@ -489,6 +512,37 @@ mod tests {
     use super::*;
     use crate::views::{GpuView, WorkerView};
     use crate::worker::State;
+
+    /// An answer bigger than the sockets' buffers hold (16 MB; loopback
+    /// takes ~3 MB): a client that reads takes it all, in pieces; one that
+    /// never reads is given up on when a piece waits [`WRITE_STALL`] (before,
+    /// the write waited for the whole connection's time, holding a place).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_takes_none_of_its_answer_is_given_up_on() {
+        let answer = vec![b'x'; 16 << 20];
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        // One that reads.
+        let reader = tokio::spawn(async move {
+            let mut s = TcpStream::connect(at).await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            got.len()
+        });
+        let (mut server, _) = listener.accept().await.unwrap();
+        write_answer(&mut server, &answer).await.unwrap();
+        drop(server);
+        assert_eq!(reader.await.unwrap(), answer.len());
+        // One that never reads.
+        let idle = TcpStream::connect(at).await.unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let written =
+            tokio::time::timeout(CONNECTION_TIMEOUT * 3, write_answer(&mut server, &answer))
+                .await
+                .expect("given up on by write_answer, not left waiting");
+        assert_eq!(written.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        drop(idle);
+    }
 
     /// The workers are gathered for a path as it is answered: decoded.
     #[test]
