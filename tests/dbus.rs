@@ -587,6 +587,26 @@ fn a_workers_announcement_carries_what_get_all_answers() {
                 state == "pending",
                 "{reasons}"
             );
+            // The listing of every object gives each worker as GetAll does
+            // (it builds them from the views, its caller learnt once).
+            let listed: HashMap<zbus::OwnedObjectPath, HashMap<String, Props>> = c
+                .call_method(
+                    Some("org.astraeus.Node1"),
+                    "/org/astraeus/Node1",
+                    Some("org.freedesktop.DBus.ObjectManager"),
+                    "GetManagedObjects",
+                    &(),
+                )
+                .await
+                .unwrap()
+                .body()
+                .deserialize()
+                .unwrap();
+            let entry = listed
+                .iter()
+                .find(|(p, _)| p.as_str() == path)
+                .map(|(_, ifaces)| &ifaces["org.astraeus.Node1.Worker"]);
+            assert_eq!(entry, Some(&got), "{name} in GetManagedObjects");
         }
     });
 }

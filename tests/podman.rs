@@ -263,6 +263,18 @@ fn a_container_gets_its_share_device_and_limits_and_its_exit_frees_the_share() {
     )
     .stdout
     .contains("s3cret"));
+    // And in the listing of every object (its caller learnt once for all).
+    let listing = busctl(
+        a,
+        &[
+            "call",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1",
+            "org.freedesktop.DBus.ObjectManager",
+            "GetManagedObjects",
+        ],
+    );
+    assert!(listing.stdout.contains("s3cret"), "{}", listing.stdout);
 
     // It exits with status 3: the share frees and voice is placed.
     eventually("voice placed after listen exited", || {

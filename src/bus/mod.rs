@@ -232,8 +232,9 @@ pub const PER_CLIENT_IN_FLIGHT: usize = 16;
 pub const PER_USER_IN_FLIGHT: usize = 64;
 
 /// How many calls a user may have waiting for the loop, with `others`
-/// waiting besides its own in a queue of `depth`: half the places the
-/// others leave (rounded up), and at most [`PER_USER_IN_FLIGHT`]. However
+/// waiting besides its own in a queue of `depth` (other users' calls, the
+/// daemon's own work, calls of users not learnt yet): half the places
+/// they leave (rounded up), and at most [`PER_USER_IN_FLIGHT`]. However
 /// many users flood, each leaves half of what it found for those after it:
 /// with a fixed quarter each, two flooders filled the queue (the calls
 /// made before users are learnt count for no one: [`Loop::ask_from`]).
@@ -357,10 +358,13 @@ impl Loop {
                 let mine = m.by_user.get(&uid).copied().unwrap_or(0);
                 let waiting = self.tx.max_capacity() - self.tx.capacity();
                 let share = user_share(self.tx.max_capacity(), waiting.saturating_sub(mine));
+                if share == 0 {
+                    return Err(busy("the daemon is busy or stopping; try again"));
+                }
                 if mine >= share {
                     return Err(busy(format!(
                         "{mine} calls of this user (uid {uid}) are already waiting, its \
-                         share of the daemon's queue now; wait for their replies"
+                         share of the daemon's queue now ({share}); wait for their replies"
                     )));
                 }
                 *m.by_user.entry(uid).or_insert(0) += 1;
@@ -392,6 +396,15 @@ impl Loop {
             None => self.uid_of(hdr, conn).await?,
         };
         taken(turns.take(turns::Who::Uid(uid)).await)
+    }
+
+    /// The caller's uid, learnt before or asked of the bus daemon (no group
+    /// lookup); None when it cannot tell (the caller left).
+    pub async fn uid(&self, hdr: &Header<'_>, conn: &Connection) -> Option<u32> {
+        match self.known_uid(hdr) {
+            Some(uid) => Some(uid),
+            None => self.uid_of(hdr, conn).await.ok(),
+        }
     }
 
     /// The caller's uid from the bus daemon (no group lookup).

@@ -129,6 +129,36 @@ impl WorkerObject {
     }
 }
 
+/// Every property of the Worker interface, borrowed from the view: the
+/// request with its `run.*.env` values only when `sees_env`.
+fn properties<'a>(
+    v: &'a WorkerView,
+    reasons: &'a [String],
+    sees_env: bool,
+) -> HashMap<&'static str, zbus::Variant<'a>> {
+    use zbus::Variant;
+    let gpus: Vec<(u32, &str)> = v.gpus.iter().map(|(i, u)| (*i, u.as_str())).collect();
+    let request = if sees_env {
+        &v.request
+    } else {
+        &v.request_redacted
+    };
+    HashMap::from([
+        ("Name", Variant::from(v.name.as_str())),
+        ("State", v.state.as_str().into()),
+        ("Owner", v.owner.into()),
+        ("Gpus", gpus.into()),
+        ("GpuSharedGb", v.gpu_shared_gb.into()),
+        ("Holders", v.holders.clone().into()),
+        ("PendingReasons", strs(reasons).into()),
+        ("Warnings", strs(&v.warnings).into()),
+        ("SubmittedMs", v.submitted_ms.into()),
+        ("PlacedMs", v.placed_ms.into()),
+        ("GpuUsedGb", v.gpu_used_gb.into()),
+        ("Request", request.as_str().into()),
+    ])
+}
+
 /// Borrowed, for a variant that copies nothing.
 fn strs(list: &[String]) -> Vec<&str> {
     list.iter().map(String::as_str).collect()
@@ -142,31 +172,9 @@ impl WorkerObject {
     /// first, 6 % of the daemon's time at 50 callers (#25). tests/dbus.rs
     /// compares the two.
     pub fn added_message(&self, path: &str) -> zbus::Result<zbus::Message> {
-        use zbus::Variant;
         let v = self.view.read();
-        // As the getter does: marked before it reads; only a waiting
-        // worker has reasons (and only its reads are told to read again).
-        let reasons = if v.state == State::Pending {
-            self.waits.mark_read(&v.name);
-            self.waits.explain(&v.name, &self.resources)
-        } else {
-            Vec::new()
-        };
-        let gpus: Vec<(u32, &str)> = v.gpus.iter().map(|(i, u)| (*i, u.as_str())).collect();
-        let properties: HashMap<&str, Variant<'_>> = HashMap::from([
-            ("Name", Variant::from(v.name.as_str())),
-            ("State", v.state.as_str().into()),
-            ("Owner", v.owner.into()),
-            ("Gpus", gpus.into()),
-            ("GpuSharedGb", v.gpu_shared_gb.into()),
-            ("Holders", v.holders.clone().into()),
-            ("PendingReasons", strs(&reasons).into()),
-            ("Warnings", strs(&v.warnings).into()),
-            ("SubmittedMs", v.submitted_ms.into()),
-            ("PlacedMs", v.placed_ms.into()),
-            ("GpuUsedGb", v.gpu_used_gb.into()),
-            ("Request", v.request_redacted.as_str().into()),
-        ]);
+        let reasons = self.reasons_read(&v);
+        let properties = properties(&v, &reasons, false);
         let interfaces =
             HashMap::from([(<Self as zbus::object_server::Interface>::name(), properties)]);
         zbus::Message::signal(
@@ -175,6 +183,45 @@ impl WorkerObject {
             "InterfacesAdded",
         )
         .build(&(zbus::ObjectPath::try_from(path)?, interfaces))
+    }
+
+    /// Its properties as GetAll gives them to a caller of uid `viewer`
+    /// (None: unknown), without a round trip to the bus: a listing of every
+    /// worker learns its caller once, where GetAll's request getter asked
+    /// the bus daemon for each worker (20,000 round trips for a caller that
+    /// had left, under the listings' one turn).
+    ///
+    /// Its reasons are not marked read: a listing reads every waiting
+    /// worker's, and marked, each change after it sent a PropertiesChanged
+    /// for every one of them (20,000 in tests/hostile.rs), ahead of the
+    /// replies that followed. A client told of reason changes reads them
+    /// with Get, GetAll or ListPending.
+    pub fn properties_for(
+        &self,
+        viewer: Option<u32>,
+    ) -> zbus::Result<HashMap<String, zbus::OwnedVariant>> {
+        let v = self.view.read();
+        let reasons = if v.state == State::Pending {
+            self.waits.explain(&v.name, &self.resources)
+        } else {
+            Vec::new()
+        };
+        let sees_env = crate::access::sees_env(viewer, v.owner);
+        properties(&v, &reasons, sees_env)
+            .into_iter()
+            .map(|(name, value)| Ok((name.to_string(), value.try_into_owned()?)))
+            .collect()
+    }
+
+    /// Its reasons to wait, marked read as the getter marks them: only a
+    /// waiting worker has reasons (and only its reads are told to read again).
+    fn reasons_read(&self, v: &WorkerView) -> Vec<String> {
+        if v.state == State::Pending {
+            self.waits.mark_read(&v.name);
+            self.waits.explain(&v.name, &self.resources)
+        } else {
+            Vec::new()
+        }
     }
 
     /// What changed since `old`, as one PropertiesChanged to send.
