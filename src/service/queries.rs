@@ -231,7 +231,6 @@ fn usage_row(r: crate::report::Row) -> UsageRow {
     }
 }
 
-/// A report or slice window: epoch seconds, from before to, at most 400 days.
 fn slice_report_row(r: crate::store::SliceRecord) -> SliceReportRow {
     let n = |v: Option<f64>| v.unwrap_or(-1.0);
     let m = &r.measures;

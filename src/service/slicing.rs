@@ -661,16 +661,19 @@ impl Service {
 
     /// A slice closes with what was measured over it.
     fn slice_done(&mut self, template: &str, at: EpochMs, error: Option<&str>) {
+        // The meter and the guest's reader are the running slice's: another
+        // template's slice closing (a VM destroyed beside the one kept, at a
+        // convergence) leaves them running.
         let measures = match self.slicing.as_mut() {
-            Some(s) => {
-                if let Some(reader) = s.guest_reader.take() {
-                    reader.abort();
+            Some(s) => match s.meter.take_if(|m| m.template == template) {
+                Some(m) => {
+                    if let Some(reader) = s.guest_reader.take() {
+                        reader.abort();
+                    }
+                    m.measures()
                 }
-                match s.meter.take() {
-                    Some(m) if m.template == template => m.measures(),
-                    _ => Default::default(),
-                }
-            }
+                None => Default::default(),
+            },
             None => Default::default(),
         };
         if let Err(e) = self

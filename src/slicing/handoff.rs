@@ -712,6 +712,21 @@ pub fn resume_from(
                 Some(r) if r.step == Step::Started => (r.at_ms, r.at_ms),
                 Some(r) => (r.at_ms, now),
                 None => {
+                    // The one the ledger had on, if another, is off: its
+                    // slice ends (it stayed open when another was found on).
+                    let holder = last.and_then(|r| match r.step {
+                        Step::PowerOffAsked | Step::Forced => r.from.as_deref(),
+                        Step::Started | Step::Ready => r.to.as_deref(),
+                        _ => None,
+                    });
+                    if let Some(off) = holder.filter(|h| *h != t) {
+                        let why = format!("found off at start-up, {t} on instead");
+                        record(&mut out, Step::Stopped, Some(off), Some(t), now, Some(why));
+                        out.push(Action::Signal(Signal::SliceEnded {
+                            template: off.to_string(),
+                            at_ms: now,
+                        }));
+                    }
                     // On, but no slice of it is open: someone started it.
                     let why = Some("found running at start-up".to_string());
                     record(&mut out, Step::Started, None, Some(t), now, why);
@@ -2146,6 +2161,49 @@ mod tests {
         let (state, actions) = converge(want.as_deref(), &on[..1], Some(&found), EpochMs(9), &s);
         assert_eq!(state.on(), Some("b"));
         assert!(!starts_a_slice(&actions), "{actions:?}");
+    }
+
+    /// The holder went off while the daemon was down and another VM was
+    /// started: the holder's slice ends (a `stopped` step, SliceEnded)
+    /// before the other is found running; it stayed open.
+    #[test]
+    fn a_holder_found_off_with_another_on_has_its_slice_ended() {
+        let s = settings(0);
+        let on = ["b".to_string()];
+        for last in [
+            record_of(Step::Ready, None, Some("a"), 2),
+            record_of(Step::PowerOffAsked, Some("a"), Some("b"), 2),
+        ] {
+            let (state, actions) = converge(Some("b"), &on, Some(&last), EpochMs(9), &s);
+            assert_eq!(state.on(), Some("b"));
+            let ended = actions
+                .iter()
+                .position(|a| {
+                    a == &Action::Signal(Signal::SliceEnded {
+                        template: "a".into(),
+                        at_ms: EpochMs(9),
+                    })
+                })
+                .expect("a's slice ends");
+            let stopped = actions
+                .iter()
+                .position(|a| matches!(a, Action::Record(r) if r.step == Step::Stopped && r.from.as_deref() == Some("a")))
+                .expect("a's stop recorded");
+            let found = actions
+                .iter()
+                .position(|a| matches!(a, Action::Record(r) if r.step == Step::Started && r.to.as_deref() == Some("b")))
+                .expect("b found running");
+            assert!(stopped < ended && ended < found, "{actions:?}");
+        }
+        // b's own start in flight: nothing of a's to end.
+        let issued = record_of(Step::StartIssued, Some("a"), Some("b"), 2);
+        let (_, actions) = converge(Some("b"), &on, Some(&issued), EpochMs(9), &s);
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Signal(Signal::SliceEnded { .. }))),
+            "{actions:?}"
+        );
     }
 
     #[test]

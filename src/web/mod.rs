@@ -28,14 +28,11 @@ const MAX_CONNECTIONS: usize = 64;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
 /// A whole connection, answer included.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
-/// A client that takes none of a piece of the answer for this long is
-/// dropped: one that asked for a big answer (the workers of a busy host,
-/// more than the sockets' buffers hold) and never read it held its place
-/// for the whole connection's time, and 64 of them held the page.
+/// A client that takes none of its answer for this long is dropped: one
+/// that asked for a big answer (the workers of a busy host, more than the
+/// sockets' buffers hold) and never read it held its place for the whole
+/// connection's time, and 64 of them held the page.
 const WRITE_STALL: Duration = Duration::from_secs(2);
-/// The answer is written in pieces of this many bytes, each within
-/// [`WRITE_STALL`] (a client reading at 32 KB/s or more keeps up).
-const PIECE: usize = 64 * 1024;
 
 /// Connections still reading their request head, oldest first: when all
 /// places are taken, the slowest of these is dropped for the newcomer, so
@@ -217,10 +214,11 @@ async fn connection(
     write_answer(&mut stream, &response.bytes(method == "HEAD")).await
 }
 
-/// Writes `bytes` in pieces, each taken by the client within [`WRITE_STALL`].
-async fn write_answer(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
-    for piece in bytes.chunks(PIECE) {
-        tokio::time::timeout(WRITE_STALL, stream.write_all(piece))
+/// Writes `bytes`, giving up when the client takes none of them for
+/// [`WRITE_STALL`] (each write returns once the socket takes some).
+async fn write_answer(stream: &mut TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        let taken = tokio::time::timeout(WRITE_STALL, stream.write(bytes))
             .await
             .map_err(|_| {
                 std::io::Error::new(
@@ -228,6 +226,10 @@ async fn write_answer(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<(
                     "the client took none of the answer",
                 )
             })??;
+        if taken == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[taken..];
     }
     Ok(())
 }
@@ -514,9 +516,9 @@ mod tests {
     use crate::worker::State;
 
     /// An answer bigger than the sockets' buffers hold (16 MB; loopback
-    /// takes ~3 MB): a client that reads takes it all, in pieces; one that
-    /// never reads is given up on when a piece waits [`WRITE_STALL`] (before,
-    /// the write waited for the whole connection's time, holding a place).
+    /// takes ~3 MB): a client that reads takes it all; one that never reads
+    /// is given up on once it took nothing for [`WRITE_STALL`] (before, the
+    /// write waited for the whole connection's time, holding a place).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_client_that_takes_none_of_its_answer_is_given_up_on() {
         let answer = vec![b'x'; 16 << 20];
