@@ -712,20 +712,16 @@ pub fn resume_from(
                 Some(r) if r.step == Step::Started => (r.at_ms, r.at_ms),
                 Some(r) => (r.at_ms, now),
                 None => {
-                    // The one the ledger had on, if another, is off: its
-                    // slice ends (it stayed open when another was found on).
-                    let holder = last.and_then(|r| match r.step {
-                        Step::PowerOffAsked | Step::Forced => r.from.as_deref(),
-                        Step::Started | Step::Ready => r.to.as_deref(),
-                        _ => None,
-                    });
-                    if let Some(off) = holder.filter(|h| *h != t) {
-                        let why = format!("found off at start-up, {t} on instead");
-                        record(&mut out, Step::Stopped, Some(off), Some(t), now, Some(why));
-                        out.push(Action::Signal(Signal::SliceEnded {
-                            template: off.to_string(),
-                            at_ms: now,
-                        }));
+                    // A stop recorded before the daemon stopped, its slice
+                    // perhaps not closed yet (as the arm with none on does).
+                    if let Some(r) = last.filter(|r| r.step == Step::Stopped) {
+                        if let Some(from) = r.from.as_deref().filter(|f| *f != t) {
+                            out.push(Action::CloseSlice {
+                                template: from.to_string(),
+                                at_ms: r.at_ms,
+                                error: None,
+                            });
+                        }
                     }
                     // On, but no slice of it is open: someone started it.
                     let why = Some("found running at start-up".to_string());
@@ -842,6 +838,23 @@ pub fn converge(
         .or(vm_on.first().map(String::as_str));
     let (state, actions) = resume_from(last, keep, now_ms, s);
     let mut out = Vec::new();
+    // The one the ledger had on is off, and another is on: its slice ends
+    // (it stayed open). One that is on is destroyed below instead.
+    if let (Some(t), Some(r)) = (keep, last) {
+        let holder = match r.step {
+            Step::PowerOffAsked | Step::Forced => r.from.as_deref(),
+            Step::Started | Step::Ready => r.to.as_deref(),
+            _ => None,
+        };
+        if let Some(off) = holder.filter(|h| *h != t && !is_on(h)) {
+            let why = format!("found off at start-up, {t} on instead");
+            record(&mut out, Step::Stopped, Some(off), want, now_ms, Some(why));
+            out.push(Action::Signal(Signal::SliceEnded {
+                template: off.to_string(),
+                at_ms: now_ms,
+            }));
+        }
+    }
     for extra in vm_on.iter().filter(|v| Some(v.as_str()) != keep) {
         let why = format!(
             "on together with {}; exactly one template VM may be on",
@@ -2198,10 +2211,28 @@ mod tests {
         // b's own start in flight: nothing of a's to end.
         let issued = record_of(Step::StartIssued, Some("a"), Some("b"), 2);
         let (_, actions) = converge(Some("b"), &on, Some(&issued), EpochMs(9), &s);
-        assert!(
-            !actions
+        let ends = |actions: &[Action]| {
+            actions
                 .iter()
-                .any(|a| matches!(a, Action::Signal(Signal::SliceEnded { .. }))),
+                .any(|a| matches!(a, Action::Signal(Signal::SliceEnded { .. })))
+        };
+        assert!(!ends(&actions), "{actions:?}");
+        // a on as well: destroyed, its slice closed as such, not "found off".
+        let both = ["b".to_string(), "a".to_string()];
+        let ready = record_of(Step::Ready, None, Some("a"), 2);
+        let (_, actions) = converge(Some("b"), &both, Some(&ready), EpochMs(9), &s);
+        assert!(!ends(&actions), "{actions:?}");
+        assert_eq!(destroyed_step(&actions).from.as_deref(), Some("a"));
+        // Killed after a's stop was recorded, before its slice closed: the
+        // next start closes it.
+        let stopped = record_of(Step::Stopped, Some("a"), Some("b"), 5);
+        let (_, actions) = resume_from(Some(&stopped), Some("b"), EpochMs(9), &s);
+        assert!(
+            actions.contains(&Action::CloseSlice {
+                template: "a".into(),
+                at_ms: EpochMs(5),
+                error: None
+            }),
             "{actions:?}"
         );
     }
