@@ -199,3 +199,31 @@ fn a_reread_hung_past_the_watchdog_period_stops_the_daemon() {
         d.log_text()
     );
 }
+
+/// zbus's reader ends when the bus daemon goes (a restart of dbus, a
+/// failed socket). The loop would go on, pinging the watchdog, with every
+/// call unanswered: the daemon stops instead (exit 1, saying why), for
+/// systemd to start it afresh on the new bus.
+#[test]
+fn a_bus_that_goes_away_stops_the_daemon() {
+    let dir = open_tempdir();
+    let (notify_path, notify) = notify_socket(dir.path());
+    let bus = Bus::session();
+    let mut d = start_majin(
+        &bus,
+        dir.path(),
+        "",
+        &[
+            ("NOTIFY_SOCKET", notify_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "2000000"),
+        ],
+    );
+    drop(bus); // SIGTERM to this test's dbus-daemon
+    let status = ends_within(&mut d, &notify, "a lost bus did not stop the daemon");
+    assert_eq!(status.code(), Some(1), "log:\n{}", d.log_text());
+    assert!(
+        d.log_text().contains("stopped: Backend: the bus connection closed"),
+        "{}",
+        d.log_text()
+    );
+}

@@ -268,6 +268,12 @@ impl Service {
         // Ping at half the watchdog period; without a watchdog this never fires.
         let watchdog = sd_notify::watchdog_enabled();
         let mut ping = tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |d| d / 2));
+        // zbus's reader ends when the bus daemon goes or its socket fails;
+        // the loop would go on (and on pinging the watchdog) with every call
+        // unanswered, so the daemon stops instead, for systemd to restart.
+        let bus = self.conn.clone();
+        let bus_closed = bus.closed();
+        tokio::pin!(bus_closed);
         if let Err(e) = self.node.begin_run(EpochMs::now()) {
             tracing::error!("recording this run in the ledger failed: {e}");
         }
@@ -348,6 +354,14 @@ impl Service {
                 }
                 _ = sleep_or_never(status_in) => {}
                 _ = sleep_or_never(properties_in) => {}
+                _ = &mut bus_closed => {
+                    // Said once, by main, as "stopped: …".
+                    self.fatal = Some(Error::Backend(
+                        "the bus connection closed: no call can reach the daemon any more \
+                         (was the bus daemon restarted?)"
+                            .into(),
+                    ));
+                }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
