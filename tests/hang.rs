@@ -222,7 +222,8 @@ fn a_bus_that_goes_away_stops_the_daemon() {
     let status = ends_within(&mut d, &notify, "a lost bus did not stop the daemon");
     assert_eq!(status.code(), Some(1), "log:\n{}", d.log_text());
     assert!(
-        d.log_text().contains("stopped: Backend: the bus connection closed"),
+        d.log_text()
+            .contains("stopped: Backend: the bus connection closed"),
         "{}",
         d.log_text()
     );
