@@ -1450,3 +1450,61 @@ fn a_page_of_many_workers_holds_no_one_else() {
         }
     });
 }
+
+/// Reading a worker's Request asks the bus daemon who reads it (the env is
+/// the owner's and root's), and zbus holds its object tree for the whole
+/// Get: a new object waits behind it, and a submit's reply waits for its
+/// object. A lookup the bus daemon is slow to answer (a flood delays it) is
+/// given up after half a second with the env hidden, rather than hold every
+/// submit (or, were zbus's dispatch queue to fill meanwhile, deadlock).
+#[test]
+fn a_slow_reader_lookup_holds_no_submit() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "",
+        &[("ASTRAEUS_FAILPOINTS", "bus.request_reader=pause30000")],
+    );
+    let a = bus.address.clone();
+    let o = manager(&a, None, "SubmitWorker", &["s", &shared_spec("big", "7")]);
+    assert!(o.ok, "{}", o.stderr);
+    // Waits (GPU 0's 7 GB are taken), its object stays.
+    let secret = r#"{"name":"secret","requested_resources":{"gpu_requests":{"count":1,"shared":true,"memory_gb":4}},"run":{"container":{"image":"localhost/none","command":["true"],"env":{"TOKEN":"s3cret"}}}}"#;
+    let o = manager(&a, None, "SubmitWorker", &["s", secret]);
+    assert!(o.stdout.contains("pending"), "{} {}", o.stdout, o.stderr);
+
+    let started = std::time::Instant::now();
+    let address = a.clone();
+    let reader = std::thread::spawn(move || {
+        busctl(
+            &address,
+            &[
+                "--timeout=60",
+                "get-property",
+                "org.astraeus.Node1",
+                "/org/astraeus/Node1/worker/secret",
+                "org.astraeus.Node1.Worker",
+                "Request",
+            ],
+        )
+    });
+    eventually("the Get's lookup is held", || {
+        d.log_text()
+            .contains("failpoint bus.request_reader reached")
+    });
+    let o = manager_spec_within(&a, None, 10, "SubmitWorker", &shared_spec("small", "1"));
+    assert!(o.ok, "a submit waited behind a Get: {}", o.stderr);
+    let got = reader.join().unwrap();
+    assert!(got.ok, "{}", got.stderr);
+    assert!(
+        got.stdout.contains(r#"\"TOKEN\":\"(hidden)\""#) && !got.stdout.contains("s3cret"),
+        "an unlearnt reader sees no env: {}",
+        got.stdout
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the Get waited out the lookup"
+    );
+}

@@ -117,7 +117,13 @@ impl WorkerObject {
         #[zbus(connection)] conn: &Connection,
     ) -> String {
         let caller = match &hdr {
-            Some(h) => self.lp.caller(h, conn).await.ok(),
+            Some(h) => tokio::time::timeout(LEARN_READER_WITHIN, async {
+                crate::failpoint::hit_async("bus.request_reader").await;
+                self.lp.caller(h, conn).await.ok()
+            })
+            .await
+            .ok()
+            .flatten(),
             None => None,
         };
         let v = self.view.read();
@@ -128,6 +134,15 @@ impl WorkerObject {
         }
     }
 }
+
+/// How long the Request getter waits to learn who reads it (a round trip
+/// to the bus daemon, well under a millisecond unless a flood delays it).
+/// zbus holds its object tree's read lock across a Properties.Get: while
+/// the getter waits, every new object waits, and each submit's reply with
+/// it; were zbus's dispatch queue to fill meanwhile, the bus daemon's
+/// answer could never be read (a deadlock). Past this the env stays hidden,
+/// as for a caller who cannot be told (fail closed).
+const LEARN_READER_WITHIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Every property of the Worker interface, borrowed from the view: the
 /// request with its `run.*.env` values only when `sees_env`.
