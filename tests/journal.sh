@@ -91,6 +91,11 @@ seen MESSAGE_ID=$over GPU=0 || fail "no over-promised line"
 grep -q "^GPU 0 of majin is over-promised: 3.7 GB promised to sharers" <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$over GPU=0)" \
     || fail "over-promised line: $(journalctl --no-pager -o cat MESSAGE_ID=$over)"
 seen MESSAGE_ID=$warning WORKER=listen || fail "no worker warning for listen"
+grep -q "^worker listen: GPU 0 of majin is over-promised: 3.7 GB promised" \
+    <<<"$(journalctl --no-pager -o cat MESSAGE_ID=$warning WORKER=listen)" \
+    || fail "worker warning line: $(journalctl --no-pager -o cat MESSAGE_ID=$warning)"
+grep -q "A worker needs attention" <<<"$(journalctl --no-pager -x MESSAGE_ID=$warning WORKER=listen)" \
+    || fail "warning catalog text: $(journalctl --no-pager -x MESSAGE_ID=$warning | tail -5)"
 # A template's steps carry TEMPLATE=.
 call CreateTemplate s '{"name":"t","workload":{"model":"m","runtime":"r"},"user":{"kind":"internal","name":"u"},"vm":{"domain_xml":"<domain type='"'"'test'"'"'><name>jt</name><memory>65536</memory><os><type>hvm</type></os></domain>"},"baseboard":[]}' >/dev/null
 call Resume sb t false >/dev/null
