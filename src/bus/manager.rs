@@ -92,7 +92,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<WorkerRow>, BusError> {
-        let turn = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
+        let (turn, _) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
         Ok(self.objects.worker_rows(turn).await)
     }
 
@@ -104,7 +104,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, Vec<String>)>, BusError> {
-        let turn = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
+        let (turn, _) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
         Ok(self.objects.pending(turn).await)
     }
 

@@ -381,21 +381,22 @@ impl Loop {
 
     /// The caller's turn at a costly read. Who calls is learnt only when
     /// the turn must be waited for (a round trip to the bus daemon, which a
-    /// flood of big messages delays): a free turn is taken at once.
+    /// flood of big messages delays): a free turn is taken at once. The uid
+    /// comes back when it was learnt (so that it is not asked for again).
     pub async fn turn_at(
         &self,
         turns: &turns::FairTurns,
         hdr: &Header<'_>,
         conn: &Connection,
-    ) -> Result<turns::Turn, BusError> {
+    ) -> Result<(turns::Turn, Option<u32>), BusError> {
         if let Some(turn) = turns.try_take() {
-            return Ok(turn);
+            return Ok((turn, None));
         }
         let uid = match self.known_uid(hdr) {
             Some(uid) => uid,
             None => self.uid_of(hdr, conn).await?,
         };
-        taken(turns.take(turns::Who::Uid(uid)).await)
+        Ok((taken(turns.take(turns::Who::Uid(uid)).await)?, Some(uid)))
     }
 
     /// The caller's uid, learnt before or asked of the bus daemon (no group

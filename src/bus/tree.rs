@@ -317,11 +317,14 @@ impl ObjectManager {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] hdr: Header<'_>,
     ) -> Result<Listing, BusError> {
-        let turn = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
+        let (turn, learnt) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
         crate::failpoint::hit_in_task("bus.listing");
         // Who asks, learnt once for every worker's request (whose env only
         // its owner and root see): a caller that left sees none.
-        let viewer = self.lp.uid(&hdr, conn).await;
+        let viewer = match learnt {
+            Some(uid) => Some(uid),
+            None => self.lp.uid(&hdr, conn).await,
+        };
         let bus = |e: zbus::fdo::Error| BusError::from(zbus::Error::from(e));
         let mut objects = ManagedObjects::new();
         for (i, (path, o)) in self.objects.listed().into_iter().enumerate() {
