@@ -7,6 +7,9 @@
 //! finds one under way asks again at the next), and those found gone come
 //! back to the loop as a select branch ([`HolderCheck::done`]).
 
+use super::Service;
+use crate::access::{self, Caller};
+use crate::error::{Error, Result};
 use crate::worker::Holder;
 use std::collections::HashSet;
 use tokio::task::JoinHandle;
@@ -60,6 +63,64 @@ pub(super) fn still_running(h: &Holder, owner: u32) -> bool {
         return false;
     };
     h.start == Some(p.start) && (owner == 0 || p.uids.iter().all(|u| *u == owner))
+}
+
+/// What the loop does with the holders the check found gone.
+impl Service {
+    /// Holders that are gone, or whose pid another process now has (as the
+    /// check off the loop found), no longer count as their worker's:
+    /// dropped, with a journal line.
+    pub(super) fn drop_holders(&mut self, gone: &std::collections::HashSet<(Holder, u32)>) {
+        if gone.is_empty() {
+            return;
+        }
+        match self
+            .node
+            .keep_holders(|h, owner| !gone.contains(&(*h, owner)))
+        {
+            Ok(dropped) => {
+                for (name, gone) in dropped {
+                    self.publish_worker(&name);
+                    for h in gone {
+                        tracing::warn!(
+                            worker = %name,
+                            "holder pid {} of worker {name} is gone (or its pid was reused, or \
+                             it runs as another user now): its GPU memory no longer counts as \
+                             the worker's",
+                            h.pid
+                        );
+                    }
+                }
+            }
+            Err(e) => tracing::error!("recording holders that are gone: {e}"),
+        }
+    }
+}
+
+/// The spec's holders as processes the caller may name, each with its
+/// identity (so a reused pid is never taken for it). No holder unless named:
+/// a client that keeps running names itself (its own pid).
+pub(super) fn holders_of(
+    spec: &crate::request::WorkerSpec,
+    caller: &Caller,
+) -> Result<Vec<Holder>> {
+    spec.holders
+        .iter()
+        .enumerate()
+        .map(|(i, &pid)| {
+            let p = crate::auth::process(pid).ok_or_else(|| {
+                Error::field(
+                    &format!("holders[{i}]"),
+                    format!("no process {pid} is running"),
+                )
+            })?;
+            access::may_hold(caller, i, pid, p.uids)?;
+            Ok(Holder {
+                pid,
+                start: Some(p.start),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

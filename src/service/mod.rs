@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
 use crate::journal;
-use crate::node::{Changes, GroupEnd, Holder, Node};
+use crate::node::{Changes, GroupEnd, Node};
 use crate::notify::Notifier;
 use crate::runtime::Runtime;
 use crate::time::EpochMs;
@@ -433,35 +433,6 @@ impl Service {
         }
     }
 
-    /// Holders that are gone, or whose pid another process now has (as the
-    /// check off the loop found), no longer count as their worker's:
-    /// dropped, with a journal line.
-    fn drop_holders(&mut self, gone: &std::collections::HashSet<(Holder, u32)>) {
-        if gone.is_empty() {
-            return;
-        }
-        match self
-            .node
-            .keep_holders(|h, owner| !gone.contains(&(*h, owner)))
-        {
-            Ok(dropped) => {
-                for (name, gone) in dropped {
-                    self.publish_worker(&name);
-                    for h in gone {
-                        tracing::warn!(
-                            worker = %name,
-                            "holder pid {} of worker {name} is gone (or its pid was reused, or \
-                             it runs as another user now): its GPU memory no longer counts as \
-                             the worker's",
-                            h.pid
-                        );
-                    }
-                }
-            }
-            Err(e) => tracing::error!("recording holders that are gone: {e}"),
-        }
-    }
-
     /// A re-read that has not ended within the watchdog's period is the
     /// stuck loop it made when it ran on the loop's thread (NVML, or a
     /// user-name lookup, hung): the daemon stops, for systemd to start one
@@ -820,7 +791,7 @@ impl Service {
             self.access.within_quota(&caller, live, pending)?;
             let parsed = crate::request::WorkerSpec::parse(&spec)?;
             self.may_run(&parsed, &caller)?;
-            let holders = holders_of(&parsed, &caller)?;
+            let holders = holders::holders_of(&parsed, &caller)?;
             self.node.submit_parsed(parsed, &spec, caller.uid, holders)
         });
         match r {
@@ -870,29 +841,6 @@ impl Service {
             }
         }
     }
-}
-
-/// The spec's holders as processes the caller may name, each with its
-/// identity (so a reused pid is never taken for it). No holder unless named:
-/// a client that keeps running names itself (its own pid).
-fn holders_of(spec: &crate::request::WorkerSpec, caller: &Caller) -> Result<Vec<Holder>> {
-    spec.holders
-        .iter()
-        .enumerate()
-        .map(|(i, &pid)| {
-            let p = crate::auth::process(pid).ok_or_else(|| {
-                Error::field(
-                    &format!("holders[{i}]"),
-                    format!("no process {pid} is running"),
-                )
-            })?;
-            access::may_hold(caller, i, pid, p.uids)?;
-            Ok(Holder {
-                pid,
-                start: Some(p.start),
-            })
-        })
-        .collect()
 }
 
 /// Sleeps for `d`, or forever when there is nothing to wait for.
