@@ -79,4 +79,23 @@ grep -q "adopted the running workload of worker keep" "$rt/daemon.log" || fail "
 [ "$(systemctl --user show astraeus-worker-keep.service -p MainPID --value)" = "$pid_before" ] || fail "started twice"
 "$ctl" --session stop keep
 wait_for keep gone
+
+echo "== the bus daemon restarted: the daemon stops, records no running unit as ended, and adopts it when started again"
+printf '{"name":"stay","run":{"unit":{"exec":["/bin/sleep","1000"]}}}' | "$ctl" --session submit -
+wait_for stay 's "running"'
+pid_before=$(systemctl --user show astraeus-worker-stay.service -p MainPID --value)
+# The bus daemon the daemon talks to (the user manager's socket-activated one).
+bus_pid=$(busctl --user call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus GetConnectionUnixProcessID s org.freedesktop.DBus | cut -d' ' -f2)
+kill "$bus_pid"
+for _ in $(seq 150); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$daemon_pid" 2>/dev/null; then fail "the daemon outlived its bus"; fi
+status=0; wait "$daemon_pid" || status=$?
+daemon_pid=
+[ "$status" = 1 ] || fail "exit status $status after the bus went"
+grep -q "the bus connection closed" "$rt/daemon.log" || fail "no reason given for stopping"
+if grep -E "worker stay (exited|failed|ended)" "$rt/daemon.log"; then fail "stay recorded as ended"; fi
+start_daemon
+wait_for stay 's "running"'
+grep -q "adopted the running workload of worker stay" "$rt/daemon.log" || fail "stay not adopted"
+[ "$(systemctl --user show astraeus-worker-stay.service -p MainPID --value)" = "$pid_before" ] || fail "stay started twice"
 echo "units: OK"

@@ -116,10 +116,11 @@ impl WorkerObject {
         #[zbus(header)] hdr: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> String {
-        let caller = match &hdr {
+        let reader = match &hdr {
             Some(h) => tokio::time::timeout(LEARN_READER_WITHIN, async {
                 crate::failpoint::hit_async("bus.request_reader").await;
-                self.lp.caller(h, conn).await.ok()
+                // The uid alone (no group lookup: NSS may be slow).
+                self.lp.uid(h, conn).await
             })
             .await
             .ok()
@@ -127,7 +128,7 @@ impl WorkerObject {
             None => None,
         };
         let v = self.view.read();
-        if crate::access::sees_env(caller.map(|c| c.uid), v.owner) {
+        if crate::access::sees_env(reader, v.owner) {
             v.request.clone()
         } else {
             v.request_redacted.clone()

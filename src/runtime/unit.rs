@@ -200,6 +200,10 @@ impl Runtime for Units {
                     Err(e) if matches!(&e, zbus::Error::MethodError(..) | zbus::Error::FDO(_)) => {
                         return Exit::Exited(0)
                     }
+                    // The bus connection lost (dbus restarted): whether the
+                    // unit ended is unknown; the daemon stops on it, and the
+                    // next run adopts the unit as it finds it.
+                    Err(zbus::Error::InputOutput(_)) => std::future::pending::<()>().await,
                     Err(e) => return Exit::Failed(format!("systemd: {e}")),
                 }
                 // Wake on the unit's next change; a slow re-check only guards

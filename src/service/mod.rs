@@ -769,6 +769,12 @@ impl Service {
                 sample,
                 at,
             } => self.guest_gpu(&template, &sample, at),
+            // Units are systemd's, asked over the daemon's own bus
+            // connection: with it closed (the daemon is stopping), an error
+            // says nothing of the unit, which the next run adopts as found.
+            // Recorded as failed, that run would stop a unit that runs on.
+            Command::Launched { kind, .. } | Command::Exited { kind, .. }
+                if kind == crate::runtime::Kind::Unit && self.conn.is_closed() => {}
             Command::Launched { name, kind, result } => self.launched(name, kind, result).await,
             Command::Cgroup { name, cgroup } => {
                 if let Err(e) = self.node.set_cgroup(&name, &cgroup) {
