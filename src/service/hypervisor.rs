@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::runtime::libvirt::{Libvirt, Lifecycle};
 use crate::runtime::BoxFuture;
 use crate::slicing::handoff::{self, Action, Event};
-use crate::slicing::meter::{GpuSample, GPU_CHANNEL};
+use crate::slicing::meter::{GpuSample, GuestGate, GPU_CHANNEL, MAX_LINE_BYTES};
 use crate::slicing::template::{Defined, Readiness, Template};
 use crate::time::EpochMs;
 use std::collections::BTreeMap;
@@ -396,7 +396,6 @@ async fn read_guest_gpus(
     template: String,
     tx: mpsc::Sender<Command>,
 ) {
-    use tokio::io::AsyncBufReadExt;
     // The slice begins when its start is issued; the socket's path is in
     // the live XML only once the domain runs.
     let mut warned = false;
@@ -431,12 +430,24 @@ async fn read_guest_gpus(
             Ok(stream) => {
                 tracing::info!(template = %template, "reading the GPU figures {domain}'s guest writes to {path}");
                 warned = false;
-                let mut lines = tokio::io::BufReader::new(stream).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let Some(sample) = GpuSample::parse(&line) else {
+                let mut reader = tokio::io::BufReader::new(stream);
+                let mut gate = GuestGate::default();
+                let mut line = Vec::new();
+                while let Ok(Some(whole)) = read_line_within(&mut reader, &mut line).await {
+                    let at = EpochMs::now();
+                    if let Some(pause) = gate.line(at.0.max(0) as u64) {
+                        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+                        continue;
+                    }
+                    let Some(sample) = whole
+                        .then(|| std::str::from_utf8(&line).ok().and_then(GpuSample::parse))
+                        .flatten()
+                    else {
                         continue;
                     };
-                    let at = EpochMs::now();
+                    if !gate.admit(sample.index, at.0.max(0) as u64) {
+                        continue;
+                    }
                     // Numbers only (the line is the guest's): what the
                     // slice's figures are computed from, at debug level.
                     tracing::debug!(
@@ -593,10 +604,66 @@ async fn which_run(vms: &Arc<dyn VmHost>, domains: &[(String, String)]) -> Resul
     Ok(on)
 }
 
+/// Reads the guest's next line into `line` (without its newline), keeping
+/// at most [`MAX_LINE_BYTES`] of it: Some(true) for a line within that,
+/// Some(false) for a longer one (the rest is read past, not kept), None at
+/// the end. A guest that never writes a newline costs no memory.
+async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<Option<bool>> {
+    use tokio::io::AsyncBufReadExt;
+    line.clear();
+    let mut whole = true;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok((!line.is_empty() || !whole).then_some(whole));
+        }
+        let (taken, ended) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (i, true),
+            None => (available.len(), false),
+        };
+        let room = MAX_LINE_BYTES.saturating_sub(line.len());
+        whole &= taken <= room;
+        line.extend_from_slice(&available[..taken.min(room)]);
+        reader.consume(taken + usize::from(ended));
+        if ended {
+            return Ok(Some(whole));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::Error;
+
+    /// A guest's lines are kept up to [`MAX_LINE_BYTES`] each: a longer one
+    /// (a guest that never writes a newline) is read past, not into memory.
+    #[tokio::test]
+    async fn a_guests_long_line_is_read_past_not_kept() {
+        let long = vec![b'a'; 100_000];
+        let mut input = b"0, 1, 2, 3\n".to_vec();
+        input.extend_from_slice(&long);
+        input.extend_from_slice(b"\n1, 4, 5, 6\nlast");
+        let mut reader = tokio::io::BufReader::with_capacity(64, &input[..]);
+        let mut line = Vec::new();
+        let mut got = Vec::new();
+        while let Some(whole) = read_line_within(&mut reader, &mut line).await.unwrap() {
+            assert!(line.len() <= MAX_LINE_BYTES);
+            got.push((whole, String::from_utf8(line.clone()).unwrap()));
+        }
+        assert_eq!(
+            got,
+            [
+                (true, "0, 1, 2, 3".to_string()),
+                (false, "a".repeat(MAX_LINE_BYTES)),
+                (true, "1, 4, 5, 6".to_string()),
+                (true, "last".to_string()),
+            ]
+        );
+    }
 
     /// A hypervisor whose domain has vanished: every call about it fails,
     /// and nothing of it runs.

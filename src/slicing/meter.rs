@@ -47,12 +47,70 @@ impl GpuSample {
                 Err(())
             }
         };
+        let index: u32 = fields[0].parse().ok()?;
+        // The guest's numbers, kept within what a board can be: a huge
+        // figure would make the slice's energy infinite.
+        (index < MAX_GUEST_GPUS).then_some(())?;
         Some(GpuSample {
-            index: fields[0].parse().ok()?,
+            index,
             util_pct: number(fields[1]).ok()?.map(|u| u.min(100.0)),
-            memory_mib: number(fields[2]).ok()?,
-            power_w: number(fields[3]).ok()?,
+            memory_mib: number(fields[2]).ok()?.map(|m| m.min(MAX_MEMORY_MIB)),
+            power_w: number(fields[3]).ok()?.map(|p| p.min(MAX_POWER_W)),
         })
+    }
+}
+
+/// The most GPUs a guest's readings may name (a baseboard has 8, 16 at the
+/// largest); rows naming others are dropped, so what is kept per GPU stays
+/// bounded whatever the guest writes.
+pub const MAX_GUEST_GPUS: u32 = 64;
+/// The most one GPU's figures may say (above any board's).
+const MAX_MEMORY_MIB: f64 = 16.0 * 1024.0 * 1024.0;
+const MAX_POWER_W: f64 = 10_000.0;
+
+/// A guest's line longer than this is dropped (a row is ~30 bytes), and
+/// not read into memory past it.
+pub const MAX_LINE_BYTES: usize = 256;
+/// Lines read from a guest in one second at most: past it the reader
+/// pauses until the second is up (the guest's writes wait in its channel).
+const MAX_LINES_PER_SECOND: u32 = 256;
+/// One GPU's rows closer together than this are dropped (the documented
+/// cadence is one every 5 s): the loop is sent at most two a second each.
+const MIN_READING_GAP_MS: u64 = 500;
+
+/// What of a guest's lines reaches the service loop. The guest is the
+/// slice user's own code: written as fast as it can, its rows would fill
+/// the loop's queue (every caller answered busy) and its readings grow.
+#[derive(Debug, Default)]
+pub struct GuestGate {
+    second: u64,
+    lines: u32,
+    /// When each GPU's last row went to the loop (ms).
+    sent: BTreeMap<u32, u64>,
+}
+
+impl GuestGate {
+    /// A line read at `now_ms`: how long (ms) the reader pauses before it
+    /// reads on, when this second's lines are spent (the line is dropped).
+    pub fn line(&mut self, now_ms: u64) -> Option<u64> {
+        let second = now_ms / 1000;
+        if second != self.second {
+            self.second = second;
+            self.lines = 0;
+        }
+        self.lines += 1;
+        (self.lines > MAX_LINES_PER_SECOND).then(|| 1000 - now_ms % 1000)
+    }
+
+    /// Whether a row of GPU `index` read at `now_ms` goes to the loop.
+    pub fn admit(&mut self, index: u32, now_ms: u64) -> bool {
+        match self.sent.get(&index) {
+            Some(t) if now_ms.saturating_sub(*t) < MIN_READING_GAP_MS => false,
+            _ => {
+                self.sent.insert(index, now_ms);
+                true
+            }
+        }
     }
 }
 
@@ -146,6 +204,36 @@ pub struct SliceMeasures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guest_writing_fast_is_read_at_a_bounded_rate() {
+        let mut gate = GuestGate::default();
+        // 256 lines a second are read; the 257th pauses the reader for the
+        // rest of its second.
+        for i in 0..256 {
+            assert_eq!(gate.line(5_000 + i), None);
+        }
+        assert_eq!(gate.line(5_300), Some(700));
+        assert_eq!(gate.line(6_000), None, "a new second reads again");
+        // Each GPU's rows reach the loop at most twice a second.
+        assert!(gate.admit(0, 10_000));
+        assert!(!gate.admit(0, 10_499));
+        assert!(gate.admit(1, 10_499), "GPUs apart");
+        assert!(gate.admit(0, 10_500));
+    }
+
+    #[test]
+    fn rows_beyond_a_boards_gpus_and_figures_are_dropped_or_bounded() {
+        assert_eq!(GpuSample::parse("64, 1, 1, 1"), None);
+        assert_eq!(GpuSample::parse("4294967295, 1, 1, 1"), None);
+        let s = GpuSample::parse("63, 100, 1e308, 1e308").unwrap();
+        assert_eq!(s.memory_mib, Some(16.0 * 1024.0 * 1024.0));
+        assert_eq!(s.power_w, Some(10_000.0));
+        let mut m = Meter::new("t");
+        m.record_gpu(EpochMs(0), &s);
+        m.record_gpu(EpochMs(60_000), &s);
+        assert!(m.measures().energy_j.is_some_and(f64::is_finite));
+    }
 
     #[test]
     fn nvidia_smi_rows_are_read_with_or_without_units() {
