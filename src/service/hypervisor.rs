@@ -435,7 +435,7 @@ async fn read_guest_gpus(
                 let mut line = Vec::new();
                 while let Ok(Some(whole)) = read_line_within(&mut reader, &mut line).await {
                     let at = EpochMs::now();
-                    if let Some(pause) = gate.line(at.0.max(0) as u64) {
+                    if let Some(pause) = gate.line(at.0) {
                         tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
                         continue;
                     }
@@ -445,7 +445,7 @@ async fn read_guest_gpus(
                     else {
                         continue;
                     };
-                    if !gate.admit(sample.index, at.0.max(0) as u64) {
+                    if !gate.admit(sample.index, at.0) {
                         continue;
                     }
                     // Numbers only (the line is the guest's): what the
