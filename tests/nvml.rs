@@ -402,8 +402,25 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
         "{}",
         o.stdout
     );
-    // Logged once per breach, not at every refresh.
+    // Logged once per breach, not at every refresh, nor when its figures
+    // move (the property follows them).
     std::thread::sleep(std::time::Duration::from_millis(800));
+    fixture(
+        &fx,
+        &[rtx(4 * GB + GB / 2, 0)],
+        &[
+            (0, pid, 3 * GB + GB / 2, "compute"),
+            (0, other.id(), GB, "compute"),
+        ],
+    );
+    eventually("the breach's figures follow", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/listen",
+            "org.astraeus.Node1.Worker",
+            "Warnings",
+        ) == "as 1 \"uses more than its 2.5 GB share on GPU 0 of majin (3.5 GB now)\"\n"
+    });
     assert_eq!(
         d.log_text()
             .matches("uses more than its 2.5 GB share")

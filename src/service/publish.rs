@@ -621,11 +621,17 @@ impl Service {
             return None;
         };
         let view = worker_view(&self.node, w);
-        for warning in view
-            .warnings
-            .iter()
-            .filter(|w| !obj.view.read().warnings.contains(w))
-        {
+        // Said once per kind of warning, as a GPU's are: its figures
+        // ("3.1 GB now") change with every reading, and another user's
+        // memory moving them must not make a journal line a reading.
+        for warning in view.warnings.iter().filter(|w| {
+            let key = warning_key(w);
+            !obj.view
+                .read()
+                .warnings
+                .iter()
+                .any(|old| warning_key(old) == key)
+        }) {
             tracing::warn!(message_id = journal::WORKER_WARNING, worker = %name, "worker {name}: {warning}");
         }
         let new_state = view.state;
