@@ -80,7 +80,7 @@ impl Bare {
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
-            .map_err(|e| Error::field("source", format!("{}: {e}", here.display())))
+            .map_err(|e| Error::field("source", format!("{}: {e}", shown(here))))
     }
 }
 
@@ -92,7 +92,7 @@ impl Bare {
 /// leads to by then, and a file when it is read ([`Bare::open`]).
 fn open_entry(dir: &std::fs::File, name: &std::ffi::OsStr, here: &Path) -> Result<Entry> {
     use std::os::unix::io::{AsRawFd, FromRawFd};
-    let refused = |why: String| Error::field("source", format!("{}: {why}", here.display()));
+    let refused = |why: String| Error::field("source", format!("{}: {why}", shown(here)));
     let c_name = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
         .map_err(|_| refused("a name with a NUL".into()))?;
     let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -149,7 +149,7 @@ fn walk(
             Entry::Dir(_) if here.components().count() > MAX_DEPTH => {
                 return Err(Error::field(
                     "source",
-                    format!("{}: deeper than {MAX_DEPTH} directories", here.display()),
+                    format!("{}: deeper than {MAX_DEPTH} directories", shown(&here)),
                 ));
             }
             Entry::Dir(sub) => {
@@ -163,10 +163,12 @@ fn walk(
 }
 
 /// A path below the source as people read it (the source itself is `.`).
+/// A path within the source as an error quotes it: printable (the
+/// source's names are its owner's, who may be another user).
 fn shown(rel: &Path) -> String {
     match rel.as_os_str().is_empty() {
         true => ".".to_string(),
-        false => rel.display().to_string(),
+        false => crate::text::printable(&rel.display().to_string()),
     }
 }
 
@@ -190,7 +192,7 @@ pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Strin
             loop {
                 let n = f
                     .read(&mut buf)
-                    .map_err(|e| Error::field("source", format!("{}: {e}", rel.display())))?;
+                    .map_err(|e| Error::field("source", format!("{}: {e}", shown(rel))))?;
                 if n == 0 {
                     return Ok(());
                 }

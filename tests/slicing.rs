@@ -1214,3 +1214,46 @@ fn staging_shows_a_bar_at_a_terminal_and_fails_when_the_daemon_goes() {
         o.stderr
     );
 }
+
+/// A staging refused over a file's name quotes the name, and the source
+/// directory may be another user's: a newline in it must not forge a line
+/// in the journal, in the WeightsStaged signal or in astraeusctl's output.
+#[test]
+fn a_refused_names_control_characters_reach_no_line() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = on_test_driver(&bus, dir.path(), "");
+    let a = &bus.address;
+    weights_template(a, dir.path(), "r");
+    let source = dir.path().join("model");
+    std::fs::create_dir_all(&source).unwrap();
+    let fifo = source.join("x\nworker y placed: 0 \u{1b}[2J");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let o = ctl(
+        a,
+        None,
+        &["template", "stage", "r", source.to_str().unwrap()],
+    );
+    assert!(!o.ok, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("x?worker y placed: 0 ?[2J"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        !o.stderr.contains('\u{1b}') && o.stderr.lines().count() == 1,
+        "{}",
+        o.stderr
+    );
+    eventually("logged", || {
+        d.log_text().contains("staging the weights of r failed")
+    });
+    assert!(
+        d.log_text()
+            .lines()
+            .all(|l| !l.starts_with("worker y placed")),
+        "{}",
+        d.log_text()
+    );
+}

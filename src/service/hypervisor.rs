@@ -368,7 +368,9 @@ impl Hypervisor {
                             .await;
                         }
                         // Probed again at the next poll.
+                        // `why` may quote the guest (its agent's error).
                         Err(why) if changed => {
+                            let why = crate::text::printable(&why);
                             tracing::info!(template = %template, "{template} is not ready yet: {why}")
                         }
                         Err(_) => {}

@@ -52,10 +52,12 @@ pub async fn follow(c: &Client, json_out: bool) -> Result<(), String> {
         } else {
             // A line each, flushed by stdout's line buffering; a reader gone
             // (`| head`) ends the follower quietly (see out_line).
+            // One event, one line: a newline in what the daemon relays
+            // (a staging error quoting a file's name) must not forge another.
             outln!(
                 "{}  {}",
                 local.format(now.as_second(), "%H:%M:%S"),
-                event.line
+                astraeusd::text::printable(&event.line)
             );
         }
     }

@@ -245,7 +245,7 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
             if r.error.is_empty() {
                 String::new()
             } else {
-                format!("  failed: {}", r.error)
+                format!("  failed: {}", astraeusd::text::printable(&r.error))
             }
         );
     }

@@ -139,8 +139,11 @@ impl Service {
                 (sum, changed, String::new())
             }
             Err(e) => {
-                tracing::warn!(template = %template, "staging the weights of {template} failed: {e}");
-                (String::new(), false, e.message().to_string())
+                // It may quote a file's name from a directory another user
+                // owns: printable before the journal and the signal.
+                let error = crate::text::printable(e.message());
+                tracing::warn!(template = %template, "staging the weights of {template} failed: {error}");
+                (String::new(), false, error)
             }
         };
         self.signal("WeightsStaged", BASE_PATH.into(), move |e| async move {
