@@ -154,6 +154,23 @@ pub struct Machine {
     pub gpus: Vec<Gpu>,
 }
 
+impl Machine {
+    /// Whether `other` differs from this at most in what is read anew at
+    /// each refresh and places nothing: power, the energy counter,
+    /// utilisation and each worker process's bytes (what they add up to,
+    /// outside use and use beyond shares, are compared).
+    pub fn same_but_readings(&self, other: &Machine) -> bool {
+        let bare = |m: &Machine| {
+            let mut m = m.clone();
+            for g in &mut m.gpus {
+                (g.power_mw, g.energy_mj, g.utilization_pct, g.own_use) = (None, None, None, None);
+            }
+            m
+        };
+        bare(self) == bare(other)
+    }
+}
+
 /// One GPU given to a worker; `share` is `Some` for shared work.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Grant {

@@ -353,3 +353,58 @@ proptest::proptest! {
         }
     }
 }
+
+/// What a real host's refresh reads anew each time (power, the energy
+/// counter, utilisation, processes' bytes) places nothing: a reading that
+/// moved only those re-examines no pending worker and shows again only the
+/// GPUs that moved and the workers on a GPU whose processes' bytes moved;
+/// the rest (outside use) is a change of the machine, as before.
+#[test]
+fn readings_that_place_nothing_show_again_only_what_they_are_of() {
+    let mut toml = String::from("machine = \"m\"\ncpu_cores = 64\nmemory_gb = 512\n");
+    for _ in 0..3 {
+        toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\noutside_gb = 1\n");
+    }
+    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
+    for i in 0..3 {
+        n.submit(&shared(&format!("s{i}"), "6"), 1).unwrap();
+    }
+    for i in 0..10 {
+        n.submit(&shared(&format!("p{i}"), "6"), 1).unwrap();
+    }
+    assert_eq!(n.pending_count(), 10);
+    let on = |n: &Node, gpu: u32| -> Vec<String> {
+        n.workers()
+            .filter(|w| w.grants().iter().any(|g| g.gpu_index == gpu))
+            .map(|w| w.name().to_string())
+            .collect()
+    };
+    let on_1 = on(&n, 1);
+    assert_eq!(on_1.len(), 1);
+
+    let mut m = sim::parse(&toml).unwrap();
+    for g in &mut m.gpus {
+        g.energy_mj = Some(1_000);
+        g.power_mw = Some(70_000);
+    }
+    m.gpus[1].own_use = Some(vec![(4242, 1 << 30)]);
+    let start = n.evals.0;
+    let c = n.set_machine(m.clone()).unwrap();
+    assert!(!c.machine_changed);
+    assert_eq!(c.gpus, vec![0, 1, 2]);
+    assert_eq!(c.updated, on_1, "the workers on the GPU whose bytes moved");
+    assert_eq!(n.evals.0, start, "no pending worker re-examined");
+    assert_eq!(n.machine().gpus[0].energy_mj, Some(1_000), "kept");
+
+    // The counter moves on GPU 0 alone.
+    m.gpus[0].energy_mj = Some(2_000);
+    let c = n.set_machine(m.clone()).unwrap();
+    assert_eq!((c.gpus, c.updated), (vec![0], vec![]));
+
+    // Outside use shrinks on GPU 2: a change of the machine.
+    m.gpus[2].outside = astraeusd::quantity::Amount::from_hundredths(0);
+    let c = n.set_machine(m).unwrap();
+    assert!(c.machine_changed);
+    assert_eq!(c.gpus, vec![0, 1, 2]);
+    assert!(n.audit().is_empty(), "{:?}", n.audit());
+}

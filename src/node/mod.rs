@@ -511,6 +511,28 @@ impl Node {
         if machine == *self.machine {
             return Ok(changes);
         }
+        // On a real host the energy counter moves at every refresh, power
+        // and utilisation most of the time, processes' bytes often: none
+        // of them places anything. Then only the GPUs that moved are shown
+        // again, and the workers on a GPU whose processes' bytes moved
+        // (their use): not every worker, every refresh.
+        if self.machine.same_but_readings(&machine) {
+            for (old, new) in self.machine.gpus.iter().zip(&machine.gpus) {
+                if old == new {
+                    continue;
+                }
+                changes.gpus.push(new.index);
+                if old.own_use != new.own_use {
+                    if let Some(u) = self.book.usage(&new.uuid) {
+                        let on = u.whole.iter().map(String::as_str);
+                        let on = on.chain(u.sharers().keys().map(|k| &**k));
+                        changes.updated.extend(on.map(str::to_string));
+                    }
+                }
+            }
+            self.machine = std::sync::Arc::new(machine);
+            return Ok(changes);
+        }
         changes.machine_changed = true;
         changes.gpus.extend(machine.gpus.iter().map(|g| g.index));
         let better = better_machine(&self.machine, &machine);
