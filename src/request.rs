@@ -449,9 +449,35 @@ fn amount(v: &Value, path: &str, positive: bool) -> Result<Amount> {
     Ok(a)
 }
 
+/// The request with `run.<kind>.env` values replaced, for callers other than
+/// the owner and root (env often carries tokens).
+pub fn redact_env(spec: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(spec) else {
+        return String::new();
+    };
+    if let Some(run) = v.get_mut("run").and_then(|r| r.as_object_mut()) {
+        for body in run.values_mut() {
+            if let Some(env) = body.get_mut("env").and_then(|e| e.as_object_mut()) {
+                for val in env.values_mut() {
+                    *val = serde_json::Value::String("(hidden)".into());
+                }
+            }
+        }
+    }
+    v.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_values_are_hidden_from_others() {
+        let spec = r#"{"name":"w","run":{"container":{"image":"x","env":{"TOKEN":"s3cret"}}}}"#;
+        let r = redact_env(spec);
+        assert!(!r.contains("s3cret"));
+        assert!(r.contains(r#""TOKEN":"(hidden)""#));
+    }
 
     fn err(text: &str) -> String {
         match WorkerSpec::parse(text) {

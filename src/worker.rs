@@ -66,8 +66,10 @@ impl Status {
 pub struct Worker {
     pub id: i64,
     pub spec: WorkerSpec,
-    /// The request as the user wrote it.
-    pub spec_text: String,
+    /// The request as submitted, and with `run.*.env` values hidden (made
+    /// once: every view of the worker shares them).
+    pub spec_text: std::sync::Arc<str>,
+    pub spec_redacted: std::sync::Arc<str>,
     pub owner_uid: u32,
     /// Processes whose GPU memory counts as its own (a reservation's holders).
     pub holders: Vec<Holder>,

@@ -513,7 +513,7 @@ fn a_new_worker_is_announced_after_its_reply_with_its_properties() {
 /// GetAll (#25): it must carry exactly what GetAll answers for the same
 /// object — zbus's own answer is the oracle — for a running worker and a
 /// waiting one, whose reasons it carries. (No env here: the request's env
-/// hiding is views::redact_env's, tested there and in tests/podman.rs.)
+/// hiding is request::redact_env's, tested there and in tests/podman.rs.)
 #[test]
 fn a_workers_announcement_carries_what_get_all_answers() {
     use futures_util::StreamExt;

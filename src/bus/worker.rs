@@ -129,9 +129,9 @@ impl WorkerObject {
         };
         let v = self.view.read();
         if crate::access::sees_env(reader, v.owner) {
-            v.request.clone()
+            v.request.to_string()
         } else {
-            v.request_redacted.clone()
+            v.request_redacted.to_string()
         }
     }
 }
@@ -171,7 +171,7 @@ fn properties<'a>(
         ("SubmittedMs", v.submitted_ms.into()),
         ("PlacedMs", v.placed_ms.into()),
         ("GpuUsedGb", v.gpu_used_gb.into()),
-        ("Request", request.as_str().into()),
+        ("Request", (&**request).into()),
     ])
 }
 

@@ -230,7 +230,8 @@ impl Node {
                 Worker {
                     id: row.id,
                     spec,
-                    spec_text: row.spec,
+                    spec_redacted: crate::request::redact_env(&row.spec).into(),
+                    spec_text: row.spec.into(),
                     owner_uid: row.owner_uid,
                     holders: row.holders,
                     submitted: EpochMs::from_i64(row.submitted_ms),
@@ -399,7 +400,8 @@ impl Node {
             Worker {
                 id,
                 spec,
-                spec_text: spec_text.to_string(),
+                spec_text: spec_text.into(),
+                spec_redacted: crate::request::redact_env(spec_text).into(),
                 owner_uid,
                 holders,
                 submitted: at,

@@ -164,7 +164,7 @@ pub fn check(db: &Path, logs: &[String], seed: u64) {
     let pending: Vec<String> = node
         .workers()
         .filter(|w| matches!(w.status, Status::Pending))
-        .map(|w| w.spec_text.clone())
+        .map(|w| w.spec_text.to_string())
         .collect();
     for text in pending {
         assert!(
