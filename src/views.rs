@@ -119,9 +119,15 @@ pub struct Waits {
 impl Waits {
     /// A new snapshot; the names whose reasons were read from older ones.
     /// (Replaced before the set is taken, and a getter marks before it reads:
-    /// a read either sees the new snapshot or is in the set.)
+    /// a read either sees the new snapshot or is in the set.) None, and
+    /// the set kept, when every reason reads the same against it: a re-read
+    /// that found nothing new, or only readings that place nothing (on a
+    /// real host, every refresh told every reader of a reason).
     pub fn replace(&self, snapshot: crate::node::Snapshot) -> Vec<String> {
-        self.snapshot.replace(Some(snapshot));
+        let old = self.snapshot.replace(Some(snapshot.clone()));
+        if old.is_some_and(|old| old.explains_as(&snapshot)) {
+            return Vec::new();
+        }
         let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
         read.drain().collect()
     }

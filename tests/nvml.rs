@@ -1312,3 +1312,64 @@ fn the_page_draws_use_beyond_a_share_apart_from_outside_and_free() {
         let _ = p.wait();
     }
 }
+
+/// On a real host power, the energy counter and utilisation move at every
+/// refresh, and they place nothing: a waiting worker's reasons read before
+/// are not invalidated for them (each refresh told every reader of a reason
+/// to read it again: `astraeusctl events` printed each wait every 2 s).
+/// Outside use moving is a change of the machine: then they are.
+#[test]
+fn readings_that_place_nothing_invalidate_no_reason() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    fixture(&fx, &[rtx(0, 0)], &[]);
+    let bus = Bus::session();
+    let _d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("big", "6")]).ok);
+    let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("p", "4")]);
+    assert!(o.stdout.contains("pending"), "{}", o.stdout);
+    let log = dir.path().join("monitor.log");
+    let mut watch = monitor(
+        a,
+        "type='signal',path='/org/astraeus/Node1/worker/p',member='PropertiesChanged'",
+        &log,
+    );
+    let reasons = || {
+        prop(
+            a,
+            "/org/astraeus/Node1/worker/p",
+            "org.astraeus.Node1.Worker",
+            "PendingReasons",
+        )
+    };
+    assert!(reasons().contains("it needs 4"), "{}", reasons());
+    // Power and energy move (as at every refresh of a real host).
+    let moved = |from: &str, to: &str| {
+        let text = std::fs::read_to_string(&fx).unwrap();
+        let tmp = fx.with_extension("tmp");
+        std::fs::write(&tmp, text.replace(from, to)).unwrap();
+        std::fs::rename(tmp, &fx).unwrap();
+    };
+    moved("power=60000 energy=1000", "power=70000 energy=5000");
+    eventually("the new power read", || {
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "PowerW",
+        ) == "d 70\n"
+    });
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let told = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("PendingReasons")
+    };
+    assert!(!told(), "{}", std::fs::read_to_string(&log).unwrap());
+    // Outside use grows by 1 GB: p's reasons differ, and its reader is told.
+    moved("used=0 ", &format!("used={} ", GB));
+    eventually("the reader of p's reasons told", told);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}

@@ -57,6 +57,23 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Whether every waiting worker's reasons read the same against `other`:
+    /// the same book (a change replaces the GPUs' entries it touched), and
+    /// the same machine but for readings that place nothing.
+    pub fn explains_as(&self, other: &Snapshot) -> bool {
+        let (a, b) = (&self.book, &other.book);
+        let same_book = a.gpus.len() == b.gpus.len()
+            && a.gpus.iter().all(|(uuid, u)| {
+                b.gpus
+                    .get(uuid)
+                    .is_some_and(|v| std::sync::Arc::ptr_eq(u, v))
+            })
+            && (a.kept == b.kept && a.cpu_cores == b.cpu_cores && a.memory_bytes == b.memory_bytes);
+        same_book
+            && (std::sync::Arc::ptr_eq(&self.machine, &other.machine)
+                || self.machine.same_but_readings(&other.machine))
+    }
+
     /// Why worker `who` waits here, one line per GPU that could have served.
     pub fn reasons(&self, who: &str, res: &crate::request::Resources) -> Vec<String> {
         placement::reasons(&self.machine, &self.book, res, who)
@@ -532,6 +549,8 @@ impl Node {
                     }
                 }
             }
+            changes.updated.sort_unstable();
+            changes.updated.dedup();
             self.machine = std::sync::Arc::new(machine);
             return Ok(changes);
         }

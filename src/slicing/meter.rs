@@ -118,6 +118,27 @@ impl GuestGate {
 /// energy (the guest stopped reporting; nothing is guessed for the gap).
 const MAX_ENERGY_GAP_MS: u64 = 60_000;
 
+/// A slice's readings of one figure, as their sum, count and peak: a
+/// slice lasts days, its guest writes as often as it likes.
+#[derive(Debug, Default)]
+struct Figures {
+    sum: f64,
+    count: u64,
+    peak: Option<f64>,
+}
+
+impl Figures {
+    fn add(&mut self, x: f64) {
+        self.sum += x;
+        self.count += 1;
+        self.peak = Some(self.peak.map_or(x, |p| p.max(x)));
+    }
+
+    fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
+}
+
 /// What is measured over the running slice: CPU from libvirt's domain info,
 /// GPU figures from what the guest writes to [`GPU_CHANNEL`] (none written:
 /// "not reported", never zeros).
@@ -126,8 +147,8 @@ pub struct Meter {
     pub template: String,
     /// (when, cpu ns) of the last reading.
     last: Option<(EpochMs, u64)>,
-    pub cpu: Vec<f64>,
-    gpu_util: Vec<f64>,
+    cpu: Figures,
+    gpu_util: Figures,
     /// Each GPU's last reading: (at ms, memory MiB, power W).
     gpus: BTreeMap<u32, (EpochMs, Option<f64>, Option<f64>)>,
     memory_peak_mib: Option<f64>,
@@ -148,7 +169,7 @@ impl Meter {
             if at > t0 && cpu_ns >= c0 {
                 let wall_ns = (at - t0) as f64 * 1e6;
                 let pct = (cpu_ns - c0) as f64 * 100.0 / (wall_ns * vcpus as f64);
-                self.cpu.push(pct.min(100.0));
+                self.cpu.add(pct.min(100.0));
             }
         }
         self.last = Some((at, cpu_ns));
@@ -158,7 +179,7 @@ impl Meter {
     /// is each GPU's power times the time to its next reading.
     pub fn record_gpu(&mut self, at: EpochMs, s: &GpuSample) {
         if let Some(u) = s.util_pct {
-            self.gpu_util.push(u);
+            self.gpu_util.add(u);
         }
         if let Some((t0, _, Some(p0))) = self.gpus.get(&s.index) {
             let dt = at - *t0;
@@ -176,12 +197,11 @@ impl Meter {
     }
 
     pub fn measures(&self) -> SliceMeasures {
-        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         SliceMeasures {
-            cpu_avg_pct: mean(&self.cpu),
-            cpu_peak_pct: self.cpu.iter().copied().reduce(f64::max),
-            gpu_avg_pct: mean(&self.gpu_util),
-            gpu_peak_pct: self.gpu_util.iter().copied().reduce(f64::max),
+            cpu_avg_pct: self.cpu.mean(),
+            cpu_peak_pct: self.cpu.peak,
+            gpu_avg_pct: self.gpu_util.mean(),
+            gpu_peak_pct: self.gpu_util.peak,
             gpu_memory_peak_bytes: self
                 .memory_peak_mib
                 .map(|m| (m * 1024.0 * 1024.0).round() as u64),
