@@ -1508,3 +1508,51 @@ fn a_slow_reader_lookup_holds_no_submit() {
         "the Get waited out the lookup"
     );
 }
+
+/// The system bus takes a message of at most 32 MiB (dbus-daemon's default
+/// `max_message_size`), and a bigger one is not refused: the bus daemon
+/// drops the connection that sent it. Requests of 120 KB each (padding is
+/// kept: the request is shown as written) make the listing of every object
+/// bigger than that: the call is refused, saying what to ask for, and the
+/// daemon stays on the bus.
+#[test]
+fn a_listing_bigger_than_the_bus_carries_is_refused_not_sent() {
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let d = start_majin(&bus, dir.path(), "", &[]);
+    let a = &bus.address;
+    // 120 KB each: one argument of busctl's may not be longer than 128 KiB.
+    let pad = " ".repeat(120_000);
+    for i in 0..290 {
+        let spec = format!(
+            r#"{{"name":"w{i}",{pad}"requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":0.01}}}}}}"#
+        );
+        let o = manager(a, None, "SubmitWorker", &["s", &spec]);
+        assert!(o.ok, "{}", o.stderr);
+    }
+    let o = busctl(
+        a,
+        &[
+            "call",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1",
+            "org.freedesktop.DBus.ObjectManager",
+            "GetManagedObjects",
+        ],
+    );
+    assert!(!o.ok, "{}", &o.stdout[..o.stdout.len().min(200)]);
+    assert!(
+        o.stderr
+            .contains("more than the bus carries in one message"),
+        "{}",
+        o.stderr
+    );
+    // Still on the bus, answering.
+    let o = manager(a, None, "ListWorkers", &[]);
+    assert!(
+        o.ok && o.stdout.contains("\"w289\""),
+        "{}\n{}",
+        o.stderr,
+        d.log_text()
+    );
+}

@@ -93,7 +93,9 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<WorkerRow>, BusError> {
         let (turn, _) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
-        Ok(self.objects.worker_rows(turn).await)
+        let rows = self.objects.worker_rows(turn).await;
+        super::tree::fits_the_bus(&rows, "the list of workers")?;
+        Ok(rows)
     }
 
     /// Every pending worker, oldest first, with why it waits: one call
@@ -105,7 +107,9 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, Vec<String>)>, BusError> {
         let (turn, _) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
-        Ok(self.objects.pending(turn).await)
+        let pending = self.objects.pending(turn).await;
+        super::tree::fits_the_bus(&pending, "the list of waiting workers")?;
+        Ok(pending)
     }
 
     /// Workers that ended at or after `since` (epoch seconds), newest first,

@@ -237,6 +237,34 @@ async fn pause(i: usize) {
     }
 }
 
+/// The most one reply may carry: dbus-daemon's default `max_message_size`
+/// (32 MiB, the system bus's unless an administrator raised it), less room
+/// for the header. A bigger message is not refused but taken for a broken
+/// sender: the bus daemon drops the daemon's connection, its name and every
+/// call, and the daemon stops for systemd to restart it. So a reply that
+/// big is refused instead, saying what to ask for.
+pub const MAX_REPLY_BYTES: usize = 32 * 1024 * 1024 - 64 * 1024;
+
+/// Refuses (`Conflict`) a reply `what` bigger than [`MAX_REPLY_BYTES`];
+/// its size is counted by serialising it into nothing (off the loop, as
+/// the reply itself is built).
+pub fn fits_the_bus<T>(value: &T, what: &str) -> Result<(), BusError>
+where
+    T: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    let ctxt = zbus::wire::serialized::Context::new(zbus::wire::LE, 0);
+    let size = zbus::wire::serialized_size(ctxt, value)?.size();
+    if size <= MAX_REPLY_BYTES {
+        return Ok(());
+    }
+    Err(BusError(crate::error::Error::Conflict(format!(
+        "{what} would be {:.1} MB, more than the bus carries in one message (32 MB): \
+         list workers with ListWorkers and ListPending, and read one object with \
+         Properties.GetAll",
+        size as f64 / 1e6
+    ))))
+}
+
 /// A listing and its turn: the turn is given back when zbus drops the
 /// value, once the reply built from it is sent, so replies are built (and
 /// sent) one at a time too.
@@ -348,6 +376,7 @@ impl ObjectManager {
             };
             objects.insert(path, HashMap::from([(name.into(), props)]));
         }
+        fits_the_bus(&objects, "the listing of every object")?;
         Ok(Listing {
             objects,
             _turn: turn,
