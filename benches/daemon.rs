@@ -313,7 +313,7 @@ fn scale(sizes: &[usize], trips: usize, idle_window: Duration, out: &mut Vec<Str
                     // its time is recorded, its size as none.
                     let size = match reply {
                         Ok(reply) => Some(reply.data().len()),
-                        Err(e) if e.to_string().contains("more than the bus carries") => None,
+                        Err(e) if e.to_string().contains(astraeusd::bus::tree::TOO_BIG) => None,
                         Err(e) => panic!("{method}: {e}"),
                     };
                     (t.elapsed().as_secs_f64() * 1e3, size)

@@ -43,9 +43,27 @@ pub fn printable(text: &str) -> String {
         .collect()
 }
 
+/// `text` cut to at most `max` characters, the last of them "…" when cut.
+pub fn clipped(text: &str, max: usize) -> String {
+    if text.chars().nth(max).is_none() {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clipped_keeps_at_most_max_characters() {
+        assert_eq!(clipped("abc", 3), "abc");
+        assert_eq!(clipped("abcd", 3), "ab…");
+        assert_eq!(clipped("ééééé", 4), "ééé…");
+        assert_eq!(clipped("", 0), "");
+    }
 
     #[test]
     fn control_characters_never_pass() {

@@ -13,7 +13,13 @@ use zbus::{interface, Connection, OwnedObjectPath};
 
 /// The calls whose answers grow with the workers (or the ledger), answered
 /// on the lists runtime ([`super::offload`]).
-pub const LISTINGS: &[&str] = &["ListWorkers", "ListPending", "ListEnded", "UsageReport"];
+pub const LISTINGS: &[&str] = &[
+    "ListWorkers",
+    "ListPending",
+    "ListEnded",
+    "UsageReport",
+    "SliceReport",
+];
 
 pub struct Manager {
     pub lp: Loop,
@@ -94,7 +100,8 @@ impl Manager {
     ) -> Result<Vec<WorkerRow>, BusError> {
         let (turn, _) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
         let rows = self.objects.worker_rows(turn).await;
-        super::tree::fits_the_bus(&rows, "the list of workers")?;
+        let instead = "none lists them in parts: stop workers, or read one with GetWorker";
+        super::tree::fits_the_bus(&rows, "the list of workers", instead)?;
         Ok(rows)
     }
 
@@ -108,7 +115,8 @@ impl Manager {
     ) -> Result<Vec<(String, Vec<String>)>, BusError> {
         let (turn, _) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
         let pending = self.objects.pending(turn).await;
-        super::tree::fits_the_bus(&pending, "the list of waiting workers")?;
+        let instead = "none lists them in parts: read one's PendingReasons";
+        super::tree::fits_the_bus(&pending, "the list of waiting workers", instead)?;
         Ok(pending)
     }
 
@@ -130,14 +138,17 @@ impl Manager {
             )));
         }
         let since_ms = since.saturating_mul(1000);
-        Ok(self
+        let rows = self
             .lp
             .ask_in_turn(&hdr, conn, |reply| Command::ListEnded {
                 since_ms,
                 limit,
                 reply,
             })
-            .await??)
+            .await??;
+        let instead = "ask for fewer (limit) or a later since";
+        super::tree::fits_the_bus(&rows, "the list of ended workers", instead)?;
+        Ok(rows)
     }
 
     /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB,
@@ -301,14 +312,17 @@ impl Manager {
             .parse::<crate::report::GroupBy>()
             .map_err(crate::error::Error::from)?;
         let window = Window::checked(from, to)?;
-        Ok(self
+        let rows = self
             .lp
             .ask_in_turn(&hdr, conn, |reply| Command::UsageReport {
                 window,
                 group_by,
                 reply,
             })
-            .await??)
+            .await??;
+        let instead = "ask for a shorter window, or group by owner or gpu";
+        super::tree::fits_the_bus(&rows, "the report", instead)?;
+        Ok(rows)
     }
 
     /// Defines a time-slicing template and its persistent VM (JSON). Root only.
@@ -421,14 +435,17 @@ impl Manager {
     ) -> Result<Vec<SliceReportRow>, BusError> {
         bounded(&[("template", &template)])?;
         let window = Window::checked(from, to)?;
-        Ok(self
+        let rows = self
             .lp
             .ask_in_turn(&hdr, conn, |reply| Command::SliceReport {
                 template,
                 window,
                 reply,
             })
-            .await??)
+            .await??;
+        let instead = "ask for a shorter window or one template";
+        super::tree::fits_the_bus(&rows, "the report", instead)?;
+        Ok(rows)
     }
 
     /// Builds a template's read-only weights disk (an ext4 image) from a

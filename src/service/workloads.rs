@@ -194,8 +194,9 @@ impl Service {
         let at = at.unwrap_or_else(EpochMs::now);
         // A runtime's error may quote what the owner wrote (an image, an
         // exec path): printable before it is kept, listed to anyone (the
-        // ended list) and logged.
-        let reason = crate::text::printable(reason);
+        // ended list) and logged, and at most 1,000 characters (10,000
+        // ended workers are listed in one reply).
+        let reason = crate::text::clipped(&crate::text::printable(reason), 1000);
         match self.node.end_at(name, status, &reason, at) {
             Ok(changes) => {
                 self.publish(&changes);
