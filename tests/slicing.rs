@@ -1257,3 +1257,77 @@ fn a_refused_names_control_characters_reach_no_line() {
         d.log_text()
     );
 }
+
+/// The guest is the slice user's own code: one writing its GPU channel as
+/// fast as it can is read at a bounded rate. Each line was a command for
+/// the loop (about 60,000 in this test's two seconds without the gate: the
+/// loop's queue and CPU were the guest's). Calls are answered meanwhile,
+/// and the slice's figures are the rows it wrote.
+#[test]
+fn a_guest_flooding_its_gpu_channel_holds_no_caller() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        // Each row that reaches the loop, as its debug line.
+        &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
+    );
+    let a = &bus.address;
+    let socket = dir.path().join("gpu.sock");
+    let channel = format!(
+        "<channel type='unix'><source mode='bind' path='{}'/>\
+         <target type='virtio' name='org.astraeus.gpu.0'/></channel>",
+        socket.display()
+    );
+    let spec = probed_template("f", serde_json::json!({ "agent": true }), &channel);
+    let o = manager(a, None, "CreateTemplate", &["s", &spec]);
+    assert!(o.ok, "{}", o.stderr);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let flooding = std::sync::Arc::new(AtomicBool::new(true));
+    let still = flooding.clone();
+    // Not joined: its writes wait while the daemon's reader pauses.
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let rows = "0, 50, 1000, 100\n".repeat(4096);
+        let endless = "9".repeat(1 << 16);
+        while still.load(Ordering::Relaxed) {
+            if s.write_all(rows.as_bytes()).is_err() || s.write_all(endless.as_bytes()).is_err() {
+                break;
+            }
+            let _ = s.write_all(b"\n");
+        }
+    });
+    let began = std::time::Instant::now();
+    assert!(manager(a, None, "Resume", &["sb", "f", "false"]).ok);
+    eventually("f running", || template_state(a, "f") == "running");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    for i in 0..20 {
+        let o = manager_spec_within(
+            a,
+            None,
+            5,
+            "SubmitWorker",
+            &shared_spec(&format!("w{i}"), "0.1"),
+        );
+        assert!(o.ok, "a call during the flood: {}", o.stderr);
+    }
+    flooding.store(false, Ordering::Relaxed);
+    assert!(manager(a, None, "PowerOff", &["sb", "f", "true"]).ok);
+    eventually("off", || template_state(a, "f") == "off");
+    // Its one GPU's rows reached the loop at most twice a second (the guest
+    // wrote hundreds of thousands).
+    let reached = d.log_text().matches("guest GPU reading of f at").count();
+    let most = 2 * began.elapsed().as_secs() as usize + 2;
+    assert!(
+        (1..=most).contains(&reached),
+        "{reached} rows reached the loop, at most {most}"
+    );
+    let rows = report_rows(a, "f");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["gpu_avg_pct"], 50.0, "{}", rows[0]);
+    assert_eq!(rows[0]["gpu_peak_pct"], 50.0, "{}", rows[0]);
+}
