@@ -14,6 +14,17 @@ fn node() -> Node {
     .unwrap()
 }
 
+/// A sim machine of `n` 8 GB L4s, each with `outside_gb` held outside.
+fn l4s(n: usize, outside_gb: u32) -> String {
+    let mut toml = String::from("machine = \"m\"\ncpu_cores = 64\nmemory_gb = 512\n");
+    for _ in 0..n {
+        toml.push_str(&format!(
+            "[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\noutside_gb = {outside_gb}\n"
+        ));
+    }
+    toml
+}
+
 fn shared(name: &str, gb: &str) -> String {
     format!(
         r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#
@@ -198,10 +209,7 @@ fn reasons_are_computed_when_asked_and_current_after_each_change() {
 
 #[test]
 fn a_new_reading_reexamines_only_the_gpus_that_changed() {
-    let mut toml = String::from("machine = \"m\"\ncpu_cores = 64\nmemory_gb = 512\n");
-    for _ in 0..4 {
-        toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\noutside_gb = 4\n");
-    }
+    let toml = l4s(4, 4);
     let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
     for i in 0..100 {
         n.submit(&shared(&format!("p{i}"), "6"), 1).unwrap();
@@ -361,10 +369,7 @@ proptest::proptest! {
 /// the rest (outside use) is a change of the machine, as before.
 #[test]
 fn readings_that_place_nothing_show_again_only_what_they_are_of() {
-    let mut toml = String::from("machine = \"m\"\ncpu_cores = 64\nmemory_gb = 512\n");
-    for _ in 0..3 {
-        toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\noutside_gb = 1\n");
-    }
+    let toml = l4s(3, 1);
     let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
     for i in 0..3 {
         n.submit(&shared(&format!("s{i}"), "6"), 1).unwrap();

@@ -689,6 +689,18 @@ fn probed_template(name: &str, readiness: serde_json::Value, extra_devices: &str
     .to_string()
 }
 
+/// The guest's GPU channel as a template's VM declares it: the socket this
+/// test plays QEMU's end of, and the `<channel>` element.
+fn gpu_channel(dir: &Path) -> (std::path::PathBuf, String) {
+    let socket = dir.join("gpu.sock");
+    let channel = format!(
+        "<channel type='unix'><source mode='bind' path='{}'/>\
+         <target type='virtio' name='org.astraeus.gpu.0'/></channel>",
+        socket.display()
+    );
+    (socket, channel)
+}
+
 /// The slice report's rows for `template`, as astraeusctl prints them.
 fn report_rows(a: &str, template: &str) -> Vec<serde_json::Value> {
     let o = ctl(a, None, &["slices", "--report", "--json"]);
@@ -738,12 +750,7 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
     // HTTP in the VM, and the guest writing nvidia-smi rows to its GPU
     // channel (this test plays QEMU's end of the channel's socket).
     let http = free_port();
-    let socket = dir.path().join("gpu.sock");
-    let channel = format!(
-        "<channel type='unix'><source mode='bind' path='{}'/>\
-         <target type='virtio' name='org.astraeus.gpu.0'/></channel>",
-        socket.display()
-    );
+    let (socket, channel) = gpu_channel(dir.path());
     let url = format!("http://127.0.0.1:{http}/health");
     let spec = probed_template("h", serde_json::json!({ "http": url }), &channel);
     let o = manager(a, None, "CreateTemplate", &["s", &spec]);
@@ -1277,12 +1284,7 @@ fn a_guest_flooding_its_gpu_channel_holds_no_caller() {
         &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
     );
     let a = &bus.address;
-    let socket = dir.path().join("gpu.sock");
-    let channel = format!(
-        "<channel type='unix'><source mode='bind' path='{}'/>\
-         <target type='virtio' name='org.astraeus.gpu.0'/></channel>",
-        socket.display()
-    );
+    let (socket, channel) = gpu_channel(dir.path());
     let spec = probed_template("f", serde_json::json!({ "agent": true }), &channel);
     let o = manager(a, None, "CreateTemplate", &["s", &spec]);
     assert!(o.ok, "{}", o.stderr);
