@@ -3,6 +3,9 @@
 //! `--smoke` (and any run by `cargo test`) runs every part small and writes
 //! nothing: that is how CI checks it still works.
 
+#[path = "../tests/common/fake_nvml.rs"]
+mod fake_nvml;
+
 use astraeusd::inventory::sim;
 use astraeusd::node::Node;
 use astraeusd::store::Store;
@@ -123,8 +126,20 @@ fn daemon_dir(gpus: usize) -> (tempfile::TempDir, PathBuf) {
     (dir, sim_file)
 }
 
-/// Starts the daemon and returns it once READY=1 arrived, with the time it took.
+/// Starts the daemon on a sim machine and returns it once READY=1 arrived,
+/// with the time it took.
 fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
+    start_daemon_on(bus, dir, Some(sim_file), &[])
+}
+
+/// Starts the daemon on a sim machine, or (None) on the GPUs NVML reads, with
+/// `env` added, and returns it once READY=1 arrived, with the time it took.
+fn start_daemon_on(
+    bus: &Bus,
+    dir: &Path,
+    sim_file: Option<&Path>,
+    env: &[(&str, &str)],
+) -> (Child, Duration) {
     let sock_path = dir.join("notify.sock");
     let _ = std::fs::remove_file(&sock_path);
     let sock = UnixDatagram::bind(&sock_path).unwrap();
@@ -135,9 +150,13 @@ fn start_daemon(bus: &Bus, dir: &Path, sim_file: &Path) -> (Child, Duration) {
     // in turns on the same disk (an A/B; docs/benchmarks.md's tries).
     let daemon = std::env::var_os("ASTRAEUS_BENCH_DAEMON")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_astraeusd").into());
-    let mut child = Command::new(daemon)
-        .args(["--bus-address", &bus.address, "--sim"])
-        .arg(sim_file)
+    let mut command = Command::new(daemon);
+    command.args(["--bus-address", &bus.address]);
+    if let Some(sim_file) = sim_file {
+        command.arg("--sim").arg(sim_file);
+    }
+    let mut child = command
+        .envs(env.iter().copied())
         .arg("--state-dir")
         .arg(dir.join("state"))
         .arg("--config")
@@ -189,7 +208,8 @@ fn restart(workers: usize, history: usize, out: &mut Vec<String>) {
     ));
 }
 
-/// A ledger for a 64-GPU sim machine with `workers` running workers (0.01 GB
+/// A ledger for a 64-GPU sim machine (or the fake NVML GPUs of
+/// `nvml_fixture`, the same uuids) with `workers` running workers (0.01 GB
 /// each) and `history` ended workers.
 fn fill_ledger(dir: &Path, workers: usize, history: usize) {
     std::fs::create_dir_all(dir.join("state")).unwrap();
@@ -236,7 +256,17 @@ fn fill_ledger(dir: &Path, workers: usize, history: usize) {
 
 /// CPU time a process has used (user + system), from /proc/PID/stat.
 fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_cpu_time(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU time the daemon's loop has used: its main thread, which runs the
+/// service loop and the bus (the readings and listings run elsewhere).
+fn loop_cpu_time(pid: u32) -> Duration {
+    stat_cpu_time(&format!("/proc/{pid}/task/{pid}/stat"))
+}
+
+fn stat_cpu_time(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<u64> = after
         .split_whitespace()
@@ -358,6 +388,100 @@ fn scale(sizes: &[usize], trips: usize, idle_window: Duration, out: &mut Vec<Str
             ctl.stdout.len() as f64 / 1e6,
             per_refresh
         ));
+    }
+}
+
+/// The fake NVML library's fixture for the 64 GPUs of `machine_toml(64)`
+/// (the same uuids, so the ledger's holds find their GPUs), its counters at
+/// reading `k`: with `k` moving, each GPU's energy, power and utilisation
+/// move as a real GPU's do between two readings.
+fn nvml_fixture(path: &Path, k: u64) {
+    let m = sim::parse(&machine_toml(64)).unwrap();
+    let mut text = String::new();
+    for g in &m.gpus {
+        let i = g.index as u64;
+        text.push_str(&format!(
+            "gpu uuid={} name=NVIDIA_L4 total={} used=0 reserved=0 bus=00000000:{i:02x}:00.0 \
+             power={} energy={} util={}\n",
+            g.uuid,
+            24u64 << 30,
+            60_000 + (k * 7 + i) % 5_000,
+            1_000 + k * 30_000 + i,
+            (k + i) % 100
+        ));
+    }
+    // Write then rename: the library never reads half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+/// An idle refresh on a GPU host (#25, "flat with size"): the sim's readings
+/// never move, so the scale part cannot see what a real host's do (NVML's
+/// energy counter moves at every reading). At each size, two daemons read 64
+/// GPUs through NVML (the fake library the tests build): one whose readings
+/// stay, one whose energy, power and utilisation move four times a refresh.
+/// The CPU each spends per refresh, idle (1 s refresh, `window` watched).
+fn moving_readings(sizes: &[usize], window: Duration, out: &mut Vec<String>) {
+    let lib = fake_nvml::fake_lib(false);
+    out.push(
+        "## An idle refresh on a GPU host (NVML through the fake library, 64 GPUs, 1 s refresh)"
+            .into(),
+    );
+    out.push("| live workers | CPU per refresh, readings still: all threads (the loop's) | energy, power and utilisation moving: all threads (the loop's) |".into());
+    out.push("|---|---|---|".into());
+    for &n in sizes {
+        let mut row = Vec::new();
+        for moving in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(
+                dir.path().join("node.toml"),
+                format!(
+                    "machine = \"bench\"\n[runtime]\npodman_socket = \"/nonexistent\"\n\
+                     [inventory]\nrefresh_seconds = 1\nwsl = false\nnvml_library = \"{}\"\n",
+                    lib.display()
+                ),
+            )
+            .unwrap();
+            fill_ledger(dir.path(), n, 0);
+            let fixture = dir.path().join("gpus.txt");
+            nvml_fixture(&fixture, 0);
+            let bus = Bus::start();
+            let env = [
+                ("FAKE_NVML_FIXTURE", fixture.to_str().unwrap()),
+                ("FAKE_NVML_CACHE", "1"),
+            ];
+            let (mut child, _) = start_daemon_on(&bus, dir.path(), None, &env);
+            let pid = child.id();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let mover = moving.then(|| {
+                let (stop, fixture) = (stop.clone(), fixture.clone());
+                std::thread::spawn(move || {
+                    let mut k = 1;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        nvml_fixture(&fixture, k);
+                        k += 1;
+                        std::thread::sleep(Duration::from_millis(250));
+                    }
+                })
+            });
+            std::thread::sleep(Duration::from_secs(2));
+            let (c0, l0) = (cpu_time(pid), loop_cpu_time(pid));
+            std::thread::sleep(window);
+            let per_refresh = |d: Duration| d.as_secs_f64() * 1e3 / window.as_secs_f64();
+            let (all, on_loop) = (
+                per_refresh(cpu_time(pid) - c0),
+                per_refresh(loop_cpu_time(pid) - l0),
+            );
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(mover) = mover {
+                mover.join().unwrap();
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            row.push(format!("{all:.2} ms ({on_loop:.2} ms)"));
+        }
+        out.push(format!("| {n} | {} |", row.join(" | ")));
     }
 }
 
@@ -1350,6 +1474,7 @@ fn main() {
         throughput(5, 40, &mut out);
         schedule_check(2, &mut out);
         scale(&[0, 50], 20, Duration::from_secs(1), &mut out);
+        moving_readings(&[50], Duration::from_secs(1), &mut out);
         usage_year(5, 3, &mut out);
         println!("{}", out.join("\n"));
         println!("bench smoke: OK");
@@ -1377,7 +1502,8 @@ fn main() {
             "schedules" => schedule_check(400, &mut out),
             "scale" => scale(&[0, 10_000, 100_000], calls.unwrap_or(200), Duration::from_secs(10), &mut out),
             "usage" => usage_year(100, 365, &mut out),
-            other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules, scale, usage"),
+            "refresh" => moving_readings(&[0, 10_000, 100_000], Duration::from_secs(10), &mut out),
+            other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules, scale, refresh, usage"),
         }
         println!("{}", out.join("\n"));
         return;
@@ -1395,6 +1521,7 @@ fn main() {
         Duration::from_secs(10),
         &mut out,
     );
+    moving_readings(&[0, 10_000, 100_000], Duration::from_secs(10), &mut out);
     usage_year(100, 365, &mut out);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

@@ -413,3 +413,106 @@ fn readings_that_place_nothing_show_again_only_what_they_are_of() {
     assert_eq!(c.gpus, vec![0, 1, 2]);
     assert!(n.audit().is_empty(), "{:?}", n.audit());
 }
+
+/// Ops of the workers'-own property test: submit a sharer (tenths of a GB)
+/// or a whole-GPU worker, either naming a holder; stop the `i`th live
+/// worker; drop the holders of pid `p`; learn the `i`th worker's control
+/// group; read what is the workers' own (the claims kept from it); restart.
+#[derive(Clone, Debug)]
+enum OwnOp {
+    Submit {
+        tenths: Option<u8>,
+        holder: Option<u32>,
+    },
+    Stop(usize),
+    DropHolder(u32),
+    Cgroup(usize),
+    Read,
+    Restart,
+}
+
+proptest::proptest! {
+    /// What a refresh is told is the workers' own (built once per GPU and
+    /// kept while its use and the holders stay) is what a walk over the
+    /// running workers and their grants says, after every step.
+    #[test]
+    fn own_is_what_a_walk_over_the_running_workers_claims(ops in proptest::collection::vec(
+        {
+            use proptest::prelude::*;
+            prop_oneof![
+                4 => (proptest::option::of(1u8..40), proptest::option::of(100u32..104))
+                    .prop_map(|(tenths, holder)| OwnOp::Submit { tenths, holder }),
+                2 => any::<usize>().prop_map(OwnOp::Stop),
+                1 => (100u32..104).prop_map(OwnOp::DropHolder),
+                1 => any::<usize>().prop_map(OwnOp::Cgroup),
+                2 => Just(OwnOp::Read),
+                1 => Just(OwnOp::Restart),
+            ]
+        },
+        1..60,
+    )) {
+        use astraeusd::worker::Status;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let open = || Node::open(Store::open(&path).unwrap(), sim::parse(&l4s(3, 1)).unwrap()).unwrap();
+        let mut n = open();
+        let names = |n: &Node| n.workers().map(|w| w.name().to_string()).collect::<Vec<_>>();
+        for (k, op) in ops.into_iter().enumerate() {
+            match op {
+                OwnOp::Submit { tenths, holder } => {
+                    let gpu = match tenths {
+                        Some(t) => format!(r#"{{"count":1,"shared":true,"memory_gb":{}.{}}}"#, t / 10, t % 10),
+                        None => r#"{"count":1}"#.to_string(),
+                    };
+                    let holders = holder.map(|p| format!(r#","holders":[{p}]"#)).unwrap_or_default();
+                    let spec = format!(r#"{{"name":"w{k}"{holders},"requested_resources":{{"gpu_requests":{gpu}}}}}"#);
+                    n.submit(&spec, 0).unwrap();
+                }
+                OwnOp::Stop(i) => {
+                    let names = names(&n);
+                    if !names.is_empty() {
+                        n.stop(&names[i % names.len()], 0).unwrap();
+                    }
+                }
+                OwnOp::DropHolder(pid) => {
+                    n.keep_holders(|h, _| h.pid != pid).unwrap();
+                }
+                OwnOp::Cgroup(i) => {
+                    let names = names(&n);
+                    if !names.is_empty() {
+                        let name = &names[i % names.len()];
+                        n.set_cgroup(name, &format!("/workers/{name}")).unwrap();
+                    }
+                }
+                OwnOp::Read => {
+                    n.own();
+                }
+                OwnOp::Restart => {
+                    drop(n);
+                    n = open();
+                }
+            }
+            // The oracle: every running worker's grants, in name order.
+            let mut claims: std::collections::HashMap<String, Vec<astraeusd::inventory::Claim>> = Default::default();
+            let mut groups = Vec::new();
+            for w in n.workers() {
+                let Status::Running { grants } = &w.status else { continue };
+                for g in grants {
+                    claims.entry(g.gpu_uuid.clone()).or_default().push(astraeusd::inventory::Claim {
+                        worker: w.name().to_string(),
+                        share: w.spec.shared_gb(),
+                        holders: w.holders.iter().map(|h| h.pid).collect(),
+                    });
+                }
+                if let Some(cgroup) = &w.cgroup {
+                    groups.push(astraeusd::inventory::Group { worker: w.name().to_string(), id: w.id, cgroup: cgroup.clone() });
+                }
+            }
+            let own = n.own();
+            let told: std::collections::HashMap<String, Vec<astraeusd::inventory::Claim>> =
+                own.on_gpu.iter().map(|(uuid, c)| (uuid.clone(), c.to_vec())).collect();
+            proptest::prop_assert_eq!(told, claims);
+            proptest::prop_assert_eq!(own.cgroups, groups);
+        }
+    }
+}

@@ -18,7 +18,7 @@ pub struct Own {
     /// By GPU (UUID): the running workers granted it. A worker's process
     /// on a GPU it was not granted is outside use there (else a holder
     /// could hide what it takes on any GPU from placement).
-    pub on_gpu: HashMap<String, Vec<Claim>>,
+    pub on_gpu: HashMap<String, std::sync::Arc<[Claim]>>,
     /// The running workers' control groups: the processes in them are
     /// theirs. Looked in off the loop,
     /// just before the read (service/reading.rs), into `in_cgroups`.
@@ -77,13 +77,21 @@ impl Own {
             promised: self.promised.get(uuid).copied().unwrap_or_default(),
             ..OwnOn::default()
         };
-        for c in self.on_gpu.get(uuid).into_iter().flatten() {
+        for c in self.on_gpu.get(uuid).into_iter().flat_map(|c| c.iter()) {
             let found = self
                 .in_cgroups
                 .get(&c.worker)
                 .into_iter()
                 .flat_map(|(_, p)| p);
             let pids: Vec<u32> = c.holders.iter().chain(found).copied().collect();
+            // A worker with no process known here has nothing to tell
+            // apart from outside use, and uses nothing beyond its share
+            // (nor links to another's: that is by a process in common).
+            // Skipped, a refresh of 100,000 such sharers allocates nothing
+            // for them (#25).
+            if pids.is_empty() {
+                continue;
+            }
             on.pids.extend(&pids);
             if let Some(gb) = c.share {
                 on.shares.push(Share {
@@ -399,6 +407,44 @@ mod tests {
             &mine(&own, &shares, Amount::whole(6)),
         );
         assert_eq!(held, Held::default());
+    }
+
+    /// Sharers with no process known on a GPU are left out of what is
+    /// judged there (a refresh of many allocates nothing for them), and
+    /// judging with them in gives the same answer.
+    #[test]
+    fn sharers_with_no_process_change_nothing_judged() {
+        let claim = |worker: &str, gb: u64, holders: &[u32]| Claim {
+            worker: worker.into(),
+            share: Some(Amount::whole(gb)),
+            holders: holders.to_vec(),
+        };
+        let own = Own {
+            on_gpu: [(
+                "GPU-a".to_string(),
+                std::sync::Arc::from(vec![
+                    claim("a", 1, &[1]),
+                    claim("idle", 3, &[]),
+                    claim("b", 1, &[]),
+                ]),
+            )]
+            .into(),
+            in_cgroups: [("b".to_string(), (7, vec![2]))].into(),
+            promised: [("GPU-a".to_string(), Amount::whole(5))].into(),
+            ..Own::default()
+        };
+        let on = own.on("GPU-a");
+        assert_eq!(on.pids, [1, 2].into());
+        assert_eq!(on.shares, vec![share("a", 1, &[1]), share("b", 1, &[2])]);
+        let procs = [p(1, 3, "x"), p(2, 1, "x"), p(9, 1, "y")];
+        let mut with_idle = on.clone();
+        with_idle.shares.insert(1, share("idle", 3, &[]));
+        let judged = held_outside(5 * GB_BYTES, 0, Some(&procs), &on);
+        assert_eq!(
+            judged,
+            held_outside(5 * GB_BYTES, 0, Some(&procs), &with_idle)
+        );
+        assert_eq!(judged.beyond_shares, Amount::whole(2), "{judged:?}");
     }
 
     #[test]

@@ -74,6 +74,8 @@ impl Node {
         self.book = Book::default();
         self.pending.clear();
         self.with_holders.clear();
+        self.with_cgroup.clear();
+        self.holders_changed += 1;
         self.needs = Default::default();
         self.per_owner.clear();
         self.reasons

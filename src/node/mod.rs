@@ -142,6 +142,14 @@ pub struct Node {
     pending: BTreeMap<i64, String>,
     /// Workers with holders (the refresh checks only these).
     with_holders: std::collections::BTreeSet<String>,
+    /// Workers whose control group was learnt (and perhaps some that ended
+    /// since: [`Node::own`] reads only the running ones).
+    with_cgroup: std::collections::BTreeSet<String>,
+    /// Counts the changes to running workers' holders: claims built before
+    /// the last one are built again (readings.rs).
+    holders_changed: u64,
+    /// The claims [`Node::own`] built for each GPU (readings.rs).
+    own_cache: readings::OwnCache,
     /// The least the pending workers ask of a GPU (ends passes early).
     needs: placement::Needs,
     store: Store,
@@ -180,6 +188,9 @@ impl Node {
             workers: BTreeMap::new(),
             pending: BTreeMap::new(),
             with_holders: Default::default(),
+            with_cgroup: Default::default(),
+            holders_changed: 0,
+            own_cache: Default::default(),
             needs: Default::default(),
             run: None,
             counters: Default::default(),
@@ -241,6 +252,9 @@ impl Node {
             if !row.holders.is_empty() {
                 self.with_holders.insert(row.name.clone());
             }
+            if row.cgroup.is_some() {
+                self.with_cgroup.insert(row.name.clone());
+            }
             self.tally(row.owner_uid, 1, i8::from(status == Status::Pending));
             self.workers.insert(
                 row.name.clone(),
@@ -301,6 +315,7 @@ impl Node {
                 self.with_holders.remove(&name);
             }
             self.workers.get_mut(&name).expect("listed").holders = keep;
+            self.holders_changed += 1;
             dropped.push((name, gone));
         }
         Ok(dropped)
@@ -473,6 +488,7 @@ impl Node {
         self.store.end_worker(w.id, at, exit_status, reason)?;
         let w = self.workers.remove(name).expect("checked above");
         self.with_holders.remove(name);
+        self.with_cgroup.remove(name);
         self.tally(w.owner_uid, -1, -i8::from(w.status == Status::Pending));
         let mut changes = Changes {
             removed: vec![name.to_string()],
@@ -739,6 +755,7 @@ impl Node {
         if w.cgroup.as_deref() != Some(cgroup) {
             self.store.set_cgroup(w.id, cgroup)?;
             w.cgroup = Some(cgroup.to_string());
+            self.with_cgroup.insert(name.to_string());
         }
         Ok(())
     }

@@ -4,37 +4,83 @@
 
 use super::{Node, Status, Worker};
 use crate::inventory::{Claim, Group, Own};
-use crate::placement::{beyond_lines, named, Gpu};
+use crate::placement::{beyond_lines, named, Gpu, GpuUse};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// The running workers the book has on one GPU (whole, or its sharers, in
+/// name order), as claims.
+fn claims_on(workers: &BTreeMap<String, Worker>, used: &GpuUse) -> Arc<[Claim]> {
+    let whole = used.whole.as_deref().into_iter();
+    let sharers = used.sharers().keys().map(|name| &**name);
+    whole
+        .chain(sharers)
+        .filter_map(|name| workers.get(name))
+        .filter(|w| matches!(w.status, Status::Running { .. }))
+        .map(|w| Claim {
+            worker: w.name().to_string(),
+            share: w.spec.shared_gb(),
+            holders: w.holders.iter().map(|h| h.pid).collect(),
+        })
+        .collect()
+}
+
+/// The claims [`Node::own`] built for each GPU, kept while the GPU's use in
+/// the book is the same (its `Arc`: the book copies a use on write while
+/// this holds it) and no running worker's holders changed. Built afresh at
+/// every refresh, the claims cost 65 ms of the loop's CPU a refresh at
+/// 100,000 running workers (#25, docs/benchmarks.md); now an idle refresh
+/// costs what the GPUs are.
+#[derive(Default)]
+pub(super) struct OwnCache {
+    holders_changed: u64,
+    on_gpu: HashMap<String, (Arc<GpuUse>, Arc<[Claim]>)>,
+}
 
 impl Node {
     /// What is the workers' own on the GPUs: on each GPU, the running
     /// workers granted it (their shares and holders); their control groups,
     /// to look in for their processes; and the GB promised on each GPU.
-    pub fn own(&self) -> Own {
-        let mut on_gpu: std::collections::HashMap<String, Vec<Claim>> = Default::default();
-        let mut cgroups = Vec::new();
-        for w in self.workers.values() {
-            if !matches!(w.status, Status::Running { .. }) {
-                continue;
-            }
-            for grant in w.grants() {
-                on_gpu
-                    .entry(grant.gpu_uuid.clone())
-                    .or_default()
-                    .push(Claim {
-                        worker: w.name().to_string(),
-                        share: w.spec.shared_gb(),
-                        holders: w.holders.iter().map(|h| h.pid).collect(),
-                    });
-            }
-            if let Some(cgroup) = &w.cgroup {
-                cgroups.push(Group {
-                    worker: w.name().to_string(),
-                    id: w.id,
-                    cgroup: cgroup.clone(),
-                });
+    pub fn own(&mut self) -> Own {
+        let cache = &mut self.own_cache;
+        if cache.holders_changed != self.holders_changed {
+            cache.on_gpu.clear();
+            cache.holders_changed = self.holders_changed;
+        }
+        cache
+            .on_gpu
+            .retain(|uuid, _| self.book.gpus.contains_key(uuid));
+        let mut on_gpu = HashMap::new();
+        for (uuid, used) in &self.book.gpus {
+            let claims = match cache.on_gpu.get(uuid) {
+                Some((seen, claims)) if Arc::ptr_eq(seen, used) => claims.clone(),
+                _ => {
+                    let claims = claims_on(&self.workers, used);
+                    cache
+                        .on_gpu
+                        .insert(uuid.clone(), (used.clone(), claims.clone()));
+                    claims
+                }
+            };
+            if !claims.is_empty() {
+                on_gpu.insert(uuid.clone(), claims);
             }
         }
+        // Only workers whose group was learnt: a walk over every worker
+        // would cost what the claims did.
+        let cgroups = self
+            .with_cgroup
+            .iter()
+            .filter_map(|name| self.workers.get(name))
+            .filter(|w| matches!(w.status, Status::Running { .. }))
+            .filter_map(|w| {
+                Some(Group {
+                    worker: w.name().to_string(),
+                    id: w.id,
+                    cgroup: w.cgroup.clone()?,
+                })
+            })
+            .collect();
         Own {
             on_gpu,
             cgroups,
