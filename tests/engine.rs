@@ -414,6 +414,64 @@ fn readings_that_place_nothing_show_again_only_what_they_are_of() {
     assert!(n.audit().is_empty(), "{:?}", n.audit());
 }
 
+/// Of the workers on a GPU whose processes' bytes moved, only those whose
+/// own processes (holders, or processes found in their control group) came,
+/// went or moved are shown again; all of them when the readings have no
+/// per-process figures on one side. A worker whose group's processes
+/// changed is shown again with the next reading, whatever moved.
+#[test]
+fn only_the_workers_whose_processes_moved_are_shown_again() {
+    let toml = l4s(1, 1);
+    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
+    let held = |name: &str, pid: u32| {
+        format!(
+            r#"{{"name":"{name}","holders":[{pid}],"requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":1}}}}}}"#
+        )
+    };
+    n.submit(&held("a", 101), 1).unwrap();
+    n.submit(&held("b", 102), 1).unwrap();
+    n.submit(&shared("c", "1"), 1).unwrap();
+    let mut m = sim::parse(&toml).unwrap();
+    let read = |n: &mut Node, m: &placement::Machine| n.set_machine(m.clone()).unwrap().updated;
+    const GB: u64 = 1 << 30;
+    m.gpus[0].own_use = Some(vec![(101, GB), (102, GB)]);
+    assert_eq!(
+        read(&mut n, &m),
+        ["a", "b", "c"],
+        "figures where there were none"
+    );
+    m.gpus[0].own_use = Some(vec![(101, 2 * GB), (102, GB)]);
+    assert_eq!(read(&mut n, &m), ["a"]);
+    m.gpus[0].own_use = Some(vec![(101, 2 * GB)]);
+    assert_eq!(read(&mut n, &m), ["b"], "its process went");
+    m.gpus[0].own_use = Some(vec![(101, 2 * GB), (102, GB), (103, GB)]);
+    assert_eq!(
+        read(&mut n, &m),
+        ["b"],
+        "its process came; 103 is no worker's"
+    );
+    m.gpus[0].energy_mj = Some(5);
+    assert_eq!(
+        read(&mut n, &m),
+        Vec::<String>::new(),
+        "only the counter moved"
+    );
+    m.gpus[0].own_use = None;
+    assert_eq!(read(&mut n, &m), ["a", "b", "c"], "figures gone");
+
+    // c's control group now holds 103: c is shown again with the next
+    // reading, even one in which nothing moved.
+    let id = n.worker("c").unwrap().id;
+    n.set_cgroup_pids("c", id, vec![103]);
+    assert_eq!(read(&mut n, &m), ["c"]);
+    assert_eq!(read(&mut n, &m), Vec::<String>::new());
+    m.gpus[0].own_use = Some(vec![(101, 2 * GB), (102, GB), (103, 3 * GB)]);
+    assert_eq!(read(&mut n, &m), ["a", "b", "c"]);
+    m.gpus[0].own_use = Some(vec![(101, 2 * GB), (102, GB), (103, GB)]);
+    assert_eq!(read(&mut n, &m), ["c"]);
+    assert!(n.audit().is_empty(), "{:?}", n.audit());
+}
+
 /// Ops of the workers'-own property test: submit a sharer (tenths of a GB)
 /// or a whole-GPU worker, either naming a holder; stop the `i`th live
 /// worker; drop the holders of pid `p`; learn the `i`th worker's control

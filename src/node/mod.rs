@@ -150,6 +150,9 @@ pub struct Node {
     holders_changed: u64,
     /// The claims [`Node::own`] built for each GPU (readings.rs).
     own_cache: readings::OwnCache,
+    /// Workers whose control group's processes changed since the machine
+    /// was last set: their use is shown again with the next reading.
+    cgroup_pids_moved: std::collections::BTreeSet<String>,
     /// The least the pending workers ask of a GPU (ends passes early).
     needs: placement::Needs,
     store: Store,
@@ -191,6 +194,7 @@ impl Node {
             with_cgroup: Default::default(),
             holders_changed: 0,
             own_cache: Default::default(),
+            cgroup_pids_moved: Default::default(),
             needs: Default::default(),
             run: None,
             counters: Default::default(),
@@ -540,45 +544,6 @@ impl Node {
         }
     }
 
-    /// A new reading of the machine: promises stay, pending work is re-examined.
-    pub fn set_machine(&mut self, machine: Machine) -> Result<Changes> {
-        let mut changes = Changes::default();
-        if machine == *self.machine {
-            return Ok(changes);
-        }
-        // On a real host the energy counter moves at every refresh, power
-        // and utilisation most of the time, processes' bytes often: none
-        // of them places anything. Then only the GPUs that moved are shown
-        // again, and the workers on a GPU whose processes' bytes moved
-        // (their use): not every worker, every refresh.
-        if self.machine.same_but_readings(&machine) {
-            for (old, new) in self.machine.gpus.iter().zip(&machine.gpus) {
-                if old == new {
-                    continue;
-                }
-                changes.gpus.push(new.index);
-                if old.own_use != new.own_use {
-                    if let Some(u) = self.book.usage(&new.uuid) {
-                        let on = u.whole.iter().map(String::as_str);
-                        let on = on.chain(u.sharers().keys().map(|k| &**k));
-                        changes.updated.extend(on.map(str::to_string));
-                    }
-                }
-            }
-            changes.updated.sort_unstable();
-            changes.updated.dedup();
-            self.machine = std::sync::Arc::new(machine);
-            return Ok(changes);
-        }
-        changes.machine_changed = true;
-        changes.gpus.extend(machine.gpus.iter().map(|g| g.index));
-        let better = better_machine(&self.machine, &machine);
-        self.machine = std::sync::Arc::new(machine);
-        self.forget_reasons();
-        self.reexamine(better, &mut changes)?;
-        Ok(changes)
-    }
-
     /// Why a pending worker waits, one line per GPU that could have served
     /// (empty when it is not pending). Computed when asked and kept until the
     /// machine or the book changes.
@@ -764,7 +729,10 @@ impl Node {
     /// not another that took its name since).
     pub fn set_cgroup_pids(&mut self, name: &str, id: i64, pids: Vec<u32>) {
         if let Some(w) = self.workers.get_mut(name).filter(|w| w.id == id) {
-            w.cgroup_pids = pids;
+            if w.cgroup_pids != pids {
+                w.cgroup_pids = pids;
+                self.cgroup_pids_moved.insert(name.to_string());
+            }
         }
     }
 

@@ -1,10 +1,12 @@
 //! What the node reads of the GPUs for its workers: which processes and
 //! promises are the workers' own (for the inventory to tell outside use
-//! from theirs), and the warnings a GPU or a worker needs attention for.
+//! from theirs), a new reading taken in (what it changes and shows again),
+//! and the warnings a GPU or a worker needs attention for.
 
-use super::{Node, Status, Worker};
+use super::{better_machine, Changes, Node, Status, Worker};
+use crate::error::Result;
 use crate::inventory::{Claim, Group, Own};
-use crate::placement::{beyond_lines, named, Gpu, GpuUse};
+use crate::placement::{beyond_lines, named, Gpu, GpuUse, Machine};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -92,6 +94,60 @@ impl Node {
                 .map(|(uuid, u)| (uuid.clone(), u.taken()))
                 .collect(),
         }
+    }
+
+    /// A new reading of the machine: promises stay, pending work is re-examined.
+    pub fn set_machine(&mut self, machine: Machine) -> Result<Changes> {
+        let mut changes = Changes::default();
+        // Workers whose group's processes changed show their use again.
+        let moved = std::mem::take(&mut self.cgroup_pids_moved);
+        changes.updated.extend(
+            moved
+                .into_iter()
+                .filter(|name| self.workers.contains_key(name)),
+        );
+        if machine == *self.machine {
+            return Ok(changes);
+        }
+        // On a real host the energy counter moves at every refresh, power
+        // and utilisation most of the time, processes' bytes often: none
+        // of them places anything. Then only the GPUs that moved are shown
+        // again, and the workers whose processes' bytes moved (their use):
+        // not every worker, every refresh.
+        if self.machine.same_but_readings(&machine) {
+            for (old, new) in self.machine.gpus.iter().zip(&machine.gpus) {
+                if old == new {
+                    continue;
+                }
+                changes.gpus.push(new.index);
+                if old.own_use != new.own_use {
+                    if let Some(u) = self.book.usage(&new.uuid) {
+                        let moved = moved_pids(&old.own_use, &new.own_use);
+                        let on = u.whole.iter().map(String::as_str);
+                        let on = on.chain(u.sharers().keys().map(|k| &**k));
+                        let shown_again = on.filter(|name| match &moved {
+                            None => true,
+                            Some(moved) => self
+                                .workers
+                                .get(*name)
+                                .is_some_and(|w| w.own_pids().any(|pid| moved.contains(&pid))),
+                        });
+                        changes.updated.extend(shown_again.map(str::to_string));
+                    }
+                }
+            }
+            changes.updated.sort_unstable();
+            changes.updated.dedup();
+            self.machine = std::sync::Arc::new(machine);
+            return Ok(changes);
+        }
+        changes.machine_changed = true;
+        changes.gpus.extend(machine.gpus.iter().map(|g| g.index));
+        let better = better_machine(&self.machine, &machine);
+        self.machine = std::sync::Arc::new(machine);
+        self.forget_reasons();
+        self.reexamine(better, &mut changes)?;
+        Ok(changes)
     }
 
     /// Why a GPU needs attention, if it does: promised beyond what it offers
@@ -193,4 +249,32 @@ impl Node {
         }
         out
     }
+}
+
+/// The processes whose bytes on a GPU differ between two readings (came,
+/// went or moved); None when either reading has no per-process figures
+/// (then every worker's use may read differently).
+fn moved_pids(
+    old: &Option<Vec<(u32, u64)>>,
+    new: &Option<Vec<(u32, u64)>>,
+) -> Option<std::collections::HashSet<u32>> {
+    let (Some(old), Some(new)) = (old, new) else {
+        return None;
+    };
+    let by_pid = |uses: &[(u32, u64)]| {
+        let mut sums = BTreeMap::<u32, u64>::new();
+        for &(pid, bytes) in uses {
+            *sums.entry(pid).or_default() += bytes;
+        }
+        sums
+    };
+    let (old, new) = (by_pid(old), by_pid(new));
+    let came_or_moved = new.iter().filter(|(pid, b)| old.get(pid) != Some(b));
+    let went = old.keys().filter(|pid| !new.contains_key(pid));
+    Some(
+        came_or_moved
+            .map(|(pid, _)| *pid)
+            .chain(went.copied())
+            .collect(),
+    )
 }
