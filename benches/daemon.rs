@@ -394,20 +394,30 @@ fn scale(sizes: &[usize], trips: usize, idle_window: Duration, out: &mut Vec<Str
 /// The fake NVML library's fixture for the 64 GPUs of `machine_toml(64)`
 /// (the same uuids, so the ledger's holds find their GPUs), its counters at
 /// reading `k`: with `k` moving, each GPU's energy, power and utilisation
-/// move as a real GPU's do between two readings.
-fn nvml_fixture(path: &Path, k: u64) {
+/// move as a real GPU's do between two readings; with `desktop`, a
+/// process outside Astraeus (this bench's own, standing for a desktop) holds
+/// memory on GPU 0 that moves by 20 MB at each `k`, as a browser's does.
+fn nvml_fixture(path: &Path, k: u64, desktop: bool) {
     let m = sim::parse(&machine_toml(64)).unwrap();
+    let desktop_bytes = (300 + (k % 8) * 20) << 20;
     let mut text = String::new();
     for g in &m.gpus {
         let i = g.index as u64;
+        let used = if desktop && i == 0 { desktop_bytes } else { 0 };
         text.push_str(&format!(
-            "gpu uuid={} name=NVIDIA_L4 total={} used=0 reserved=0 bus=00000000:{i:02x}:00.0 \
+            "gpu uuid={} name=NVIDIA_L4 total={} used={used} reserved=0 bus=00000000:{i:02x}:00.0 \
              power={} energy={} util={}\n",
             g.uuid,
             24u64 << 30,
             60_000 + (k * 7 + i) % 5_000,
             1_000 + k * 30_000 + i,
             (k + i) % 100
+        ));
+    }
+    if desktop {
+        text.push_str(&format!(
+            "proc gpu=0 pid={} mem={desktop_bytes} kind=graphics\n",
+            std::process::id()
         ));
     }
     // Write then rename: the library never reads half a file.
@@ -420,19 +430,21 @@ fn nvml_fixture(path: &Path, k: u64) {
 /// never move, so the scale part cannot see what a real host's do (NVML's
 /// energy counter moves at every reading). At each size, two daemons read 64
 /// GPUs through NVML (the fake library the tests build): one whose readings
-/// stay, one whose energy, power and utilisation move four times a refresh.
-/// The CPU each spends per refresh, idle (1 s refresh, `window` watched).
+/// stay, one whose energy, power and utilisation move four times a refresh,
+/// and one where besides a desktop's memory moves on GPU 0 (outside use: a
+/// change of the machine, not only of its readings). The CPU each spends
+/// per refresh, idle (1 s refresh, `window` watched).
 fn moving_readings(sizes: &[usize], window: Duration, out: &mut Vec<String>) {
     let lib = fake_nvml::fake_lib(false);
     out.push(
         "## An idle refresh on a GPU host (NVML through the fake library, 64 GPUs, 1 s refresh)"
             .into(),
     );
-    out.push("| live workers | CPU per refresh, readings still: all threads (the loop's) | energy, power and utilisation moving: all threads (the loop's) |".into());
-    out.push("|---|---|---|".into());
+    out.push("| live workers | CPU per refresh, readings still: all threads (the loop's) | energy, power and utilisation moving: all threads (the loop's) | and a desktop's memory moving on GPU 0: all threads (the loop's) |".into());
+    out.push("|---|---|---|---|".into());
     for &n in sizes {
         let mut row = Vec::new();
-        for moving in [false, true] {
+        for (moving, desktop) in [(false, false), (true, false), (true, true)] {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(
                 dir.path().join("node.toml"),
@@ -445,7 +457,7 @@ fn moving_readings(sizes: &[usize], window: Duration, out: &mut Vec<String>) {
             .unwrap();
             fill_ledger(dir.path(), n, 0);
             let fixture = dir.path().join("gpus.txt");
-            nvml_fixture(&fixture, 0);
+            nvml_fixture(&fixture, 0, desktop);
             let bus = Bus::start();
             let env = [
                 ("FAKE_NVML_FIXTURE", fixture.to_str().unwrap()),
@@ -459,7 +471,7 @@ fn moving_readings(sizes: &[usize], window: Duration, out: &mut Vec<String>) {
                 std::thread::spawn(move || {
                     let mut k = 1;
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        nvml_fixture(&fixture, k);
+                        nvml_fixture(&fixture, k, desktop);
                         k += 1;
                         std::thread::sleep(Duration::from_millis(250));
                     }

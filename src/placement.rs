@@ -160,12 +160,36 @@ impl Machine {
     /// utilisation and each worker process's bytes (what they add up to,
     /// outside use and use beyond shares, are compared).
     pub fn same_but_readings(&self, other: &Machine) -> bool {
-        let bare = |m: &Machine| {
-            let mut m = m.clone();
-            for g in &mut m.gpus {
-                (g.power_mw, g.energy_mj, g.utilization_pct, g.own_use) = (None, None, None, None);
-            }
-            m
+        // Every field named: one added later is compared, or said not to be.
+        let Machine {
+            name,
+            wsl,
+            cpu_cores,
+            memory_bytes,
+            gpus,
+        } = self;
+        *name == other.name
+            && *wsl == other.wsl
+            && *cpu_cores == other.cpu_cores
+            && *memory_bytes == other.memory_bytes
+            && gpus.len() == other.gpus.len()
+            && gpus
+                .iter()
+                .zip(&other.gpus)
+                .all(|(g, o)| g.same_but_readings(o))
+    }
+}
+
+impl Gpu {
+    /// Whether `other` differs from this GPU at most in what is read anew
+    /// at each refresh (see [`Machine::same_but_readings`]).
+    pub fn same_but_readings(&self, other: &Gpu) -> bool {
+        let bare = |g: &Gpu| Gpu {
+            power_mw: None,
+            energy_mj: None,
+            utilization_pct: None,
+            own_use: None,
+            ..g.clone()
         };
         bare(self) == bare(other)
     }

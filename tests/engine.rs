@@ -25,6 +25,26 @@ fn l4s(n: usize, outside_gb: u32) -> String {
     toml
 }
 
+/// A node on the sim machine `toml`, its ledger in memory.
+fn node_on(toml: &str) -> Node {
+    Node::open(Store::open_in_memory().unwrap(), sim::parse(toml).unwrap()).unwrap()
+}
+
+/// The workers holding GPU `gpu`, in name order.
+fn names_on(n: &Node, gpu: u32) -> Vec<String> {
+    n.workers()
+        .filter(|w| w.grants().iter().any(|g| g.gpu_index == gpu))
+        .map(|w| w.name().to_string())
+        .collect()
+}
+
+/// Submits `count` sharers of `gb` GB each for owner 1, named `prefix0`, ….
+fn submit_sharers(n: &mut Node, prefix: &str, count: usize, gb: &str) {
+    for i in 0..count {
+        n.submit(&shared(&format!("{prefix}{i}"), gb), 1).unwrap();
+    }
+}
+
 fn shared(name: &str, gb: &str) -> String {
     format!(
         r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":{gb}}}}}}}"#
@@ -142,10 +162,8 @@ fn reexamination_is_linear_in_pending_workers() {
         toml.push_str("[[gpu]]\nmodel = \"L4\"\ntotal_gb = 8\n");
     }
     let gpus = 8u64;
-    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
-    for i in 0..8 {
-        n.submit(&shared(&format!("fill{i}"), "7"), 1).unwrap();
-    }
+    let mut n = node_on(&toml);
+    submit_sharers(&mut n, "fill", 8, "7");
     let pending = 3000u64;
     let start = n.evals.0;
     for i in 0..pending {
@@ -210,10 +228,8 @@ fn reasons_are_computed_when_asked_and_current_after_each_change() {
 #[test]
 fn a_new_reading_reexamines_only_the_gpus_that_changed() {
     let toml = l4s(4, 4);
-    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
-    for i in 0..100 {
-        n.submit(&shared(&format!("p{i}"), "6"), 1).unwrap();
-    }
+    let mut n = node_on(&toml);
+    submit_sharers(&mut n, "p", 100, "6");
     assert_eq!(n.pending_count(), 100);
     // GPU 2's outside use drops to 1 GB: only GPU 2 is looked at, the
     // oldest fits there, and the 1 GB left holds nobody's 6: the pass ends.
@@ -370,21 +386,11 @@ proptest::proptest! {
 #[test]
 fn readings_that_place_nothing_show_again_only_what_they_are_of() {
     let toml = l4s(3, 1);
-    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
-    for i in 0..3 {
-        n.submit(&shared(&format!("s{i}"), "6"), 1).unwrap();
-    }
-    for i in 0..10 {
-        n.submit(&shared(&format!("p{i}"), "6"), 1).unwrap();
-    }
+    let mut n = node_on(&toml);
+    submit_sharers(&mut n, "s", 3, "6");
+    submit_sharers(&mut n, "p", 10, "6");
     assert_eq!(n.pending_count(), 10);
-    let on = |n: &Node, gpu: u32| -> Vec<String> {
-        n.workers()
-            .filter(|w| w.grants().iter().any(|g| g.gpu_index == gpu))
-            .map(|w| w.name().to_string())
-            .collect()
-    };
-    let on_1 = on(&n, 1);
+    let on_1 = names_on(&n, 1);
     assert_eq!(on_1.len(), 1);
 
     let mut m = sim::parse(&toml).unwrap();
@@ -422,7 +428,7 @@ fn readings_that_place_nothing_show_again_only_what_they_are_of() {
 #[test]
 fn only_the_workers_whose_processes_moved_are_shown_again() {
     let toml = l4s(1, 1);
-    let mut n = Node::open(Store::open_in_memory().unwrap(), sim::parse(&toml).unwrap()).unwrap();
+    let mut n = node_on(&toml);
     let held = |name: &str, pid: u32| {
         format!(
             r#"{{"name":"{name}","holders":[{pid}],"requested_resources":{{"gpu_requests":{{"count":1,"shared":true,"memory_gb":1}}}}}}"#
@@ -469,6 +475,65 @@ fn only_the_workers_whose_processes_moved_are_shown_again() {
     assert_eq!(read(&mut n, &m), ["a", "b", "c"]);
     m.gpus[0].own_use = Some(vec![(101, 2 * GB), (102, GB), (103, GB)]);
     assert_eq!(read(&mut n, &m), ["c"]);
+    assert!(n.audit().is_empty(), "{:?}", n.audit());
+}
+
+/// A reading that changes the machine (outside use, health) shows again
+/// the workers on the GPUs that read differently and those it placed, not
+/// every worker; all of them when the machine's name, in every warning,
+/// changed. What each is told is the oracle: a worker not shown again reads
+/// the same warnings and use before and after.
+#[test]
+fn a_changed_machine_shows_again_the_workers_on_the_gpus_that_changed() {
+    let toml = l4s(3, 1);
+    let mut n = node_on(&toml);
+    submit_sharers(&mut n, "s", 6, "3");
+    n.submit(&shared("big", "5"), 1).unwrap();
+    assert_eq!(n.pending_count(), 1);
+    let seen = |n: &Node| -> Vec<(String, Vec<String>, f64)> {
+        n.workers()
+            .map(|w| {
+                let view = astraeusd::views::worker_view(n, w);
+                (w.name().to_string(), view.warnings, view.gpu_used_gb)
+            })
+            .collect()
+    };
+    let (on_0, on_1) = (names_on(&n, 0), names_on(&n, 1));
+    assert_eq!(on_0.len(), 2);
+
+    // GPU 0 grows outside use: over-promised, told to its two sharers only,
+    // while every GPU's counters move (no view shows them).
+    let mut m = sim::parse(&toml).unwrap();
+    m.gpus[0].outside = astraeusd::quantity::Amount::whole(4);
+    for g in &mut m.gpus {
+        g.energy_mj = Some(7_000);
+        g.power_mw = Some(61_000);
+        g.utilization_pct = Some(40);
+    }
+    let before = seen(&n);
+    let c = n.set_machine(m.clone()).unwrap();
+    assert!(c.machine_changed);
+    assert_eq!(c.updated, on_0);
+    let after = seen(&n);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(b == a, !c.updated.contains(&a.0), "{b:?} {a:?}");
+    }
+
+    // One of GPU 1's sharers stops (5 GB do not fit in the 4 left), then
+    // GPU 1 loses its outside use: "big" is placed there by the reading
+    // and shown with the sharer left on it.
+    n.stop(&on_1[0], 1).unwrap();
+    assert_eq!(n.pending_count(), 1);
+    m.gpus[1].outside = astraeusd::quantity::Amount::ZERO;
+    let c = n.set_machine(m.clone()).unwrap();
+    assert_eq!(c.placed, ["big"]);
+    assert_eq!(c.updated, ["big", on_1[1].as_str()]);
+
+    // Another name for the machine: every worker, running or waiting.
+    m.name = "other".into();
+    let c = n.set_machine(m).unwrap();
+    let all: Vec<String> = n.workers().map(|w| w.name().to_string()).collect();
+    assert_eq!(c.updated, all);
     assert!(n.audit().is_empty(), "{:?}", n.audit());
 }
 
@@ -570,7 +635,7 @@ proptest::proptest! {
             let told: std::collections::HashMap<String, Vec<astraeusd::inventory::Claim>> =
                 own.on_gpu.iter().map(|(uuid, c)| (uuid.clone(), c.to_vec())).collect();
             proptest::prop_assert_eq!(told, claims);
-            proptest::prop_assert_eq!(own.cgroups, groups);
+            proptest::prop_assert_eq!(own.cgroups.to_vec(), groups);
         }
     }
 }

@@ -22,7 +22,7 @@ pub struct Own {
     /// The running workers' control groups: the processes in them are
     /// theirs. Looked in off the loop,
     /// just before the read (service/reading.rs), into `in_cgroups`.
-    pub cgroups: Vec<Group>,
+    pub cgroups: std::sync::Arc<[Group]>,
     /// By worker name: the worker's id and the processes found in its
     /// control group.
     pub in_cgroups: HashMap<String, (i64, Vec<u32>)>,

@@ -76,6 +76,7 @@ impl Node {
         self.with_holders.clear();
         self.with_cgroup.clear();
         self.holders_changed += 1;
+        self.cgroups_changed += 1;
         self.needs = Default::default();
         self.per_owner.clear();
         self.reasons

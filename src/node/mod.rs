@@ -148,6 +148,9 @@ pub struct Node {
     /// Counts the changes to running workers' holders: claims built before
     /// the last one are built again (readings.rs).
     holders_changed: u64,
+    /// Counts the changes to which running workers have a control group:
+    /// the list of groups to look in is built again (readings.rs).
+    cgroups_changed: u64,
     /// The claims [`Node::own`] built for each GPU (readings.rs).
     own_cache: readings::OwnCache,
     /// Workers whose control group's processes changed since the machine
@@ -193,6 +196,7 @@ impl Node {
             with_holders: Default::default(),
             with_cgroup: Default::default(),
             holders_changed: 0,
+            cgroups_changed: 0,
             own_cache: Default::default(),
             cgroup_pids_moved: Default::default(),
             needs: Default::default(),
@@ -492,7 +496,9 @@ impl Node {
         self.store.end_worker(w.id, at, exit_status, reason)?;
         let w = self.workers.remove(name).expect("checked above");
         self.with_holders.remove(name);
-        self.with_cgroup.remove(name);
+        if self.with_cgroup.remove(name) {
+            self.cgroups_changed += 1;
+        }
         self.tally(w.owner_uid, -1, -i8::from(w.status == Status::Pending));
         let mut changes = Changes {
             removed: vec![name.to_string()],
@@ -662,6 +668,10 @@ impl Node {
                 self.needs.remove(w.spec.resources.gpu.as_ref());
                 w.status = Status::Running { grants };
                 w.placed = Some(at);
+                // Launched before, waiting again after an undone group.
+                if w.cgroup.is_some() {
+                    self.cgroups_changed += 1;
+                }
                 let owner = w.owner_uid;
                 self.tally(owner, 0, -1);
             }
@@ -721,6 +731,7 @@ impl Node {
             self.store.set_cgroup(w.id, cgroup)?;
             w.cgroup = Some(cgroup.to_string());
             self.with_cgroup.insert(name.to_string());
+            self.cgroups_changed += 1;
         }
         Ok(())
     }

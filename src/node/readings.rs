@@ -37,6 +37,8 @@ fn claims_on(workers: &BTreeMap<String, Worker>, used: &GpuUse) -> Arc<[Claim]> 
 pub(super) struct OwnCache {
     holders_changed: u64,
     on_gpu: HashMap<String, (Arc<GpuUse>, Arc<[Claim]>)>,
+    /// The groups to look in, as of a count of `Node::cgroups_changed`.
+    groups: Option<(u64, Arc<[Group]>)>,
 }
 
 impl Node {
@@ -68,21 +70,29 @@ impl Node {
                 on_gpu.insert(uuid.clone(), claims);
             }
         }
-        // Only workers whose group was learnt: a walk over every worker
-        // would cost what the claims did.
-        let cgroups = self
-            .with_cgroup
-            .iter()
-            .filter_map(|name| self.workers.get(name))
-            .filter(|w| matches!(w.status, Status::Running { .. }))
-            .filter_map(|w| {
-                Some(Group {
-                    worker: w.name().to_string(),
-                    id: w.id,
-                    cgroup: w.cgroup.clone()?,
-                })
-            })
-            .collect();
+        // Only workers whose group was learnt, built again only when that
+        // changed: a walk over every launched worker at each refresh would
+        // cost the loop what the claims did.
+        let cgroups = match &cache.groups {
+            Some((seen, groups)) if *seen == self.cgroups_changed => groups.clone(),
+            _ => {
+                let groups: Arc<[Group]> = self
+                    .with_cgroup
+                    .iter()
+                    .filter_map(|name| self.workers.get(name))
+                    .filter(|w| matches!(w.status, Status::Running { .. }))
+                    .filter_map(|w| {
+                        Some(Group {
+                            worker: w.name().to_string(),
+                            id: w.id,
+                            cgroup: w.cgroup.clone()?,
+                        })
+                    })
+                    .collect();
+                cache.groups = Some((self.cgroups_changed, groups.clone()));
+                groups
+            }
+        };
         Own {
             on_gpu,
             cgroups,
@@ -98,46 +108,42 @@ impl Node {
 
     /// A new reading of the machine: promises stay, pending work is re-examined.
     pub fn set_machine(&mut self, machine: Machine) -> Result<Changes> {
-        let mut changes = Changes::default();
-        // Workers whose group's processes changed show their use again.
+        // Workers whose group's processes changed show their use again
+        // (with the next reading, should this one fail).
         let moved = std::mem::take(&mut self.cgroup_pids_moved);
-        changes.updated.extend(
-            moved
-                .into_iter()
-                .filter(|name| self.workers.contains_key(name)),
-        );
+        match self.take_reading(machine) {
+            Ok(mut changes) => {
+                let moved = moved.into_iter();
+                changes
+                    .updated
+                    .extend(moved.filter(|name| self.workers.contains_key(name)));
+                changes.updated.sort_unstable();
+                changes.updated.dedup();
+                Ok(changes)
+            }
+            Err(e) => {
+                self.cgroup_pids_moved.extend(moved);
+                Err(e)
+            }
+        }
+    }
+
+    fn take_reading(&mut self, machine: Machine) -> Result<Changes> {
+        let mut changes = Changes::default();
         if machine == *self.machine {
             return Ok(changes);
         }
+        changes.updated = self.shown_again_by(&machine);
         // On a real host the energy counter moves at every refresh, power
         // and utilisation most of the time, processes' bytes often: none
         // of them places anything. Then only the GPUs that moved are shown
-        // again, and the workers whose processes' bytes moved (their use):
-        // not every worker, every refresh.
+        // again: not every GPU, every refresh.
         if self.machine.same_but_readings(&machine) {
             for (old, new) in self.machine.gpus.iter().zip(&machine.gpus) {
-                if old == new {
-                    continue;
-                }
-                changes.gpus.push(new.index);
-                if old.own_use != new.own_use {
-                    if let Some(u) = self.book.usage(&new.uuid) {
-                        let moved = moved_pids(&old.own_use, &new.own_use);
-                        let on = u.whole.iter().map(String::as_str);
-                        let on = on.chain(u.sharers().keys().map(|k| &**k));
-                        let shown_again = on.filter(|name| match &moved {
-                            None => true,
-                            Some(moved) => self
-                                .workers
-                                .get(*name)
-                                .is_some_and(|w| w.own_pids().any(|pid| moved.contains(&pid))),
-                        });
-                        changes.updated.extend(shown_again.map(str::to_string));
-                    }
+                if old != new {
+                    changes.gpus.push(new.index);
                 }
             }
-            changes.updated.sort_unstable();
-            changes.updated.dedup();
             self.machine = std::sync::Arc::new(machine);
             return Ok(changes);
         }
@@ -148,6 +154,50 @@ impl Node {
         self.forget_reasons();
         self.reexamine(better, &mut changes)?;
         Ok(changes)
+    }
+
+    /// The running workers whose views a new machine may change: those on a
+    /// GPU (by UUID) that reads differently in more than its counters
+    /// (power, energy, utilisation: no view shows them), those whose own
+    /// processes' bytes came, went or moved (their use), or all when the
+    /// machine's name (in every warning) changed. A waiting worker's view
+    /// reads nothing of the machine (its reasons are read when asked). A
+    /// desktop's memory moves at most refreshes: every worker shown again
+    /// at each cost the loop 663 ms a refresh at 100,000 workers (#25).
+    fn shown_again_by<'a>(&'a self, new: &'a Machine) -> Vec<String> {
+        let old = &self.machine;
+        if old.name != new.name {
+            return self.workers.keys().cloned().collect();
+        }
+        let by_uuid = |m: &'a Machine| -> HashMap<&'a str, &'a Gpu> {
+            m.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect()
+        };
+        let (before, after) = (by_uuid(old), by_uuid(new));
+        let mut shown = Vec::new();
+        for (uuid, used) in &self.book.gpus {
+            let on = used.whole.iter().map(String::as_str);
+            let on = on.chain(used.sharers().keys().map(|k| &**k));
+            match (before.get(uuid.as_str()), after.get(uuid.as_str())) {
+                (Some(old), Some(new)) if old.same_but_readings(new) => {
+                    if old.own_use == new.own_use {
+                        continue;
+                    }
+                    let Some(moved) = moved_pids(&old.own_use, &new.own_use) else {
+                        shown.extend(on.map(str::to_string));
+                        continue;
+                    };
+                    let own_moved = |name: &&str| {
+                        self.workers
+                            .get(*name)
+                            .is_some_and(|w| w.own_pids().any(|pid| moved.contains(&pid)))
+                    };
+                    shown.extend(on.filter(own_moved).map(str::to_string));
+                }
+                (None, None) => {}
+                _ => shown.extend(on.map(str::to_string)),
+            }
+        }
+        shown
     }
 
     /// Why a GPU needs attention, if it does: promised beyond what it offers

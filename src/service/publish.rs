@@ -335,18 +335,14 @@ impl Service {
             log_state(&self.node, w);
             shown.added.push((name.clone(), worker_path(name)));
         }
-        // A new reading can change any worker's warnings.
-        let names: Vec<String> = if changes.machine_changed {
-            self.node.workers().map(|w| w.name().to_string()).collect()
-        } else {
-            changes.updated.clone()
-        };
-        for name in names {
-            if changes.added.contains(&name) {
+        // A new reading names the workers whose warnings or use it may
+        // change (Node::set_machine).
+        for name in &changes.updated {
+            if changes.added.contains(name) {
                 continue;
             }
-            if let Some(old) = self.show_worker(&name) {
-                shown.workers.push((name, old));
+            if let Some(old) = self.show_worker(name) {
+                shown.workers.push((name.clone(), old));
             }
         }
         // Reasons someone read may read differently now: they read again.
