@@ -184,6 +184,7 @@ impl Gpu {
     /// Whether `other` differs from this GPU at most in what is read anew
     /// at each refresh (see [`Machine::same_but_readings`]).
     pub fn same_but_readings(&self, other: &Gpu) -> bool {
+        // A copy with the readings blanked: a field added later is compared.
         let bare = |g: &Gpu| Gpu {
             power_mw: None,
             energy_mj: None,

@@ -490,13 +490,22 @@ fn a_changed_machine_shows_again_the_workers_on_the_gpus_that_changed() {
     submit_sharers(&mut n, "s", 6, "3");
     n.submit(&shared("big", "5"), 1).unwrap();
     assert_eq!(n.pending_count(), 1);
-    let seen = |n: &Node| -> Vec<(String, Vec<String>, f64)> {
+    type Seen = std::collections::BTreeMap<String, (Vec<String>, f64)>;
+    let seen = |n: &Node| -> Seen {
         n.workers()
             .map(|w| {
                 let view = astraeusd::views::worker_view(n, w);
-                (w.name().to_string(), view.warnings, view.gpu_used_gb)
+                (w.name().to_string(), (view.warnings, view.gpu_used_gb))
             })
             .collect()
+    };
+    // Every worker that reads differently is shown again.
+    let shown_if_changed = |before: &Seen, after: &Seen, c: &Changes| {
+        for (name, view) in after {
+            if before.get(name).is_some_and(|b| b != view) {
+                assert!(c.updated.contains(name), "{name} not shown again: {view:?}");
+            }
+        }
     };
     let (on_0, on_1) = (names_on(&n, 0), names_on(&n, 1));
     assert_eq!(on_0.len(), 2);
@@ -515,9 +524,17 @@ fn a_changed_machine_shows_again_the_workers_on_the_gpus_that_changed() {
     assert!(c.machine_changed);
     assert_eq!(c.updated, on_0);
     let after = seen(&n);
-    for (b, a) in before.iter().zip(&after) {
-        assert_eq!(b == a, !c.updated.contains(&a.0), "{b:?} {a:?}");
+    for (name, view) in &after {
+        assert_eq!(before[name] == *view, !c.updated.contains(name), "{name}");
     }
+
+    // A sharer of the over-promised GPU 0 stops: what is promised there,
+    // which the other's warning names, reads differently.
+    let before = seen(&n);
+    assert!(before[&on_0[1]].0[0].contains("over-promised: 6 GB promised"));
+    let c = n.stop(&on_0[0], 1).unwrap();
+    shown_if_changed(&before, &seen(&n), &c);
+    assert!(c.updated.contains(&on_0[1]));
 
     // One of GPU 1's sharers stops (5 GB do not fit in the 4 left), then
     // GPU 1 loses its outside use: "big" is placed there by the reading

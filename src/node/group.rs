@@ -97,6 +97,11 @@ impl Node {
                 Some(w) if w.id == old.id && w.status == old.status => {
                     w.phase = old.phase;
                     w.cgroup_pids = old.cgroup_pids.clone();
+                    // What is promised on its GPUs may read differently
+                    // (a rare path: a commit that failed).
+                    if w.status != super::Status::Pending {
+                        changes.updated.push(name.clone());
+                    }
                 }
                 // The group placed it and the ledger has it waiting again:
                 // Held, unless a stop was asked meanwhile (its caller was

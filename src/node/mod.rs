@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 pub struct Changes {
     pub added: Vec<String>,
     pub removed: Vec<String>,
-    /// Workers whose state changed.
+    /// Workers whose views may read differently (their state, a GPU they
+    /// hold, their processes' use).
     pub updated: Vec<String>,
     /// GPUs (by index) whose use or inventory changed.
     pub gpus: Vec<u32>,
@@ -153,9 +154,9 @@ pub struct Node {
     cgroups_changed: u64,
     /// The claims [`Node::own`] built for each GPU (readings.rs).
     own_cache: readings::OwnCache,
-    /// Workers whose control group's processes changed since the machine
-    /// was last set: their use is shown again with the next reading.
-    cgroup_pids_moved: std::collections::BTreeSet<String>,
+    /// Workers to show again with the next reading: their control group's
+    /// processes changed, or a reading that would have shown them failed.
+    to_show_again: std::collections::BTreeSet<String>,
     /// The least the pending workers ask of a GPU (ends passes early).
     needs: placement::Needs,
     store: Store,
@@ -198,7 +199,7 @@ impl Node {
             holders_changed: 0,
             cgroups_changed: 0,
             own_cache: Default::default(),
-            cgroup_pids_moved: Default::default(),
+            to_show_again: Default::default(),
             needs: Default::default(),
             run: None,
             counters: Default::default(),
@@ -506,7 +507,11 @@ impl Node {
         };
         match &w.status {
             Status::Running { grants } => {
+                let over_promised = self.over_promised_among(grants);
                 self.book.remove(name, &w.spec.resources, grants);
+                for uuid in over_promised {
+                    changes.updated.extend(self.workers_on(&uuid));
+                }
                 self.forget_reasons();
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
                 let res = &w.spec.resources;
@@ -742,7 +747,7 @@ impl Node {
         if let Some(w) = self.workers.get_mut(name).filter(|w| w.id == id) {
             if w.cgroup_pids != pids {
                 w.cgroup_pids = pids;
-                self.cgroup_pids_moved.insert(name.to_string());
+                self.to_show_again.insert(name.to_string());
             }
         }
     }

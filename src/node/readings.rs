@@ -6,7 +6,7 @@
 use super::{better_machine, Changes, Node, Status, Worker};
 use crate::error::Result;
 use crate::inventory::{Claim, Group, Own};
-use crate::placement::{beyond_lines, named, Gpu, GpuUse, Machine};
+use crate::placement::{beyond_lines, named, Gpu, GpuUse, Grant, Machine};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -108,21 +108,23 @@ impl Node {
 
     /// A new reading of the machine: promises stay, pending work is re-examined.
     pub fn set_machine(&mut self, machine: Machine) -> Result<Changes> {
-        // Workers whose group's processes changed show their use again
-        // (with the next reading, should this one fail).
-        let moved = std::mem::take(&mut self.cgroup_pids_moved);
+        // The workers this reading may show differently, and those whose
+        // group's processes changed: shown with it, or with the next one
+        // should it fail (the machine is taken in either way).
+        let mut shown = std::mem::take(&mut self.to_show_again);
+        shown.extend(self.shown_again_by(&machine));
         match self.take_reading(machine) {
             Ok(mut changes) => {
-                let moved = moved.into_iter();
+                let shown = shown.into_iter();
                 changes
                     .updated
-                    .extend(moved.filter(|name| self.workers.contains_key(name)));
+                    .extend(shown.filter(|name| self.workers.contains_key(name)));
                 changes.updated.sort_unstable();
                 changes.updated.dedup();
                 Ok(changes)
             }
             Err(e) => {
-                self.cgroup_pids_moved.extend(moved);
+                self.to_show_again = shown;
                 Err(e)
             }
         }
@@ -133,7 +135,6 @@ impl Node {
         if machine == *self.machine {
             return Ok(changes);
         }
-        changes.updated = self.shown_again_by(&machine);
         // On a real host the energy counter moves at every refresh, power
         // and utilisation most of the time, processes' bytes often: none
         // of them places anything. Then only the GPUs that moved are shown
@@ -165,6 +166,9 @@ impl Node {
     /// desktop's memory moves at most refreshes: every worker shown again
     /// at each cost the loop 663 ms a refresh at 100,000 workers (#25).
     fn shown_again_by<'a>(&'a self, new: &'a Machine) -> Vec<String> {
+        if *new == *self.machine {
+            return Vec::new();
+        }
         let old = &self.machine;
         if old.name != new.name {
             return self.workers.keys().cloned().collect();
@@ -198,6 +202,31 @@ impl Node {
             }
         }
         shown
+    }
+
+    /// The GPUs among `grants` promised beyond what they offer now: the
+    /// warning their workers read names what is promised, which a stop
+    /// changes.
+    pub(super) fn over_promised_among(&self, grants: &[Grant]) -> Vec<String> {
+        grants
+            .iter()
+            .filter(|grant| {
+                let gpu = self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid);
+                gpu.is_some_and(|g| self.book.taken(&g.uuid) > g.offered())
+            })
+            .map(|grant| grant.gpu_uuid.clone())
+            .collect()
+    }
+
+    /// The running workers on GPU `uuid` (its whole holder or its sharers).
+    pub(super) fn workers_on(&self, uuid: &str) -> Vec<String> {
+        let Some(used) = self.book.usage(uuid) else {
+            return Vec::new();
+        };
+        let whole = used.whole.iter().cloned();
+        whole
+            .chain(used.sharers().keys().map(|k| k.to_string()))
+            .collect()
     }
 
     /// Why a GPU needs attention, if it does: promised beyond what it offers
