@@ -512,6 +512,8 @@ impl Node {
                 for uuid in over_promised {
                     changes.updated.extend(self.workers_on(&uuid));
                 }
+                changes.updated.sort_unstable();
+                changes.updated.dedup();
                 self.forget_reasons();
                 changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
                 let res = &w.spec.resources;

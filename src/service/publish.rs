@@ -335,8 +335,8 @@ impl Service {
             log_state(&self.node, w);
             shown.added.push((name.clone(), worker_path(name)));
         }
-        // A new reading names the workers whose warnings or use it may
-        // change (Node::set_machine).
+        // The workers whose views may read differently: a change's own, and
+        // those a reading, a stop or an undone group names (node/readings.rs).
         for name in &changes.updated {
             if changes.added.contains(name) {
                 continue;
