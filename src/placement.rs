@@ -226,6 +226,11 @@ impl GpuUse {
     pub fn sharers(&self) -> &SharerMap {
         &self.sharers
     }
+    /// Its workers: the whole holder, or the sharers in name order.
+    pub fn workers(&self) -> impl Iterator<Item = &str> {
+        let sharers = self.sharers.keys().map(|name| &**name);
+        self.whole.as_deref().into_iter().chain(sharers)
+    }
     pub fn share(&mut self, worker: &str, share: Amount) {
         if let Some(&before) = self.sharers.get(worker) {
             self.taken = self.taken.saturating_sub(before);

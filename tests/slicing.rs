@@ -714,19 +714,25 @@ fn report_rows(a: &str, template: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A daemon on libvirt's test driver (no handoff buffer) that logs, at
+/// debug, each row it reads from a guest's GPU channel.
+fn start_reading_guest_rows(bus: &Bus, dir: &std::path::Path) -> Daemon {
+    start_majin(
+        bus,
+        dir,
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
+    )
+}
+
 #[test]
 fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
     use std::io::Write;
     use std::time::Duration;
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = start_majin(
-        &bus,
-        dir.path(),
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
-        // When each guest row was read: the energy's oracle.
-        &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
-    );
+    // When each guest row was read: the energy's oracle.
+    let d = start_reading_guest_rows(&bus, dir.path());
     let a = &bus.address;
     let stays_starting = |name: &str| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -1276,13 +1282,8 @@ fn a_guest_flooding_its_gpu_channel_holds_no_caller() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let dir = open_tempdir();
     let bus = Bus::session();
-    let d = start_majin(
-        &bus,
-        dir.path(),
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
-        // Each row that reaches the loop, as its debug line.
-        &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
-    );
+    // Each row that reaches the loop, as its debug line.
+    let d = start_reading_guest_rows(&bus, dir.path());
     let a = &bus.address;
     let (socket, channel) = gpu_channel(dir.path());
     let spec = probed_template("f", serde_json::json!({ "agent": true }), &channel);

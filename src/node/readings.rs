@@ -13,10 +13,7 @@ use std::sync::Arc;
 /// The running workers the book has on one GPU (whole, or its sharers, in
 /// name order), as claims.
 fn claims_on(workers: &BTreeMap<String, Worker>, used: &GpuUse) -> Arc<[Claim]> {
-    let whole = used.whole.as_deref().into_iter();
-    let sharers = used.sharers().keys().map(|name| &**name);
-    whole
-        .chain(sharers)
+    used.workers()
         .filter_map(|name| workers.get(name))
         .filter(|w| matches!(w.status, Status::Running { .. }))
         .map(|w| Claim {
@@ -179,8 +176,7 @@ impl Node {
         let (before, after) = (by_uuid(old), by_uuid(new));
         let mut shown = Vec::new();
         for (uuid, used) in &self.book.gpus {
-            let on = used.whole.iter().map(String::as_str);
-            let on = on.chain(used.sharers().keys().map(|k| &**k));
+            let on = used.workers();
             match (before.get(uuid.as_str()), after.get(uuid.as_str())) {
                 (Some(old), Some(new)) if old.same_but_readings(new) => {
                     if old.own_use == new.own_use {
@@ -220,13 +216,8 @@ impl Node {
 
     /// The running workers on GPU `uuid` (its whole holder or its sharers).
     pub(super) fn workers_on(&self, uuid: &str) -> Vec<String> {
-        let Some(used) = self.book.usage(uuid) else {
-            return Vec::new();
-        };
-        let whole = used.whole.iter().cloned();
-        whole
-            .chain(used.sharers().keys().map(|k| k.to_string()))
-            .collect()
+        let on = self.book.usage(uuid).into_iter().flat_map(GpuUse::workers);
+        on.map(str::to_string).collect()
     }
 
     /// Why a GPU needs attention, if it does: promised beyond what it offers
