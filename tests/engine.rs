@@ -656,3 +656,23 @@ proptest::proptest! {
         }
     }
 }
+
+/// A stop refreshes the GPU its worker held where that GPU is now: after
+/// a reading without GPU 0, the GPU a worker was placed on as GPU 1 is
+/// GPU 0 (the oracle: the index the new machine gives its uuid).
+#[test]
+fn a_stop_after_renumbering_refreshes_the_gpu_by_its_index_now() {
+    let toml = l4s(2, 0);
+    let mut n = node_on(&toml);
+    submit_sharers(&mut n, "s", 2, "6");
+    assert_eq!(names_on(&n, 1), ["s1"]);
+    let uuid = n.worker("s1").unwrap().grants()[0].gpu_uuid.clone();
+    n.stop("s0", 1).unwrap();
+    let mut m = sim::parse(&toml).unwrap();
+    m.gpus.remove(0);
+    m.gpus[0].index = 0;
+    assert_eq!(m.gpus[0].uuid, uuid);
+    n.set_machine(m).unwrap();
+    let c = n.stop("s1", 1).unwrap();
+    assert_eq!(c.gpus, [0]);
+}

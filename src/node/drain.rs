@@ -98,13 +98,7 @@ impl Node {
             return Ok(changes);
         }
         let old = std::mem::replace(&mut self.book.kept, kept);
-        let index = |uuid: &str| {
-            self.machine
-                .gpus
-                .iter()
-                .find(|g| g.uuid == uuid)
-                .map(|g| g.index)
-        };
+        let index = |uuid: &str| self.index_now(uuid);
         let mut freed = Vec::new();
         for (uuid, keeper) in &old {
             if self.book.kept.get(uuid) != Some(keeper) {

@@ -515,7 +515,7 @@ impl Node {
                 changes.updated.sort_unstable();
                 changes.updated.dedup();
                 self.forget_reasons();
-                changes.gpus.extend(grants.iter().map(|g| g.gpu_index));
+                changes.gpus.extend(self.indexes_now(grants));
                 let res = &w.spec.resources;
                 let better = Better::Some {
                     gpus: grants.iter().map(|g| g.gpu_uuid.clone()).collect(),

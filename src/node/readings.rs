@@ -215,6 +215,22 @@ impl Node {
     }
 
     /// The running workers on GPU `uuid` (its whole holder or its sharers).
+    /// The index GPU `uuid` has in the machine now: a grant keeps the one
+    /// it was placed at, which a reading without an earlier GPU shifts.
+    pub(super) fn index_now(&self, uuid: &str) -> Option<u32> {
+        self.machine
+            .gpus
+            .iter()
+            .find(|g| g.uuid == uuid)
+            .map(|g| g.index)
+    }
+
+    /// The indexes of the GPUs of `grants` now.
+    pub(super) fn indexes_now(&self, grants: &[Grant]) -> Vec<u32> {
+        let now = grants.iter().filter_map(|g| self.index_now(&g.gpu_uuid));
+        now.collect()
+    }
+
     pub(super) fn workers_on(&self, uuid: &str) -> Vec<String> {
         let on = self.book.usage(uuid).into_iter().flat_map(GpuUse::workers);
         on.map(str::to_string).collect()

@@ -10,21 +10,30 @@ use std::sync::OnceLock;
 pub fn fake_lib(minimal: bool) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("astraeus-fake-nvml-{}", std::process::id()));
+        // In cargo's folder for tests' files (removed by `cargo clean`), one
+        // folder per test binary, built again by each run: not a folder per
+        // run left in /tmp.
+        let exe = std::env::current_exe().unwrap();
+        let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-nvml-{stem}"));
         std::fs::create_dir_all(dir.join("min")).unwrap();
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
         for (out, extra) in [
             ("libnvidia-ml.so.1", None),
             ("min/libnvidia-ml.so.1", Some("-DOMIT_OPTIONAL")),
         ] {
+            // Built beside and renamed over: a daemon of an earlier run that
+            // still maps the old file keeps it whole.
+            let part = dir.join(format!("{out}.{}", std::process::id()));
             let st = Command::new("gcc")
                 .args(["-shared", "-fPIC", "-o"])
-                .arg(dir.join(out))
+                .arg(&part)
                 .args(extra)
                 .arg(src)
                 .status()
                 .expect("gcc runs");
             assert!(st.success(), "building the fake NVML library");
+            std::fs::rename(&part, dir.join(out)).unwrap();
         }
         dir
     });
