@@ -908,6 +908,13 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
         floor_commit(&db, &format!("w{j}"), j);
     }
     let mut grown = Vec::new();
+    // The same commit to a log of its own, each after a pause as long as
+    // a lone call: how far apart the daemon's commits come in this part.
+    let paced_db = floor_db(&dir.path().join("paced.db"), create);
+    for j in 0..FLOOR_WARM_COMMITS {
+        floor_commit(&paced_db, &format!("w{j}"), j);
+    }
+    let mut paced = Vec::new();
     // The API's bound commits to a warmed log of its own.
     let bound_db = floor_db(&dir.path().join("bound.db"), create);
     for j in 0..FLOOR_WARM_COMMITS {
@@ -954,9 +961,16 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
             bound.push(timed(&client, BOUND, "Submit", &spec).await);
             if i % FLOOR_BLOCK == FLOOR_BLOCK - 1 || i == n - 1 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
+                let mut block = submit[commit.len()..].to_vec();
+                block.sort_by(|a: &f64, b| a.partial_cmp(b).unwrap());
+                let pause = Duration::from_secs_f64(pct(&block, 0.5) / 1e3);
                 for j in commit.len()..=i {
                     commit.push(floor_commit(&db, &format!("b{j}"), j));
                     grown.push(floor_commit(&fresh, &format!("b{j}"), j));
+                }
+                for j in paced.len()..=i {
+                    std::thread::sleep(pause);
+                    paced.push(floor_commit(&paced_db, &format!("b{j}"), j));
                 }
             }
         }
@@ -972,7 +986,7 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
     };
     let (submit, stop, echo, commit) = (sort(submit), sort(stop), sort(echo), sort(commit));
     let (bound, quiet) = (sort(bound), sort(quiet));
-    let grown = sort(grown);
+    let (grown, paced) = (sort(grown), sort(paced));
     let floor = |p: f64| pct(&echo, p) + pct(&commit, p);
     out.push(format!(
         "## Round trips ({n} each, zbus client, private bus)"
@@ -1020,6 +1034,9 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
          and replies. The floor's two halves done as one call cost {:.2}× their sum; against \
          that call SubmitWorker is **{:.2}×** and StopWorker **{:.2}×** at p50, and against the \
          call with the signals SubmitWorker is {:.2}×.\n\n\
+         The floor's commit after a pause as long as a SubmitWorker (as far apart as a lone \
+         caller's commits come to the daemon), taking turns with those: p50 {:.3} ms, {:.2}× the \
+         same commit back to back (SubmitWorker would be {:.2}× echo + that commit).\n\n\
          The daemon's CPU per call (SubmitWorker and StopWorker averaged): **{cpu_per_call:.0} µs**.\n\n\
          Targets: ≤ 1.3× at p50, ≤ 2× at p99 (#25).",
         pct(&grown, 0.5),
@@ -1029,6 +1046,9 @@ fn round_trips(n: usize, out: &mut Vec<String>) {
         pct(&submit, 0.5) / pct(&quiet, 0.5),
         pct(&stop, 0.5) / pct(&quiet, 0.5),
         pct(&submit, 0.5) / pct(&bound, 0.5),
+        pct(&paced, 0.5),
+        pct(&paced, 0.5) / pct(&commit, 0.5),
+        pct(&submit, 0.5) / (pct(&echo, 0.5) + pct(&paced, 0.5)),
     ));
 }
 
