@@ -212,10 +212,12 @@ pub enum Command {
         id: String,
         exit: Exit,
     },
-    /// After a start: what a runtime runs, to reconcile the ledger with.
+    /// After a start: what a runtime runs, to reconcile the ledger with;
+    /// `tries` listings of it failed before this one.
     Listed {
         kind: Kind,
         found: Result<Vec<Found>>,
+        tries: u32,
     },
     /// A new template's VM, looked up or defined in libvirt.
     TemplatePrepared {

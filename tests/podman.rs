@@ -509,6 +509,42 @@ fn podman_going_away_does_not_free_a_share_whose_container_still_runs() {
     assert!(d.log_text().contains("retrying"), "{}", d.log_text());
 }
 
+/// A restart while podman's API is away (restarted with the daemon): the
+/// listing that reconciles fails, and is asked again until it answers;
+/// then the container is adopted and watched, and its exit frees its share.
+#[test]
+fn a_restart_while_podman_is_away_adopts_its_containers_once_it_answers() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let mut pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let mut d = setup(dir.path(), &pm, &bus);
+    let a = &bus.address;
+    let spec = container("kept", Some("2"), "sleep 1000");
+    assert!(manager(a, None, "SubmitWorker", &["s", &spec]).ok);
+    eventually("running", || state(a, "kept") == "s \"running\"\n");
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let _ = pm.service.kill();
+    let _ = pm.service.wait();
+
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    eventually("the listing failed", || {
+        d.log_text()
+            .contains("cannot reconcile Container workloads")
+    });
+    pm.service = pm.serve();
+    eventually("kept adopted", || {
+        d.log_text()
+            .contains("adopted the running workload of worker kept")
+    });
+    // Watched: its exit is seen and frees its share.
+    pm.run(&["stop", "-t", "0", "astraeus-kept"]);
+    eventually("kept gone", || gone(a, "kept"));
+}
+
 #[test]
 fn podman_gone_at_launch_fails_the_worker_and_frees_its_share() {
     if !available() {

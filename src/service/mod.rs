@@ -787,7 +787,7 @@ impl Service {
                 id,
                 exit,
             } => self.exited(name, kind, id, exit).await,
-            Command::Listed { kind, found } => self.reconcile_kind(kind, found).await,
+            Command::Listed { kind, found, tries } => self.reconcile_kind(kind, found, tries).await,
         }
     }
 

@@ -16,6 +16,11 @@ use crate::worker::State;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// When a runtime's listing failed after a start, the first pause before
+/// it is asked again; each failure doubles it, up to the second.
+const RELIST_FIRST: Duration = Duration::from_secs(2);
+const RELIST_MOST: Duration = Duration::from_secs(60);
+
 /// The runtimes this daemon was given, by kind.
 pub(super) struct Runtimes {
     pub containers: Option<Arc<dyn Runtime>>,
@@ -300,9 +305,6 @@ impl Service {
     /// come back as [`Command::Listed`] for [`Service::reconcile_kind`].
     pub(super) fn reconcile(&self) {
         for kind in [Kind::Container, Kind::Unit, Kind::Vm] {
-            let Some(rt) = self.runtimes.get(kind) else {
-                continue;
-            };
             // libvirt is only connected to when VMs are in play: a host without
             // VM workers keeps libvirt unloaded (memory, keepalive wake-ups).
             // VMs are created only after the ledger holds their worker, so none
@@ -310,18 +312,32 @@ impl Service {
             if kind == Kind::Vm && self.placed_of(kind).is_empty() {
                 continue;
             }
-            let tx = self.lp.tx.clone();
-            tokio::spawn(async move {
-                let found = rt.list().await;
-                let _ = tx.send(Command::Listed { kind, found }).await;
-            });
+            self.list_after(kind, 0, Duration::ZERO);
         }
+    }
+
+    /// Lists `kind`'s workloads after `pause`, for [`Service::reconcile_kind`].
+    fn list_after(&self, kind: Kind, tries: u32, pause: Duration) {
+        let Some(rt) = self.runtimes.get(kind) else {
+            return;
+        };
+        let tx = self.lp.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(pause).await;
+            let found = rt.list().await;
+            let _ = tx.send(Command::Listed { kind, found, tries }).await;
+        });
     }
 
     /// The ledger against what really runs: running workloads are adopted,
     /// ended ones are ended, missing ones launched once; nothing starts
     /// twice (workloads are named by worker).
-    pub(super) async fn reconcile_kind(&mut self, kind: Kind, found: Result<Vec<Found>>) {
+    pub(super) async fn reconcile_kind(
+        &mut self,
+        kind: Kind,
+        found: Result<Vec<Found>>,
+        tries: u32,
+    ) {
         let Some(rt) = self.runtimes.get(kind) else {
             return;
         };
@@ -333,10 +349,20 @@ impl Service {
                 tracing::debug!("cannot list {kind:?} workloads: {e}");
                 return;
             }
+            // Podman's API restarting with the daemon, say: until a listing
+            // answers, no one watches these workloads (an exit or a stop
+            // would never free their shares) and those placed but never
+            // launched wait; so it is asked again, less often each time.
             Err(e) => {
+                let pause = RELIST_FIRST
+                    .saturating_mul(1 << tries.min(5))
+                    .min(RELIST_MOST);
                 tracing::error!(
-                    "cannot reconcile {kind:?} workloads (they stay as the ledger says): {e}"
+                    "cannot reconcile {kind:?} workloads (they stay as the ledger says; \
+                     listing again in {} s): {e}",
+                    pause.as_secs()
                 );
+                self.list_after(kind, tries + 1, pause);
                 return;
             }
         };
