@@ -128,3 +128,33 @@ fn the_checkpoint_thread_keeps_the_log_short_under_load() {
         "the log held {frames} frames at most"
     );
 }
+
+/// Changes committed alone (outside a group: an exit, a placement by a
+/// reading) ask the thread as a group's commit does: the log is
+/// checkpointed by it, near 1,000 pages, not by the writer at 2,000.
+#[test]
+fn changes_committed_alone_ask_for_the_checkpoint_too() {
+    let dir = open_tempdir();
+    let path = dir.path().join("ledger.db");
+    let mut store = astraeusd::store::Store::open(&path).unwrap();
+    let spec = r#"{"name":"x","requested_resources":{"gpu_requests":{"count":1,"shared":true,"memory_gb":1}}}"#;
+    let before = database_bytes(dir.path());
+    let mut i = 0;
+    // Until the thread has checkpointed (the database file grows), short
+    // of the writer's own checkpoint at 2,000 pages.
+    while database_bytes(dir.path()) == before {
+        assert!(
+            log_frames(dir.path()) < 1_900,
+            "the log reached the writer's backstop: no one asked the thread"
+        );
+        let now = astraeusd::time::EpochMs::now();
+        store
+            .insert_worker(&format!("w{i}"), spec, 1000, &[], None, now)
+            .unwrap();
+        i += 1;
+    }
+    assert!(
+        log_frames(dir.path()) >= 1_000,
+        "checkpointed at its length"
+    );
+}

@@ -94,9 +94,20 @@ impl Node {
         };
         for (name, old) in &before {
             match self.workers.get_mut(name) {
-                Some(w) if w.id == old.id && w.status == old.status => {
+                Some(w) if w.id == old.id && same_place(&w.status, &old.status) => {
+                    w.status = old.status.clone();
                     w.phase = old.phase;
                     w.cgroup_pids = old.cgroup_pids.clone();
+                    // Launched (a workload runs) while the group was open,
+                    // or recorded when the ledger refused it: its id and
+                    // control group were the group's, or memory's alone.
+                    if w.runtime_id.is_none() {
+                        w.runtime_id = old.runtime_id.clone();
+                    }
+                    if w.cgroup.is_none() && old.cgroup.is_some() {
+                        w.cgroup = old.cgroup.clone();
+                        self.with_cgroup.insert(name.clone());
+                    }
                     // What is promised on its GPUs may read differently
                     // (a rare path: a commit that failed).
                     if w.status != super::Status::Pending {
@@ -121,5 +132,21 @@ impl Node {
             }
         }
         Ok(changes)
+    }
+}
+
+/// Whether two statuses place a worker alike: the ledger reads grants back
+/// by GPU index, placement gives a sharer of several GPUs fullest first.
+fn same_place(a: &super::Status, b: &super::Status) -> bool {
+    use super::Status::Running;
+    match (a, b) {
+        (Running { grants: x }, Running { grants: y }) => {
+            let key = |g: &&crate::placement::Grant| (g.gpu_index, g.gpu_uuid.clone());
+            let (mut x, mut y): (Vec<_>, Vec<_>) = (x.iter().collect(), y.iter().collect());
+            x.sort_by_key(key);
+            y.sort_by_key(key);
+            x == y
+        }
+        _ => a == b,
     }
 }

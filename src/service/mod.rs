@@ -510,7 +510,12 @@ impl Service {
                     Ok(c) if groups(&c) => next = Some(c),
                     Ok(other) => {
                         self.release().await;
-                        return self.handle(other).await;
+                        // A lost group leaves memory half read back: the
+                        // loop stops, and nothing more is done on it.
+                        if self.fatal.is_none() {
+                            self.handle(other).await;
+                        }
+                        return;
                     }
                     Err(_) => {}
                 }

@@ -231,6 +231,7 @@ impl Store {
             conn: &self.conn,
             alone: !self.in_group,
             broken: &self.broken,
+            checkpoints: self.checkpoints.as_ref().filter(|_| !self.in_group),
             released: false,
         })
     }
@@ -345,6 +346,8 @@ struct Change<'a> {
     conn: &'a Connection,
     alone: bool,
     broken: &'a std::sync::atomic::AtomicBool,
+    /// Asked after the commit of a change alone, as a group's is after its.
+    checkpoints: Option<&'a checkpoint::Checkpointer>,
     released: bool,
 }
 
@@ -360,6 +363,9 @@ impl Change<'_> {
         exec(self.conn, "RELEASE change", [])
             .map_err(|e| failed_write(e, self.alone, self.broken))?;
         self.released = true;
+        if let Some(c) = self.checkpoints {
+            c.after_commit();
+        }
         Ok(())
     }
 }
