@@ -551,3 +551,51 @@ fn only_root_may_run_a_container_unless_config_extends_it_to_the_group() {
         }
     }
 }
+
+/// Membership is checked again when a waiting worker is launched: a user
+/// taken out of the access group while their container waited for its GPU
+/// does not get it run (as the switch that allowed containers is checked
+/// again). The oracle: the reason the worker ends with, in the journal's
+/// text, and its being gone.
+#[test]
+fn a_worker_of_someone_taken_out_of_the_group_is_not_launched() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    let user = "astraeus-test-late";
+    let uid = ensure_user(user);
+    let group = "astraeus-late";
+    let run = |cmd: &str, args: &[&str]| {
+        let st = std::process::Command::new(cmd).args(args).status().unwrap();
+        assert!(st.success(), "{cmd} {args:?}");
+    };
+    run("groupadd", &["-f", group]);
+    run("gpasswd", &["-a", user, group]);
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "[access]\ngroup = \"{group}\"\ncontainers_for_group = true\n\
+             [runtime]\npodman_socket = \"{}\"\n",
+            dir.path().join("no-podman.sock").display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let a = &bus.address;
+    let whole = r#"{"name":"blocker","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", whole]).ok);
+    let queued = r#"{"name":"queued","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1}},
+        "run":{"container":{"image":"localhost/bb"}}}"#;
+    let o = manager(a, Some(user), "SubmitWorker", &["s", queued]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(state(a, "queued"), "s \"pending\"\n");
+
+    run("gpasswd", &["-d", user, group]);
+    assert!(manager(a, None, "StopWorker", &["s", "blocker"]).ok);
+    eventually("queued ended", || gone(a, "queued"));
+    let why = format!(
+        "worker queued failed to start: its access was withdrawn after it was submitted: \
+         uid {uid} is no longer in group {group}"
+    );
+    assert!(d.log_text().contains(&why), "{}", d.log_text());
+}

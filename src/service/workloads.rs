@@ -124,10 +124,26 @@ impl Service {
         self.publish_worker(name);
         let tx = self.lp.tx.clone();
         let name = name.to_string();
+        let (uid, group) = (owner.uid, self.access.group.clone());
         tokio::spawn(async move {
             if let Some(id) = stale {
                 let _ = rt.remove(&id).await;
             }
+            // Nor may it run for someone taken out of the access group while
+            // it waited (NSS, which may be slow, off the loop; a lookup that
+            // fails refuses, as at a call).
+            let member = |group: String| async move {
+                tokio::task::spawn_blocking(move || crate::auth::is_member(uid, &group))
+                    .await
+                    .unwrap_or(false)
+            };
+            let allowed = match allowed {
+                Ok(()) if !member(group.clone()).await => Err(Error::AccessDenied(format!(
+                    "its access was withdrawn after it was submitted: uid {uid} is no longer \
+                     in group {group}"
+                ))),
+                other => other,
+            };
             // Refused, it ends as a launch that failed, in a turn of its own
             // (ended here, the next it frees room for would be launched
             // within this call, and so on down the queue).
