@@ -7,18 +7,25 @@
 /// or one that changes how the text around it reads without being seen:
 /// the bidirectional marks, embeddings, overrides and isolates (U+202E
 /// turns the rest of a line around: "evil\u{202e}txt.exe"), and the line
-/// and paragraph separators some terminals and viewers break lines at.
+/// and paragraph separators some terminals and viewers break lines at;
+/// and the invisible ones that make one name look like another ("Xorg"
+/// and "Xorg\u{200b}"): zero-width spaces and joiners, word joiner and
+/// invisible operators, the byte-order mark, soft hyphen, tag characters.
 pub fn hidden(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
+            '\u{00ad}'
+                | '\u{061c}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
                 | '\u{2028}'
                 | '\u{2029}'
                 | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
                 | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+                | '\u{e0000}'..='\u{e007f}'
         )
 }
 
@@ -81,6 +88,11 @@ mod tests {
             "x?txt.exe ?a? ??b?c?"
         );
         assert_eq!(printable_lines("a\u{202e}\nb\u{202d}"), "a?\nb?");
+        // Invisible characters that make one name look like another.
+        assert_eq!(
+            printable("Xorg\u{200b}|a\u{200d}b|\u{feff}c|d\u{2060}|so\u{ad}ft|t\u{e0041}"),
+            "Xorg?|a?b|?c|d?|so?ft|t?"
+        );
         // Right-to-left text itself is text.
         assert_eq!(printable("שלום مرحبا"), "שלום مرحبا");
     }

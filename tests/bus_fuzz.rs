@@ -93,13 +93,7 @@ fn arbitrary_arguments_to_every_method_get_typed_errors_and_never_break_the_daem
     let bus = Bus::session();
     let mut d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
     let methods = methods_in_xml();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let conn = rt
-        .block_on(zbus::connection::Builder::address(bus.address.as_str()).build())
-        .unwrap();
+    let (rt, conn) = blocking_client(&bus.address);
     let mut kinds = std::collections::BTreeMap::<String, u64>::new();
     for i in 0..calls {
         let (iface, method, ins) = &methods[rng.below(methods.len() as u64) as usize];

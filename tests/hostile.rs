@@ -76,6 +76,29 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// A name no worker could have, given to GetWorker or StopWorker, is told
+/// as such (the field named) and never echoed: another user's terminal
+/// escape or a 200 KB name does not come back in the error.
+#[test]
+fn names_no_worker_could_have_are_refused_and_not_echoed() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = start_majin(&bus, dir.path(), "", &[]);
+    let (rt, conn) = blocking_client(&bus.address);
+    let long = "x".repeat(200_000);
+    for name in ["\u{1b}]0;owned\u{7}", long.as_str(), "a\u{202e}b"] {
+        for method in ["GetWorker", "StopWorker"] {
+            let (error, msg) = call(&rt, &conn, method, name).expect_err("refused");
+            assert_eq!(error, "org.astraeus.Node1.Error.InvalidRequest", "{msg}");
+            assert!(msg.starts_with("name: 1 to 64 characters"), "{msg}");
+            assert!(msg.len() < 200, "{method} echoed the name back");
+        }
+    }
+    // A name a worker could have, with none by it: NotFound, as before.
+    let (error, _) = call(&rt, &conn, "GetWorker", "nobody-here").expect_err("none");
+    assert_eq!(error, "org.astraeus.Node1.Error.NotFound");
+}
+
 #[test]
 fn oversized_and_malformed_requests_get_typed_errors_and_cost_no_memory() {
     let dir = open_tempdir();
@@ -106,16 +129,11 @@ fn oversized_and_malformed_requests_get_typed_errors_and_cost_no_memory() {
         (serde_json::json!({"name": "ok", "requested_resources": {"gpu_requests": {"ids": ["GPU-\u{1b}]0;x\u{7}\nrootjob  running"]}}}).to_string(), "requested_resources.gpu_requests.ids[0]: a GPU index"),
         (serde_json::json!({"name": "ok", "requested_resources": {"gpu_requests": {"models": ["4060\u{202e}"]}}}).to_string(), "requested_resources.gpu_requests.models[0]: 1 to 128 printable"),
         (serde_json::json!({"name": "ok", "holders": [7, 7]}).to_string(), "holders[1]: process 7 is named already"),
+        (serde_json::json!({"name": "ok", "a\u{200b}": 1}).to_string(), "(a field name): unknown field"),
         ("{\"name\":".to_string(), "request: not valid JSON"),
         ("[]".to_string(), "request: expected a JSON object"),
     ];
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let conn = rt
-        .block_on(zbus::connection::Builder::address(a.as_str()).build())
-        .unwrap();
+    let (rt, conn) = blocking_client(a);
     // Warm up (the allocator keeps some freed memory for reuse), then measure
     // across many more refusals: a leak grows with them, reuse does not.
     for _ in 0..5 {

@@ -825,7 +825,9 @@ impl Service {
     }
 
     async fn stop(&mut self, name: String, caller: Caller, reply: Reply<Result<()>>) {
-        if let Err(e) = self.access.may(&caller, Act::StopWorker) {
+        // A name no worker could have is told as such, and never echoed.
+        let may = self.access.may(&caller, Act::StopWorker);
+        if let Err(e) = may.and_then(|()| crate::request::validate_name("name", &name)) {
             let _ = reply.send(Err(e));
             return;
         }

@@ -22,6 +22,8 @@ pub(super) fn slice_row(s: crate::rotation::Slice) -> SliceRow {
 
 impl Service {
     pub(super) fn get_worker(&self, name: &str) -> Result<String> {
+        // A name no worker could have is told as such, and never echoed.
+        crate::request::validate_name("name", name)?;
         match self.node.worker(name) {
             Some(w) => Ok(w.name().to_string()),
             None => Err(Error::NotFound(format!("no live worker named {name}"))),

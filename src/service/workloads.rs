@@ -16,6 +16,13 @@ use crate::worker::State;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A reason as it is logged and kept: a runtime's error may quote what the
+/// owner wrote (an image, an exec path), so printable, and at most 1,000
+/// characters (10,000 ended workers are listed in one reply).
+fn reason_text(said: &str) -> String {
+    crate::text::clipped(&crate::text::printable(said), 1000)
+}
+
 /// When a runtime's listing failed after a start, the first pause before
 /// it is asked again; each failure doubles it, up to the second.
 const RELIST_FIRST: Duration = Duration::from_secs(2);
@@ -177,7 +184,7 @@ impl Service {
                 });
             }
             (Err(e), true) => {
-                let reason = format!("failed to start: {}", crate::text::printable(e.message()));
+                let reason = reason_text(&format!("failed to start: {}", e.message()));
                 tracing::warn!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
                 self.end_worker(&name, None, &reason, None).await;
             }
@@ -213,11 +220,8 @@ impl Service {
         at: Option<EpochMs>,
     ) {
         let at = at.unwrap_or_else(EpochMs::now);
-        // A runtime's error may quote what the owner wrote (an image, an
-        // exec path): printable before it is kept, listed to anyone (the
-        // ended list) and logged, and at most 1,000 characters (10,000
-        // ended workers are listed in one reply).
-        let reason = crate::text::clipped(&crate::text::printable(reason), 1000);
+        // Listed to anyone (the ended list) and logged.
+        let reason = reason_text(reason);
         match self.node.end_at(name, status, &reason, at) {
             Ok(changes) => {
                 self.publish(&changes);
@@ -284,7 +288,7 @@ impl Service {
         }
         let (status, reason) = match &exit {
             Exit::Exited(code) => (Some(*code), format!("exited with status {code}")),
-            Exit::Failed(why) => (None, format!("failed: {}", crate::text::printable(why))),
+            Exit::Failed(why) => (None, reason_text(&format!("failed: {why}"))),
         };
         tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
         self.end_worker(&name, status, &reason, at).await;

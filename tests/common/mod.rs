@@ -434,6 +434,18 @@ pub fn start_majin(bus: &Bus, dir: &Path, config: &str, env: &[(&str, &str)]) ->
     Daemon::start(bus, dir, &dir.join("majin.toml"), env)
 }
 
+/// A zbus client on `address`, with the runtime to block on its calls.
+pub fn blocking_client(address: &str) -> (tokio::runtime::Runtime, zbus::Connection) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let conn = rt
+        .block_on(zbus::connection::Builder::address(address).build())
+        .unwrap();
+    (rt, conn)
+}
+
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
