@@ -88,13 +88,16 @@ pub fn user_name(uid: u32) -> Option<String> {
 /// What the kernel says of a running process: its uids (real, effective,
 /// saved, filesystem) and its start time (clock ticks since boot), which
 /// with the pid names it uniquely.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Process {
     /// The real uid: whose process it is.
     pub uid: u32,
     /// Real, effective, saved and filesystem uids.
     pub uids: [u32; 4],
     pub start: u64,
+    /// Its name (comm) as the kernel gives it: its owner's to choose, so
+    /// made printable before it is shown.
+    pub name: String,
 }
 
 /// The process `pid`, if one runs. Its status and stat are read through
@@ -115,12 +118,13 @@ pub fn process(pid: u32) -> Option<Process> {
     // The name (field 2) may hold spaces and parentheses: fields are
     // counted after the last ')'; starttime is field 22.
     let stat = read_in(&dir, c"stat")?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let start = stat[close + 1..].split_whitespace().nth(19)?.parse().ok()?;
     Some(Process {
         uid: uids[0],
         uids,
         start,
+        name: stat.get(open + 1..close)?.to_string(),
     })
 }
 
@@ -159,6 +163,7 @@ mod tests {
         let pid = child.id();
         let p = process(pid).unwrap();
         assert_eq!(p.uids, [p.uid; 4]);
+        assert_eq!(p.name, "sleep", "read from the same directory");
         // Its directory, opened while it ran, reads nothing once it ended
         // and was reaped: whatever takes its pid next is not read through it.
         let dir = std::fs::File::open(format!("/proc/{pid}")).unwrap();
@@ -182,7 +187,7 @@ mod tests {
         assert_eq!(me.uid, unsafe { libc::getuid() });
         assert_eq!(
             process(std::process::id()),
-            Some(me),
+            Some(me.clone()),
             "the same process, the same start"
         );
         assert!(me.start > 0);

@@ -31,7 +31,7 @@ pub struct WorkerSpec {
     pub resources: Resources,
     pub run: Option<Run>,
     /// Pids whose GPU memory counts as this worker's (reservations); empty
-    /// means the submitting process.
+    /// means none (the caller's own pid is never a default holder).
     pub holders: Vec<u32>,
 }
 

@@ -83,6 +83,12 @@ impl Claims {
             })
             .map_err(|e| e.to_string())
             .and_then(|f| match f.metadata() {
+                // A second name is another file's (a hard link another user
+                // made, where fs.protected_hardlinks is off): never changed
+                // nor locked, which would block whoever locks it.
+                Ok(m) if m.file_type().is_file() && m.nlink() > 1 => {
+                    Err("it is another file's second name (a hard link)".into())
+                }
                 Ok(m) if m.file_type().is_file() => {
                     // Ours: readable by all (the unit's UMask makes it 0600),
                     // so a user's daemon can still open and lock it after
@@ -182,6 +188,30 @@ mod tests {
             let (managed, claims) = answered(claims, "GPU-1").expect("answered at once");
             assert_eq!(managed, !yields);
             assert!(claims.held.is_empty(), "a FIFO held as a lock");
+        }
+    }
+
+    /// A hard link where a lock belongs (another user's, to a file of
+    /// root's) is neither chmodded nor locked: the file it names is left
+    /// as it was and free for its own users to lock.
+    #[test]
+    fn a_hard_link_where_a_lock_belongs_is_not_changed_nor_held() {
+        for yields in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let other = dir.path().join("someone-elses.lock");
+            std::fs::write(&other, "").unwrap();
+            std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o666)).unwrap();
+            std::fs::hard_link(&other, dir.path().join("astraeusd-gpu-GPU-3.lock")).unwrap();
+            let claims = Claims::in_dir(dir.path().to_path_buf(), yields);
+            let (managed, claims) = answered(claims, "GPU-3").expect("answered at once");
+            assert_eq!(managed, !yields);
+            assert!(claims.held.is_empty(), "another file held as a lock");
+            let mode = std::fs::metadata(&other).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o666, "another file's mode changed");
+            let f = File::open(&other).unwrap();
+            // SAFETY: flock on a descriptor we own.
+            let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            assert_eq!(free, 0, "another file left locked");
         }
     }
 

@@ -517,15 +517,19 @@ impl GpuSource for NvmlSource {
 
 /// `Xorg, user gdm` for a pid, as far as /proc tells. Another user names
 /// their own process: its name is made printable before it goes anywhere.
+/// Name and user are read from one open of its /proc directory: a pid
+/// taken by another process between two reads cannot pair one's name
+/// with the other's user.
 fn describe_pid(pid: u32) -> String {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| crate::text::printable(s.strip_suffix('\n').unwrap_or(&s)))
-        .unwrap_or_else(|_| "unknown".into());
-    match crate::auth::process(pid).map(|p| p.uid) {
-        Some(uid) => {
-            let user = crate::auth::user_name_or_uid(uid);
-            format!("{comm}, user {}", crate::text::printable(&user))
+    match crate::auth::process(pid) {
+        Some(p) => {
+            let user = crate::auth::user_name_or_uid(p.uid);
+            let (name, user) = (
+                crate::text::printable(&p.name),
+                crate::text::printable(&user),
+            );
+            format!("{name}, user {user}")
         }
-        None => comm,
+        None => "unknown".into(),
     }
 }
