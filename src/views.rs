@@ -294,6 +294,9 @@ pub fn used_gb(node: &Node, w: &Worker) -> f64 {
 
 pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
     let used = used_gb(node, w);
+    // Where the GPU is now: a reading without an earlier GPU renumbers
+    // those after it; the grant keeps the index it was placed at.
+    let index_now = |g: &placement::Grant| node.index_now(&g.gpu_uuid).unwrap_or(g.gpu_index);
     WorkerView {
         gpu_used_gb: used,
         warnings: node.worker_warnings(w),
@@ -303,7 +306,7 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
         gpus: w
             .grants()
             .iter()
-            .map(|g| (g.gpu_index, g.gpu_uuid.clone()))
+            .map(|g| (index_now(g), g.gpu_uuid.clone()))
             .collect(),
         gpu_shared_gb: w.spec.shared_gb().map_or(0.0, Amount::as_f64),
         holders: w.holders.iter().map(|h| h.pid).collect(),
@@ -318,7 +321,7 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
             owner_uid: w.owner_uid,
             gpus: placement::gpus_column(w.grants()),
             gpu_used_gb: used,
-            gpu_indices: w.grants().iter().map(|g| g.gpu_index).collect(),
+            gpu_indices: w.grants().iter().map(index_now).collect(),
             gpu_shared_gb: w.spec.shared_gb().map_or(0.0, Amount::as_f64),
         },
     }

@@ -657,9 +657,9 @@ proptest::proptest! {
     }
 }
 
-/// A stop refreshes the GPU its worker held where that GPU is now: after
-/// a reading without GPU 0, the GPU a worker was placed on as GPU 1 is
-/// GPU 0 (the oracle: the index the new machine gives its uuid).
+/// A worker's view and a stop name the GPU it holds where that GPU is now:
+/// after a reading without GPU 0, the GPU a worker was placed on as GPU 1
+/// is GPU 0 (the oracle: the index the new machine gives its uuid).
 #[test]
 fn a_stop_after_renumbering_refreshes_the_gpu_by_its_index_now() {
     let toml = l4s(2, 0);
@@ -673,6 +673,11 @@ fn a_stop_after_renumbering_refreshes_the_gpu_by_its_index_now() {
     m.gpus[0].index = 0;
     assert_eq!(m.gpus[0].uuid, uuid);
     n.set_machine(m).unwrap();
+    // Its view names the GPU as the GPU objects and its warnings do.
+    let view = astraeusd::views::worker_view(&n, n.worker("s1").unwrap());
+    assert_eq!(view.gpus, [(0, uuid)]);
+    assert_eq!(view.row.gpu_indices, [0]);
+    assert_eq!(n.worker_use(n.worker("s1").unwrap())[0].0, 0);
     let c = n.stop("s1", 1).unwrap();
     assert_eq!(c.gpus, [0]);
 }

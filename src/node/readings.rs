@@ -217,7 +217,7 @@ impl Node {
     /// The running workers on GPU `uuid` (its whole holder or its sharers).
     /// The index GPU `uuid` has in the machine now: a grant keeps the one
     /// it was placed at, which a reading without an earlier GPU shifts.
-    pub(super) fn index_now(&self, uuid: &str) -> Option<u32> {
+    pub fn index_now(&self, uuid: &str) -> Option<u32> {
         self.machine
             .gpus
             .iter()
@@ -288,7 +288,7 @@ impl Node {
                         .map(|(_, b)| b)
                         .sum()
                 });
-                (grant.gpu_index, used)
+                (gpu.map_or(grant.gpu_index, |g| g.index), used)
             })
             .collect()
     }
