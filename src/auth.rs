@@ -6,61 +6,92 @@ use std::ffi::{CStr, CString};
 
 /// The id of the group named `group`, if the system knows one.
 pub fn group_id(group: &str) -> Option<libc::gid_t> {
-    let group_c = CString::new(group).ok()?;
+    lookup_gid(group).ok().flatten()
+}
+
+/// The id of the group named `group`: None when there is none, an error
+/// when the name service could not say (a directory server not up yet).
+fn lookup_gid(group: &str) -> Result<Option<libc::gid_t>, String> {
+    let Ok(group_c) = CString::new(group) else {
+        return Ok(None);
+    };
     let mut buf = vec![0u8; 16384];
     // SAFETY: getgrnam_r writes only into our buffers, whose sizes we pass.
     unsafe {
         let mut grp: libc::group = std::mem::zeroed();
         let mut grp_out: *mut libc::group = std::ptr::null_mut();
-        if libc::getgrnam_r(
+        let r = libc::getgrnam_r(
             group_c.as_ptr(),
             &mut grp,
             buf.as_mut_ptr().cast(),
             buf.len(),
             &mut grp_out,
-        ) != 0
-            || grp_out.is_null()
-        {
-            return None;
+        );
+        match (r, grp_out.is_null()) {
+            (0, false) => Ok(Some(grp.gr_gid)),
+            (0, true) => Ok(None),
+            (r, _) if not_found(r) => Ok(None),
+            (r, _) => Err(format!(
+                "looking up group {group}: {}",
+                std::io::Error::from_raw_os_error(r)
+            )),
         }
-        Some(grp.gr_gid)
     }
 }
 
-/// Whether `uid` belongs to `group` (primary or supplementary).
+/// The codes getpwuid_r and getgrnam_r give for "no such entry" besides 0
+/// (getpwnam(3): ENOENT, ESRCH, EBADF or EPERM, by implementation).
+fn not_found(code: libc::c_int) -> bool {
+    matches!(code, libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM)
+}
+
+/// Whether `uid` belongs to `group` (primary or supplementary); unknown
+/// users and groups are not members, and neither is anyone the name
+/// service could not answer for (fail closed).
 pub fn is_member(uid: u32, group: &str) -> bool {
+    membership(uid, group).unwrap_or(false)
+}
+
+/// [`is_member`], telling a name service that could not answer apart from
+/// a "no": an error then, which a caller may ask again.
+pub fn membership(uid: u32, group: &str) -> Result<bool, String> {
     if uid == 0 {
-        return true;
+        return Ok(true);
     }
-    let Some(gid) = group_id(group) else {
-        return false;
+    let Some(gid) = lookup_gid(group)? else {
+        return Ok(false);
     };
     // SAFETY: the *_r calls write only into our buffers, whose sizes we pass.
     unsafe {
         let mut pw_buf = vec![0u8; 16384];
         let mut pw: libc::passwd = std::mem::zeroed();
         let mut pw_out: *mut libc::passwd = std::ptr::null_mut();
-        if libc::getpwuid_r(
+        let r = libc::getpwuid_r(
             uid,
             &mut pw,
             pw_buf.as_mut_ptr().cast(),
             pw_buf.len(),
             &mut pw_out,
-        ) != 0
-            || pw_out.is_null()
-        {
-            return false;
+        );
+        match (r, pw_out.is_null()) {
+            (0, false) => {}
+            (0, true) => return Ok(false),
+            (r, _) if not_found(r) => return Ok(false),
+            (r, _) => {
+                let e = std::io::Error::from_raw_os_error(r);
+                return Err(format!("looking up uid {uid}: {e}"));
+            }
         }
         if pw.pw_gid == gid {
-            return true;
+            return Ok(true);
         }
         let name = CStr::from_ptr(pw.pw_name);
         let mut groups = vec![0 as libc::gid_t; 1024];
         let mut n = groups.len() as libc::c_int;
         if libc::getgrouplist(name.as_ptr(), pw.pw_gid, groups.as_mut_ptr(), &mut n) < 0 {
-            return false;
+            return Err(format!("uid {uid} is in more than 1024 groups"));
         }
-        groups[..n.max(0) as usize].contains(&gid)
+        Ok(groups[..n.max(0) as usize].contains(&gid))
     }
 }
 

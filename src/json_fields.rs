@@ -58,7 +58,7 @@ pub fn object<'a>(v: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<
 fn known_keys(m: &Map<String, Value>, path: &str, allowed: &[&str]) -> Result<()> {
     if let Some(unknown) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
         // A caller's key reaches the error only when it is short and printable.
-        let key = if unknown.len() > 64 || unknown.chars().any(crate::text::hidden) {
+        let key = if unknown.len() > 64 || unknown.chars().any(crate::text::unseen) {
             "(a field name)"
         } else {
             unknown

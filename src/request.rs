@@ -471,6 +471,16 @@ pub fn redact_env(spec: &str) -> String {
 mod tests {
     use super::*;
 
+    /// What a request may hold is checked again at every start: an older
+    /// build's ledger must parse (a zero-width space is shown as `?`, not
+    /// refused).
+    #[test]
+    fn a_stored_request_with_an_invisible_character_parses_again() {
+        let stored =
+            r#"{"name":"x","requested_resources":{"gpu_requests":{"models":["L4\u200b"]}}}"#;
+        assert!(WorkerSpec::parse(stored).is_ok());
+    }
+
     #[test]
     fn env_values_are_hidden_from_others() {
         let spec = r#"{"name":"w","run":{"container":{"image":"x","env":{"TOKEN":"s3cret"}}}}"#;

@@ -3,38 +3,52 @@
 //! newlines that would forge a journal or table line) never reach a reason,
 //! the journal, a terminal or the page.
 
-/// Whether `c` must not be shown as it is: a control character (C0, C1),
-/// or one that changes how the text around it reads without being seen:
-/// the bidirectional marks, embeddings, overrides and isolates (U+202E
-/// turns the rest of a line around: "evil\u{202e}txt.exe"), and the line
-/// and paragraph separators some terminals and viewers break lines at;
-/// and the invisible ones that make one name look like another ("Xorg"
-/// and "Xorg\u{200b}"): zero-width spaces and joiners, word joiner and
-/// invisible operators, the byte-order mark, soft hyphen, tag characters.
+/// Whether `c` may not be in a name or path a request gives: a control
+/// character (C0, C1), or one that changes how the text around it reads
+/// without being seen: the bidirectional marks, embeddings, overrides and
+/// isolates (U+202E turns the rest of a line around: "evil\u{202e}txt.exe"),
+/// and the line and paragraph separators some terminals and viewers break
+/// lines at. Kept as it is: stored requests are checked by it again at
+/// every start, so a wider set would refuse a ledger an older build wrote.
 pub fn hidden(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{00ad}'
-                | '\u{061c}'
-                | '\u{180e}'
-                | '\u{200b}'..='\u{200f}'
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
                 | '\u{2028}'
                 | '\u{2029}'
                 | '\u{202a}'..='\u{202e}'
-                | '\u{2060}'..='\u{2064}'
                 | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// Whether `c` is not shown as it is: [`hidden`], and the invisible
+/// characters that make one name look like another ("Xorg" and
+/// "Xorg\u{200b}"): zero-width spaces and joiners, word joiner and
+/// invisible operators, the byte-order mark, soft hyphen, tag characters.
+/// (The joiners are part of some scripts' words and of emoji: those show
+/// a `?` where they were, in a name from outside.)
+pub fn unseen(c: char) -> bool {
+    hidden(c)
+        || matches!(
+            c,
+            '\u{00ad}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200d}'
+                | '\u{2060}'..='\u{2064}'
                 | '\u{feff}'
                 | '\u{e0000}'..='\u{e007f}'
         )
 }
 
-/// `text` for a terminal: every [`hidden`] character but line breaks and
+/// `text` for a terminal: every [`unseen`] character but line breaks and
 /// tabs replaced by `?` (what a program prints line by line).
 pub fn printable_lines(text: &str) -> String {
     text.chars()
         .map(|c| {
-            if hidden(c) && c != '\n' && c != '\t' {
+            if unseen(c) && c != '\n' && c != '\t' {
                 '?'
             } else {
                 c
@@ -43,10 +57,10 @@ pub fn printable_lines(text: &str) -> String {
         .collect()
 }
 
-/// `text` with every [`hidden`] character replaced by `?`.
+/// `text` with every [`unseen`] character replaced by `?`.
 pub fn printable(text: &str) -> String {
     text.chars()
-        .map(|c| if hidden(c) { '?' } else { c })
+        .map(|c| if unseen(c) { '?' } else { c })
         .collect()
 }
 
@@ -93,6 +107,9 @@ mod tests {
             printable("Xorg\u{200b}|a\u{200d}b|\u{feff}c|d\u{2060}|so\u{ad}ft|t\u{e0041}"),
             "Xorg?|a?b|?c|d?|so?ft|t?"
         );
+        // What a request may hold is not widened with what is shown: a
+        // ledger written before is read again at every start.
+        assert!(!hidden('\u{200b}') && unseen('\u{200b}'));
         // Right-to-left text itself is text.
         assert_eq!(printable("שלום مرحبا"), "שלום مرحبا");
     }

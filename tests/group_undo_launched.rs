@@ -1,8 +1,9 @@
-//! A failed group commit and what only happened outside the ledger: a
-//! workload launched (its id and control group recorded in the group that
-//! fails) runs on, so the undo must not forget it; and a worker the group
-//! did not touch, holding two GPUs, stays as it was (the ledger reads its
-//! grants back in another order than placement gave them).
+//! A failed group commit and what only memory knows: a workload's id and
+//! control group that the ledger does not hold (here recorded in the group
+//! that fails; in the daemon, an id whose write a full disk refused) name a
+//! workload that runs on, so the undo must not forget them; and a worker
+//! the group did not touch, holding two GPUs, stays as it was (the ledger
+//! reads its grants back in another order than placement gave them).
 //!
 //! Its own test binary: the failpoint table is read from the environment
 //! once per process (tests/group_undo.rs fails another group the same way).
@@ -46,7 +47,8 @@ fn an_undone_group_keeps_a_launch_it_recorded_and_leaves_others_as_they_were() {
     n.set_launched("pair", "pair-id").unwrap();
     let pair_phase = n.worker("pair").unwrap().phase;
 
-    // "one" is launched within a group that then fails: its container runs.
+    // "one"'s launch is recorded within a group that then fails: its
+    // container runs.
     n.begin_group().unwrap();
     n.set_launched("one", "one-id").unwrap();
     n.set_cgroup("one", "/machine.slice/libpod-one.scope")

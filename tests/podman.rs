@@ -512,6 +512,9 @@ fn podman_going_away_does_not_free_a_share_whose_container_still_runs() {
 /// A restart while podman's API is away (restarted with the daemon): the
 /// listing that reconciles fails, and is asked again until it answers;
 /// then the container is adopted and watched, and its exit frees its share.
+/// A worker launched by this run before the late listing answers is this
+/// run's own: not adopted again, nor ended as vanished, nor launched twice
+/// (each listing is held 3 s on its way to the loop).
 #[test]
 fn a_restart_while_podman_is_away_adopts_its_containers_once_it_answers() {
     if !available() {
@@ -530,17 +533,31 @@ fn a_restart_while_podman_is_away_adopts_its_containers_once_it_answers() {
     let _ = pm.service.kill();
     let _ = pm.service.wait();
 
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let held = [("ASTRAEUS_FAILPOINTS", "runtime.listed=pause3000@all")];
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &held);
     eventually("the listing failed", || {
         d.log_text()
             .contains("cannot reconcile Container workloads")
     });
     pm.service = pm.serve();
+    let fresh = container("fresh", Some("1"), "sleep 1000");
+    assert!(manager(a, None, "SubmitWorker", &["s", &fresh]).ok);
+    eventually("fresh running", || state(a, "fresh") == "s \"running\"\n");
     eventually("kept adopted", || {
         d.log_text()
             .contains("adopted the running workload of worker kept")
     });
-    // Watched: its exit is seen and frees its share.
+    // The late listing has been reconciled: fresh is as it was.
+    assert_eq!(state(a, "fresh"), "s \"running\"\n", "{}", d.log_text());
+    let log = d.log_text();
+    assert!(!log.contains("worker fresh failed"), "{log}");
+    assert!(
+        !log.contains("adopted the running workload of worker fresh"),
+        "{log}"
+    );
+    let names = pm.run(&["ps", "-a", "--format", "{{.Names}}"]);
+    assert_eq!(names.matches("astraeus-fresh").count(), 1, "{names}");
+    // Watched: an exit is seen and frees its share.
     pm.run(&["stop", "-t", "0", "astraeus-kept"]);
     eventually("kept gone", || gone(a, "kept"));
 }

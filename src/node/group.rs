@@ -98,13 +98,14 @@ impl Node {
                     w.status = old.status.clone();
                     w.phase = old.phase;
                     w.cgroup_pids = old.cgroup_pids.clone();
-                    // Launched (a workload runs) while the group was open,
-                    // or recorded when the ledger refused it: its id and
-                    // control group were the group's, or memory's alone.
-                    if w.runtime_id.is_none() {
+                    // Its workload runs whatever the ledger says: an id the
+                    // ledger refused to record (a full disk) is memory's
+                    // alone, and memory's is the newer; so for its control
+                    // group, had a group recorded it.
+                    if old.runtime_id.is_some() {
                         w.runtime_id = old.runtime_id.clone();
                     }
-                    if w.cgroup.is_none() && old.cgroup.is_some() {
+                    if old.cgroup.is_some() && w.cgroup != old.cgroup {
                         w.cgroup = old.cgroup.clone();
                         self.with_cgroup.insert(name.clone());
                     }

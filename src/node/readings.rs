@@ -214,7 +214,6 @@ impl Node {
             .collect()
     }
 
-    /// The running workers on GPU `uuid` (its whole holder or its sharers).
     /// The index GPU `uuid` has in the machine now: a grant keeps the one
     /// it was placed at, which a reading without an earlier GPU shifts.
     pub fn index_now(&self, uuid: &str) -> Option<u32> {
@@ -231,6 +230,7 @@ impl Node {
         now.collect()
     }
 
+    /// The running workers on GPU `uuid` (its whole holder or its sharers).
     pub(super) fn workers_on(&self, uuid: &str) -> Vec<String> {
         let on = self.book.usage(uuid).into_iter().flat_map(GpuUse::workers);
         on.map(str::to_string).collect()

@@ -224,6 +224,7 @@ impl Service {
                 units: settings.units,
                 vms: settings.vms,
                 stop_timeout: settings.stop_timeout,
+                reconciling: Default::default(),
             },
             slicing,
             published,

@@ -23,6 +23,42 @@ fn reason_text(said: &str) -> String {
     crate::text::clipped(&crate::text::printable(said), 1000)
 }
 
+/// How often, and how far apart, a name service that cannot answer (a
+/// directory server not up yet at boot) is asked whether a worker's owner
+/// is still in the access group before its launch is refused.
+const MEMBERSHIP_TRIES: u32 = 5;
+const MEMBERSHIP_PAUSE: Duration = Duration::from_secs(2);
+
+/// Whether `uid` is still in `group`: a "no" refuses the launch, and so
+/// does a name service that could not answer after a few tries (fail
+/// closed), each told as what it is.
+async fn still_member(uid: u32, group: String) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        let g = group.clone();
+        let asked = tokio::task::spawn_blocking(move || crate::auth::membership(uid, &g)).await;
+        let why = match asked {
+            Ok(Ok(true)) => return Ok(()),
+            Ok(Ok(false)) => format!(
+                "its access was withdrawn after it was submitted: uid {uid} is no longer in \
+                 group {group}"
+            ),
+            Ok(Err(e)) if tries + 1 < MEMBERSHIP_TRIES => {
+                tries += 1;
+                tracing::warn!("{e}; asking again in {} s", MEMBERSHIP_PAUSE.as_secs());
+                tokio::time::sleep(MEMBERSHIP_PAUSE).await;
+                continue;
+            }
+            Ok(Err(e)) => format!(
+                "whether uid {uid} is still in group {group} could not be checked, so it was \
+                 not run: {e}"
+            ),
+            Err(e) => format!("checking whether uid {uid} is in group {group} failed: {e}"),
+        };
+        return Err(Error::AccessDenied(why));
+    }
+}
+
 /// When a runtime's listing failed after a start, the first pause before
 /// it is asked again; each failure doubles it, up to the second.
 const RELIST_FIRST: Duration = Duration::from_secs(2);
@@ -35,6 +71,36 @@ pub(super) struct Runtimes {
     pub vms: Option<Arc<dyn Runtime>>,
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
+    pub reconciling: Reconciling,
+}
+
+/// The reconciling after a start, while a runtime's listing is awaited
+/// (asked again while it fails): the workers launched or followed
+/// meanwhile are this run's own, and not reconciled again (a workload
+/// still being created is not in a listing taken before; launched once
+/// more, it would fail or be removed from under its first start).
+#[derive(Default)]
+pub(super) struct Reconciling {
+    awaited: std::collections::HashSet<Kind>,
+    ours: std::collections::HashSet<String>,
+}
+
+impl Reconciling {
+    /// A worker launched or followed by this run.
+    fn ours(&mut self, name: &str) {
+        if !self.awaited.is_empty() {
+            self.ours.insert(name.to_string());
+        }
+    }
+
+    /// `kind`'s listing answered (or is no news): once every kind's has,
+    /// no name need be kept.
+    fn done(&mut self, kind: Kind) {
+        self.awaited.remove(&kind);
+        if self.awaited.is_empty() {
+            self.ours = Default::default();
+        }
+    }
 }
 
 impl Runtimes {
@@ -129,6 +195,7 @@ impl Service {
         });
         self.node.set_phase(name, Phase::Starting);
         self.publish_worker(name);
+        self.runtimes.reconciling.ours(name);
         let tx = self.lp.tx.clone();
         let name = name.to_string();
         let (uid, group) = (owner.uid, self.access.group.clone());
@@ -137,19 +204,10 @@ impl Service {
                 let _ = rt.remove(&id).await;
             }
             // Nor may it run for someone taken out of the access group while
-            // it waited (NSS, which may be slow, off the loop; a lookup that
-            // fails refuses, as at a call).
-            let member = |group: String| async move {
-                tokio::task::spawn_blocking(move || crate::auth::is_member(uid, &group))
-                    .await
-                    .unwrap_or(false)
-            };
+            // it waited (NSS, which may be slow, off the loop).
             let allowed = match allowed {
-                Ok(()) if !member(group.clone()).await => Err(Error::AccessDenied(format!(
-                    "its access was withdrawn after it was submitted: uid {uid} is no longer \
-                     in group {group}"
-                ))),
-                other => other,
+                Ok(()) => still_member(uid, group).await,
+                refused => refused,
             };
             // Refused, it ends as a launch that failed, in a turn of its own
             // (ended here, the next it frees room for would be launched
@@ -197,6 +255,7 @@ impl Service {
     /// that came while the id was unknown (nothing to stop then) is carried
     /// out now.
     async fn follow_workload(&mut self, name: &str, kind: Kind, id: &str) -> Result<()> {
+        self.runtimes.reconciling.ours(name);
         let recorded = self.node.set_launched(name, id);
         self.watch(name.to_string(), kind, id.to_string());
         let stop_asked = self
@@ -323,8 +382,11 @@ impl Service {
 
     /// After a start: asks each runtime what it runs, in tasks; the answers
     /// come back as [`Command::Listed`] for [`Service::reconcile_kind`].
-    pub(super) fn reconcile(&self) {
+    pub(super) fn reconcile(&mut self) {
         for kind in [Kind::Container, Kind::Unit, Kind::Vm] {
+            if self.runtimes.get(kind).is_none() {
+                continue;
+            }
             // libvirt is only connected to when VMs are in play: a host without
             // VM workers keeps libvirt unloaded (memory, keepalive wake-ups).
             // VMs are created only after the ledger holds their worker, so none
@@ -332,6 +394,7 @@ impl Service {
             if kind == Kind::Vm && self.placed_of(kind).is_empty() {
                 continue;
             }
+            self.runtimes.reconciling.awaited.insert(kind);
             self.list_after(kind, 0, Duration::ZERO);
         }
     }
@@ -345,6 +408,8 @@ impl Service {
         tokio::spawn(async move {
             tokio::time::sleep(pause).await;
             let found = rt.list().await;
+            // A test holds a listing here while the loop launches others.
+            crate::failpoint::hit_async("runtime.listed").await;
             let _ = tx.send(Command::Listed { kind, found, tries }).await;
         });
     }
@@ -361,12 +426,14 @@ impl Service {
         let Some(rt) = self.runtimes.get(kind) else {
             return;
         };
-        let live = self.placed_of(kind);
+        let mut live = self.placed_of(kind);
+        live.retain(|(name, _)| !self.runtimes.reconciling.ours.contains(name));
         let found = match found {
             Ok(f) => f,
             // No podman (or service manager) on a host that uses none is no news.
             Err(e) if live.is_empty() => {
                 tracing::debug!("cannot list {kind:?} workloads: {e}");
+                self.runtimes.reconciling.done(kind);
                 return;
             }
             // Podman's API restarting with the daemon, say: until a listing
@@ -377,15 +444,20 @@ impl Service {
                 let pause = RELIST_FIRST
                     .saturating_mul(1 << tries.min(5))
                     .min(RELIST_MOST);
-                tracing::error!(
-                    "cannot reconcile {kind:?} workloads (they stay as the ledger says; \
-                     listing again in {} s): {e}",
-                    pause.as_secs()
-                );
+                let again = pause.as_secs();
+                if tries == 0 {
+                    tracing::error!(
+                        "cannot reconcile {kind:?} workloads (they stay as the ledger says; \
+                         listing again in {again} s): {e}"
+                    );
+                } else {
+                    tracing::warn!("cannot list {kind:?} workloads yet (again in {again} s): {e}");
+                }
                 self.list_after(kind, tries + 1, pause);
                 return;
             }
         };
+        self.runtimes.reconciling.done(kind);
         let timeout = self.runtimes.stop_timeout;
         for f in &found {
             if !live.iter().any(|(n, _)| *n == f.worker) {
