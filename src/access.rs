@@ -57,6 +57,9 @@ pub struct Rules {
     /// Per-user quotas (`access.max_workers_per_user`, `max_pending_per_user`).
     pub max_workers: u32,
     pub max_pending: u32,
+    /// The user a daemon off the system bus runs as (a session's, `scripts/try`'s):
+    /// their own daemon serves them as it serves members.
+    pub owner: Option<u32>,
 }
 
 impl Rules {
@@ -67,6 +70,7 @@ impl Rules {
             vms_for_group: false,
             max_workers: DEFAULT_MAX_WORKERS,
             max_pending: DEFAULT_MAX_PENDING,
+            owner: None,
         }
     }
 
@@ -97,7 +101,7 @@ impl Rules {
     /// baseboard's rotation and VMs are root's alone.
     pub fn may(&self, caller: &Caller, act: Act) -> Result<()> {
         let uid = caller.uid;
-        let member = caller.is_root() || caller.member;
+        let member = caller.is_root() || caller.member || self.owner == Some(uid);
         let denied = match act {
             Act::SubmitWorker | Act::StopWorker if member => return Ok(()),
             _ if caller.is_root() => return Ok(()),

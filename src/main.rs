@@ -226,6 +226,8 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     let libvirt = (!config.runtime.libvirt_uri.is_empty())
         .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
     let settings = Settings {
+        // SAFETY: geteuid cannot fail.
+        owner: (args.session || args.bus_address.is_some()).then(|| unsafe { libc::geteuid() }),
         config: Some(astraeusd::service::reload::Loaded {
             path: config_path,
             explicit,

@@ -599,3 +599,87 @@ fn a_worker_of_someone_taken_out_of_the_group_is_not_launched() {
     );
     assert!(d.log_text().contains(&why), "{}", d.log_text());
 }
+
+/// A daemon off the system bus serves the user it runs as (`scripts/try`
+/// run by someone with no `astraeus` group): their own submits are taken,
+/// another user's (not a member) are refused. The daemon runs as nobody.
+#[test]
+fn a_daemon_off_the_system_bus_serves_the_user_it_runs_as() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    let outsider = "astraeus-test-out";
+    if !std::process::Command::new("id")
+        .arg(outsider)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        let st = std::process::Command::new("useradd")
+            .args([
+                "-M",
+                "-N",
+                "-g",
+                "nogroup",
+                "-s",
+                "/usr/sbin/nologin",
+                outsider,
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let dir = open_tempdir();
+    let open_policy = careless_policy(dir.path());
+    let bus = Bus::system_like(dir.path(), Some(&open_policy));
+    let sim = sim(dir.path());
+    std::fs::write(dir.path().join("node.toml"), "").unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let chown = |p: &Path| {
+        let st = std::process::Command::new("chown")
+            .args(["nobody:nogroup", p.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    chown(&state);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut daemon = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_astraeusd"))
+        .args(["--bus-address", &bus.address, "--sim"])
+        .arg(&sim)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--config")
+        .arg(dir.path().join("node.toml"))
+        .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let a = &bus.address;
+    eventually("the daemon owns its name", || {
+        manager(a, None, "ListWorkers", &[]).ok
+    });
+    let own = manager(
+        a,
+        Some("nobody"),
+        "SubmitWorker",
+        &["s", &shared_spec("own", "1")],
+    );
+    let other = manager(
+        a,
+        Some(outsider),
+        "SubmitWorker",
+        &["s", &shared_spec("other", "1")],
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(own.ok, "{}", own.stderr);
+    assert!(!other.ok);
+    assert!(
+        other.stderr.contains("may not submit workers"),
+        "{}",
+        other.stderr
+    );
+}

@@ -55,6 +55,9 @@ pub struct SliceRules {
 
 /// What the loop takes from the configuration.
 pub struct Settings {
+    /// The user this daemon runs as, when it is not the system's: a member
+    /// of its own daemon (access::Rules::owner).
+    pub owner: Option<u32>,
     /// node.toml as loaded, re-read on SIGHUP (None: no reloads).
     pub config: Option<reload::Loaded>,
     pub refresh: Duration,
@@ -216,6 +219,7 @@ impl Service {
                 vms_for_group: settings.vms_for_group,
                 max_workers: settings.max_workers_per_user,
                 max_pending: settings.max_pending_per_user,
+                owner: settings.owner,
             },
             sampler: Sampler::new(settings.usage_interval.as_millis() as i64, SAMPLES_KEPT),
             slice_rules: settings.slice_rules,
