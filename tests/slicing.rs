@@ -1226,6 +1226,12 @@ fn staging_shows_a_bar_at_a_terminal_and_fails_when_the_daemon_goes() {
         "{}",
         o.stderr
     );
+    assert_eq!(
+        o.code,
+        Some(69),
+        "Gone, as astraeusctl(1) says: {}",
+        o.stderr
+    );
 }
 
 /// A staging refused over a file's name quotes the name, and the source

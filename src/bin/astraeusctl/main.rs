@@ -720,7 +720,7 @@ async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result
                 let Some(Ok(msg)) = signals.next().await else {
                     bar.end();
                     return Err(format!(
-                        "the daemon went away before the weights of {name} were staged; \
+                        "Gone: the daemon went away before the weights of {name} were staged; \
                          see: journalctl -u astraeusd"
                     ));
                 };
@@ -729,8 +729,8 @@ async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result
                     Some("NameOwnerChanged") => {
                         bar.end();
                         return Err(format!(
-                            "the daemon went away before the weights of {name} were staged; \
-                             see: journalctl -u astraeusd"
+                            "Gone: the daemon went away before the weights of {name} were \
+                             staged; see: journalctl -u astraeusd"
                         ));
                     }
                     Some("WeightsProgress") if !json_out => {
@@ -749,7 +749,11 @@ async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result
                         }
                         bar.end();
                         if !error.is_empty() {
-                            return Err(format!("staging the weights of {name} failed: {error}"));
+                            // The daemon's words (a file not found is the
+                            // source's, not a missing daemon's: exit 1).
+                            return Err(format!(
+                                "Backend: staging the weights of {name} failed: {error}"
+                            ));
                         }
                         let what = if changed {
                             "staged"
