@@ -583,13 +583,27 @@ pub fn template_state(a: &str, name: &str) -> String {
     .to_string()
 }
 
-/// A free loopback TCP port.
+/// A free loopback TCP port for a daemon to listen on, below the kernel's
+/// ephemeral range: a port the kernel handed out (bind to :0) could be
+/// given next to some test's outgoing connection before the daemon bound
+/// it (CI saw "Address already in use"). Each call of a test binary takes
+/// the next port of its own sequence, checked free.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("binding a loopback port")
-        .local_addr()
-        .expect("its address")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, span) = (10_000, ephemeral.saturating_sub(10_000).max(1_000));
+    let start = (u64::from(std::process::id()) * 7_919 % u64::from(span)) as u32;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (low + start.wrapping_add(n.wrapping_mul(13)) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// node.toml lines that give the daemon libvirt's test driver (in-process:
