@@ -200,6 +200,19 @@ fn container(name: &str, gb: Option<&str>, script: &str) -> String {
     )
 }
 
+/// Submits a shared container of `gb` GB named `name` that sleeps, and
+/// waits until it runs.
+fn run_sleeper(a: &str, name: &str, gb: &str) {
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &container(name, Some(gb), "sleep 1000")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("running", || state(a, name) == "s \"running\"\n");
+}
+
 fn setup(dir: &Path, pm: &Podman, bus: &Bus) -> Daemon {
     setup_with(dir, pm, bus, &[])
 }
@@ -303,14 +316,7 @@ fn stop_stops_the_container_and_a_restart_adopts_what_runs() {
     let a = &bus.address;
 
     for name in ["one", "two"] {
-        let o = manager(
-            a,
-            None,
-            "SubmitWorker",
-            &["s", &container(name, Some("1"), "sleep 1000")],
-        );
-        assert!(o.ok, "{}", o.stderr);
-        eventually("running", || state(a, name) == "s \"running\"\n");
+        run_sleeper(a, name, "1");
     }
     let id_one = pm.run(&["inspect", "--format", "{{.Id}}", "astraeus-one"]);
 
@@ -481,16 +487,7 @@ fn podman_going_away_does_not_free_a_share_whose_container_still_runs() {
     let bus = Bus::session();
     let d = setup(dir.path(), &pm, &bus);
     let a = &bus.address;
-    assert!(
-        manager(
-            a,
-            None,
-            "SubmitWorker",
-            &["s", &container("held", Some("3"), "sleep 1000")]
-        )
-        .ok
-    );
-    eventually("running", || state(a, "held") == "s \"running\"\n");
+    run_sleeper(a, "held", "3");
     // Podman's API goes away (restarted, upgraded): the container runs on.
     let _ = pm.service.kill();
     let _ = pm.service.wait();
@@ -525,9 +522,7 @@ fn a_restart_while_podman_is_away_adopts_its_containers_once_it_answers() {
     let bus = Bus::session();
     let mut d = setup(dir.path(), &pm, &bus);
     let a = &bus.address;
-    let spec = container("kept", Some("2"), "sleep 1000");
-    assert!(manager(a, None, "SubmitWorker", &["s", &spec]).ok);
-    eventually("running", || state(a, "kept") == "s \"running\"\n");
+    run_sleeper(a, "kept", "2");
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     let _ = pm.service.kill();
@@ -540,9 +535,7 @@ fn a_restart_while_podman_is_away_adopts_its_containers_once_it_answers() {
             .contains("cannot reconcile Container workloads")
     });
     pm.service = pm.serve();
-    let fresh = container("fresh", Some("1"), "sleep 1000");
-    assert!(manager(a, None, "SubmitWorker", &["s", &fresh]).ok);
-    eventually("fresh running", || state(a, "fresh") == "s \"running\"\n");
+    run_sleeper(a, "fresh", "1");
     eventually("kept adopted", || {
         d.log_text()
             .contains("adopted the running workload of worker kept")

@@ -141,13 +141,14 @@ impl Node {
 fn same_place(a: &super::Status, b: &super::Status) -> bool {
     use super::Status::Running;
     match (a, b) {
-        (Running { grants: x }, Running { grants: y }) => {
-            let key = |g: &&crate::placement::Grant| (g.gpu_index, g.gpu_uuid.clone());
-            let (mut x, mut y): (Vec<_>, Vec<_>) = (x.iter().collect(), y.iter().collect());
-            x.sort_by_key(key);
-            y.sort_by_key(key);
-            x == y
-        }
+        (Running { grants: x }, Running { grants: y }) => by_gpu(x) == by_gpu(y),
         _ => a == b,
     }
+}
+
+/// `grants` in one order, whatever order they were given in.
+fn by_gpu(grants: &[crate::placement::Grant]) -> Vec<&crate::placement::Grant> {
+    let mut sorted: Vec<_> = grants.iter().collect();
+    sorted.sort_by(|a, b| a.gpu_uuid.cmp(&b.gpu_uuid));
+    sorted
 }
