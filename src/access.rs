@@ -44,6 +44,58 @@ pub enum Workload {
 pub const DEFAULT_MAX_WORKERS: u32 = 1000;
 /// Pending workers one user may have waiting by default (root is exempt).
 pub const DEFAULT_MAX_PENDING: u32 = 100;
+/// Submits one user may make in any minute by default (root is exempt):
+/// one a second, more than a person or a sane script needs, and few
+/// enough that churn (submit, stop, again) grows the ledger by a bounded
+/// amount (docs/reliability.md).
+pub const DEFAULT_MAX_SUBMITS_PER_MINUTE: u32 = 60;
+/// MiB of requests one user's live workers may hold by default (root is
+/// exempt): 64 requests of the largest size, thousands of usual ones.
+pub const DEFAULT_MAX_REQUEST_MIB: u32 = 16;
+
+const MIB: usize = 1024 * 1024;
+
+/// Each user's submits of the last minute (a sliding window), for
+/// `access.max_submits_per_minute`. Pure: the time comes in.
+#[derive(Debug, Default)]
+pub struct SubmitRate {
+    recent: std::collections::HashMap<u32, std::collections::VecDeque<i64>>,
+}
+
+impl SubmitRate {
+    const WINDOW_MS: i64 = 60_000;
+
+    /// Counts a submit of `uid` at `now_ms` if fewer than `max` came in the
+    /// minute before; otherwise counts nothing and says how long until one
+    /// more would be allowed.
+    pub fn take(&mut self, uid: u32, now_ms: i64, max: usize) -> Option<i64> {
+        // Users with nothing recent are forgotten, so the map stays as
+        // small as the users of the last minute.
+        self.recent
+            .retain(|_, q| q.back().is_some_and(|&t| t > now_ms - Self::WINDOW_MS));
+        let q = self.recent.entry(uid).or_default();
+        while q.front().is_some_and(|&t| t <= now_ms - Self::WINDOW_MS) {
+            q.pop_front();
+        }
+        if q.len() >= max {
+            let oldest = *q.front().expect("max is at least 1");
+            return Some(oldest + Self::WINDOW_MS - now_ms);
+        }
+        q.push_back(now_ms);
+        None
+    }
+}
+
+/// What one user holds, as the quotas weigh it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Holding {
+    /// Live workers, pending or placed.
+    pub live: usize,
+    /// Of those, the ones waiting.
+    pub pending: usize,
+    /// Bytes of their requests (the JSON as submitted).
+    pub request_bytes: usize,
+}
 
 /// The access settings from the configuration.
 #[derive(Clone, Debug)]
@@ -57,6 +109,10 @@ pub struct Rules {
     /// Per-user quotas (`access.max_workers_per_user`, `max_pending_per_user`).
     pub max_workers: u32,
     pub max_pending: u32,
+    /// `access.max_submits_per_minute`.
+    pub max_submits_per_minute: u32,
+    /// `access.max_request_mib_per_user`, in bytes.
+    pub max_request_bytes: usize,
     /// The user a daemon off the system bus runs as (a session's, `scripts/try`'s):
     /// their own daemon serves them as it serves members.
     pub owner: Option<u32>,
@@ -70,17 +126,33 @@ impl Rules {
             vms_for_group: false,
             max_workers: DEFAULT_MAX_WORKERS,
             max_pending: DEFAULT_MAX_PENDING,
+            max_submits_per_minute: DEFAULT_MAX_SUBMITS_PER_MINUTE,
+            max_request_bytes: DEFAULT_MAX_REQUEST_MIB as usize * MIB,
             owner: None,
         }
     }
 
-    /// A user holding `live` workers, `pending` of them waiting, may submit
-    /// one more only within its quotas (so no one can fill the daemon's
-    /// memory and queue); root is exempt.
-    pub fn within_quota(&self, caller: &Caller, live: usize, pending: usize) -> Result<()> {
+    /// A user holding `held` may submit one more request of `new_bytes`
+    /// only within its quotas (so no one can fill the daemon's memory,
+    /// queue or ledger); root is exempt.
+    pub fn within_quota(&self, caller: &Caller, held: Holding, new_bytes: usize) -> Result<()> {
         let uid = caller.uid;
+        let Holding {
+            live,
+            pending,
+            request_bytes,
+        } = held;
         if caller.is_root() {
             return Ok(());
+        }
+        if request_bytes.saturating_add(new_bytes) > self.max_request_bytes {
+            return Err(Error::QuotaExceeded(format!(
+                "uid {uid}'s live workers hold {} KiB of requests and this one is {} KiB, more \
+                 than access.max_request_mib_per_user ({} MiB) allows; stop some first",
+                request_bytes.div_ceil(1024),
+                new_bytes.div_ceil(1024),
+                self.max_request_bytes / MIB
+            )));
         }
         if live >= self.max_workers as usize {
             return Err(Error::QuotaExceeded(format!(
@@ -92,6 +164,25 @@ impl Rules {
             return Err(Error::QuotaExceeded(format!(
                 "uid {uid} has {pending} workers waiting, the most access.max_pending_per_user \
                  allows; stop some or wait until they are placed"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A submit by `caller` at `now_ms`, counted in `rate` when allowed:
+    /// more than `access.max_submits_per_minute` in the last minute is
+    /// refused (root is exempt and not counted).
+    pub fn within_rate(&self, caller: &Caller, rate: &mut SubmitRate, now_ms: i64) -> Result<()> {
+        if caller.is_root() {
+            return Ok(());
+        }
+        let max = self.max_submits_per_minute as usize;
+        if let Some(wait_ms) = rate.take(caller.uid, now_ms, max) {
+            return Err(Error::QuotaExceeded(format!(
+                "uid {} submitted {max} workers in the last minute, the most \
+                 access.max_submits_per_minute allows; try again in {} s",
+                caller.uid,
+                ((wait_ms + 999) / 1000).max(1)
             )));
         }
         Ok(())
@@ -239,16 +330,70 @@ mod tests {
         let mut rules = Rules::new("g");
         rules.max_workers = 3;
         rules.max_pending = 2;
+        rules.max_request_bytes = 10_000;
         let member = caller(1000, true);
-        assert!(rules.within_quota(&member, 2, 1).is_ok());
-        let e = rules.within_quota(&member, 3, 0).unwrap_err();
+        let held = |live, pending, request_bytes| Holding {
+            live,
+            pending,
+            request_bytes,
+        };
+        assert!(rules.within_quota(&member, held(2, 1, 0), 100).is_ok());
+        let e = rules.within_quota(&member, held(3, 0, 0), 100).unwrap_err();
         assert_eq!(e.kind(), "QuotaExceeded");
         assert!(e.message().contains("access.max_workers_per_user"), "{e}");
-        let e = rules.within_quota(&member, 2, 2).unwrap_err();
+        let e = rules.within_quota(&member, held(2, 2, 0), 100).unwrap_err();
         assert!(e.message().contains("access.max_pending_per_user"), "{e}");
+        // Up to the byte cap and not one byte more.
         assert!(rules
-            .within_quota(&caller(0, false), 10_000, 10_000)
+            .within_quota(&member, held(1, 0, 9_000), 1_000)
             .is_ok());
+        let e = rules
+            .within_quota(&member, held(1, 0, 9_000), 1_001)
+            .unwrap_err();
+        assert_eq!(e.kind(), "QuotaExceeded");
+        assert!(
+            e.message().contains("access.max_request_mib_per_user"),
+            "{e}"
+        );
+        assert!(rules
+            .within_quota(&caller(0, false), held(10_000, 10_000, 1 << 40), 1 << 20)
+            .is_ok());
+    }
+
+    /// A member gets `max` submits in any minute (a sliding window: the
+    /// oldest leaving frees one), is told how long until the next, and
+    /// root is neither held nor counted.
+    #[test]
+    fn submits_are_held_to_a_rate_per_minute_but_roots() {
+        let mut rules = Rules::new("g");
+        rules.max_submits_per_minute = 3;
+        let mut rate = SubmitRate::default();
+        let member = caller(1000, true);
+        let other = caller(1001, true);
+        for t in [0, 10_000, 20_000] {
+            rules.within_rate(&member, &mut rate, t).unwrap();
+        }
+        let e = rules.within_rate(&member, &mut rate, 30_000).unwrap_err();
+        assert_eq!(e.kind(), "QuotaExceeded");
+        assert!(
+            e.message().contains("access.max_submits_per_minute")
+                && e.message().contains("try again in 30 s"),
+            "{e}"
+        );
+        // Another member has a minute of its own.
+        rules.within_rate(&other, &mut rate, 30_000).unwrap();
+        // A refusal is not counted: the first submit leaves the window at
+        // 60 s, and one more fits then, not before.
+        assert!(rules.within_rate(&member, &mut rate, 59_999).is_err());
+        rules.within_rate(&member, &mut rate, 60_000).unwrap();
+        assert!(rules.within_rate(&member, &mut rate, 60_001).is_err());
+        for t in 0..100 {
+            rules.within_rate(&caller(0, false), &mut rate, t).unwrap();
+        }
+        assert!(!rate.recent.contains_key(&0), "root is not counted");
+        // Users quiet for a minute are forgotten.
+        rules.within_rate(&member, &mut rate, 200_000).unwrap();
+        assert_eq!(rate.recent.len(), 1);
     }
 
     #[test]

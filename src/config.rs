@@ -24,6 +24,40 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub http: HttpConfig,
     pub slicing: SlicingConfig,
+    pub history: HistoryConfig,
+}
+
+/// How long the ledger keeps what ended, and the room it keeps on its disk.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Ended workers, their holds, handoff steps, slices and usage older
+    /// than this many days are deleted (0: nothing ended is kept beyond
+    /// the next hourly pass).
+    pub keep_days: u32,
+    /// Below this much free space (MB) on the ledger's filesystem new
+    /// submits are refused; stops, exits and readings go on.
+    pub min_free_mb: u64,
+}
+
+/// 400 days: a report over last year (a calendar year, or the 365 days
+/// before any day) can still be made well into the next one.
+pub const DEFAULT_KEEP_DAYS: u32 = 400;
+
+impl Default for HistoryConfig {
+    fn default() -> HistoryConfig {
+        HistoryConfig {
+            keep_days: DEFAULT_KEEP_DAYS,
+            min_free_mb: 64,
+        }
+    }
+}
+
+impl HistoryConfig {
+    /// How long ended history is kept.
+    pub fn keep(&self) -> Duration {
+        Duration::from_secs(u64::from(self.keep_days) * 86_400)
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -87,6 +121,9 @@ pub struct RuntimeConfig {
     pub cdi_device: String,
     /// StopWorker stops gracefully, then forces after this long.
     pub stop_timeout_seconds: u64,
+    /// A call to podman's API that has not answered in this long fails
+    /// (a launch then ends its worker `failed`, naming podman).
+    pub podman_timeout_seconds: u64,
     /// libvirt, for VM workers; "" turns VM workers off.
     pub libvirt_uri: String,
     /// CPU cores and memory (GB) a unit worker is capped at when its request
@@ -101,6 +138,7 @@ impl Default for RuntimeConfig {
             podman_socket: "/run/podman/podman.sock".into(),
             cdi_device: "nvidia.com/gpu={uuid}".into(),
             stop_timeout_seconds: 10,
+            podman_timeout_seconds: 120,
             libvirt_uri: "qemu:///system".into(),
             unit_default_cpu_cores: 0,
             unit_default_memory_gb: 0,
@@ -178,6 +216,10 @@ pub struct Access {
     pub max_workers_per_user: u32,
     /// Pending workers one user may have waiting; root is exempt.
     pub max_pending_per_user: u32,
+    /// Submits one user may make in any minute; root is exempt.
+    pub max_submits_per_minute: u32,
+    /// MiB of requests one user's live workers may hold; root is exempt.
+    pub max_request_mib_per_user: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -203,6 +245,8 @@ impl Default for Access {
             vms_for_group: false,
             max_workers_per_user: crate::access::DEFAULT_MAX_WORKERS,
             max_pending_per_user: crate::access::DEFAULT_MAX_PENDING,
+            max_submits_per_minute: crate::access::DEFAULT_MAX_SUBMITS_PER_MINUTE,
+            max_request_mib_per_user: crate::access::DEFAULT_MAX_REQUEST_MIB,
         }
     }
 }
@@ -313,6 +357,36 @@ impl Config {
             "0 to 3600 seconds",
         )?;
         within(
+            "runtime.podman_timeout_seconds",
+            self.runtime.podman_timeout_seconds,
+            1..=3600,
+            "1 to 3600 seconds",
+        )?;
+        within(
+            "history.keep_days",
+            u64::from(self.history.keep_days),
+            0..=36_500,
+            "0 (keep nothing ended) to 36500 days",
+        )?;
+        within(
+            "history.min_free_mb",
+            self.history.min_free_mb,
+            0..=1_048_576,
+            "0 (no floor) to 1048576 MB",
+        )?;
+        within(
+            "access.max_submits_per_minute",
+            u64::from(self.access.max_submits_per_minute),
+            1..=1_000_000,
+            "1 to 1000000 submits",
+        )?;
+        within(
+            "access.max_request_mib_per_user",
+            u64::from(self.access.max_request_mib_per_user),
+            1..=1_048_576,
+            "1 to 1048576 MiB",
+        )?;
+        within(
             "runtime.unit_default_memory_gb",
             self.runtime.unit_default_memory_gb,
             0..=1_048_576,
@@ -418,6 +492,20 @@ mod tests {
             d.runtime.unit_default_memory_gb
         );
         assert_eq!(example.runtime.podman_socket, d.runtime.podman_socket);
+        assert_eq!(
+            example.runtime.podman_timeout_seconds,
+            d.runtime.podman_timeout_seconds
+        );
+        assert_eq!(example.history.keep_days, d.history.keep_days);
+        assert_eq!(example.history.min_free_mb, d.history.min_free_mb);
+        assert_eq!(
+            example.access.max_submits_per_minute,
+            d.access.max_submits_per_minute
+        );
+        assert_eq!(
+            example.access.max_request_mib_per_user,
+            d.access.max_request_mib_per_user
+        );
         assert_eq!(example.http.listen, None, "the page is off by default");
         assert!(!example.slicing.allow_networked_weights);
         assert!(!d.slicing.allow_networked_weights);
@@ -472,6 +560,18 @@ mod tests {
             assert!(e.message().contains(says), "{text}: {e}");
         };
         refused("machine = \"\"", "machine: 1 to 64 characters");
+        refused(
+            "[history]\nkeep_days = 40000",
+            "history.keep_days: 0 (keep nothing ended) to 36500 days; got 40000",
+        );
+        refused(
+            "[access]\nmax_submits_per_minute = 0",
+            "access.max_submits_per_minute: 1 to 1000000",
+        );
+        refused(
+            "[runtime]\npodman_timeout_seconds = 0",
+            "runtime.podman_timeout_seconds: 1 to 3600 seconds",
+        );
         refused("machine = \"a b/c\"", "machine: 1 to 64 characters");
         refused(
             "[schedule]\ntime_zone = \"Mars/Base\"",

@@ -55,6 +55,14 @@ fn init_logging() -> bool {
     true
 }
 
+/// A length of time in ms from the environment, for tests and the soak
+/// (scripts/soak compresses a year: history kept seconds, retention every
+/// few seconds); never set in a unit.
+fn test_override_ms(var: &str) -> Option<std::time::Duration> {
+    let ms = std::env::var(var).ok()?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_millis(ms))
+}
+
 fn state_dir(args: &Args) -> PathBuf {
     if let Some(d) = &args.state_dir {
         return d.clone();
@@ -195,7 +203,8 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     }
     let dir = state_dir(&args);
     private_state(&dir)?;
-    let store = Store::open(&dir.join("ledger.db"))?;
+    let mut store = Store::open(&dir.join("ledger.db"))?;
+    store.set_min_free(config.history.min_free_mb.saturating_mul(1_000_000));
     let mut node = Node::open(store, machine)?;
     // Now that the workers' holder pids are known, read again so their GPU
     // memory counts as theirs and not as outside.
@@ -246,7 +255,7 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         containers: Some(std::sync::Arc::new(Podman {
             socket: config.runtime.podman_socket.clone(),
             cdi_device: config.runtime.cdi_device.clone(),
-            answer_within: astraeusd::runtime::podman::ANSWER_WITHIN,
+            answer_within: std::time::Duration::from_secs(config.runtime.podman_timeout_seconds),
         })),
         units: Some(std::sync::Arc::new(Units {
             conn: conn.clone(),
@@ -269,6 +278,12 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         containers_for_group: config.access.containers_for_group,
         max_workers_per_user: config.access.max_workers_per_user,
         max_pending_per_user: config.access.max_pending_per_user,
+        max_submits_per_minute: config.access.max_submits_per_minute,
+        max_request_mib_per_user: config.access.max_request_mib_per_user,
+        keep_history: test_override_ms("ASTRAEUS_HISTORY_KEEP_MS")
+            .unwrap_or_else(|| config.history.keep()),
+        retention_every: test_override_ms("ASTRAEUS_RETENTION_EVERY_MS")
+            .unwrap_or(std::time::Duration::from_secs(3600)),
         vms_for_group: config.access.vms_for_group,
         allow_networked_weights: config.slicing.allow_networked_weights,
         lists: lists.clone(),

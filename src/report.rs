@@ -101,6 +101,9 @@ pub struct Ledger<'a> {
     pub measured: &'a [Measured],
     /// When the daemon ran; none at all means the whole window is downtime.
     pub up: &'a [Up],
+    /// From when the ledger has records (its first start, or where
+    /// retention cut): time before it is `unrecorded`, not downtime.
+    pub records_from: Option<i64>,
 }
 
 /// How rows are keyed and merged.
@@ -165,6 +168,9 @@ pub enum RowKind {
     Idle,
     /// The daemon was not running (and nothing billed was running either).
     Downtime,
+    /// Before the ledger's records begin (its first start, or what
+    /// retention deleted): neither use nor downtime, just not known.
+    Unrecorded,
 }
 
 impl RowKind {
@@ -175,6 +181,7 @@ impl RowKind {
             RowKind::Outside => "outside",
             RowKind::Idle => "idle",
             RowKind::Downtime => "downtime",
+            RowKind::Unrecorded => "unrecorded",
         }
     }
 }
@@ -375,6 +382,7 @@ enum Base {
     Outside,
     Idle,
     Downtime,
+    Unrecorded,
 }
 
 impl Base {
@@ -385,6 +393,7 @@ impl Base {
             Base::Outside => RowKind::Outside,
             Base::Idle => RowKind::Idle,
             Base::Downtime => RowKind::Downtime,
+            Base::Unrecorded => RowKind::Unrecorded,
         }
     }
 }
@@ -400,6 +409,7 @@ fn group(base: &Base, gpu: &GpuFacts, by: GroupBy) -> (RowKind, String) {
         (Base::Outside, _) => "outside",
         (Base::Idle, _) => "idle",
         (Base::Downtime, _) => "downtime",
+        (Base::Unrecorded, _) => "unrecorded",
     };
     (base.kind(), key.to_string())
 }
@@ -468,7 +478,7 @@ fn account_gpu(
     // share over-promises and is scaled, and whole holders still count.
     let cap = u128::from(gpu.total_bytes.max(1));
 
-    let mut bases: Vec<Base> = vec![Base::Outside, Base::Idle, Base::Downtime];
+    let mut bases: Vec<Base> = vec![Base::Outside, Base::Idle, Base::Downtime, Base::Unrecorded];
     let mut holders: Vec<(Base, Holder)> = Vec::new();
     for h in ledger.holds.iter().filter(|h| h.gpu_uuid == gpu.uuid) {
         let Some((from, to)) = w.clip(h.from_ms, h.to_ms.unwrap_or(w.to)) else {
@@ -520,10 +530,11 @@ fn account_gpu(
     bases.sort();
     bases.dedup();
     let index = |b: &Base| bases.binary_search(b).expect("every base is listed");
-    let (outside_i, idle_i, down_i) = (
+    let (outside_i, idle_i, down_i, unrecorded_i) = (
         index(&Base::Outside),
         index(&Base::Idle),
         index(&Base::Downtime),
+        index(&Base::Unrecorded),
     );
     let mut holders: Vec<Holder> = holders
         .into_iter()
@@ -555,6 +566,8 @@ fn account_gpu(
     cuts.extend(holders.iter().flat_map(|h| [h.from, h.to]));
     cuts.extend(meas.iter().flat_map(|m| [m.from, m.to]));
     cuts.extend(up.iter().flat_map(|&(a, b)| [a, b]));
+    let records_from = ledger.records_from.unwrap_or(i64::MIN);
+    cuts.extend(w.clip(records_from, w.to).map(|(a, _)| a));
     cuts.sort_unstable();
     cuts.dedup();
 
@@ -605,6 +618,8 @@ fn account_gpu(
             let outside = free.min(outside_bytes);
             parts.push((outside_i, outside));
             parts.push((idle_i, free - outside));
+        } else if a < records_from {
+            parts.push((unrecorded_i, free));
         } else {
             parts.push((down_i, free));
         }
@@ -810,6 +825,7 @@ mod tests {
         let measured = [measured("GPU-a", 0, HOUR, 1_000_000, Some(80), 0)];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -843,6 +859,7 @@ mod tests {
         ];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -875,6 +892,7 @@ mod tests {
         ];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -905,6 +923,7 @@ mod tests {
             measured("GPU-a", 2_400_000, HOUR, 400_000, None, 0),
         ];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -928,6 +947,7 @@ mod tests {
         let gpus = [gpu("GPU-a", 0, 8)];
         let holds = [hold("r", "bo", "GPU-a", Some(4), 0, None)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             ..Default::default()
@@ -938,6 +958,50 @@ mod tests {
         );
     }
 
+    /// A ledger a minute old, asked for the last hour: the 59 minutes
+    /// before its first start are not downtime (the daemon did not exist),
+    /// and the rows still add up to the window; a gap after the records
+    /// begin is downtime as before. Seen failing with the cut left out.
+    #[test]
+    fn time_before_the_records_begin_is_unrecorded_not_downtime() {
+        let gpus = [gpu("GPU-a", 0, 8)];
+        let ups = [
+            up(59 * 60_000, 59 * 60_000 + 30_000),
+            up(HOUR - 10_000, HOUR),
+        ];
+        let ledger = Ledger {
+            records_from: Some(59 * 60_000),
+            gpus: &gpus,
+            up: &ups,
+            ..Default::default()
+        };
+        assert_eq!(
+            brief(&run(0, HOUR, &ledger, GroupBy::Gpu)),
+            vec![
+                (RowKind::Idle, "GPU-a", 40_000, 0),
+                (RowKind::Downtime, "GPU-a", 20_000, 0),
+                (RowKind::Unrecorded, "GPU-a", 59 * 60_000, 0),
+            ]
+        );
+        // Records from before the window: nothing is unrecorded.
+        let ledger = Ledger {
+            records_from: Some(-5),
+            ..ledger
+        };
+        let rows = run(0, HOUR, &ledger, GroupBy::Owner);
+        assert!(
+            rows.iter().all(|r| r.kind != RowKind::Unrecorded),
+            "{rows:?}"
+        );
+        assert_eq!(
+            rows.iter()
+                .find(|r| r.kind == RowKind::Downtime)
+                .unwrap()
+                .gpu_ms,
+            HOUR as u64 - 40_000
+        );
+    }
+
     #[test]
     fn a_whole_gpu_counts_one_per_hour_and_leaves_no_room_outside() {
         let gpus = [gpu("GPU-a", 0, 8)];
@@ -945,6 +1009,7 @@ mod tests {
         let measured = [measured("GPU-a", 0, HOUR, 123_457, Some(50), 1)];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -972,6 +1037,7 @@ mod tests {
         }];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             slices: &slices,
             up: &ups,
@@ -1016,6 +1082,7 @@ mod tests {
         }];
         let ups = [up(0, HOUR / 4)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             slices: &slices,
             up: &ups,
@@ -1037,6 +1104,7 @@ mod tests {
         let measured = [measured("GPU-a", 0, HOUR, 1001, None, 0)];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -1066,6 +1134,7 @@ mod tests {
         let measured = [measured("GPU-a", 0, HOUR, 1000, None, 0)];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -1099,6 +1168,7 @@ mod tests {
         let measured = [measured("GPU-a", 0, 2, 10, Some(100), 0)];
         let ups = [up(0, 2)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -1135,6 +1205,7 @@ mod tests {
             .collect();
         let ups = [up(0, 1000)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -1163,6 +1234,7 @@ mod tests {
         ];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -1192,6 +1264,7 @@ mod tests {
         let measured = [measured("GPU-a", 0, HOUR, 1000, None, 2)];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -1211,6 +1284,7 @@ mod tests {
             hold("b", "bo", "GPU-a", Some(8), 0, None),
         ];
         let ledger = Ledger {
+            records_from: None,
             holds: &holds,
             ..ledger
         };
@@ -1234,6 +1308,7 @@ mod tests {
         let measured = [measured("GPU-a", 0, 2_000_000, 2_000_000, None, 0)];
         let ups = [up(-HOUR, 10 * HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             measured: &measured,
@@ -1274,6 +1349,7 @@ mod tests {
         ];
         let ups = [up(0, HOUR)];
         let ledger = Ledger {
+            records_from: None,
             gpus: &gpus,
             holds: &holds,
             up: &ups,

@@ -369,9 +369,15 @@ proptest::proptest! {
                 }
             }
             for uid in 0..3 {
-                let counted = n.workers().filter(|w| w.owner_uid == uid).fold((0, 0), |(l, p), w| {
-                    (l + 1, p + usize::from(w.state() == astraeusd::worker::State::Pending))
-                });
+                let counted = n.workers().filter(|w| w.owner_uid == uid).fold(
+                    astraeusd::access::Holding::default(),
+                    |h, w| astraeusd::access::Holding {
+                        live: h.live + 1,
+                        pending: h.pending
+                            + usize::from(w.state() == astraeusd::worker::State::Pending),
+                        request_bytes: h.request_bytes + w.spec_text.len(),
+                    },
+                );
                 proptest::prop_assert_eq!(n.held_by(uid), counted, "owner {}", uid);
             }
         }

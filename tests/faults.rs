@@ -21,18 +21,20 @@ impl Drop for Guard {
     }
 }
 
-/// Starts the daemon in its own mount namespace with its state on `image`.
+/// Starts the daemon in its own mount namespace with its state on `image`,
+/// configured by `dir/node.toml`.
 fn daemon_on(image: &Path, bus: &Bus, dir: &Path) -> Guard {
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
     let script = format!(
         "mount -o loop,errors=remount-ro '{image}' '{state}' && exec '{bin}' --bus-address '{addr}' \
-         --sim '{sim}' --state-dir '{state}'",
+         --sim '{sim}' --state-dir '{state}' --config '{config}'",
         image = image.display(),
         state = state.display(),
         bin = env!("CARGO_BIN_EXE_astraeusd"),
         addr = bus.address,
         sim = dir.join("majin.toml").display(),
+        config = dir.join("node.toml").display(),
     );
     let child = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
@@ -68,16 +70,22 @@ fn sh(script: &str) -> Out {
     out(o)
 }
 
-#[test]
-fn a_full_then_failed_read_only_ledger_refuses_work_keeps_reads_and_loses_nothing() {
+/// An ext4 image of `size` (mkfs.ext4 `mkfs_args`), the simulated machine
+/// and node.toml (`config`) in a new directory; None when the test cannot
+/// run here (root, loop devices and mkfs.ext4).
+fn image_and_config(
+    size: &str,
+    mkfs_args: &str,
+    config: &str,
+) -> Option<(tempfile::TempDir, std::path::PathBuf)> {
     let present = is_root() && sh("command -v mkfs.ext4 && test -e /dev/loop-control").ok;
     if !require_component(present, "root, loop devices and mkfs.ext4") {
-        return;
+        return None;
     }
     let dir = open_tempdir();
     let image = dir.path().join("ledger.img");
     let made = sh(&format!(
-        "truncate -s 8M '{0}' && mkfs.ext4 -q -F '{0}'",
+        "truncate -s {size} '{0}' && mkfs.ext4 -q -F {mkfs_args} '{0}'",
         image.display()
     ));
     assert!(made.ok, "{}", made.stderr);
@@ -86,6 +94,16 @@ fn a_full_then_failed_read_only_ledger_refuses_work_keeps_reads_and_loses_nothin
         MAJIN_TOML.replace("total_gb = 8", "total_gb = 80"),
     )
     .unwrap();
+    std::fs::write(dir.path().join("node.toml"), config).unwrap();
+    Some((dir, image))
+}
+
+#[test]
+fn a_full_then_failed_read_only_ledger_refuses_work_keeps_reads_and_loses_nothing() {
+    // No floor of free space (8 MiB is under any): the disk itself refuses.
+    let Some((dir, image)) = image_and_config("8M", "", "[history]\nmin_free_mb = 0\n") else {
+        return;
+    };
     let bus = Bus::session();
     let d = daemon_on(&image, &bus, dir.path());
     let (a, pid, state) = (&bus.address, d.0.id(), dir.path().join("state"));
@@ -171,4 +189,88 @@ fn a_full_then_failed_read_only_ledger_refuses_work_keeps_reads_and_loses_nothin
     assert!(!list.contains("while-ro"));
     let o = submit(a, "after-repair");
     assert!(o.ok, "{}", o.stderr);
+}
+
+/// A disk filled to the last byte by something else (or the floor reached)
+/// never freezes the host: new submits are refused naming
+/// history.min_free_mb, while stops still commit (the reserve beside the
+/// ledger is given back), and so do the usage readings; a restart on the
+/// full disk opens the ledger and stops more; once space returns, work is
+/// taken and the reserve made again. Seen failing with the reserve never
+/// given back (the stop: "its disk is full").
+#[test]
+fn a_disk_full_to_the_last_byte_still_takes_stops_readings_and_a_restart() {
+    let config = "[history]\nmin_free_mb = 20\n[usage]\ninterval_seconds = 1\n";
+    let Some((dir, image)) = image_and_config("48M", "-m 0", config) else {
+        return;
+    };
+    let bus = Bus::session();
+    let d = daemon_on(&image, &bus, dir.path());
+    let (a, pid, state) = (&bus.address, d.0.id(), dir.path().join("state"));
+    for i in 0..4 {
+        assert!(submit(a, &format!("w{i}")).ok);
+    }
+    let reserve = format!("{}/ledger.db.reserve", state.display());
+    assert!(
+        inside(pid, &format!("test -s '{reserve}'")).ok,
+        "the reserve is made"
+    );
+
+    // Full to the last byte: big blocks, then small ones.
+    inside(
+        pid,
+        &format!(
+            "dd if=/dev/zero of='{0}/fill' bs=1M 2>/dev/null; \
+             dd if=/dev/zero of='{0}/fill2' bs=1k 2>/dev/null; sync",
+            state.display()
+        ),
+    );
+    let df = inside(
+        pid,
+        &format!("df -B1 --output=avail '{}' | tail -1", state.display()),
+    );
+    assert_eq!(df.stdout.trim(), "0", "full to the last byte");
+    let o = submit(a, "refused");
+    assert!(
+        !o.ok
+            && o.stderr
+                .contains("under the 20 MB that history.min_free_mb keeps"),
+        "{}",
+        o.stderr
+    );
+    let o = manager(a, None, "StopWorker", &["s", "w0"]);
+    assert!(o.ok, "a stop on a full disk: {}", o.stderr);
+    assert!(
+        !inside(pid, &format!("test -e '{reserve}'")).ok,
+        "given back"
+    );
+    // Readings go on committing (a usage interval a second).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert!(
+        !log.contains("recording GPU usage intervals failed"),
+        "{log}"
+    );
+    drop(d);
+
+    // A restart on the still-full disk opens the ledger and takes stops.
+    let d = daemon_on(&image, &bus, dir.path());
+    let (pid, list) = (d.0.id(), listed(a));
+    assert!(!list.contains("'w0'") && list.contains("w1"), "{list}");
+    let o = manager(a, None, "StopWorker", &["s", "w1"]);
+    assert!(o.ok, "a stop after a restart on a full disk: {}", o.stderr);
+    assert!(!submit(a, "still-refused").ok);
+
+    // Room again: work is taken and the reserve made again.
+    inside(pid, &format!("rm '{0}/fill' '{0}/fill2'", state.display()));
+    let o = submit(a, "after-room");
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        inside(pid, &format!("test -s '{reserve}'")).ok,
+        "made again"
+    );
+    let list = listed(a);
+    for name in ["w2", "w3", "after-room"] {
+        assert!(list.contains(name), "{name} missing from {list}");
+    }
 }

@@ -266,21 +266,25 @@ fn the_daemon_refuses_non_members_even_when_the_bus_lets_them_through() {
     // (Env redaction of Request is tested with a running container in tests/podman.rs.)
 }
 
+/// The member astraeus-test-a, and a daemon on a system-like bus under
+/// the shipped policy configured by `config`.
+fn member_and_daemon(config: &str) -> (tempfile::TempDir, Bus, Daemon) {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    ensure_user("astraeus-test-a");
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    std::fs::write(dir.path().join("node.toml"), config).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    (dir, bus, d)
+}
+
 /// One member cannot fill the daemon: beyond access.max_pending_per_user
 /// waiting (or max_workers_per_user held) a submit is QuotaExceeded; root
 /// is exempt.
 #[test]
 fn members_are_held_to_their_quotas_and_root_is_not() {
-    assert!(is_root(), "run the suite as root (as CI does)");
-    ensure_user("astraeus-test-a");
-    let dir = open_tempdir();
-    let bus = Bus::system_like(dir.path(), Some(policy_file()));
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[access]\nmax_workers_per_user = 4\nmax_pending_per_user = 2\n",
-    )
-    .unwrap();
-    let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let (_dir, bus, _d) =
+        member_and_daemon("[access]\nmax_workers_per_user = 4\nmax_pending_per_user = 2\n");
     let a = &bus.address;
     let submit = |user: Option<&str>, name: &str, gb: &str| {
         gdbus_as(
@@ -325,6 +329,77 @@ fn members_are_held_to_their_quotas_and_root_is_not() {
     // Root is exempt.
     for i in 0..4 {
         assert!(submit(None, &format!("root{i}"), "7.5").ok);
+    }
+}
+
+/// One member cannot churn the ledger full: beyond
+/// access.max_request_mib_per_user of requests held live, or
+/// access.max_submits_per_minute submits in a minute, a submit is
+/// QuotaExceeded naming the key (not the bus's LimitsExceeded, which
+/// astraeusctl would send again); a refused submit is not counted; root is
+/// neither held nor counted.
+#[test]
+fn members_are_held_to_a_submit_rate_and_to_the_bytes_they_keep_live() {
+    let (_dir, bus, _d) =
+        member_and_daemon("[access]\nmax_submits_per_minute = 12\nmax_request_mib_per_user = 1\n");
+    let a = &bus.address;
+    let call = |user: Option<&str>, method: &str, arg: &str| {
+        gdbus_as(
+            user,
+            a,
+            "/org/astraeus/Node1",
+            &format!("org.astraeus.Node1.Manager.{method}"),
+            &[arg],
+        )
+    };
+    // A unit worker that waits (7.5 of 7 GB offered), its env padded:
+    // 120,000 bytes of request each, 8 of them within 1 MiB, not 9.
+    let padded = |name: &str| {
+        let spec = format!(
+            r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":7.5}}}},"run":{{"unit":{{"exec":["/bin/true"],"env":{{"PAD":"{}"}}}}}}}}"#,
+            "x".repeat(119_700)
+        );
+        let spec = format!("{spec}{}", " ".repeat(120_000 - spec.len()));
+        assert_eq!(spec.len(), 120_000);
+        spec
+    };
+    let member = Some("astraeus-test-a");
+    for i in 0..8 {
+        let o = call(member, "SubmitWorker", &padded(&format!("pad{i}")));
+        assert!(o.ok, "{}", o.stderr);
+    }
+    let o = call(member, "SubmitWorker", &padded("pad8"));
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.QuotaExceeded")
+            && o.stderr.contains("access.max_request_mib_per_user"),
+        "{}",
+        o.stderr
+    );
+    // A stop gives its bytes back.
+    assert!(call(member, "StopWorker", "pad0").ok);
+    assert!(call(member, "SubmitWorker", &shared_spec("small0", "1")).ok);
+    // Nine counted so far (the refusal was not): three more, then no more.
+    for i in 1..4 {
+        let o = call(
+            member,
+            "SubmitWorker",
+            &shared_spec(&format!("small{i}"), "0.1"),
+        );
+        assert!(o.ok, "{}", o.stderr);
+    }
+    let o = call(member, "SubmitWorker", &shared_spec("small4", "0.1"));
+    assert!(
+        o.stderr.contains("org.astraeus.Node1.Error.QuotaExceeded")
+            && o.stderr.contains("access.max_submits_per_minute"),
+        "{}",
+        o.stderr
+    );
+    // Stops are not submits: still allowed.
+    assert!(call(member, "StopWorker", "small1").ok);
+    // Root is exempt from both.
+    for i in 0..15 {
+        let o = call(None, "SubmitWorker", &padded(&format!("root{i}")));
+        assert!(o.ok, "{}", o.stderr);
     }
 }
 

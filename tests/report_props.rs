@@ -27,6 +27,7 @@ struct Case {
 impl Case {
     fn ledger(&self) -> Ledger<'_> {
         Ledger {
+            records_from: None,
             gpus: &self.gpus,
             holds: &self.holds,
             slices: &self.slices,

@@ -15,6 +15,8 @@ pub use crate::worker::{Holder, Phase, State, Status, Worker};
 mod counting;
 mod drain;
 mod group;
+mod history;
+mod owners;
 pub use group::GroupEnd;
 mod readings;
 mod schedules;
@@ -176,10 +178,10 @@ pub struct Node {
     /// Shared with the page's snapshots (a pointer, not a copy of every
     /// worker's counters); copied on write once a usage interval.
     counters: std::sync::Arc<crate::usage::UsageCounters>,
-    /// (live, pending) workers by owner, kept as workers come, are placed
+    /// What each owner holds (owners.rs), kept as workers come, are placed
     /// and go: the quotas are checked on every submit, and a walk over the
     /// live workers was two thirds of a submit at 100,000 of them.
-    per_owner: std::collections::HashMap<u32, (usize, usize)>,
+    per_owner: std::collections::HashMap<u32, crate::access::Holding>,
     /// The GPUs kept for whole requests when the open group began (see
     /// group.rs: memory's alone, so an undone group puts them back).
     kept_before_group: BTreeMap<String, String>,
@@ -264,7 +266,8 @@ impl Node {
             if row.cgroup.is_some() {
                 self.with_cgroup.insert(row.name.clone());
             }
-            self.tally(row.owner_uid, 1, i8::from(status == Status::Pending));
+            let pending = i8::from(status == Status::Pending);
+            self.tally(row.owner_uid, 1, pending, row.spec.len() as isize);
             self.workers.insert(
                 row.name.clone(),
                 Worker {
@@ -340,21 +343,6 @@ impl Node {
                 w.holders.iter().map(|h| (*h, w.owner_uid))
             })
             .collect()
-    }
-
-    /// (live, pending) workers one user holds, for its quotas.
-    pub fn held_by(&self, uid: u32) -> (usize, usize) {
-        self.per_owner.get(&uid).copied().unwrap_or_default()
-    }
-
-    /// Counts a worker of `uid` in (+1) or out (-1) of its live and pending tallies.
-    fn tally(&mut self, uid: u32, live: i8, pending: i8) {
-        let t = self.per_owner.entry(uid).or_default();
-        t.0 = t.0.saturating_add_signed(live.into());
-        t.1 = t.1.saturating_add_signed(pending.into());
-        if *t == (0, 0) {
-            self.per_owner.remove(&uid);
-        }
     }
 
     pub fn running_count(&self) -> usize {
@@ -435,7 +423,8 @@ impl Node {
         if !holders.is_empty() {
             self.with_holders.insert(name.clone());
         }
-        self.tally(owner_uid, 1, i8::from(status == Status::Pending));
+        let pending = i8::from(status == Status::Pending);
+        self.tally(owner_uid, 1, pending, spec_text.len() as isize);
         self.workers.insert(
             name.clone(),
             Worker {
@@ -494,13 +483,16 @@ impl Node {
             .workers
             .get(name)
             .ok_or_else(|| Error::NotFound(format!("no live worker named {name}")))?;
-        self.store.end_worker(w.id, at, exit_status, reason)?;
+        let launched = w.spec.run.is_some();
+        self.store
+            .end_worker(w.id, at, exit_status, reason, launched)?;
         let w = self.workers.remove(name).expect("checked above");
         self.with_holders.remove(name);
         if self.with_cgroup.remove(name) {
             self.cgroups_changed += 1;
         }
-        self.tally(w.owner_uid, -1, -i8::from(w.status == Status::Pending));
+        let pending = i8::from(w.status == Status::Pending);
+        self.tally(w.owner_uid, -1, -pending, -(w.spec_text.len() as isize));
         let mut changes = Changes {
             removed: vec![name.to_string()],
             ..Changes::default()
@@ -680,7 +672,7 @@ impl Node {
                     self.cgroups_changed += 1;
                 }
                 let owner = w.owner_uid;
-                self.tally(owner, 0, -1);
+                self.tally(owner, 0, -1, 0);
             }
             changes.placed.push(name.clone());
             changes.updated.push(name);

@@ -22,6 +22,7 @@ mod publish;
 mod queries;
 mod reading;
 pub mod reload;
+mod retention;
 mod schedules;
 mod slicing;
 mod ticker;
@@ -84,9 +85,16 @@ pub struct Settings {
     pub containers_for_group: bool,
     /// Whether members of the access group may run VMs (root-equivalent).
     pub vms_for_group: bool,
-    /// Per-user quotas of live and of pending workers (root exempt).
+    /// Per-user quotas of live and of pending workers, of submits a minute
+    /// and of request bytes held (root exempt).
     pub max_workers_per_user: u32,
     pub max_pending_per_user: u32,
+    pub max_submits_per_minute: u32,
+    pub max_request_mib_per_user: u32,
+    /// How long ended history is kept (`history.keep_days`), and how
+    /// often retention runs (hourly; shorter only in tests and the soak).
+    pub keep_history: Duration,
+    pub retention_every: Duration,
     /// Accept weights disks on networked filesystems (`slicing.allow_networked_weights`).
     pub allow_networked_weights: bool,
     /// The runtime that builds and sends the listings, off the loop's thread.
@@ -131,6 +139,10 @@ pub struct Service {
     /// The machine name from config, overriding the source's.
     machine_name: Option<String>,
     access: access::Rules,
+    /// Each user's submits of the last minute (`access.max_submits_per_minute`).
+    submit_rate: access::SubmitRate,
+    /// The retention pass's clock and progress.
+    retention: retention::Retention,
     slice_rules: SliceRules,
     sampler: Sampler,
     runtimes: workloads::Runtimes,
@@ -219,8 +231,12 @@ impl Service {
                 vms_for_group: settings.vms_for_group,
                 max_workers: settings.max_workers_per_user,
                 max_pending: settings.max_pending_per_user,
+                max_submits_per_minute: settings.max_submits_per_minute,
+                max_request_bytes: settings.max_request_mib_per_user as usize * 1024 * 1024,
                 owner: settings.owner,
             },
+            submit_rate: Default::default(),
+            retention: retention::Retention::new(settings.keep_history, settings.retention_every),
             sampler: Sampler::new(settings.usage_interval.as_millis() as i64, SAMPLES_KEPT),
             slice_rules: settings.slice_rules,
             runtimes: workloads::Runtimes {
@@ -304,6 +320,7 @@ impl Service {
                 .then(|| STATUS_EVERY.saturating_sub(self.status_sent.elapsed()));
             // Likewise the Manager's and GPUs' PropertiesChanged held back.
             let properties_in = self.properties_due_in();
+            let retention_in = self.retention.due_in();
             let mut called = false;
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
@@ -357,6 +374,7 @@ impl Service {
                 _ = ping.tick(), if watchdog.is_some() => {
                     self.notify.send(&[NotifyState::Watchdog]);
                 }
+                _ = tokio::time::sleep(retention_in) => self.retention_step(),
                 _ = sleep_or_never(status_in) => {}
                 _ = sleep_or_never(properties_in) => {}
                 _ = &mut bus_closed => {
@@ -803,8 +821,14 @@ impl Service {
 
     async fn submit(&mut self, spec: String, caller: Caller, reply: Reply<Result<Submitted>>) {
         let r = self.access.may(&caller, Act::SubmitWorker).and_then(|()| {
-            let (live, pending) = self.node.held_by(caller.uid);
-            self.access.within_quota(&caller, live, pending)?;
+            let held = self.node.held_by(caller.uid);
+            self.access.within_quota(&caller, held, spec.len())?;
+            // Before anything is written: a disk near full takes no new work
+            // (stops, exits and readings still commit: store/room.rs).
+            self.node.store().room_for_new_work()?;
+            let now = EpochMs::now().as_i64();
+            self.access
+                .within_rate(&caller, &mut self.submit_rate, now)?;
             let parsed = crate::request::WorkerSpec::parse(&spec)?;
             self.may_run(&parsed, &caller)?;
             let holders = holders::holders_of(&parsed, &caller)?;

@@ -43,16 +43,22 @@ impl Service {
             a.vms_for_group,
             a.max_workers_per_user,
             a.max_pending_per_user,
+            a.max_submits_per_minute,
+            a.max_request_mib_per_user,
         ) != (
             old.access.containers_for_group,
             old.access.vms_for_group,
             old.access.max_workers_per_user,
             old.access.max_pending_per_user,
+            old.access.max_submits_per_minute,
+            old.access.max_request_mib_per_user,
         ) {
             self.access.containers_for_group = a.containers_for_group;
             self.access.vms_for_group = a.vms_for_group;
             self.access.max_workers = a.max_workers_per_user;
             self.access.max_pending = a.max_pending_per_user;
+            self.access.max_submits_per_minute = a.max_submits_per_minute;
+            self.access.max_request_bytes = a.max_request_mib_per_user as usize * 1024 * 1024;
             applied.push("[access] containers_for_group, vms_for_group and quotas");
         }
         if new.placement.drain_after() != old.placement.drain_after() {
@@ -62,6 +68,12 @@ impl Service {
         if new.machine != old.machine {
             self.machine_name = new.machine.clone();
             applied.push("machine");
+        }
+        if format!("{:?}", new.history) != format!("{:?}", old.history) {
+            self.retention.set_keep(new.history.keep());
+            let floor = new.history.min_free_mb.saturating_mul(1_000_000);
+            self.node.set_min_free(floor);
+            applied.push("[history]");
         }
         // Everything else is built into the running daemon at start.
         let section = |name: &'static str, o: String, n: String| (o != n).then_some(name);

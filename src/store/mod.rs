@@ -5,11 +5,14 @@
 
 mod checkpoint;
 mod counters;
+mod retention;
+pub mod room;
 mod schema;
 mod slicing;
 mod usage;
 mod workers;
 
+pub use retention::Forgotten;
 pub use slicing::SliceRecord;
 pub use usage::{CurrentRun, HoldRow, UsageInputs};
 pub use workers::{EndedWorker, WorkerRow, WorkerState};
@@ -80,17 +83,48 @@ pub struct Store {
     /// Set when that fsync failed: every later commit is refused (the commit
     /// hook rolls it back), reads go on, a restart rereads what is on disk.
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The floor of free space and the reserve (None in memory): room.rs.
+    room: Option<room::Room>,
 }
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store> {
+        // First: on a disk all but full the reserve makes room to open.
+        let room = room::Room::beside(path);
         private_files(path)?;
         let conn = Connection::open(path)
             .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
         let mut store = Store::setup(conn)?;
         store.path = Some(path.to_path_buf());
         store.checkpoints = Some(checkpoint::Checkpointer::start(path)?);
+        store.room = Some(room);
         Ok(store)
+    }
+
+    /// New submits are refused below `bytes` free on the ledger's disk
+    /// (`history.min_free_mb`); the reserve is made when there is room.
+    pub fn set_min_free(&mut self, bytes: u64) {
+        if let Some(r) = &mut self.room {
+            r.set_min_free(bytes);
+        }
+    }
+
+    /// Whether the ledger's disk has room for new work (above the floor).
+    pub fn room_for_new_work(&self) -> Result<()> {
+        self.room.as_ref().map_or(Ok(()), room::Room::for_new_work)
+    }
+
+    /// Before a commit, and after a write that found the disk full.
+    fn before_commit(&self) {
+        if let Some(r) = &self.room {
+            r.before_commit();
+        }
+    }
+
+    fn found_disk_full(&self, e: &Error) {
+        if let (Some(r), true) = (&self.room, disk_full(e)) {
+            r.disk_full();
+        }
     }
 
     /// A second, read-only connection to the same ledger (None for one in
@@ -116,6 +150,7 @@ impl Store {
             in_group: false,
             broken: Default::default(),
             checkpoints: None,
+            room: None,
         }))
     }
 
@@ -149,6 +184,7 @@ impl Store {
         }
         self.in_group = false;
         crate::failpoint::hit("store.group.before-commit");
+        self.before_commit();
         // SQLite rolls a whole transaction back on some I/O errors (FULL,
         // IOERR, NOMEM) in a statement; every change after that was refused
         // (`Store::change`), so the ledger is as before the group.
@@ -196,8 +232,10 @@ impl Store {
                     how: Failure::Unsynced,
                 });
             }
+            let error: Error = e.into();
+            self.found_disk_full(&error);
             return Err(GroupFailed {
-                error: e.into(),
+                error,
                 how: Failure::RolledBack,
             });
         }
@@ -226,8 +264,12 @@ impl Store {
                     .into(),
             ));
         }
+        if !self.in_group {
+            self.before_commit();
+        }
         exec(&self.conn, "SAVEPOINT change", [])?;
         Ok(Change {
+            room: self.room.as_ref(),
             conn: &self.conn,
             alone: !self.in_group,
             broken: &self.broken,
@@ -240,8 +282,12 @@ impl Store {
     /// its own transaction, COMMIT and fsync included, so it can leave a
     /// commit of unknown fate as well ([`fate_unknown`]).
     fn write(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize> {
+        if !self.in_group {
+            self.before_commit();
+        }
         let n = exec(&self.conn, sql, params)
-            .map_err(|e| failed_write(e, !self.in_group, &self.broken))?;
+            .map_err(|e| failed_write(e, !self.in_group, &self.broken))
+            .inspect_err(|e| self.found_disk_full(e))?;
         if !self.in_group {
             self.after_commit();
         }
@@ -288,6 +334,12 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let version = version as usize;
+        // Pages that retention frees go back to the filesystem
+        // (store/retention.rs): set before a new ledger's first table; an
+        // older ledger is rewritten once below.
+        if version == 0 {
+            conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        }
         if version > MIGRATIONS.len() {
             return Err(Error::Backend(format!(
                 "ledger schema version {version} is newer than this daemon knows ({})",
@@ -299,6 +351,23 @@ impl Store {
             tx.execute_batch(sql)?;
             tx.pragma_update(None, "user_version", (v + 1) as i64)?;
             tx.commit()?;
+        }
+        let auto_vacuum: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
+        if auto_vacuum != 2 {
+            // Once, for a ledger an older build made: a full rewrite (twice
+            // its size free on its disk); without it, freed pages are still
+            // reused, the file just does not shrink.
+            let started = std::time::Instant::now();
+            if let Err(e) = conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;") {
+                tracing::warn!(
+                    "ledger: could not make it able to shrink ({e}); will try at the next start"
+                );
+            } else {
+                tracing::info!(
+                    "ledger: rewritten once so that retention can shrink it ({} ms)",
+                    started.elapsed().as_millis()
+                );
+            }
         }
         let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let refuse = broken.clone();
@@ -314,6 +383,7 @@ impl Store {
             in_group: false,
             broken,
             checkpoints: None,
+            room: None,
         })
     }
 
@@ -344,6 +414,8 @@ impl Store {
 /// lone call's CPU).
 struct Change<'a> {
     conn: &'a Connection,
+    /// Told when the change's own commit finds the disk full.
+    room: Option<&'a room::Room>,
     alone: bool,
     broken: &'a std::sync::atomic::AtomicBool,
     /// Asked after the commit of a change alone, as a group's is after its.
@@ -361,7 +433,12 @@ impl std::ops::Deref for Change<'_> {
 impl Change<'_> {
     fn commit(mut self) -> Result<()> {
         exec(self.conn, "RELEASE change", [])
-            .map_err(|e| failed_write(e, self.alone, self.broken))?;
+            .map_err(|e| failed_write(e, self.alone, self.broken))
+            .inspect_err(|e| {
+                if let (Some(r), true) = (self.room, disk_full(e)) {
+                    r.disk_full();
+                }
+            })?;
         self.released = true;
         if let Some(c) = self.checkpoints {
             c.after_commit();
@@ -391,6 +468,11 @@ fn failed_write(e: rusqlite::Error, alone: bool, broken: &std::sync::atomic::Ato
     } else {
         e.into()
     }
+}
+
+/// Whether a write failed on a full disk (error.rs's words for SQLITE_FULL).
+fn disk_full(e: &Error) -> bool {
+    e.message().starts_with("ledger: its disk is full")
 }
 
 /// Whether a failed COMMIT may have left its transaction in the log.

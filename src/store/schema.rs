@@ -241,6 +241,14 @@ DROP TABLE holds;
 ALTER TABLE holds_by_key RENAME TO holds;
 CREATE INDEX holds_end ON holds(coalesce(to_ms, 9223372036854775807), from_ms);
 "#,
+    // 16: facts about the ledger itself; `kept_from_ms`: where retention
+    // last cut (store/retention.rs), before which the report has no records.
+    r#"
+CREATE TABLE ledger_meta (
+    key    TEXT PRIMARY KEY,
+    value  INTEGER NOT NULL
+);
+"#,
 ];
 
 #[cfg(test)]

@@ -310,8 +310,10 @@ impl Store {
                 to_ms: s.end_ms,
             });
         }
+        let records_from = self.records_from()?;
         read.commit()?;
         let ledger = Ledger {
+            records_from,
             gpus: &gpus,
             holds: &holds,
             slices: &slices,

@@ -95,6 +95,10 @@ fn insert_grants(tx: &Connection, id: i64, grants: &[Grant], at: EpochMs) -> Res
     Ok(())
 }
 
+/// An ended worker's request, when it launched a workload: what the usage
+/// report reads of it (store/usage.rs `launches`).
+pub(super) const ENDED_LAUNCHED: &str = r#"{"run":{}}"#;
+
 // What a start reads: the live workers and their open holds, through the
 // live-name index and the holds' end index (an open hold's end indexed as
 // the largest there is: store/schema.rs, migration 12), so that a start
@@ -192,27 +196,36 @@ impl Store {
         Ok(())
     }
 
-    /// A worker ends: its allocations are released in the same transaction.
+    /// A worker that launched nothing ends: its allocations are released
+    /// in the same transaction.
     pub fn stop_worker(&mut self, id: i64, at: EpochMs) -> Result<()> {
-        self.end_worker(id, at, None, "stopped")
+        self.end_worker(id, at, None, "stopped", false)
     }
 
     /// A worker ends — stopped, exited or failed — and its allocations are
-    /// released, in one transaction.
+    /// released, in one transaction. What only a live worker needs goes
+    /// with it: its request (env values included: tokens) is cut to what
+    /// history and the usage report read of an ended worker (whether it
+    /// `launched` a workload, which runs on while the daemon is down), and
+    /// its holders and control group are dropped. So churn keeps some
+    /// hundred bytes a worker, not its request (up to 256 KiB).
     pub fn end_worker(
         &mut self,
         id: i64,
         at: EpochMs,
         exit_status: Option<i32>,
         reason: &str,
+        launched: bool,
     ) -> Result<()> {
         let at_ms = at.as_i64();
+        let kept = if launched { ENDED_LAUNCHED } else { "{}" };
         let tx = self.change()?;
         let n = exec(
             &tx,
-            "UPDATE workers SET state = 'stopped', ended_ms = ?2, exit_status = ?3, end_reason = ?4
+            "UPDATE workers SET state = 'stopped', ended_ms = ?2, exit_status = ?3, end_reason = ?4,
+                 spec = ?5, holders = '[]', cgroup = NULL
              WHERE id = ?1 AND state != 'stopped'",
-            params![id, at_ms, exit_status, reason],
+            params![id, at_ms, exit_status, reason, kept],
         )?;
         if n != 1 {
             return Err(Error::Backend(format!("ledger: worker {id} is not live")));

@@ -59,9 +59,10 @@ pub fn print_usage(rows: &[UsageRow], by: &str, form: lists::Form, csv: bool) {
         .unwrap_or(8)
         .max(by.len());
     let header = by.to_uppercase();
+    let kw = rows.iter().map(|r| r.kind.len()).max().unwrap_or(0).max(8);
     if form.legend {
         outln!(
-            "{header:<w$}  {:<8}  {:>10}  {:>10}  {:>6}",
+            "{header:<w$}  {:<kw$}  {:>10}  {:>10}  {:>6}",
             "KIND",
             "GPU-HOURS",
             "ENERGY kWh",
@@ -82,7 +83,7 @@ pub fn print_usage(rows: &[UsageRow], by: &str, form: lists::Form, csv: bool) {
             _ => "—".into(),
         };
         outln!(
-            "{key:<w$}  {kind:<8}  {:>10.3}  {:>10.4}  {use_:>6}",
+            "{key:<w$}  {kind:<kw$}  {:>10.3}  {:>10.4}  {use_:>6}",
             *ms as f64 / 3.6e6,
             *mj as f64 / 3.6e9
         );

@@ -1,0 +1,113 @@
+//! The retention pass (store/retention.rs): at the start and hourly, what
+//! ended longer ago than `history.keep_days` leaves the ledger in batches,
+//! one per turn of the loop with its other work in between, then the file
+//! gives its free pages back. The longest batch is logged with the pass:
+//! docs/reliability.md has the figure.
+
+use super::Service;
+use crate::time::EpochMs;
+use std::time::{Duration, Instant};
+
+/// Rows of each kind one batch deletes: a few milliseconds of the loop.
+const BATCH_ROWS: usize = 500;
+/// Free pages one step gives back.
+const SHRINK_PAGES: u32 = 1024;
+/// Other work's turn between two batches.
+const BETWEEN_BATCHES: Duration = Duration::from_millis(20);
+
+pub(super) struct Retention {
+    keep: Duration,
+    every: Duration,
+    next: Instant,
+    pass: Option<Pass>,
+}
+
+struct Pass {
+    cutoff: EpochMs,
+    started: Instant,
+    rows: usize,
+    batches: usize,
+    longest: Duration,
+    shrinking: bool,
+}
+
+impl Retention {
+    /// Ended history is kept `keep`; a pass runs now and then every `every`.
+    pub(super) fn new(keep: Duration, every: Duration) -> Retention {
+        Retention {
+            keep,
+            every,
+            next: Instant::now(),
+            pass: None,
+        }
+    }
+
+    /// When the loop should take the next step.
+    pub(super) fn due_in(&self) -> Duration {
+        match self.pass {
+            Some(_) => BETWEEN_BATCHES,
+            None => self.next.saturating_duration_since(Instant::now()),
+        }
+    }
+
+    pub(super) fn set_keep(&mut self, keep: Duration) {
+        self.keep = keep;
+    }
+}
+
+impl Service {
+    /// One step of retention: a batch, a shrink, or the start of a pass.
+    pub(super) fn retention_step(&mut self) {
+        let r = &mut self.retention;
+        let pass = r.pass.get_or_insert_with(|| Pass {
+            cutoff: EpochMs(EpochMs::now().0.saturating_sub(r.keep.as_millis() as u64)),
+            started: Instant::now(),
+            rows: 0,
+            batches: 0,
+            longest: Duration::ZERO,
+            shrinking: false,
+        });
+        let began = Instant::now();
+        let done = if pass.shrinking {
+            match self.node.shrink_ledger(SHRINK_PAGES) {
+                Ok(left) => left == 0,
+                Err(e) => {
+                    tracing::warn!("retention: giving the ledger's free pages back failed: {e}");
+                    true
+                }
+            }
+        } else {
+            match self.node.forget_ended(pass.cutoff, BATCH_ROWS) {
+                Ok(f) => {
+                    pass.rows += f.rows();
+                    pass.shrinking = !f.more;
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "retention: deleting what ended before {} failed: {e}",
+                        pass.cutoff
+                    );
+                    true
+                }
+            }
+        };
+        pass.batches += 1;
+        pass.longest = pass.longest.max(began.elapsed());
+        if done {
+            let size = self.node.store().size_bytes().unwrap_or(0);
+            tracing::info!(
+                "retention: {} rows that ended before {} deleted in {} batches over {} ms \
+                 (the longest {:.1} ms); the ledger is {} KiB",
+                pass.rows,
+                pass.cutoff,
+                pass.batches,
+                pass.started.elapsed().as_millis(),
+                pass.longest.as_secs_f64() * 1000.0,
+                size / 1024
+            );
+            self.retention.pass = None;
+            self.retention.next = Instant::now() + self.retention.every;
+        }
+    }
+}
