@@ -21,6 +21,7 @@ pub mod cli;
 pub mod command;
 pub mod config;
 pub mod config_doc;
+pub mod deadline;
 pub mod domain_xml;
 pub mod error;
 pub mod failpoint;

@@ -228,3 +228,84 @@ fn a_bus_that_goes_away_stops_the_daemon() {
         d.log_text()
     );
 }
+
+/// Nothing waits forever on a backend that accepts and never answers: a
+/// container worker whose podman never answers, and a VM worker whose
+/// libvirtd never answers, each end `failed` within their deadlines
+/// (runtime.podman_timeout_seconds; deadline.rs's, shortened here), with a
+/// reason naming the backend and what it waited for, and their shares are
+/// freed; calls are answered meanwhile. Seen failing with the libvirt
+/// call's deadline left out (the VM worker stayed `starting`).
+#[test]
+fn a_launch_whose_backend_never_answers_fails_in_its_time_and_frees_its_share() {
+    let dir = open_tempdir();
+    let podman = dir.path().join("podman.sock");
+    let libvirt = dir.path().join("libvirt-sock");
+    silent_libvirtd(&podman); // the same silence serves for podman
+    silent_libvirtd(&libvirt);
+    let bus = Bus::session();
+    let config = format!(
+        "[access]\nvms_for_group = true\n[runtime]\npodman_socket = \"{}\"\n\
+         podman_timeout_seconds = 1\nlibvirt_uri = \"qemu+unix:///system?socket={}\"\n",
+        podman.display(),
+        libvirt.display()
+    );
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        &config,
+        &[("ASTRAEUS_CALL_DEADLINE_MS", "1500")],
+    );
+    let a = &bus.address;
+    let container = r#"{"name":"c","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":3}},"run":{"container":{"image":"docker.io/library/busybox"}}}"#;
+    let o = manager(a, None, "SubmitWorker", &["s", container]);
+    assert!(o.ok, "{}", o.stderr);
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &vm_spec("v", 1, "<domain/>")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let started = Instant::now();
+    // Answered meanwhile.
+    assert!(call(a, 2, "ListWorkers", &[]).ok);
+    eventually("both launches end", || gone(a, "c") && gone(a, "v"));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let history = ctl(a, None, &["history"]);
+    assert!(
+        history
+            .stdout
+            .contains("podman create: no answer within 1 s"),
+        "{}{}",
+        history.stdout,
+        history.stderr
+    );
+    assert!(
+        history.stdout.contains("libvirt did not answer"),
+        "{}{}",
+        history.stdout,
+        history.stderr
+    );
+    // Their shares are free again: a whole GPU request fits the GPU.
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &[
+            "s",
+            r#"{"name":"whole","requested_resources":{"gpu_requests":{"count":1}}}"#,
+        ],
+    );
+    assert!(
+        o.ok && o.stdout.contains("running"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    drop(d);
+}

@@ -43,14 +43,31 @@ fn no_such_unit(e: &zbus::Error) -> bool {
     matches!(e, zbus::Error::MethodError(name, _, _) if name.as_str() == "org.freedesktop.systemd1.NoSuchUnit")
 }
 
+/// A call to systemd, failed at its deadline (deadline.rs) as
+/// `zbus::Error::Failure` naming what it waited for: not as
+/// `InputOutput`, which `wait` takes for the bus gone.
+async fn answered_in_time<T>(
+    what: &str,
+    call: impl std::future::Future<Output = zbus::Result<T>>,
+) -> zbus::Result<T> {
+    let limit = crate::deadline::of(crate::deadline::SYSTEMD);
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        Err(zbus::Error::Failure(format!(
+            "did not answer {what} within {} s; is it hung?",
+            limit.as_secs_f64()
+        )))
+    })
+}
+
 impl Units {
     async fn manager<B>(&self, method: &str, body: &B) -> zbus::Result<zbus::Message>
     where
         B: serde::Serialize + zbus::Type,
     {
-        self.conn
-            .call_method(Some(SD), SD_PATH, Some(MANAGER), method, body)
-            .await
+        let call = self
+            .conn
+            .call_method(Some(SD), SD_PATH, Some(MANAGER), method, body);
+        answered_in_time(method, call).await
     }
 
     async fn property<T>(&self, path: &OwnedObjectPath, iface: &str, name: &str) -> zbus::Result<T>
@@ -58,16 +75,15 @@ impl Units {
         T: TryFrom<OwnedVariant>,
         T::Error: std::fmt::Display,
     {
-        let m = self
-            .conn
-            .call_method(
-                Some(SD),
-                path.as_str(),
-                Some("org.freedesktop.DBus.Properties"),
-                "Get",
-                &(iface, name),
-            )
-            .await?;
+        let asked = (iface, name);
+        let call = self.conn.call_method(
+            Some(SD),
+            path.as_str(),
+            Some("org.freedesktop.DBus.Properties"),
+            "Get",
+            &asked,
+        );
+        let m = answered_in_time(name, call).await?;
         let v: OwnedVariant = m.body().deserialize()?;
         T::try_from(v).map_err(|e| zbus::Error::Failure(format!("{name}: {e}")))
     }

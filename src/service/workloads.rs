@@ -36,7 +36,15 @@ async fn still_member(uid: u32, group: String) -> Result<()> {
     let mut tries = 0;
     loop {
         let g = group.clone();
-        let asked = tokio::task::spawn_blocking(move || crate::auth::membership(uid, &g)).await;
+        let lookup = tokio::task::spawn_blocking(move || crate::auth::membership(uid, &g));
+        let limit = crate::deadline::of(crate::deadline::NSS);
+        let asked = match tokio::time::timeout(limit, lookup).await {
+            Ok(asked) => asked,
+            Err(_) => Ok(Err(format!(
+                "the name service did not answer within {} s",
+                limit.as_secs_f64()
+            ))),
+        };
         let why = match asked {
             Ok(Ok(true)) => return Ok(()),
             Ok(Ok(false)) => format!(

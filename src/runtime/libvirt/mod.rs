@@ -221,7 +221,14 @@ impl Libvirt {
 
     /// One call to libvirt, in the helper; its answer as `T`.
     async fn call<T: DeserializeOwned>(&self, request: Request) -> Result<T> {
-        let helper = self.helper().await?;
+        let what = request.what();
+        let helper = crate::deadline::within(
+            crate::deadline::LIBVIRT,
+            "libvirt's helper",
+            "its start",
+            self.helper(),
+        )
+        .await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&helper.pending).insert(id, tx);
@@ -238,9 +245,13 @@ impl Libvirt {
             helper.ended.store(true, Ordering::SeqCst);
             return Err(Error::Backend(format!("libvirt's helper is gone: {e}")));
         }
-        let value = rx
+        let answered = async {
+            rx.await
+                .map_err(|_| Error::Backend("libvirt's helper ended before it answered".into()))?
+        };
+        let value = crate::deadline::within(crate::deadline::LIBVIRT, "libvirt", &what, answered)
             .await
-            .map_err(|_| Error::Backend("libvirt's helper ended before it answered".into()))??;
+            .inspect_err(|_| drop(lock(&helper.pending).remove(&id)))?;
         serde_json::from_value(value)
             .map_err(|e| Error::Backend(format!("libvirt's helper answered oddly: {e}")))
     }

@@ -80,6 +80,18 @@ pub enum Request {
 }
 
 /// One lifecycle event: which domain, and libvirt's event and detail numbers.
+impl Request {
+    /// The call's name, for a deadline's message ("Create", "PowerOff").
+    pub fn what(&self) -> String {
+        let debug = format!("{self:?}");
+        debug
+            .split(|c: char| !c.is_alphanumeric())
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lifecycle {
     pub domain: String,
