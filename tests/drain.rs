@@ -221,8 +221,9 @@ fn the_draining_gpu_is_visible_and_explained() {
     n.submit(&shared("c", 90), 1000).unwrap();
     let modes: Vec<Mode> = (0..3).map(|i| n.book().mode(&gb(i))).collect();
     assert_eq!(modes, [Mode::Shared; 3]);
+    // Of two owners: each drains a GPU of its own.
     n.submit(&whole("big", 2), 1000).unwrap();
-    n.submit(&whole("late", 1), 1000).unwrap();
+    n.submit(&whole("late", 1), 1001).unwrap();
     let drain_after = Some(Duration::from_secs(600));
     // Not waited long enough yet: nothing kept.
     n.drain(EpochMs::now(), drain_after).unwrap();
@@ -287,6 +288,41 @@ fn the_draining_gpu_is_visible_and_explained() {
     );
     n.stop("a", 0).unwrap();
     assert!(running(&n, "e"));
+    assert!(n.audit().is_empty());
+}
+
+/// One member's waiting whole requests drain one GPU at a time (its
+/// oldest's), not one each: k requests must not take k GPUs from everyone's
+/// shared work. When the oldest is placed the next drains. Seen failing
+/// with drain keeping one GPU per request ([GPU 0 big, GPU 1 late]).
+#[test]
+fn one_owners_whole_requests_drain_one_gpu_at_a_time() {
+    let mut n = node();
+    let gb = |i: usize| n_uuid(i);
+    n.submit(&shared("a", 50), 1000).unwrap();
+    n.submit(&shared("b", 50), 1000).unwrap();
+    n.submit(&shared("c", 90), 1000).unwrap();
+    for name in ["w1", "w2", "w3"] {
+        n.submit(&whole(name, 1), 2000).unwrap();
+    }
+    let drain_after = Some(Duration::from_secs(600));
+    let later = |h: i64| EpochMs::from_i64(EpochMs::now().as_i64() + h * 3_600_000);
+    n.drain(later(1), drain_after).unwrap();
+    let kept: Vec<(String, String)> = n.book().kept.clone().into_iter().collect();
+    assert_eq!(kept, [(gb(0), "w1".to_string())]);
+    // Another owner's whole request drains a GPU of its own meanwhile.
+    n.submit(&whole("other", 1), 3000).unwrap();
+    n.drain(later(2), drain_after).unwrap();
+    let kept: Vec<(String, String)> = n.book().kept.clone().into_iter().collect();
+    assert_eq!(
+        kept,
+        [(gb(0), "w1".to_string()), (gb(1), "other".to_string())]
+    );
+    // GPU 0 empties: w1 takes it, and w2 drains next.
+    n.stop("b", 0).unwrap();
+    assert!(running(&n, "w1"));
+    n.drain(later(3), drain_after).unwrap();
+    assert_eq!(n.book().kept_for(&gb(2)), Some("w2"));
     assert!(n.audit().is_empty());
 }
 

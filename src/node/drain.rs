@@ -3,8 +3,9 @@
 //! one has waited `after`, a GPU is kept for it (placement::drain_pick):
 //! no new sharer lands there, and when its last sharer ends the whole
 //! request takes it. Oldest whole request first; at most one GPU *draining*
-//! (kept and still shared) per request at a time, while empty GPUs it can
-//! use are kept for it at once (else new shared work would open them).
+//! (kept and still shared) per owner at a time (one member's k waiting
+//! requests do not drain k GPUs), while empty GPUs a request can use are
+//! kept for it at once (else new shared work would open them).
 //!
 //! Nothing here is in the ledger: what is kept follows from the pending
 //! workers' submit times and the clock, so a restart recomputes it.
@@ -30,6 +31,24 @@ impl Node {
                 .and_then(|w| w.spec.resources.gpu.as_ref());
             let gpu = self.machine.gpus.iter().find(|g| &g.uuid == uuid);
             matches!((req, gpu), (Some(r), Some(g)) if placement::may_keep(g, r))
+        });
+        // One owner's waiting whole requests drain one GPU at a time (its
+        // oldest request's): k requests of one member must not take k GPUs
+        // from everyone's shared work.
+        let owner = |keeper: &String| self.workers[keeper].owner_uid;
+        let mut draining: std::collections::HashMap<u32, (i64, String)> = Default::default();
+        for (uuid, keeper) in kept
+            .iter()
+            .filter(|(u, _)| self.book.mode(u) == Mode::Shared)
+        {
+            let id = self.workers[keeper].id;
+            let first = draining.entry(owner(keeper)).or_insert((id, uuid.clone()));
+            if id < first.0 {
+                *first = (id, uuid.clone());
+            }
+        }
+        kept.retain(|uuid, keeper| {
+            self.book.mode(uuid) != Mode::Shared || draining[&owner(keeper)].1 == *uuid
         });
         // Only whole requests drain GPUs: with none waiting, the queue (of
         // thousands of shared ones, say) is not walked at every refresh.
@@ -58,7 +77,7 @@ impl Node {
                 loop {
                     let draining = kept
                         .iter()
-                        .any(|(u, k)| k == name && book.mode(u) == Mode::Shared);
+                        .any(|(u, k)| owner(k) == w.owner_uid && book.mode(u) == Mode::Shared);
                     if draining {
                         break;
                     }
