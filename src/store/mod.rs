@@ -121,7 +121,7 @@ impl Store {
         }
     }
 
-    fn found_disk_full(&self, e: &Error) {
+    fn found_disk_full(&self, e: &rusqlite::Error) {
         if let (Some(r), true) = (&self.room, disk_full(e)) {
             r.disk_full();
         }
@@ -232,10 +232,9 @@ impl Store {
                     how: Failure::Unsynced,
                 });
             }
-            let error: Error = e.into();
-            self.found_disk_full(&error);
+            self.found_disk_full(&e);
             return Err(GroupFailed {
-                error,
+                error: e.into(),
                 how: Failure::RolledBack,
             });
         }
@@ -286,8 +285,8 @@ impl Store {
             self.before_commit();
         }
         let n = exec(&self.conn, sql, params)
-            .map_err(|e| failed_write(e, !self.in_group, &self.broken))
-            .inspect_err(|e| self.found_disk_full(e))?;
+            .inspect_err(|e| self.found_disk_full(e))
+            .map_err(|e| failed_write(e, !self.in_group, &self.broken))?;
         if !self.in_group {
             self.after_commit();
         }
@@ -433,12 +432,12 @@ impl std::ops::Deref for Change<'_> {
 impl Change<'_> {
     fn commit(mut self) -> Result<()> {
         exec(self.conn, "RELEASE change", [])
-            .map_err(|e| failed_write(e, self.alone, self.broken))
             .inspect_err(|e| {
                 if let (Some(r), true) = (self.room, disk_full(e)) {
                     r.disk_full();
                 }
-            })?;
+            })
+            .map_err(|e| failed_write(e, self.alone, self.broken))?;
         self.released = true;
         if let Some(c) = self.checkpoints {
             c.after_commit();
@@ -470,9 +469,9 @@ fn failed_write(e: rusqlite::Error, alone: bool, broken: &std::sync::atomic::Ato
     }
 }
 
-/// Whether a write failed on a full disk (error.rs's words for SQLITE_FULL).
-fn disk_full(e: &Error) -> bool {
-    e.message().starts_with("ledger: its disk is full")
+/// Whether a write failed on a full disk.
+fn disk_full(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
 /// Whether a failed COMMIT may have left its transaction in the log.

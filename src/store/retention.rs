@@ -126,8 +126,7 @@ impl Store {
     pub fn shrink(&mut self, pages: u32) -> Result<u64> {
         self.before_commit();
         self.conn
-            .execute_batch(&format!("PRAGMA incremental_vacuum({pages})"))
-            .inspect_err(|_| {})?;
+            .execute_batch(&format!("PRAGMA incremental_vacuum({pages})"))?;
         Ok(self
             .conn
             .pragma_query_value(None, "freelist_count", |r| r.get::<_, i64>(0))? as u64)
