@@ -90,38 +90,55 @@ impl PciAddress {
 }
 
 /// Whether the domain XML passes any of `devices` through as a PCI hostdev.
-pub fn passes_through(xml: &str, devices: &[PciAddress]) -> bool {
-    let Ok(doc) = roxmltree::Document::parse(xml) else {
-        return false;
-    };
-    let num = |v: Option<&str>| {
-        let v = v.unwrap_or("0");
-        match v.strip_prefix("0x") {
+/// Err (saying why) when that cannot be told: the XML does not parse, or
+/// a PCI hostdev's address is missing or not a number. The interlock takes
+/// such a domain as a holder: it fails closed.
+pub fn passes_through(xml: &str, devices: &[PciAddress]) -> Result<bool, String> {
+    let doc =
+        roxmltree::Document::parse(xml).map_err(|e| format!("its XML could not be parsed: {e}"))?;
+    // libvirt leaves out a zero domain; the others it always writes.
+    let num = |a: roxmltree::Node<'_, '_>, key: &str| -> Result<u32, String> {
+        let Some(v) = a.attribute(key) else {
+            return if key == "domain" {
+                Ok(0)
+            } else {
+                Err(format!("a PCI hostdev's address has no {key}"))
+            };
+        };
+        match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
             Some(hex) => u32::from_str_radix(hex, 16).ok(),
             None => v.parse().ok(),
         }
-    };
-    doc.descendants()
-        .filter(|n| n.has_tag_name("hostdev") && n.attribute("type") == Some("pci"))
-        .filter_map(|h| h.children().find(|n| n.has_tag_name("source")))
-        .filter_map(|s| s.children().find(|n| n.has_tag_name("address")))
-        .any(|a| {
-            let found = (
-                num(a.attribute("domain")),
-                num(a.attribute("bus")),
-                num(a.attribute("slot")),
-                num(a.attribute("function")),
-            );
-            devices.iter().any(|d| {
-                found
-                    == (
-                        Some(d.domain),
-                        Some(d.bus as u32),
-                        Some(d.slot as u32),
-                        Some(d.function as u32),
-                    )
-            })
+        .ok_or_else(|| {
+            format!(
+                "a PCI hostdev's address has {key}={:?}, not a number",
+                crate::json_fields::clip(v)
+            )
         })
+    };
+    for hostdev in doc
+        .descendants()
+        .filter(|n| n.has_tag_name("hostdev") && n.attribute("type") == Some("pci"))
+    {
+        let address = hostdev
+            .children()
+            .find(|n| n.has_tag_name("source"))
+            .and_then(|s| s.children().find(|n| n.has_tag_name("address")))
+            .ok_or("a PCI hostdev has no source address")?;
+        let found = (
+            num(address, "domain")?,
+            num(address, "bus")?,
+            num(address, "slot")?,
+            num(address, "function")?,
+        );
+        if devices
+            .iter()
+            .any(|d| found == (d.domain, d.bus as u32, d.slot as u32, d.function as u32))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The unix socket path on the host of the domain's virtio channel whose
@@ -248,6 +265,63 @@ fn open_end(source: &str, node: &roxmltree::Node) -> std::ops::Range<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::{passes_through, PciAddress};
+
+    fn hostdev(address: &str) -> String {
+        format!(
+            "<domain><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
+             <source><address {address}/></source></hostdev></devices></domain>"
+        )
+    }
+
+    fn board() -> Vec<PciAddress> {
+        ["0000:41:00.0", "0000:42:00.1"]
+            .iter()
+            .map(|a| PciAddress::parse(a).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_pci_hostdev_on_the_baseboard_passes_it_through_in_hex_or_decimal() {
+        let hex = hostdev("domain='0x0000' bus='0x41' slot='0x00' function='0x0'");
+        assert_eq!(passes_through(&hex, &board()), Ok(true));
+        let decimal = hostdev("domain='0' bus='66' slot='0' function='1'");
+        assert_eq!(passes_through(&decimal, &board()), Ok(true));
+        // libvirt leaves out a zero domain.
+        let no_domain = hostdev("bus='0x42' slot='0x00' function='0x1'");
+        assert_eq!(passes_through(&no_domain, &board()), Ok(true));
+    }
+
+    #[test]
+    fn other_devices_and_other_kinds_of_hostdev_pass_nothing_through() {
+        let other = hostdev("domain='0x0000' bus='0x43' slot='0x00' function='0x0'");
+        assert_eq!(passes_through(&other, &board()), Ok(false));
+        let usb = "<domain><devices><hostdev mode='subsystem' type='usb'>            <source><vendor id='0x1234'/><product id='0xbeef'/></source></hostdev>            </devices></domain>";
+        assert_eq!(passes_through(usb, &board()), Ok(false));
+        let none = "<domain><devices><disk type='file'/></devices></domain>";
+        assert_eq!(passes_through(none, &board()), Ok(false));
+        assert_eq!(passes_through(none, &[]), Ok(false));
+    }
+
+    /// What cannot be read is not taken for "passes nothing": the
+    /// interlock counts such a domain as a holder.
+    #[test]
+    fn a_domain_that_cannot_be_read_is_an_error_not_a_no() {
+        let e = passes_through("<domain><devices><hostdev", &board()).unwrap_err();
+        assert!(e.starts_with("its XML could not be parsed"), "{e}");
+        let e = passes_through(
+            &hostdev("domain='0x0000' bus='0x4g' slot='0x00' function='0x0'"),
+            &board(),
+        )
+        .unwrap_err();
+        assert!(e.contains("bus=\"0x4g\", not a number"), "{e}");
+        let e = passes_through(&hostdev("domain='0' slot='0' function='0'"), &board()).unwrap_err();
+        assert!(e.contains("has no bus"), "{e}");
+        let bare = "<domain><devices><hostdev mode='subsystem' type='pci'/></devices></domain>";
+        let e = passes_through(bare, &board()).unwrap_err();
+        assert!(e.contains("no source address"), "{e}");
+    }
+
     #[test]
     fn a_channel_is_found_by_its_target_name() {
         let xml = "<domain><devices>\

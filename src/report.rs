@@ -16,10 +16,13 @@
 //! boundary (holdings, slices, measured intervals, daemon up-time). Inside a
 //! segment each part of the GPU has an integer weight in bytes, so fractions
 //! are exact ratios of integers. A segment's time and energy are split among
-//! the parts in fixed point (1/2^32 ms, 1/2^32 mJ) by the largest-remainder
-//! method, summed per sharer, and only the window's totals are rounded to
-//! whole ms and mJ (largest remainder again). Rounding thus never drifts with
-//! the number of segments, and every split adds up to what was split.
+//! the parts in fixed point (1/2^32 ms, 1/2^32 mJ), each part counted up to
+//! each edge and rounded down there (floors that telescope, so a segment cut
+//! in two gives what it gives whole), summed per sharer, and only the
+//! window's totals are rounded to whole ms and mJ (largest remainder). So
+//! rounding never drifts with the number of segments, the totals are exact,
+//! and a day folded into its sums (`roll_day`, kept by the ledger in place
+//! of its measured intervals) gives reports the very figures its facts did.
 
 use crate::json_fields::clip;
 use serde::Serialize;
@@ -31,6 +34,10 @@ use std::str::FromStr;
 /// Large enough that per-segment rounding is invisible after the final
 /// rounding, small enough that sums stay far inside u128.
 const SCALE: u128 = 1 << 32;
+
+/// A UTC day in ms: measured history older than a day is kept per GPU and
+/// UTC day (`roll_day`).
+pub const DAY_MS: i64 = 86_400_000;
 
 /// What the report needs to know of one GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +111,8 @@ pub struct Ledger<'a> {
     /// From when the ledger has records (its first start, or where
     /// retention cut): time before it is `unrecorded`, not downtime.
     pub records_from: Option<i64>,
+    /// Days kept as sums in place of their measured intervals (`roll_day`).
+    pub rolled: &'a [RolledDay],
 }
 
 /// How rows are keyed and merged.
@@ -190,7 +199,7 @@ impl RowKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Row {
     /// Worker name, owner, user or GPU uuid (per `GroupBy`); for the
-    /// unpromised kinds under worker/owner/user: "outside", "idle", "downtime".
+    /// unpromised kinds under worker/owner/user: "outside", "idle", "downtime", "unrecorded".
     pub key: String,
     pub kind: RowKind,
     /// The GPU, or "" when rows of several GPUs were merged.
@@ -254,9 +263,12 @@ pub fn hours(ms: u64) -> f64 {
 }
 
 /// The part of a measured interval's energy that falls in `[from_ms, to_ms)`:
-/// pro rata to the overlap, rounded down. An empty or reversed interval
-/// measured nothing. Per GPU, the report's energy rows sum exactly to the
-/// sum of this over the GPU's intervals.
+/// the energy spread evenly over the interval, counted from its start up to
+/// each edge and rounded down there. The floors telescope: adjacent pieces
+/// of an interval get exactly what the whole would, so a day counted alone
+/// (a rolled-up day) gets what it gets inside a longer window. An empty or
+/// reversed interval measured nothing. Per GPU, the report's energy rows
+/// sum exactly to the sum of this over the GPU's intervals.
 pub fn clipped_energy_mj(m: &Measured, from_ms: i64, to_ms: i64) -> u64 {
     if m.to_ms <= m.from_ms {
         return 0;
@@ -265,18 +277,76 @@ pub fn clipped_energy_mj(m: &Measured, from_ms: i64, to_ms: i64) -> u64 {
     if a >= b {
         return 0;
     }
-    let (q, _) = mul_div(
-        u128::from(m.energy_mj),
-        span(a, b),
-        span(m.from_ms, m.to_ms),
-    );
-    // q <= energy_mj, since the overlap is at most the interval.
-    q as u64
+    let len = span(m.from_ms, m.to_ms);
+    let upto = |t| mul_div(u128::from(m.energy_mj), span(m.from_ms, t), len).0;
+    // Both are at most energy_mj, since the spans are at most the interval.
+    (upto(b) - upto(a)) as u64
+}
+
+/// The start (UTC midnight) of the day holding `t`.
+pub fn day_start(t: i64) -> i64 {
+    t.div_euclid(DAY_MS).saturating_mul(DAY_MS)
+}
+
+/// The window a report of `[from_ms, to_ms)` covers: an edge inside a
+/// rolled-up day moves out to that day's edge. Such a day's intervals are
+/// gone and only its whole is known, so the report covers it whole and
+/// stays exact rather than guess at a part.
+pub fn covered(from_ms: i64, to_ms: i64, rolled: &[RolledDay]) -> (i64, i64) {
+    let (mut from, mut to) = (from_ms, to_ms);
+    for d in rolled {
+        let end = d.day_ms.saturating_add(DAY_MS);
+        if d.day_ms < from && from < end {
+            from = d.day_ms;
+        }
+        if d.day_ms < to && to < end {
+            to = end;
+        }
+    }
+    (from, to)
+}
+
+/// One GPU's UTC day `[day_ms, day_ms + DAY_MS)` folded into its base
+/// rows' exact sums. A report given this in `Ledger::rolled`, and no longer
+/// the day's measured intervals, equals the report over the raw facts, as
+/// long as the ledger's facts reach the day's end (the day is closed).
+pub fn roll_day(day_ms: i64, gpu: &GpuFacts, ledger: &Ledger<'_>) -> RolledDay {
+    let (energy_mj, sums) = sums_between(day_ms, day_ms.saturating_add(DAY_MS), gpu, ledger);
+    RolledDay {
+        gpu_uuid: gpu.uuid.clone(),
+        day_ms,
+        energy_mj,
+        sums,
+    }
+}
+
+/// One GPU's raw facts over `[from_ms, to_ms)` as its base rows' exact
+/// sums (nonzero ones, sorted) and the energy measured in it, in mJ.
+/// Additive: cut anywhere, the two sides' sums add up to the whole's to
+/// the last unit, which is what lets a rolled-up day stand in for its facts.
+pub fn sums_between(
+    from_ms: i64,
+    to_ms: i64,
+    gpu: &GpuFacts,
+    ledger: &Ledger<'_>,
+) -> (u64, Vec<(Base, Sums)>) {
+    let mut sums = BTreeMap::new();
+    let mut energy = 0;
+    if from_ms < to_ms {
+        let w = Window {
+            from: from_ms,
+            to: to_ms,
+        };
+        energy = sweep(w, gpu, ledger, &mut sums);
+    }
+    sums.retain(|_, s: &mut Sums| *s != Sums::default());
+    (to_u64(energy), sums.into_iter().collect())
 }
 
 /// The usage report over `[from_ms, to_ms)`, grouped by `by`, sorted by GPU
 /// (index, then uuid; merged rows have none), then kind, then key. Rows with
-/// neither time nor energy are left out.
+/// neither time nor energy are left out. An edge inside a rolled-up day
+/// covers that whole day (`covered`).
 pub fn report(
     from_ms: i64,
     to_ms: i64,
@@ -289,11 +359,11 @@ pub fn report(
             until_ms: to_ms,
         });
     }
+    let (from_ms, to_ms) = covered(from_ms, to_ms, ledger.rolled);
     let window = Window {
         from: from_ms,
         to: to_ms,
     };
-    let up = merge_up(ledger.up, window);
     // Sort key: the GPU for per-GPU rows (None when merged), kind, key.
     type SortKey = (Option<(u32, String)>, RowKind, String);
     let mut rows: BTreeMap<SortKey, Row> = BTreeMap::new();
@@ -303,7 +373,7 @@ pub fn report(
         if !seen.insert(gpu.uuid.as_str()) {
             continue;
         }
-        for (base, part) in account_gpu(window, gpu, ledger, &up) {
+        for (base, part) in account_gpu(window, gpu, ledger) {
             let (kind, key) = group(&base, gpu, by);
             let (sort, gpu_uuid) = if by == GroupBy::Gpu {
                 (Some((gpu.index, gpu.uuid.clone())), gpu.uuid.clone())
@@ -349,6 +419,20 @@ impl Window {
     }
 }
 
+/// A part's time units from the epoch up to `t`, for a part of `weight`
+/// in `total`: `t × SCALE × weight / total` rounded down (towards the past
+/// before the epoch). One origin for every segment, so that differences
+/// telescope; the epoch, so that today's products stay inside u128.
+fn ms_until(t: i64, weight: u128, total: u128) -> i128 {
+    let (q, r) = mul_div(SCALE * u128::from(t.unsigned_abs()), weight, total);
+    // q <= SCALE × |t| < 2^96.
+    if t >= 0 {
+        q as i128
+    } else {
+        -(q as i128) - i128::from(r > 0)
+    }
+}
+
 /// Length of `[a, b)` in ms; i128 so even `i64::MIN..i64::MAX` fits.
 fn span(a: i64, b: i64) -> u128 {
     (i128::from(b) - i128::from(a)).max(0) as u128
@@ -375,8 +459,8 @@ fn merge_up(up: &[Up], w: Window) -> Vec<(i64, i64)> {
 /// Who a piece of one GPU's time belongs to, before grouping. Rounding is
 /// done at this level, so every grouping is a sum of the same numbers and
 /// the groupings agree with each other exactly.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Base {
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Base {
     Worker { worker: String, owner: String },
     Slice { template: String, user: String },
     Outside,
@@ -386,7 +470,7 @@ enum Base {
 }
 
 impl Base {
-    fn kind(&self) -> RowKind {
+    pub fn kind(&self) -> RowKind {
         match self {
             Base::Worker { .. } => RowKind::Worker,
             Base::Slice { .. } => RowKind::Slice,
@@ -396,6 +480,43 @@ impl Base {
             Base::Unrecorded => RowKind::Unrecorded,
         }
     }
+}
+
+/// A base row's exact sums over some of one GPU's time, before the
+/// window's one rounding: what a rolled-up day keeps per base row.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sums {
+    /// Time, in 1/2^32 ms.
+    pub ms: u128,
+    /// Energy, in 1/2^32 mJ.
+    pub energy: u128,
+    /// Time units × utilisation percent; `None` when no utilisation was
+    /// measured in its time.
+    pub busy: Option<u128>,
+}
+
+impl Sums {
+    fn add(&mut self, other: &Sums) {
+        self.ms += other.ms;
+        self.energy += other.energy;
+        self.busy = match (self.busy, other.busy) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// One GPU's UTC day folded into its base rows' sums (`roll_day`): the
+/// ledger keeps this in place of the day's measured intervals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolledDay {
+    pub gpu_uuid: String,
+    /// The day's start, a multiple of `DAY_MS`.
+    pub day_ms: i64,
+    /// The energy measured in the day, as `clipped_energy_mj` counts it.
+    pub energy_mj: u64,
+    /// One entry per base row, sorted.
+    pub sums: Vec<(Base, Sums)>,
 }
 
 /// A row's kind and key under `by`.
@@ -428,25 +549,22 @@ struct Holder {
 struct Meas {
     from: i64,
     to: i64,
-    /// The clipped energy (see `clipped_energy_mj`).
+    /// The interval as measured, unclipped: its energy is spread over it.
+    whole: (i64, i64),
     energy: u128,
     util: Option<u128>,
     outside: u128,
 }
 
 impl Meas {
-    /// Energy in 1/SCALE mJ from the interval's start up to `t`, rounded
-    /// down. Spreading energy evenly in time is the same as giving it to rows
-    /// in proportion to their time inside the interval; the differences of
-    /// this running total telescope, so the segments get exactly
-    /// `energy × SCALE` between them.
+    /// Energy in 1/SCALE mJ from the measured interval's start up to `t`,
+    /// rounded down. Spreading energy evenly in time is the same as giving
+    /// it to rows in proportion to their time inside the interval; the
+    /// differences of this running total telescope, so a segment gets the
+    /// same units whatever window it is counted in.
     fn energy_until(&self, t: i64) -> u128 {
-        mul_div(
-            self.energy * SCALE,
-            span(self.from, t),
-            span(self.from, self.to),
-        )
-        .0
+        let (from, to) = self.whole;
+        mul_div(self.energy * SCALE, span(from, t), span(from, to)).0
     }
 }
 
@@ -457,23 +575,66 @@ struct Part {
     busy_gpu_ms: Option<u64>,
 }
 
-/// A base row's running sums, in 1/SCALE units.
-#[derive(Clone, Default)]
-struct Acc {
-    ms: u128,
-    energy: u128,
-    /// ms units × utilisation percent.
-    busy: u128,
-    has_util: bool,
+/// Splits one GPU's window among its base rows: its rolled-up days whole
+/// inside the window as they were kept, the rest from the raw facts, then
+/// the window's one rounding.
+fn account_gpu(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>) -> Vec<(Base, Part)> {
+    let mut sums: BTreeMap<Base, Sums> = BTreeMap::new();
+    let mut energy: u128 = 0;
+    let mut days: Vec<&RolledDay> = ledger
+        .rolled
+        .iter()
+        .filter(|d| {
+            d.gpu_uuid == gpu.uuid && d.day_ms >= w.from && d.day_ms.saturating_add(DAY_MS) <= w.to
+        })
+        .collect();
+    days.sort_by_key(|d| d.day_ms);
+    // A day listed twice is one day; the first listing counts.
+    days.dedup_by_key(|d| d.day_ms);
+    let mut at = w.from;
+    for d in days {
+        if at < d.day_ms {
+            let raw = Window {
+                from: at,
+                to: d.day_ms,
+            };
+            energy += sweep(raw, gpu, ledger, &mut sums);
+        }
+        for (base, s) in &d.sums {
+            sums.entry(base.clone()).or_default().add(s);
+        }
+        energy += u128::from(d.energy_mj);
+        at = d.day_ms + DAY_MS;
+    }
+    if at < w.to {
+        let raw = Window { from: at, to: w.to };
+        energy += sweep(raw, gpu, ledger, &mut sums);
+    }
+
+    // The only rounding to whole units; exact totals by construction: the
+    // window's ms and the energy measured in it, split by the sums.
+    let ms = apportion(
+        span(w.from, w.to),
+        &sums.values().map(|s| s.ms).collect::<Vec<_>>(),
+    );
+    let mj = apportion(energy, &sums.values().map(|s| s.energy).collect::<Vec<_>>());
+    sums.into_iter()
+        .zip(ms.into_iter().zip(mj))
+        .map(|((base, s), (ms, mj))| {
+            let part = Part {
+                gpu_ms: to_u64(ms),
+                energy_mj: to_u64(mj),
+                busy_gpu_ms: s.busy.map(|b| to_u64(b / (100 * SCALE))),
+            };
+            (base, part)
+        })
+        .collect()
 }
 
-/// Splits one GPU's window among its base rows.
-fn account_gpu(
-    w: Window,
-    gpu: &GpuFacts,
-    ledger: &Ledger<'_>,
-    up: &[(i64, i64)],
-) -> Vec<(Base, Part)> {
+/// Adds one GPU's raw facts over `w` to `sums` (in 1/SCALE units, not
+/// rounded); returns the energy measured in `w`, in mJ.
+fn sweep(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>, sums: &mut BTreeMap<Base, Sums>) -> u128 {
+    let up = merge_up(ledger.up, w);
     // A 0-byte GPU would make every share a division by zero; as 1 byte any
     // share over-promises and is scaled, and whole holders still count.
     let cap = u128::from(gpu.total_bytes.max(1));
@@ -544,22 +705,27 @@ fn account_gpu(
         })
         .collect();
 
-    let mut meas: Vec<Meas> = ledger
+    let mut energy_mj: u128 = 0;
+    let mut meas: Vec<Meas> = Vec::new();
+    for m in ledger
         .measured
         .iter()
         .filter(|m| m.gpu_uuid == gpu.uuid && m.to_ms > m.from_ms)
-        .filter_map(|m| {
-            let (from, to) = w.clip(m.from_ms, m.to_ms)?;
-            Some(Meas {
-                from,
-                to,
-                energy: u128::from(clipped_energy_mj(m, w.from, w.to)),
-                // A reading above 100 % is noise; a GPU cannot be busier than busy.
-                util: m.utilization_pct.map(|u| u128::from(u.min(100))),
-                outside: u128::from(m.outside_bytes),
-            })
-        })
-        .collect();
+    {
+        let Some((from, to)) = w.clip(m.from_ms, m.to_ms) else {
+            continue;
+        };
+        energy_mj += u128::from(clipped_energy_mj(m, w.from, w.to));
+        meas.push(Meas {
+            from,
+            to,
+            whole: (m.from_ms, m.to_ms),
+            energy: u128::from(m.energy_mj),
+            // A reading above 100 % is noise; a GPU cannot be busier than busy.
+            util: m.utilization_pct.map(|u| u128::from(u.min(100))),
+            outside: u128::from(m.outside_bytes),
+        });
+    }
 
     // Every boundary cuts; between two cuts nothing changes.
     let mut cuts: Vec<i64> = vec![w.from, w.to];
@@ -576,7 +742,7 @@ fn account_gpu(
     meas.sort_by_key(|m| m.from);
     let (mut next_h, mut next_m, mut next_up) = (0, 0, 0);
     let (mut held, mut measuring): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
-    let mut acc = vec![Acc::default(); bases.len()];
+    let mut acc = vec![Sums::default(); bases.len()];
     let mut parts: Vec<(usize, u128)> = Vec::new();
     for seg in cuts.windows(2) {
         let (a, b) = (seg[0], seg[1]);
@@ -632,49 +798,31 @@ fn account_gpu(
             }
             same
         });
-        let weights: Vec<u128> = parts.iter().map(|&(_, wt)| wt).collect();
-
-        let ms = apportion(span(a, b) * SCALE, &weights);
-        let energy: u128 = measuring
-            .iter()
-            .map(|&i| meas[i].energy_until(b) - meas[i].energy_until(a))
-            .sum();
-        let energy = apportion(energy, &weights);
+        let total: u128 = parts.iter().map(|&(_, wt)| wt).sum();
         let util = measuring.iter().filter_map(|&i| meas[i].util).max();
-        for (k, &(i, _)) in parts.iter().enumerate() {
+        for &(i, weight) in parts.iter() {
+            // Each part's units up to each edge, rounded down there: the
+            // floors telescope, so a segment cut in two (at a rolled-up
+            // day's edge) gives each part exactly what it gives uncut.
+            let upto = |units: u128| mul_div(units, weight, total).0;
+            // Non-negative: the running total grows with time.
+            let ms = (ms_until(b, weight, total) - ms_until(a, weight, total)) as u128;
+            let energy: u128 = measuring
+                .iter()
+                .map(|&m| upto(meas[m].energy_until(b)) - upto(meas[m].energy_until(a)))
+                .sum();
             let row = &mut acc[i];
-            row.ms += ms[k];
-            row.energy += energy[k];
-            if let (Some(u), true) = (util, ms[k] > 0) {
-                row.busy += ms[k] * u;
-                row.has_util = true;
+            row.ms += ms;
+            row.energy += energy;
+            if let (Some(u), true) = (util, ms > 0) {
+                row.busy = Some(row.busy.unwrap_or(0) + ms * u);
             }
         }
     }
-
-    // The only rounding to whole units; exact totals by construction:
-    // the ms units sum to window × SCALE, the energy units to energy × SCALE.
-    let window_ms = span(w.from, w.to);
-    let total_energy: u128 = meas.iter().map(|m| m.energy).sum();
-    let ms = apportion(window_ms, &acc.iter().map(|r| r.ms).collect::<Vec<_>>());
-    let energy = apportion(
-        total_energy,
-        &acc.iter().map(|r| r.energy).collect::<Vec<_>>(),
-    );
-    bases
-        .into_iter()
-        .zip(acc)
-        .zip(ms.into_iter().zip(energy))
-        .map(|((base, row), (ms, mj))| {
-            let busy = row.has_util.then(|| to_u64(row.busy / (100 * SCALE)));
-            let part = Part {
-                gpu_ms: to_u64(ms),
-                energy_mj: to_u64(mj),
-                busy_gpu_ms: busy,
-            };
-            (base, part)
-        })
-        .collect()
+    for (base, s) in bases.into_iter().zip(acc) {
+        sums.entry(base).or_default().add(&s);
+    }
+    energy_mj
 }
 
 fn to_u64(x: u128) -> u64 {
@@ -1328,9 +1476,13 @@ mod tests {
     }
 
     #[test]
-    fn clipped_energy_is_pro_rata_rounded_down() {
+    fn clipped_energy_counts_up_to_each_edge_rounded_down() {
+        // 10 mJ over 3 ms: 3⅓ by the first edge, 6⅔ by the second.
         let m = measured("GPU-a", 0, 3, 10, None, 0);
-        assert_eq!(clipped_energy_mj(&m, 1, 3), 6);
+        assert_eq!(clipped_energy_mj(&m, 0, 1), 3);
+        assert_eq!(clipped_energy_mj(&m, 1, 2), 3);
+        assert_eq!(clipped_energy_mj(&m, 2, 3), 4);
+        assert_eq!(clipped_energy_mj(&m, 1, 3), 7);
         assert_eq!(clipped_energy_mj(&m, -5, 5), 10);
         assert_eq!(clipped_energy_mj(&m, 3, 5), 0);
         let empty = measured("GPU-a", 3, 3, 10, None, 0);

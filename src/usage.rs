@@ -52,7 +52,7 @@ impl Counted {
 pub struct UsageCounters {
     /// Everything before this was counted.
     pub until_ms: i64,
-    /// Per (GPU uuid, kind: worker | slice | outside | idle | downtime).
+    /// Per (GPU uuid, kind: worker | slice | outside | idle | downtime | unrecorded).
     pub gpu: std::collections::BTreeMap<(String, String), Counted>,
     /// Per live worker name.
     pub worker: HashMap<String, Counted>,

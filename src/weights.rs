@@ -206,17 +206,14 @@ pub fn checksum(root: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Strin
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// The source directory opened once, and a path that leads to it as it was
-/// opened (`/proc/self/fd/N`) whatever its owner does to its path later;
+/// The source directory opened once, no component of its path a link
+/// (`open_without_links`), and a path that leads to it as it was opened
+/// (`/proc/self/fd/N`) whatever its owner does to its path later;
 /// the path is good while the file is kept. Refused when `image` lies
 /// inside it (the snapshot beside the image would be copied into itself).
 pub fn pinned(source: &Path, image: &Path) -> Result<(std::fs::File, PathBuf)> {
     use std::os::unix::io::AsRawFd;
-    let dir = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(source)
-        .map_err(|e| Error::field("source", format!("{}: {e}", source.display())))?;
+    let dir = open_without_links(source)?;
     let at = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
     let real = std::fs::read_link(&at)
         .map_err(|e| Error::field("source", format!("{}: {e}", source.display())))?;
@@ -232,6 +229,55 @@ pub fn pinned(source: &Path, image: &Path) -> Result<(std::fs::File, PathBuf)> {
         ));
     }
     Ok((dir, at))
+}
+
+/// The directory at the absolute `path`, opened one component at a time
+/// from `/` and never through a link. A source that is a link, or lies
+/// below one, is refused: whoever owns the link decides where it leads
+/// (the daemon's own state, say), and the daemon reads as root.
+fn open_without_links(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::{AsRawFd, FromRawFd};
+    use std::path::Component;
+    let refused = |why: String| Error::field("source", format!("{}: {why}", path.display()));
+    if !path.is_absolute() {
+        return Err(refused("not an absolute path".into()));
+    }
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let mut dir = open_dir(Path::new("/"))?;
+    let mut walked = PathBuf::from("/");
+    for part in path.components() {
+        let name = match part {
+            Component::RootDir | Component::CurDir => continue,
+            Component::Normal(name) => name,
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(refused(
+                    "`..` is not followed: name the directory itself".into(),
+                ))
+            }
+        };
+        walked.push(name);
+        let c_name = std::ffi::CString::new(name.as_bytes())
+            .map_err(|_| refused("a name with a NUL".into()))?;
+        // SAFETY: a valid directory descriptor and a NUL-terminated name.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            let is_link =
+                std::fs::symlink_metadata(&walked).is_ok_and(|m| m.file_type().is_symlink());
+            return Err(if is_link {
+                refused(format!(
+                    "{} is a link, and links are not followed: name the directory it leads to",
+                    walked.display()
+                ))
+            } else {
+                refused(format!("{}: {e}", walked.display()))
+            });
+        }
+        // SAFETY: a descriptor just opened, owned from here on.
+        dir = unsafe { std::fs::File::from_raw_fd(fd) };
+    }
+    Ok(dir)
 }
 
 /// `path` with links resolved, as far as it exists (the rest as written).
@@ -298,9 +344,23 @@ fn snapshot_watched(source: &Path, snapshot: &Path, copied: impl FnMut(&Path)) -
         Path::new(""),
         &mut |rel| new_dir(&snapshot.join(rel)),
         &mut |rel, bare, _| {
+            use std::os::unix::fs::PermissionsExt;
             let file = bare.open(rel)?;
             let target = snapshot.join(rel);
-            let mut out = std::fs::File::create(&target).map_err(|e| backend(&target, e))?;
+            // No wider than the source's mode (the image keeps it): a file
+            // only its owner may read stays so for the guest.
+            let mode = file
+                .metadata()
+                .map_err(|e| backend(rel, e))?
+                .permissions()
+                .mode()
+                & 0o777;
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(&target)
+                .map_err(|e| backend(&target, e))?;
             std::io::copy(&mut std::io::BufReader::new(file), &mut out)
                 .map_err(|e| backend(rel, e))?;
             copied(rel);
@@ -318,8 +378,19 @@ pub fn build_image(source: &Path, image: &Path) -> Result<()> {
     let tmp = image.with_extension("staging");
     let _ = std::fs::remove_file(&tmp);
     let backend = |what: &str, e: String| Error::Backend(format!("staging weights: {what}: {e}"));
-    let f =
-        std::fs::File::create(&tmp).map_err(|e| backend("creating the image", e.to_string()))?;
+    // Only root reads the image (libvirt hands it to the VM): 0600 set
+    // after it is made, whatever the umask.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| backend("creating the image", e.to_string()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| backend("creating the image", e.to_string()))?;
+    }
     f.set_len(size)
         .map_err(|e| backend("sizing the image", e.to_string()))?;
     drop(f);
@@ -419,6 +490,70 @@ mod tests {
         for inside in [elsewhere.join("w.img"), elsewhere.join("not/yet/w.img")] {
             let e = pinned(&elsewhere, &inside).unwrap_err();
             assert!(e.message().starts_with("weights_disk: "), "{e}");
+        }
+    }
+
+    /// A source that is a link, or lies below one, is refused naming the
+    /// link (whoever owns it decides where it leads: the daemon's state,
+    /// say); so is one named with `..`. The directory itself is taken.
+    #[test]
+    fn a_source_through_a_link_is_refused() {
+        let top = tempfile::tempdir().unwrap();
+        let real = top.path().join("real");
+        std::fs::create_dir_all(real.join("model")).unwrap();
+        let link = top.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let image = top.path().join("out/w.img");
+        for source in [link.clone(), link.join("model")] {
+            let e = pinned(&source, &image).unwrap_err();
+            assert!(
+                e.message().starts_with("source: ")
+                    && e.message().contains(&format!(
+                        "{} is a link, and links are not followed",
+                        link.display()
+                    )),
+                "{e}"
+            );
+        }
+        let e = pinned(&real.join("model/../model"), &image).unwrap_err();
+        assert!(e.message().contains("`..` is not followed"), "{e}");
+        let e = pinned(Path::new("relative/model"), &image).unwrap_err();
+        assert!(e.message().contains("not an absolute path"), "{e}");
+        assert!(pinned(&real.join("model"), &image).is_ok());
+    }
+
+    /// The snapshot keeps each file's mode, never wider (the image keeps
+    /// the snapshot's); the image is 0600 whatever the umask.
+    #[test]
+    fn modes_are_kept_never_widened_and_the_image_is_for_root_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let top = tempfile::tempdir().unwrap();
+        let src = top.path().join("model");
+        std::fs::create_dir(&src).unwrap();
+        for (name, mode) in [("open", 0o644), ("group", 0o640), ("mine", 0o600)] {
+            std::fs::write(src.join(name), name).unwrap();
+            std::fs::set_permissions(src.join(name), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        }
+        let snap = top.path().join("w.snapshot");
+        snapshot(&src, &snap).unwrap();
+        for (name, mode) in [("open", 0o644), ("group", 0o640), ("mine", 0o600)] {
+            let got = std::fs::metadata(snap.join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(got & !mode, 0, "{name}: {got:o} is wider than {mode:o}");
+        }
+        if std::process::Command::new("mkfs.ext4")
+            .arg("-V")
+            .output()
+            .is_ok()
+        {
+            let image = top.path().join("w.img");
+            build_image(&snap, &image).unwrap();
+            let mode = std::fs::metadata(&image).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
         }
     }
 

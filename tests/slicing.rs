@@ -419,6 +419,55 @@ fn weights_are_staged_once_onto_a_read_only_image() {
     let _ = monitor.wait();
 }
 
+/// Staging follows no link (#52): a source that is a link to the daemon's
+/// own state directory copied the ledger into the image for a member to
+/// read back with debugfs. Now it is refused, naming the link, and no
+/// image is made; a real source's files keep modes no wider than their
+/// own, and the image is root's alone (0600).
+#[test]
+fn staging_follows_no_link_and_widens_no_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = on_test_driver(&bus, dir.path(), "");
+    let a = &bus.address;
+    let (image, _) = weights_template(a, dir.path(), "w");
+    let link = dir.path().join("innocent");
+    std::os::unix::fs::symlink(&d.state, &link).unwrap();
+    let o = ctl(a, None, &["template", "stage", "w", link.to_str().unwrap()]);
+    assert!(!o.ok, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("is a link, and links are not followed"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        !image.exists(),
+        "an image was made from the state directory"
+    );
+
+    let source = dir.path().join("model");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::write(source.join("config.json"), "{}").unwrap();
+    std::fs::write(source.join("token"), "secret").unwrap();
+    std::fs::set_permissions(source.join("token"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = ctl(
+        a,
+        None,
+        &["template", "stage", "w", source.to_str().unwrap()],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let mode = std::fs::metadata(&image).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the image is {mode:o}");
+    let stat = std::process::Command::new("debugfs")
+        .args(["-R", "stat /token"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    let stat = String::from_utf8_lossy(&stat.stdout);
+    assert!(stat.contains("Mode:  0600"), "{stat}");
+}
+
 /// New weights whose checksum the ledger refuses (a full disk) are not
 /// reported staged: astraeusctl says why, and the image the ledger has no
 /// checksum for is removed (staging the old content again would otherwise
@@ -1047,6 +1096,25 @@ fn schedule_rows(db: &Path, template: &str) -> i64 {
         .unwrap()
 }
 
+/// node.toml for libvirt's test driver over a node file (in `dir`) that
+/// has `domain` running, and no buffer between handoffs.
+fn with_domain(dir: &Path, domain: &str) -> String {
+    let node = dir.join("node.xml");
+    std::fs::write(
+        &node,
+        format!(
+            "<node><cpu><mhz>2000</mhz><model>i686</model><active>2</active><total>2</total>\
+             <nodes>1</nodes><sockets>1</sockets><cores>2</cores><threads>1</threads></cpu>\
+             <memory>2097152</memory>{domain}</node>"
+        ),
+    )
+    .unwrap();
+    format!(
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test://{}\"\n",
+        node.display()
+    )
+}
+
 /// The release interlock, over libvirt (a test-driver node file): a domain
 /// that is no template but holds a baseboard device keeps the incoming
 /// template waiting — no start is issued, and the log names the holder.
@@ -1058,22 +1126,8 @@ fn a_foreign_domain_on_the_baseboard_keeps_the_template_waiting() {
         <os><type>hvm</type></os><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
         <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
         </hostdev></devices></domain>";
-    let node = dir.path().join("node.xml");
-    std::fs::write(
-        &node,
-        format!(
-            "<node><cpu><mhz>2000</mhz><model>i686</model><active>2</active><total>2</total>\
-             <nodes>1</nodes><sockets>1</sockets><cores>2</cores><threads>1</threads></cpu>\
-             <memory>2097152</memory>{intruder}</node>"
-        ),
-    )
-    .unwrap();
     let bus = Bus::session();
-    let config = format!(
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test://{}\"\n",
-        node.display()
-    );
-    let d = start_majin(&bus, dir.path(), &config, &[]);
+    let d = start_majin(&bus, dir.path(), &with_domain(dir.path(), intruder), &[]);
     let a = bus.address.clone();
     define_template(&a, "a");
     assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
@@ -1087,6 +1141,84 @@ fn a_foreign_domain_on_the_baseboard_keeps_the_template_waiting() {
         "{:?}",
         steps(&db)
     );
+}
+
+/// The interlock fails closed (#52): an active domain whose XML cannot be
+/// read is a holder, named with why, and the template waits. The same
+/// bystander described fine passes nothing through, and the template
+/// starts. (Taking an unreadable domain as holding nothing, as before,
+/// makes the first half fail.)
+#[test]
+fn a_domain_that_cannot_be_described_keeps_the_template_waiting() {
+    for (failpoints, held) in [("libvirt.describe-domain=fail@all", true), ("", false)] {
+        let dir = open_tempdir();
+        let bystander = "<domain type='test'><name>bystander</name><memory>65536</memory>\
+            <os><type>hvm</type></os><devices></devices></domain>";
+        let bus = Bus::session();
+        let config = with_domain(dir.path(), bystander);
+        let d = start_majin(
+            &bus,
+            dir.path(),
+            &config,
+            &[("ASTRAEUS_FAILPOINTS", failpoints)],
+        );
+        let a = bus.address.clone();
+        define_template(&a, "a");
+        assert!(manager(&a, None, "Resume", &["sb", "a", "false"]).ok);
+        if held {
+            eventually("the unreadable domain is named a holder", || {
+                d.log_text().contains(
+                    "baseboard still held by domain bystander: its XML could not be read: \
+                     failpoint libvirt.describe-domain",
+                )
+            });
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            assert_eq!(template_state(&a, "a"), "waiting");
+            let db = d.state.join("ledger.db");
+            assert!(
+                !steps(&db).iter().any(|s| s.starts_with("start-issued")),
+                "{:?}",
+                steps(&db)
+            );
+        } else {
+            eventually("a running", || template_state(&a, "a") == "running");
+        }
+    }
+}
+
+/// Two templates on disjoint baseboards still take turns (one VM on at a
+/// time, as the design says, whatever devices each passes through): c may
+/// not simply resume while a is on, and a handoff powers a off first.
+#[test]
+fn templates_on_disjoint_baseboards_still_take_turns() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let config = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\n\
+        libvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n";
+    let _d = start_majin(&bus, dir.path(), config, &[]);
+    let a = &bus.address;
+    define_template(a, "a");
+    let other = test_template("c")
+        .replace("bus='0x41'", "bus='0x43'")
+        .replace("0000:41:00.0", "0000:43:00.0");
+    let o = manager(a, None, "CreateTemplate", &["s", &other]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(manager(a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("a running", || template_state(a, "a") == "running");
+    let o = manager(a, None, "Resume", &["sb", "c", "false"]);
+    assert!(
+        o.stderr.contains("template a holds the GPU baseboard"),
+        "{}",
+        o.stderr
+    );
+    assert!(manager(a, None, "Resume", &["sb", "c", "true"]).ok);
+    // Never both on: while c is not yet running, a may be; once c is, a is off.
+    eventually("c running", || {
+        let (sa, sc) = (template_state(a, "a"), template_state(a, "c"));
+        assert!(!(sa == "running" && sc == "running"), "both on");
+        sc == "running"
+    });
+    assert_eq!(template_state(a, "a"), "off");
 }
 
 /// SHA-256 in the documented form (each file's relative path, a zero byte,

@@ -594,3 +594,175 @@ fn an_interval_closed_after_the_facts_were_taken_counts_once() {
     let time: u64 = rows.iter().map(|r| r.gpu_ms).sum();
     assert_eq!(time, 60 * MIN as u64, "the GPU's rows add up to the hour");
 }
+
+/// Days older than a day are rolled up at the daemon's start (#50): the
+/// usage report over them reads the same, to the ms and the mJ, from the
+/// rolled-up days as it did from their intervals, in every grouping, and
+/// a window with edges inside rolled-up days covers those days whole.
+#[test]
+fn days_rolled_up_at_start_report_what_their_intervals_did() {
+    const DAY: i64 = 86_400_000;
+    let dir = open_tempdir();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let db = state.join("ledger.db");
+    drop(astraeusd::store::Store::open(&db).unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let today = now.div_euclid(DAY) * DAY;
+    let start = today - 4 * DAY + 5 * 3_600_000 + 3;
+    let uuid = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000";
+    {
+        let mut conn = rusqlite::Connection::open(&db).unwrap();
+        let tx = conn.transaction().unwrap();
+        // Up from `start` until two minutes ago, with an hour of downtime.
+        let gap = (today - 2 * DAY - 1_800_000, today - 2 * DAY + 1_800_000);
+        for (a, b) in [(start, gap.0), (gap.1, now - 120_000)] {
+            tx.execute(
+                "INSERT INTO daemon_runs (started_ms, alive_ms) VALUES (?1, ?2)",
+                rusqlite::params![a, b],
+            )
+            .unwrap();
+            let (mut t, mut k) = (a, 0i64);
+            while t + 60_000 <= b {
+                tx.execute(
+                    "INSERT INTO gpu_intervals (gpu_uuid, from_ms, to_ms, energy_mj,
+                       utilization_pct, samples, outside_bytes, total_bytes)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, 8589934592)",
+                    rusqlite::params![
+                        uuid,
+                        t,
+                        t + 60_000,
+                        3_600_000 + k * 7 % 9973,
+                        k % 97,
+                        (1i64 << 30) + ((k % 13) << 24)
+                    ],
+                )
+                .unwrap();
+                t += 60_000;
+                k += 1;
+            }
+        }
+        // Sharers of root and nobody, across midnights, one that launched.
+        let workers = [
+            (
+                "asr",
+                0,
+                "{}",
+                start + 11,
+                Some(today - 3 * DAY + 7_777_777),
+                150,
+            ),
+            (
+                "tts",
+                65534,
+                r#"{"run":{}}"#,
+                today - 3 * DAY - 5,
+                Some(today - DAY + 3),
+                225,
+            ),
+            ("emb", 0, "{}", today - 2 * DAY + 99, None, 99),
+        ];
+        for (id, (name, uid, spec, from, to, hundredths)) in workers.into_iter().enumerate() {
+            tx.execute(
+                "INSERT INTO workers (id, name, spec, owner_uid, state, submitted_ms, started_ms, ended_ms)
+                 VALUES (?1, ?2, ?3, ?4, 'stopped', ?5, ?5, ?6)",
+                rusqlite::params![id as i64 + 1, name, spec, uid, from, to.unwrap_or(now - 130_000)],
+            )
+            .unwrap();
+            tx.execute(
+                "INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms, to_ms)
+                 VALUES (?1, ?2, 0, ?3, ?4, ?5)",
+                rusqlite::params![id as i64 + 1, uuid, hundredths, from, to.unwrap_or(now - 130_000)],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let bus = Bus::session();
+    let a = &bus.address;
+    let secs = |ms: i64| (ms / 1000).to_string();
+    let usage = |from: i64, to: i64, by: &str| {
+        let o = ctl(
+            a,
+            None,
+            &[
+                "usage",
+                "--since",
+                &secs(from),
+                "--until",
+                &secs(to),
+                "--by",
+                by,
+                "--csv",
+            ],
+        );
+        assert!(o.ok, "{}", o.stderr);
+        o.stdout
+    };
+    let whole = (today - 3 * DAY, today - DAY);
+    let inside = (today - 3 * DAY + 5 * 3_600_000, today - DAY - 3 * 3_600_000);
+    let groupings = ["worker", "owner", "gpu", "user"];
+
+    // Nothing is counted into the metrics yet, so nothing is rolled up.
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "[inventory]\nrefresh_seconds = 0.2\n",
+        &[],
+    );
+    let from_intervals: Vec<String> = groupings
+        .iter()
+        .map(|by| usage(whole.0, whole.1, by))
+        .collect();
+    assert!(from_intervals[0].contains("tts") && from_intervals[0].contains("downtime"));
+    assert!(
+        from_intervals[1].contains("nobody"),
+        "{}",
+        from_intervals[1]
+    );
+    assert_eq!(ledger_i64(&state, "SELECT count(*) FROM usage_days"), 0);
+    d.stop();
+    let intervals = ledger_i64(&state, "SELECT count(*) FROM gpu_intervals");
+
+    // Counted up to now: the days that ended a day ago roll up at the start.
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "INSERT OR REPLACE INTO usage_counted (id, until_ms) VALUES (1, ?1)",
+            [now],
+        )
+        .unwrap();
+    let d = start_majin(
+        &bus,
+        dir.path(),
+        "[inventory]\nrefresh_seconds = 0.2\n",
+        &[],
+    );
+    eventually("three days rolled up", || {
+        ledger_i64(&state, "SELECT count(*) FROM usage_days") == 3
+            && d.log_text().contains("days of usage rolled up")
+    });
+    let left = ledger_i64(&state, "SELECT count(*) FROM gpu_intervals");
+    assert!(left < intervals / 2, "{left} of {intervals} intervals left");
+    assert_eq!(
+        ledger_i64(
+            &state,
+            &format!(
+                "SELECT count(*) FROM gpu_intervals WHERE to_ms <= {}",
+                today - DAY
+            )
+        ),
+        0
+    );
+    for (by, want) in groupings.iter().zip(&from_intervals) {
+        assert_eq!(&usage(whole.0, whole.1, by), want, "by {by}");
+        assert_eq!(
+            &usage(inside.0, inside.1, by),
+            want,
+            "by {by}, edges inside"
+        );
+    }
+}

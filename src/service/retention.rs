@@ -26,9 +26,19 @@ struct Pass {
     cutoff: EpochMs,
     started: Instant,
     rows: usize,
+    /// UTC days of usage rolled up.
+    days: usize,
     batches: usize,
     longest: Duration,
-    shrinking: bool,
+    stage: Stage,
+}
+
+/// A pass forgets, then rolls up closed days, then shrinks the file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Forget,
+    RollUp,
+    Shrink,
 }
 
 impl Retention {
@@ -65,22 +75,17 @@ impl Service {
             rows: 0,
             batches: 0,
             longest: Duration::ZERO,
-            shrinking: false,
+            stage: Stage::Forget,
+            days: 0,
         });
         let began = Instant::now();
-        let done = if pass.shrinking {
-            match self.node.shrink_ledger(SHRINK_PAGES) {
-                Ok(left) => left == 0,
-                Err(e) => {
-                    tracing::warn!("retention: giving the ledger's free pages back failed: {e}");
-                    true
-                }
-            }
-        } else {
-            match self.node.forget_ended(pass.cutoff, BATCH_ROWS) {
+        let done = match pass.stage {
+            Stage::Forget => match self.node.forget_ended(pass.cutoff, BATCH_ROWS) {
                 Ok(f) => {
                     pass.rows += f.rows();
-                    pass.shrinking = !f.more;
+                    if !f.more {
+                        pass.stage = Stage::RollUp;
+                    }
                     false
                 }
                 Err(e) => {
@@ -90,17 +95,42 @@ impl Service {
                     );
                     true
                 }
-            }
+            },
+            // A day of every GPU per batch: its intervals become a few sums.
+            Stage::RollUp => match self.node.roll_up_next(EpochMs::now()) {
+                Ok(Some((_, folded))) => {
+                    pass.days += 1;
+                    pass.rows += folded;
+                    false
+                }
+                Ok(None) => {
+                    pass.stage = Stage::Shrink;
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!("retention: rolling up a day of usage failed: {e}");
+                    pass.stage = Stage::Shrink;
+                    false
+                }
+            },
+            Stage::Shrink => match self.node.shrink_ledger(SHRINK_PAGES) {
+                Ok(left) => left == 0,
+                Err(e) => {
+                    tracing::warn!("retention: giving the ledger's free pages back failed: {e}");
+                    true
+                }
+            },
         };
         pass.batches += 1;
         pass.longest = pass.longest.max(began.elapsed());
         if done {
             let size = self.node.store().size_bytes().unwrap_or(0);
             tracing::info!(
-                "retention: {} rows that ended before {} deleted in {} batches over {} ms \
-                 (the longest {:.1} ms); the ledger is {} KiB",
+                "retention: {} rows that ended before {} deleted or rolled up ({} days of usage \
+                 rolled up) in {} batches over {} ms (the longest {:.1} ms); the ledger is {} KiB",
                 pass.rows,
                 pass.cutoff,
+                pass.days,
                 pass.batches,
                 pass.started.elapsed().as_millis(),
                 pass.longest.as_secs_f64() * 1000.0,

@@ -6,6 +6,7 @@
 mod checkpoint;
 mod counters;
 mod retention;
+mod rollup;
 pub mod room;
 mod schema;
 mod slicing;

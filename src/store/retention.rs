@@ -18,13 +18,21 @@ pub struct Forgotten {
     pub slices: usize,
     pub intervals: usize,
     pub runs: usize,
+    /// Rolled-up days' rows (store/rollup.rs).
+    pub rollups: usize,
     /// A table had more than the batch took: another batch is due.
     pub more: bool,
 }
 
 impl Forgotten {
     pub fn rows(&self) -> usize {
-        self.workers + self.events + self.steps + self.slices + self.intervals + self.runs
+        self.workers
+            + self.events
+            + self.steps
+            + self.slices
+            + self.intervals
+            + self.runs
+            + self.rollups
     }
 }
 
@@ -106,18 +114,48 @@ impl Store {
                 WHERE alive_ms < ?1 AND started_ms != ?3 LIMIT ?2)",
             params![cutoff_ms, limit, current_run.unwrap_or(i64::MIN)],
         )?;
-        // The report's records begin here now (see `records_from`).
+        // Rolled-up days that ended before the cutoff; the one it falls in
+        // stays whole (only its whole is known).
+        let rollup_rows = exec(
+            &tx,
+            "DELETE FROM usage_rollup WHERE (day_ms, gpu_uuid, kind, name, owner) IN
+               (SELECT day_ms, gpu_uuid, kind, name, owner FROM usage_rollup
+                WHERE day_ms <= ?1 - 86400000 LIMIT ?2)",
+            params![cutoff_ms, limit],
+        )?;
+        let rollup_days = exec(
+            &tx,
+            "DELETE FROM usage_days WHERE (day_ms, gpu_uuid) IN
+               (SELECT day_ms, gpu_uuid FROM usage_days d WHERE day_ms <= ?1 - 86400000
+                AND NOT EXISTS (SELECT 1 FROM usage_rollup r
+                                WHERE r.day_ms = d.day_ms AND r.gpu_uuid = d.gpu_uuid)
+                LIMIT ?2)",
+            params![cutoff_ms, limit],
+        )?;
+        out.rollups = rollup_rows + rollup_days;
+        // The report's records begin here now (see `records_from`): at the
+        // cutoff, or at the start of a rolled-up day kept whole across it.
+        let first_day: Option<i64> =
+            tx.query_row("SELECT min(day_ms) FROM usage_days", [], |r| r.get(0))?;
         exec(
             &tx,
             "INSERT INTO ledger_meta (key, value) VALUES ('kept_from_ms', ?1)
              ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
-            params![cutoff_ms],
+            params![first_day.map_or(cutoff_ms, |d| d.min(cutoff_ms))],
         )?;
         tx.commit()?;
         out.more = events_left
-            || [out.workers, out.steps, out.slices, out.intervals, out.runs]
-                .iter()
-                .any(|&n| n as i64 == limit);
+            || [
+                out.workers,
+                out.steps,
+                out.slices,
+                out.intervals,
+                out.runs,
+                rollup_rows,
+                rollup_days,
+            ]
+            .iter()
+            .any(|&n| n as i64 == limit);
         Ok(out)
     }
 

@@ -249,6 +249,33 @@ CREATE TABLE ledger_meta (
     value  INTEGER NOT NULL
 );
 "#,
+    // 17: usage rollups (store/rollup.rs): a closed UTC day of a GPU's
+    // measured intervals folded into each base row's exact sums (report.rs:
+    // 1/2^32 ms and mJ, as decimal TEXT since a day's energy in those units
+    // passes i64), kept in place of the intervals. `usage_days`: the days
+    // rolled per GPU, the GPU as it was and the day's energy.
+    r#"
+CREATE TABLE usage_days (
+    gpu_uuid    TEXT NOT NULL,
+    day_ms      INTEGER NOT NULL,
+    gpu_index   INTEGER NOT NULL,
+    total_bytes INTEGER NOT NULL,
+    energy_mj   INTEGER NOT NULL,
+    PRIMARY KEY (day_ms, gpu_uuid)
+) WITHOUT ROWID;
+CREATE INDEX usage_days_gpu ON usage_days(gpu_uuid, day_ms);
+CREATE TABLE usage_rollup (
+    day_ms   INTEGER NOT NULL,
+    gpu_uuid TEXT NOT NULL,
+    kind     TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    owner    TEXT NOT NULL,
+    ms       TEXT NOT NULL,
+    energy   TEXT NOT NULL,
+    busy     TEXT,
+    PRIMARY KEY (day_ms, gpu_uuid, kind, name, owner)
+) WITHOUT ROWID;
+"#,
 ];
 
 #[cfg(test)]

@@ -193,19 +193,55 @@ impl Store {
 
     /// The usage report of [from_ms, to_ms), computed from the ledger (so a
     /// restart loses nothing). `current`: this run and now (it counts as up
-    /// until now); `gpus`: the GPUs the machine has now.
+    /// until now); `gpus`: the GPUs the machine has now. A window edge
+    /// inside a rolled-up day covers that whole day (`report::covered`).
     pub fn usage_report(
         &self,
         from_ms: i64,
         to_ms: i64,
         by: crate::report::GroupBy,
         current: Option<CurrentRun>,
-        mut gpus: Vec<crate::report::GpuFacts>,
+        gpus: Vec<crate::report::GpuFacts>,
         owner_name: impl Fn(u32) -> String,
     ) -> Result<Vec<crate::report::Row>> {
-        use crate::report::{GpuFacts, Holding, Ledger, Up};
         // One read transaction: every table as of the same commit.
         let read = self.conn.unchecked_transaction()?;
+        let rolled = self.rolled_in(from_ms, to_ms)?;
+        let (from, to) = crate::report::covered(from_ms, to_ms, &rolled.days);
+        let mut facts = self.facts_in(from, to, current, gpus)?;
+        read.commit()?;
+        // GPUs gone now that a rolled-up day shows held: sized as then.
+        for g in rolled.gpus {
+            let held = rolled.days.iter().any(|d| {
+                d.gpu_uuid == g.uuid
+                    && d.sums.iter().any(|(b, _)| {
+                        matches!(
+                            b,
+                            crate::report::Base::Worker { .. } | crate::report::Base::Slice { .. }
+                        )
+                    })
+            });
+            if held && !facts.gpus.iter().any(|f| f.uuid == g.uuid) {
+                facts.gpus.push(g);
+            }
+        }
+        facts.rolled = rolled.days;
+        let rows = crate::report::report(from, to, &facts.ledger(), by)?;
+        Ok(name_owners(rows, by, owner_name))
+    }
+
+    /// What a report over [from_ms, to_ms) reads besides the rolled-up
+    /// days, owned. Owners are their uids, in decimal: a rolled-up day
+    /// keeps them so, and names are looked up once the report is made
+    /// (`name_owners`).
+    pub(super) fn facts_in(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        current: Option<CurrentRun>,
+        mut gpus: Vec<crate::report::GpuFacts>,
+    ) -> Result<Facts> {
+        use crate::report::{GpuFacts, Holding, Up};
         let mut inputs = self.usage_inputs(from_ms, to_ms)?;
         let live = current.as_ref().map_or(&[][..], |c| &c.open[..]);
         // The report may run after the facts were taken (off the loop):
@@ -264,18 +300,12 @@ impl Store {
                 }
             }
         }
-        // A name is looked up once per owner, not per hold (a lookup reads
-        // the user database: a year has tens of thousands of holds).
-        let mut owners = std::collections::HashMap::new();
         let holds: Vec<Holding> = inputs
             .holds
             .iter()
             .map(|h| Holding {
                 worker: h.worker.clone(),
-                owner: owners
-                    .entry(h.owner_uid)
-                    .or_insert_with(|| owner_name(h.owner_uid))
-                    .clone(),
+                owner: h.owner_uid.to_string(),
                 gpu_uuid: h.gpu_uuid.clone(),
                 share_bytes: h
                     .share_hundredths
@@ -310,18 +340,82 @@ impl Store {
                 to_ms: s.end_ms,
             });
         }
-        let records_from = self.records_from()?;
-        read.commit()?;
-        let ledger = Ledger {
-            records_from,
-            gpus: &gpus,
-            holds: &holds,
-            slices: &slices,
-            measured: &inputs.measured,
-            up: &inputs.up,
-        };
-        Ok(crate::report::report(from_ms, to_ms, &ledger, by)?)
+        Ok(Facts {
+            records_from: self.records_from()?,
+            gpus,
+            holds,
+            slices,
+            measured: inputs.measured,
+            up: inputs.up,
+            rolled: Vec::new(),
+        })
     }
+}
+
+/// A report's facts, owned; `report::Ledger` borrows them.
+pub(super) struct Facts {
+    pub gpus: Vec<crate::report::GpuFacts>,
+    pub holds: Vec<crate::report::Holding>,
+    pub slices: Vec<crate::report::SliceHold>,
+    pub measured: Vec<crate::report::Measured>,
+    pub up: Vec<crate::report::Up>,
+    pub records_from: Option<i64>,
+    pub rolled: Vec<crate::report::RolledDay>,
+}
+
+impl Facts {
+    pub fn ledger(&self) -> crate::report::Ledger<'_> {
+        crate::report::Ledger {
+            gpus: &self.gpus,
+            holds: &self.holds,
+            slices: &self.slices,
+            measured: &self.measured,
+            up: &self.up,
+            records_from: self.records_from,
+            rolled: &self.rolled,
+        }
+    }
+}
+
+/// The report's owner keys (uids) as names: workers' rows under `owner`
+/// and `user`. A name is looked up once per owner, not per row (a lookup
+/// reads the user database); two uids of one name are one row.
+fn name_owners(
+    rows: Vec<crate::report::Row>,
+    by: crate::report::GroupBy,
+    owner_name: impl Fn(u32) -> String,
+) -> Vec<crate::report::Row> {
+    use crate::report::{GroupBy, RowKind};
+    if !matches!(by, GroupBy::Owner | GroupBy::User) {
+        return rows;
+    }
+    let mut names = std::collections::HashMap::new();
+    let mut rows: Vec<_> = rows
+        .into_iter()
+        .map(|mut r| {
+            if r.kind == RowKind::Worker {
+                if let Ok(uid) = r.key.parse::<u32>() {
+                    r.key = names.entry(uid).or_insert_with(|| owner_name(uid)).clone();
+                }
+            }
+            r
+        })
+        .collect();
+    // Merged rows carry no GPU: the order is kind, then key, as before.
+    rows.sort_by(|a, b| (a.kind, &a.key).cmp(&(b.kind, &b.key)));
+    rows.dedup_by(|later, kept| {
+        let same = later.kind == kept.kind && later.key == kept.key;
+        if same {
+            kept.gpu_ms = kept.gpu_ms.saturating_add(later.gpu_ms);
+            kept.energy_mj = kept.energy_mj.saturating_add(later.energy_mj);
+            kept.busy_gpu_ms = match (kept.busy_gpu_ms, later.busy_gpu_ms) {
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        same
+    });
+    rows
 }
 
 #[cfg(test)]

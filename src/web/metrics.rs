@@ -195,7 +195,7 @@ fn counters(snap: &Snapshot, typed: &mut Family) {
     time_and_energy(
         typed,
         per_gpu.collect(),
-        ("astraeus_gpu_seconds_total", "GPU-seconds by what they went to: worker, slice, outside, idle, downtime (a shared GPU counts for each sharer by its share of the memory; per GPU the kinds add up to the time counted)."),
+        ("astraeus_gpu_seconds_total", "GPU-seconds by what they went to: worker, slice, outside, idle, downtime, unrecorded (before the ledger's records begin; a shared GPU counts for each sharer by its share of the memory; per GPU the kinds add up to the time counted)."),
         ("astraeus_gpu_energy_joules_total", "Energy the GPU drew, by what it went to (as the GPU-seconds)."),
     );
     let per_worker = snap.workers.iter().filter_map(|w| {

@@ -707,7 +707,10 @@ async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result
         }
         TemplateCommand::Stage { name, source } => {
             use futures_util::StreamExt;
-            let source = std::fs::canonicalize(&source)
+            // Absolute, `.` and `..` taken out by name, links left as
+            // written: the daemon follows none (a link's owner decides where
+            // it leads), so a link named here is refused there, by name.
+            let source = lexically_absolute(std::path::Path::new(&source))
                 .map_err(|e| no_input(&source, e))?
                 .to_string_lossy()
                 .into_owned();
@@ -781,4 +784,43 @@ async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result
         }
     }
     Ok(())
+}
+
+/// `path` made absolute against the working directory, with `.` and `..`
+/// resolved by name alone (as `realpath -s`), never through a link.
+fn lexically_absolute(path: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for part in std::path::absolute(path)?.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lexically_absolute;
+    use std::path::Path;
+
+    #[test]
+    fn a_source_is_made_absolute_by_name_with_its_links_kept() {
+        let top = tempfile::tempdir().unwrap();
+        let link = top.path().join("link");
+        std::os::unix::fs::symlink("/etc", &link).unwrap();
+        assert_eq!(
+            lexically_absolute(&link.join("x/../y/.")).unwrap(),
+            link.join("y")
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            lexically_absolute(Path::new("a/../b")).unwrap(),
+            cwd.join("b")
+        );
+    }
 }

@@ -361,20 +361,45 @@ fn first_known<E>(
 }
 
 /// Active domains whose XML passes any of `devices` through (release is
-/// confirmed when this is empty).
+/// confirmed when this is empty), each by name; an active domain that
+/// cannot be described counts too, saying why (the interlock fails
+/// closed: a domain whose devices are unknown may hold the baseboard).
 fn holders(c: &Connect, uri: &str, devices: &[PciAddress]) -> Result<Vec<String>> {
     let domains = c
         .list_all_domains(sys::VIR_CONNECT_LIST_DOMAINS_ACTIVE)
         .map_err(|e| backend(uri, e))?;
-    Ok(domains
-        .iter()
-        .filter(|d| {
-            d.xml_desc(0)
-                .ok()
-                .is_some_and(|xml| domain_xml::passes_through(&xml, devices))
-        })
-        .filter_map(|d| d.name().ok())
-        .collect())
+    let mut out = Vec::new();
+    for d in &domains {
+        let name = match d.name() {
+            Ok(name) => crate::text::printable(&name),
+            Err(e) => {
+                out.push(format!(
+                    "an active domain whose name could not be read ({})",
+                    crate::text::printable(&e.to_string())
+                ));
+                continue;
+            }
+        };
+        let xml = if crate::failpoint::fails("libvirt.describe-domain") {
+            Err("failpoint libvirt.describe-domain".to_string())
+        } else {
+            d.xml_desc(0).map_err(|e| e.to_string())
+        };
+        match xml {
+            Ok(xml) => match domain_xml::passes_through(&xml, devices) {
+                Ok(true) => out.push(name),
+                Ok(false) => {}
+                Err(why) => out.push(format!("domain {name}: {why}")),
+            },
+            // Gone since it was listed: off, so it holds nothing.
+            Err(_) if !d.is_active().unwrap_or(true) => {}
+            Err(e) => out.push(format!(
+                "domain {name}: its XML could not be read: {}",
+                crate::text::printable(&e)
+            )),
+        }
+    }
+    Ok(out)
 }
 
 /// The order of the address sources. Through libvirt, the lease is tested
