@@ -641,8 +641,17 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let roll_s = t.elapsed().as_secs_f64();
-    // Its pages given back (the shrink follows the rollup).
-    std::thread::sleep(Duration::from_secs(3));
+    // Its pages given back (the shrink follows the rollup): until the file
+    // stops shrinking.
+    let mut last = size(&db);
+    for _ in 0..120 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now_size = size(&db);
+        if now_size == last {
+            break;
+        }
+        last = now_size;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -14,8 +14,9 @@ use std::path::PathBuf;
 (best fit on the fullest GPU that still offers enough), explains every wait, and keeps its \
 ledger in SQLite. It serves org.astraeus.Node1 on the system bus (or --session); drive it with \
 busctl, gdbus or astraeusctl(1).\n\n\
-Files: /etc/astraeus/node.toml (configuration), /var/lib/astraeus/ledger.db (the ledger; \
-$STATE_DIRECTORY under systemd, $XDG_STATE_HOME/astraeus with --session). \
+Files: /etc/astraeus/node.toml (configuration; with --session $XDG_CONFIG_HOME/astraeus/node.toml \
+alone), /var/lib/astraeus/ledger.db (the ledger; $STATE_DIRECTORY under systemd, \
+$XDG_STATE_HOME/astraeus with --session, on every systemd). \
 Logs go to the journal (journalctl -u astraeusd; MESSAGE_ID per kind of event) or stderr. \
 Signals: SIGHUP re-reads node.toml (what a restart would refuse is refused, and the running \
 configuration stays) and the GPU inventory; SIGTERM stops cleanly."
@@ -30,7 +31,7 @@ pub struct DaemonArgs {
     /// Simulated GPUs: the built-in machine `majin`, or the TOML file given.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
     pub sim: Option<Option<PathBuf>>,
-    /// Where the ledger lives (default: $STATE_DIRECTORY, or the user's state dir with --session).
+    /// Where the ledger lives (default: $STATE_DIRECTORY, or $XDG_STATE_HOME/astraeus with --session).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// Configuration file.

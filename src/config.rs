@@ -40,6 +40,18 @@ pub struct HistoryConfig {
     pub min_free_mb: u64,
 }
 
+/// [`Config::session_path`] from the variables' values.
+fn session_path_in(
+    xdg_config_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<std::path::PathBuf> {
+    xdg_config_home
+        .filter(|d| Path::new(d).is_absolute())
+        .map(std::path::PathBuf::from)
+        .or_else(|| home.map(|h| Path::new(&h).join(".config")))
+        .map(|d| d.join("astraeus/node.toml"))
+}
+
 /// 400 days: a report over last year (a calendar year, or the 365 days
 /// before any day) can still be made well into the next one.
 pub const DEFAULT_KEEP_DAYS: u32 = 400;
@@ -396,16 +408,16 @@ impl Config {
 
     /// Where a daemon on the session bus (a desktop, WSL) reads its
     /// configuration: `$XDG_CONFIG_HOME/astraeus/node.toml` (or
-    /// `~/.config/…`) when it exists, else the system's file.
-    pub fn session_path() -> std::path::PathBuf {
-        let own = std::env::var_os("XDG_CONFIG_HOME")
-            .map(std::path::PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
-            .map(|d| d.join("astraeus/node.toml"));
-        match own {
-            Some(p) if p.exists() => p,
-            _ => std::path::PathBuf::from(DEFAULT_PATH),
-        }
+    /// `~/.config/…`), and only there: absent, it runs on the defaults and
+    /// the session's ([`Config::for_session`]). Never the system's file:
+    /// an `[http] listen` or a policy meant for the system daemon is not
+    /// the user's (a session daemon served its page on the system's
+    /// address). None: neither variable is set.
+    pub fn session_path() -> Option<std::path::PathBuf> {
+        session_path_in(
+            std::env::var_os("XDG_CONFIG_HOME"),
+            std::env::var_os("HOME"),
+        )
     }
 
     /// A session daemon's defaults, where the file left the system's: the
@@ -626,5 +638,27 @@ mod tests {
                      [usage]\ninterval_seconds = 3600\n[schedule]\nhandoff_buffer_seconds = 0\n\
                      time_zone = \"Europe/Berlin\"\n[http]\nlisten = \"65535\"\n";
         load(edges).unwrap();
+    }
+
+    /// A session daemon reads the user's file or none: never /etc's.
+    #[test]
+    fn a_session_daemon_reads_the_users_file_and_never_the_systems() {
+        use super::session_path_in;
+        use std::path::PathBuf;
+        let home = Some("/home/ana".into());
+        assert_eq!(
+            session_path_in(None, home.clone()),
+            Some(PathBuf::from("/home/ana/.config/astraeus/node.toml"))
+        );
+        assert_eq!(
+            session_path_in(Some("/cfg".into()), home.clone()),
+            Some(PathBuf::from("/cfg/astraeus/node.toml"))
+        );
+        // A relative XDG_CONFIG_HOME is invalid (XDG spec): ignored.
+        assert_eq!(
+            session_path_in(Some("cfg".into()), home),
+            Some(PathBuf::from("/home/ana/.config/astraeus/node.toml"))
+        );
+        assert_eq!(session_path_in(None, None), None);
     }
 }

@@ -67,6 +67,11 @@ fn state_dir(args: &Args) -> PathBuf {
     if let Some(d) = &args.state_dir {
         return d.clone();
     }
+    // A session daemon's ledger has one home on every systemd, whatever a
+    // user unit's StateDirectory= maps to (store/home.rs).
+    if args.session || args.bus_address.is_some() {
+        return session_home(std::env::var_os("XDG_STATE_HOME"), ".local/state");
+    }
     if let Some(d) = std::env::var_os("STATE_DIRECTORY") {
         // systemd may pass several, colon-separated: the first is ours.
         let first = d
@@ -77,14 +82,18 @@ fn state_dir(args: &Args) -> PathBuf {
             .to_string();
         return PathBuf::from(first);
     }
-    if args.session || args.bus_address.is_some() {
-        let base = std::env::var_os("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-            .unwrap_or_else(|| PathBuf::from("/tmp"));
-        return base.join("astraeus");
-    }
     PathBuf::from("/var/lib/astraeus")
+}
+
+/// `$VAR/astraeus` for an XDG base directory variable's value, else
+/// `~/<fallback>/astraeus` (a relative value is ignored, as the XDG spec
+/// says).
+fn session_home(var: Option<std::ffi::OsString>, fallback: &str) -> PathBuf {
+    var.map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(fallback)))
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+        .join("astraeus")
 }
 
 /// The state directory is the daemon's alone (0700), whatever started it;
@@ -140,11 +149,14 @@ async fn system_daemon_gpus() -> Vec<String> {
 /// (the ledger in a state only a restart reads again).
 async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     let (config_path, explicit) = match &args.config {
-        Some(p) => (p.clone(), true),
+        Some(p) => (Some(p.clone()), true),
         None if args.session => (Config::session_path(), false),
-        None => (std::path::PathBuf::from(config::DEFAULT_PATH), false),
+        None => (Some(std::path::PathBuf::from(config::DEFAULT_PATH)), false),
     };
-    let mut config = Config::load(&config_path, explicit)?;
+    let mut config = match &config_path {
+        Some(path) => Config::load(path, explicit)?,
+        None => Config::default(),
+    };
     let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from);
     if args.session {
         config = config.for_session(runtime_dir.as_deref());
@@ -203,6 +215,12 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     }
     let dir = state_dir(&args);
     private_state(&dir)?;
+    // A session daemon's ledger an older build left where systemd < 254
+    // put a user unit's StateDirectory=: carried over once.
+    if args.session && args.state_dir.is_none() {
+        let old = session_home(std::env::var_os("XDG_CONFIG_HOME"), ".config").join("ledger.db");
+        astraeusd::store::home::carry_over(&old, &dir.join("ledger.db"))?;
+    }
     let mut store = Store::open(&dir.join("ledger.db"))?;
     store.set_min_free(config.history.min_free_mb.saturating_mul(1_000_000));
     let mut node = Node::open(store, machine)?;
@@ -237,8 +255,8 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     let settings = Settings {
         // SAFETY: geteuid cannot fail.
         owner: (args.session || args.bus_address.is_some()).then(|| unsafe { libc::geteuid() }),
-        config: Some(astraeusd::service::reload::Loaded {
-            path: config_path,
+        config: config_path.map(|path| astraeusd::service::reload::Loaded {
+            path,
             explicit,
             session: args.session.then_some(runtime_dir),
             config: config.clone(),

@@ -601,7 +601,13 @@ fn account_gpu(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>) -> Vec<(Base, Par
             energy += sweep(raw, gpu, ledger, &mut sums);
         }
         for (base, s) in &d.sums {
-            sums.entry(base.clone()).or_default().add(s);
+            // A year holds tens of thousands: clone a key only when new.
+            match sums.get_mut(base) {
+                Some(kept) => kept.add(s),
+                None => {
+                    sums.insert(base.clone(), s.clone());
+                }
+            }
         }
         energy += u128::from(d.energy_mj);
         at = d.day_ms + DAY_MS;

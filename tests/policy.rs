@@ -403,6 +403,82 @@ fn members_are_held_to_a_submit_rate_and_to_the_bytes_they_keep_live() {
     }
 }
 
+/// The figure docs/reliability.md gives (#50): how far one member churning
+/// as hard as it can moves the ledger, in bytes per hour. Four callers of
+/// one member loop submit + stop of a 256 KB request (the issue's attack);
+/// the shipped limits hold them to access.max_submits_per_minute. Not a
+/// pass/fail test (it takes minutes): run it on a release build with
+///   cargo build --release && ASTRAEUS_TEST_DAEMON=$PWD/target/release/astraeusd \
+///     ASTRAEUS_CHURN_SECONDS=600 cargo test --test policy -- --ignored --nocapture churn
+#[test]
+#[ignore]
+fn one_members_churn_in_bytes_per_hour() {
+    let seconds: u64 = std::env::var("ASTRAEUS_CHURN_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(180);
+    let (dir, bus, d) = member_and_daemon("");
+    let a = bus.address.clone();
+    let ledger = || {
+        ["ledger.db", "ledger.db-wal"]
+            .iter()
+            .map(|f| std::fs::metadata(d.state.join(f)).map_or(0, |m| m.len()))
+            .sum::<u64>()
+    };
+    let spec = |name: &str| {
+        format!(
+            r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":1}}}},"run":{{"unit":{{"exec":["/bin/true"],"env":{{"PAD":"{}"}}}}}}}}"#,
+            "x".repeat(256_000)
+        )
+    };
+    // A minute of churn first: the log reaches its working size.
+    let churn = |until: std::time::Instant, who: usize| {
+        let (mut submitted, mut i) = (0u64, 0u64);
+        while std::time::Instant::now() < until {
+            i += 1;
+            let name = format!("c{who}-{i}");
+            let path = "/org/astraeus/Node1";
+            let m = "org.astraeus.Node1.Manager";
+            let o = gdbus_as(
+                Some("astraeus-test-a"),
+                &a,
+                path,
+                &format!("{m}.SubmitWorker"),
+                &[&spec(&name)],
+            );
+            if o.ok {
+                submitted += 1;
+                gdbus_as(
+                    Some("astraeus-test-a"),
+                    &a,
+                    path,
+                    &format!("{m}.StopWorker"),
+                    &[&name],
+                );
+            }
+        }
+        submitted
+    };
+    let run = |secs: u64| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        std::thread::scope(|s| {
+            let hands: Vec<_> = (0..4).map(|w| s.spawn(move || churn(until, w))).collect();
+            hands.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+        })
+    };
+    run(60);
+    let before = ledger();
+    let submitted = run(seconds);
+    let after = ledger();
+    let per_hour = (after.saturating_sub(before)) as f64 * 3600.0 / seconds as f64;
+    println!(
+        "one member, {seconds} s of churn: {submitted} submits taken (and stopped); the ledger \
+         and its log {before} -> {after} bytes: {:.1} MB an hour",
+        per_hour / 1e6
+    );
+    drop(dir);
+}
+
 /// Holders cannot lie: a member may name only its own processes (another
 /// user's GPU memory would stop counting as held outside), nothing is a
 /// holder unless named (the caller's pid is no default), and a holder that

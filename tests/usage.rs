@@ -743,7 +743,7 @@ fn days_rolled_up_at_start_report_what_their_intervals_did() {
     );
     eventually("three days rolled up", || {
         ledger_i64(&state, "SELECT count(*) FROM usage_days") == 3
-            && d.log_text().contains("days of usage rolled up")
+            && d.log_text().contains("GPU-days of usage rolled up")
     });
     let left = ledger_i64(&state, "SELECT count(*) FROM gpu_intervals");
     assert!(left < intervals / 2, "{left} of {intervals} intervals left");

@@ -26,8 +26,8 @@ impl Node {
 }
 
 impl Node {
-    /// Rolls up the next closed UTC day of usage when one is due: ended a
-    /// day before `now`, and counted into the metrics (a count's window
+    /// Rolls up the next closed UTC day of one GPU's usage when one is
+    /// due: ended a day before `now`, and counted into the metrics (a count's window
     /// must never reach into a rolled-up day, which reports see whole).
     /// The day rolled and the intervals folded, or None.
     pub fn roll_up_next(&mut self, now: EpochMs) -> Result<Option<(i64, usize)>> {
@@ -35,11 +35,11 @@ impl Node {
             return Ok(None);
         };
         let until = counted.min(now.as_i64().saturating_sub(crate::report::DAY_MS));
-        let Some(day) = self.store.next_day_to_roll(until)? else {
+        let (current, gpus) = self.report_facts(now.as_i64(), Vec::new());
+        let Some((day, i)) = self.store.next_to_roll(until, &gpus)? else {
             return Ok(None);
         };
-        let (current, gpus) = self.report_facts(now.as_i64(), Vec::new());
-        let folded = self.store.roll_up_day(day, &gpus, current)?;
+        let folded = self.store.roll_up_day(day, &gpus[i], current)?;
         Ok(Some((day, folded)))
     }
 }

@@ -26,7 +26,7 @@ struct Pass {
     cutoff: EpochMs,
     started: Instant,
     rows: usize,
-    /// UTC days of usage rolled up.
+    /// GPU-days of usage rolled up.
     days: usize,
     batches: usize,
     longest: Duration,
@@ -96,7 +96,7 @@ impl Service {
                     true
                 }
             },
-            // A day of every GPU per batch: its intervals become a few sums.
+            // A GPU-day per batch: its intervals become a few sums.
             Stage::RollUp => match self.node.roll_up_next(EpochMs::now()) {
                 Ok(Some((_, folded))) => {
                     pass.days += 1;
@@ -126,7 +126,7 @@ impl Service {
         if done {
             let size = self.node.store().size_bytes().unwrap_or(0);
             tracing::info!(
-                "retention: {} rows that ended before {} deleted or rolled up ({} days of usage \
+                "retention: {} rows that ended before {} deleted or rolled up ({} GPU-days of usage \
                  rolled up) in {} batches over {} ms (the longest {:.1} ms); the ledger is {} KiB",
                 pass.rows,
                 pass.cutoff,

@@ -919,7 +919,9 @@ fn resume(state: &State, t: &str, at: EpochMs, s: &Settings, out: &mut Vec<Actio
     match state {
         State::Idle { released_ms } => {
             let until = released_ms.map_or(at, |r| at.max(r + s.buffer_ms));
-            buffer(t, None, until, at, s, out)
+            // The last release carries over: the baseboard's time without
+            // a VM is told for a resume long after a power-off too (#52).
+            buffer(t, *released_ms, until, at, s, out)
         }
         State::Failed { .. } => buffer(t, None, at, at, s, out),
         _ if state.on() == Some(t) && !matches!(state, State::PoweringOff { .. }) => state.clone(),
@@ -1508,6 +1510,28 @@ mod tests {
                 dead_time_ms: None
             })
         ));
+        // A resume long after a power-off (the seed's usual scheduled
+        // pair) tells the time the baseboard had no VM (#52).
+        let (_, actions) = run(
+            State::Idle {
+                released_ms: Some(EpochMs(40)),
+            },
+            &[
+                due(Scheduled::Resume, "a", 100),
+                Event::Released {
+                    at_ms: EpochMs(100),
+                },
+            ],
+            &s,
+        );
+        assert!(has(
+            &actions,
+            &Action::Signal(Signal::SliceStarted {
+                template: "a".into(),
+                at_ms: EpochMs(100),
+                dead_time_ms: Some(60)
+            })
+        ));
     }
 
     #[test]
@@ -1524,7 +1548,7 @@ mod tests {
             state,
             State::Buffer {
                 to: "b".into(),
-                release_confirmed_ms: None,
+                release_confirmed_ms: Some(EpochMs(1_000)),
                 until_ms: EpochMs(301_000)
             }
         );

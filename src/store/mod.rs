@@ -5,6 +5,7 @@
 
 mod checkpoint;
 mod counters;
+pub mod home;
 mod retention;
 mod rollup;
 pub mod room;

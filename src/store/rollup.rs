@@ -2,8 +2,9 @@
 //! into each base row's exact sums (`report::roll_day`), in place of the
 //! intervals. A year of reports then reads a few rows a GPU and day rather
 //! than one a minute, and gives the same figures to the millisecond and the
-//! millijoule (tests/report_props.rs). The sums are kept as decimal TEXT:
-//! a day's energy in 1/2^32 mJ passes what an SQLite integer holds.
+//! millijoule (tests/report_props.rs). The sums are kept as 16-byte
+//! little-endian BLOBs: a day's energy in 1/2^32 mJ passes what an SQLite
+//! integer holds.
 
 use super::usage::CurrentRun;
 use super::{exec, Store};
@@ -19,16 +20,50 @@ pub(super) struct Rolled {
     pub gpus: Vec<GpuFacts>,
 }
 
+impl Rolled {
+    /// Per GPU, the span its rolled-up days cover when they follow each
+    /// other without a gap (as they are made, and as retention leaves
+    /// them): what a hold wholly inside is no longer needed for.
+    pub fn spans(&self) -> Vec<(String, i64, i64)> {
+        // Per GPU: its first day, its last day's end, how many days.
+        let mut per_gpu: std::collections::BTreeMap<&str, (i64, i64, i64)> = Default::default();
+        for d in &self.days {
+            let e = per_gpu
+                .entry(d.gpu_uuid.as_str())
+                .or_insert((d.day_ms, d.day_ms + DAY_MS, 0));
+            e.0 = e.0.min(d.day_ms);
+            e.1 = e.1.max(d.day_ms + DAY_MS);
+            e.2 += 1;
+        }
+        per_gpu
+            .into_iter()
+            .filter(|(_, (from, to, n))| (to - from) / DAY_MS == *n)
+            .map(|(g, (from, to, _))| (g.to_string(), from, to))
+            .collect()
+    }
+}
+
 impl Store {
-    /// The next UTC day to roll up, when one ended by `until_ms`: the day
-    /// after the last one rolled, or else the first day with a measured
-    /// interval.
-    pub fn next_day_to_roll(&self, until_ms: i64) -> Result<Option<i64>> {
+    /// The next UTC day and GPU (of `gpus`, by index) to roll up, when the
+    /// day ended by `until_ms`: the last day rolled, for a GPU that lacks
+    /// it; else the day after it; else the first day with a measured
+    /// interval. A GPU at a time: a batch holds the loop a few ms.
+    pub fn next_to_roll(&self, until_ms: i64, gpus: &[GpuFacts]) -> Result<Option<(i64, usize)>> {
+        if gpus.is_empty() {
+            return Ok(None);
+        }
         let last: Option<i64> =
             self.conn
                 .query_row("SELECT max(day_ms) FROM usage_days", [], |r| r.get(0))?;
         let next = match last {
-            Some(day) => day + DAY_MS,
+            Some(day) => {
+                for (i, gpu) in gpus.iter().enumerate() {
+                    if !self.is_rolled_up(&gpu.uuid, day)? {
+                        return Ok(Some((day, i)));
+                    }
+                }
+                day + DAY_MS
+            }
             None => {
                 // By the end index: the earliest interval to end.
                 let first: Option<i64> = self.conn.query_row(
@@ -42,17 +77,16 @@ impl Store {
                 }
             }
         };
-        Ok((next.saturating_add(DAY_MS) <= until_ms).then_some(next))
+        Ok((next.saturating_add(DAY_MS) <= until_ms).then_some((next, 0)))
     }
 
-    /// Folds the day from `day_ms` of each GPU in `gpus` into its sums and
-    /// deletes the intervals that are then wholly rolled up, in one
-    /// transaction; how many intervals went. `current`: this run, as the
-    /// report sees it.
+    /// Folds the day from `day_ms` of `gpu` into its sums and deletes the
+    /// intervals that are then wholly rolled up, in one transaction; how
+    /// many intervals went. `current`: this run, as the report sees it.
     pub fn roll_up_day(
         &mut self,
         day_ms: i64,
-        gpus: &[GpuFacts],
+        gpu: &GpuFacts,
         current: Option<CurrentRun>,
     ) -> Result<usize> {
         if day_ms != crate::report::day_start(day_ms) {
@@ -62,63 +96,64 @@ impl Store {
         }
         let end = day_ms + DAY_MS;
         // Read, then written in one transaction: the loop is the one writer.
-        let facts = self.facts_in(day_ms, end, current, gpus.to_vec())?;
-        let days: Vec<RolledDay> = gpus
-            .iter()
-            .map(|gpu| crate::report::roll_day(day_ms, gpu, &facts.ledger()))
-            .collect();
+        let facts = self.facts_in(
+            day_ms,
+            end,
+            current,
+            vec![gpu.clone()],
+            Some(&gpu.uuid),
+            &[],
+        )?;
+        let day = crate::report::roll_day(day_ms, gpu, &facts.ledger());
         let tx = self.change()?;
-        let mut folded = 0;
-        for (gpu, day) in gpus.iter().zip(days) {
+        exec(
+            &tx,
+            "INSERT OR REPLACE INTO usage_days (gpu_uuid, day_ms, gpu_index, total_bytes, energy_mj)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                gpu.uuid,
+                day_ms,
+                gpu.index,
+                gpu.total_bytes as i64,
+                day.energy_mj as i64
+            ],
+        )?;
+        for (base, sums) in &day.sums {
+            let (name, owner) = match base {
+                Base::Worker { worker, owner } => (worker.as_str(), owner.as_str()),
+                Base::Slice { template, user } => (template.as_str(), user.as_str()),
+                _ => ("", ""),
+            };
             exec(
                 &tx,
-                "INSERT OR REPLACE INTO usage_days (gpu_uuid, day_ms, gpu_index, total_bytes, energy_mj)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT OR REPLACE INTO usage_rollup
+                 (day_ms, gpu_uuid, kind, name, owner, ms, energy, busy)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
-                    gpu.uuid,
                     day_ms,
-                    gpu.index,
-                    gpu.total_bytes as i64,
-                    day.energy_mj as i64
+                    gpu.uuid,
+                    base.kind().as_str(),
+                    name,
+                    owner,
+                    sums.ms.to_le_bytes(),
+                    sums.energy.to_le_bytes(),
+                    sums.busy.map(u128::to_le_bytes)
                 ],
             )?;
-            for (base, sums) in &day.sums {
-                let (name, owner) = match base {
-                    Base::Worker { worker, owner } => (worker.as_str(), owner.as_str()),
-                    Base::Slice { template, user } => (template.as_str(), user.as_str()),
-                    _ => ("", ""),
-                };
-                exec(
-                    &tx,
-                    "INSERT OR REPLACE INTO usage_rollup
-                     (day_ms, gpu_uuid, kind, name, owner, ms, energy, busy)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    params![
-                        day_ms,
-                        gpu.uuid,
-                        base.kind().as_str(),
-                        name,
-                        owner,
-                        sums.ms.to_string(),
-                        sums.energy.to_string(),
-                        sums.busy.map(|b| b.to_string())
-                    ],
-                )?;
-            }
-            // Intervals whose every day is rolled up now: from the GPU's
-            // first rolled day to this day's end (by the primary key).
-            let first: i64 = tx.query_row(
-                "SELECT min(day_ms) FROM usage_days WHERE gpu_uuid = ?1",
-                params![gpu.uuid],
-                |r| r.get(0),
-            )?;
-            folded += exec(
-                &tx,
-                "DELETE FROM gpu_intervals
-                 WHERE gpu_uuid = ?1 AND from_ms >= ?2 AND from_ms < ?3 AND to_ms <= ?3",
-                params![gpu.uuid, first, end],
-            )?;
         }
+        // Intervals whose every day is rolled up now: from the GPU's first
+        // rolled day to this day's end (by the primary key).
+        let first: i64 = tx.query_row(
+            "SELECT min(day_ms) FROM usage_days WHERE gpu_uuid = ?1",
+            params![gpu.uuid],
+            |r| r.get(0),
+        )?;
+        let folded = exec(
+            &tx,
+            "DELETE FROM gpu_intervals
+             WHERE gpu_uuid = ?1 AND from_ms >= ?2 AND from_ms < ?3 AND to_ms <= ?3",
+            params![gpu.uuid, first, end],
+        )?;
         tx.commit()?;
         Ok(folded)
     }
@@ -127,9 +162,11 @@ impl Store {
     pub(super) fn rolled_in(&self, from_ms: i64, to_ms: i64) -> Result<Rolled> {
         let mut out = Rolled::default();
         let lo = from_ms.saturating_sub(DAY_MS);
+        // Both tables in their key's order (day, GPU, …): the sums are
+        // matched to their day walking the two side by side.
         let mut stmt = self.conn.prepare_cached(
             "SELECT gpu_uuid, day_ms, gpu_index, total_bytes, energy_mj FROM usage_days
-             WHERE day_ms > ?1 AND day_ms < ?2 ORDER BY gpu_uuid, day_ms",
+             WHERE day_ms > ?1 AND day_ms < ?2 ORDER BY day_ms, gpu_uuid",
         )?;
         let rows = stmt.query_map(params![lo, to_ms], |r| {
             Ok((
@@ -146,30 +183,37 @@ impl Store {
                 },
             ))
         })?;
-        let mut at = std::collections::HashMap::new();
         for row in rows {
             let (day, gpu) = row?;
-            at.insert((day.gpu_uuid.clone(), day.day_ms), out.days.len());
             out.days.push(day);
             // Ordered by day: the last listing of a GPU is its latest.
-            match out.gpus.last_mut() {
-                Some(g) if g.uuid == gpu.uuid => *g = gpu,
-                _ => out.gpus.push(gpu),
+            match out.gpus.iter_mut().find(|g| g.uuid == gpu.uuid) {
+                Some(g) => *g = gpu,
+                None => out.gpus.push(gpu),
             }
         }
         let mut stmt = self.conn.prepare_cached(
-            "SELECT gpu_uuid, day_ms, kind, name, owner, ms, energy, busy FROM usage_rollup
-             WHERE day_ms > ?1 AND day_ms < ?2",
+            "SELECT day_ms, gpu_uuid, kind, name, owner, ms, energy, busy FROM usage_rollup
+             WHERE day_ms > ?1 AND day_ms < ?2 ORDER BY day_ms, gpu_uuid",
         )?;
         let mut rows = stmt.query(params![lo, to_ms])?;
+        let mut i = 0;
         while let Some(r) = rows.next()? {
-            let key: (String, i64) = (r.get(0)?, r.get(1)?);
-            let Some(&i) = at.get(&key) else {
-                continue;
+            let day: i64 = r.get(0)?;
+            let gpu = text(r, 1)?;
+            while i < out.days.len()
+                && (out.days[i].day_ms, out.days[i].gpu_uuid.as_str()) < (day, gpu)
+            {
+                i += 1;
+            }
+            let Some(d) = out.days.get_mut(i) else {
+                break;
             };
-            let kind: String = r.get(2)?;
-            let (name, owner): (String, String) = (r.get(3)?, r.get(4)?);
-            let base = match kind.as_str() {
+            if (d.day_ms, d.gpu_uuid.as_str()) != (day, gpu) {
+                continue; // sums without their day: not kept
+            }
+            let (name, owner) = (r.get::<_, String>(3)?, r.get::<_, String>(4)?);
+            let base = match text(r, 2)? {
                 k if k == RowKind::Worker.as_str() => Base::Worker {
                     worker: name,
                     owner,
@@ -189,15 +233,14 @@ impl Store {
                 }
             };
             let sums = Sums {
-                ms: units(&r.get::<_, String>(5)?)?,
-                energy: units(&r.get::<_, String>(6)?)?,
-                busy: r
-                    .get::<_, Option<String>>(7)?
-                    .as_deref()
-                    .map(units)
-                    .transpose()?,
+                ms: units(r, 5)?,
+                energy: units(r, 6)?,
+                busy: match r.get_ref(7)? {
+                    rusqlite::types::ValueRef::Null => None,
+                    _ => Some(units(r, 7)?),
+                },
             };
-            out.days[i].sums.push((base, sums));
+            d.sums.push((base, sums));
         }
         Ok(out)
     }
@@ -216,13 +259,25 @@ impl Store {
     }
 }
 
-/// A rollup's sum, as kept.
-fn units(text: &str) -> Result<u128> {
-    text.parse().map_err(|_| {
-        Error::Backend(format!(
-            "ledger: a usage rollup holds {text:?} where a whole number belongs"
-        ))
-    })
+/// A rollup's sum, as kept: 16 bytes, little-endian (a day's energy in
+/// 1/2^32 mJ passes what an SQLite integer holds).
+fn units(r: &rusqlite::Row<'_>, column: usize) -> Result<u128> {
+    let bytes = r.get_ref(column)?.as_blob().ok();
+    bytes
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .map(u128::from_le_bytes)
+        .ok_or_else(|| {
+            Error::Backend(format!(
+                "ledger: a usage rollup holds something other than a 16-byte sum in column {column}"
+            ))
+        })
+}
+
+/// A text column, borrowed from the row.
+fn text<'r>(r: &'r rusqlite::Row<'_>, column: usize) -> Result<&'r str> {
+    r.get_ref(column)?
+        .as_str()
+        .map_err(|e| Error::Backend(format!("ledger: a usage rollup's column {column}: {e}")))
 }
 
 #[cfg(test)]
@@ -386,12 +441,13 @@ mod tests {
         };
         let mut days = Vec::new();
         let until = now - DAY_MS;
-        while let Some(day) = rolled.next_day_to_roll(until).unwrap() {
+        while let Some((day, i)) = rolled.next_to_roll(until, &gpus()).unwrap() {
             rolled
-                .roll_up_day(day, &gpus(), Some(current(now)))
+                .roll_up_day(day, &gpus()[i], Some(current(now)))
                 .unwrap();
             days.push(day);
         }
+        days.dedup();
         // The first day has intervals from 05:00; the fourth ends a day before now.
         assert_eq!(days, [D0, D0 + DAY_MS, D0 + 2 * DAY_MS]);
         let left: i64 = rolled
@@ -445,12 +501,25 @@ mod tests {
     fn only_closed_counted_days_are_rolled_up() {
         let now = D0 + 4 * DAY_MS + 5 * 3_600_000;
         let mut store = history(now);
-        assert_eq!(store.next_day_to_roll(D0 + DAY_MS - 1).unwrap(), None);
-        assert_eq!(store.next_day_to_roll(D0 + DAY_MS).unwrap(), Some(D0));
-        assert!(store.roll_up_day(D0 + 5, &gpus(), None).is_err());
-        store.roll_up_day(D0, &gpus(), None).unwrap();
+        assert_eq!(store.next_to_roll(D0 + DAY_MS - 1, &gpus()).unwrap(), None);
+        assert_eq!(
+            store.next_to_roll(D0 + DAY_MS, &gpus()).unwrap(),
+            Some((D0, 0))
+        );
+        assert!(store.roll_up_day(D0 + 5, &gpus()[0], None).is_err());
+        store.roll_up_day(D0, &gpus()[0], None).unwrap();
+        // The day's other GPU next, even once later days are due.
+        assert_eq!(store.next_to_roll(now, &gpus()).unwrap(), Some((D0, 1)));
+        assert_eq!(
+            store.next_to_roll(D0 + DAY_MS, &gpus()).unwrap(),
+            Some((D0, 1))
+        );
+        store.roll_up_day(D0, &gpus()[1], None).unwrap();
         assert!(store.is_rolled_up("GPU-1", D0).unwrap());
-        assert_eq!(store.next_day_to_roll(now).unwrap(), Some(D0 + DAY_MS));
+        assert_eq!(
+            store.next_to_roll(now, &gpus()).unwrap(),
+            Some((D0 + DAY_MS, 0))
+        );
     }
 
     /// Retention deletes the rolled-up days before its cutoff, keeps the
@@ -459,8 +528,8 @@ mod tests {
     fn retention_forgets_rolled_up_days_and_keeps_the_one_it_cuts() {
         let now = D0 + 4 * DAY_MS + 5 * 3_600_000;
         let mut store = history(now);
-        while let Some(day) = store.next_day_to_roll(now - DAY_MS).unwrap() {
-            store.roll_up_day(day, &gpus(), None).unwrap();
+        while let Some((day, i)) = store.next_to_roll(now - DAY_MS, &gpus()).unwrap() {
+            store.roll_up_day(day, &gpus()[i], None).unwrap();
         }
         let cutoff = D0 + DAY_MS + 3_600_000;
         while store.forget_before(cutoff, 3, None).unwrap().more {}

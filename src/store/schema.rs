@@ -251,8 +251,8 @@ CREATE TABLE ledger_meta (
 "#,
     // 17: usage rollups (store/rollup.rs): a closed UTC day of a GPU's
     // measured intervals folded into each base row's exact sums (report.rs:
-    // 1/2^32 ms and mJ, as decimal TEXT since a day's energy in those units
-    // passes i64), kept in place of the intervals. `usage_days`: the days
+    // 1/2^32 ms and mJ, as 16-byte little-endian BLOBs since a day's energy
+    // in those units passes i64), kept in place of the intervals. `usage_days`: the days
     // rolled per GPU, the GPU as it was and the day's energy.
     r#"
 CREATE TABLE usage_days (
@@ -270,11 +270,15 @@ CREATE TABLE usage_rollup (
     kind     TEXT NOT NULL,
     name     TEXT NOT NULL,
     owner    TEXT NOT NULL,
-    ms       TEXT NOT NULL,
-    energy   TEXT NOT NULL,
-    busy     TEXT,
+    ms       BLOB NOT NULL,
+    energy   BLOB NOT NULL,
+    busy     BLOB,
     PRIMARY KEY (day_ms, gpu_uuid, kind, name, owner)
 ) WITHOUT ROWID;
+-- A report skips the holds a rolled-up day of their GPU stands for: the
+-- GPU in the end index, so that is decided from the index alone.
+DROP INDEX holds_end;
+CREATE INDEX holds_end ON holds(coalesce(to_ms, 9223372036854775807), from_ms, gpu_uuid);
 "#,
 ];
 

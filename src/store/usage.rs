@@ -20,6 +20,11 @@ const HOLDS_IN: &str = "SELECT w.name, w.owner_uid, w.spec, h.gpu_uuid, h.gpu_in
 const INTERVALS_IN: &str = "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct,
         outside_bytes, total_bytes
     FROM gpu_intervals WHERE from_ms < ?2 AND to_ms > ?1 ORDER BY from_ms";
+// One GPU's, by the primary key (GPU, start): what a rollup of a day reads.
+// Folded days' intervals are gone, so the walk starts near the day.
+const GPU_INTERVALS_IN: &str = "SELECT gpu_uuid, from_ms, to_ms, energy_mj, utilization_pct,
+        outside_bytes, total_bytes
+    FROM gpu_intervals WHERE gpu_uuid = ?3 AND from_ms < ?2 AND to_ms > ?1 ORDER BY from_ms";
 // By the runs' last sign of life (store/schema.rs, migration 14): SQLite
 // would otherwise walk the primary key, every run begun before the window.
 const RUNS_IN: &str = "SELECT started_ms, alive_ms FROM daemon_runs INDEXED BY daemon_runs_alive
@@ -74,9 +79,39 @@ pub struct CurrentRun {
 impl Store {
     /// What the usage report of [from_ms, to_ms) is computed from.
     pub fn usage_inputs(&self, from_ms: i64, to_ms: i64) -> Result<UsageInputs> {
+        self.usage_inputs_of(from_ms, to_ms, None, &[])
+    }
+
+    /// [`Store::usage_inputs`], of one GPU when `gpu` names it, without
+    /// the holds wholly inside a span of rolled-up days of their own GPU
+    /// (`skip`: GPU, from, to), which those days stand for.
+    fn usage_inputs_of(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        gpu: Option<&str>,
+        skip: &[(String, i64, i64)],
+    ) -> Result<UsageInputs> {
         let mut out = UsageInputs::default();
-        let mut stmt = self.conn.prepare_cached(HOLDS_IN)?;
-        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+        let mut sql = HOLDS_IN.to_string();
+        let mut args: Vec<&dyn rusqlite::ToSql> = vec![&from_ms, &to_ms];
+        for (uuid, from, to) in skip {
+            let n = args.len();
+            sql = sql.replacen(
+                " ORDER BY",
+                &format!(
+                    " AND NOT (h.gpu_uuid = ?{} AND h.from_ms >= ?{} \
+                     AND coalesce(h.to_ms, 9223372036854775807) <= ?{}) ORDER BY",
+                    n + 1,
+                    n + 2,
+                    n + 3
+                ),
+                1,
+            );
+            args.extend([uuid as &dyn rusqlite::ToSql, from, to]);
+        }
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(args.as_slice(), |r| {
             Ok(HoldRow {
                 worker: r.get(0)?,
                 owner_uid: r.get(1)?,
@@ -89,8 +124,14 @@ impl Store {
             })
         })?;
         out.holds = rows.collect::<rusqlite::Result<_>>()?;
-        let mut stmt = self.conn.prepare_cached(INTERVALS_IN)?;
-        let rows = stmt.query_map(params![from_ms, to_ms], |r| {
+        if let Some(gpu) = gpu {
+            out.holds.retain(|h| h.gpu_uuid == gpu);
+        }
+        let mut stmt = match gpu {
+            Some(_) => self.conn.prepare_cached(GPU_INTERVALS_IN)?,
+            None => self.conn.prepare_cached(INTERVALS_IN)?,
+        };
+        let args = |r: &rusqlite::Row<'_>| {
             Ok((
                 crate::report::Measured {
                     gpu_uuid: r.get(0)?,
@@ -102,7 +143,11 @@ impl Store {
                 },
                 r.get::<_, i64>(6)? as u64,
             ))
-        })?;
+        };
+        let rows = match gpu {
+            Some(g) => stmt.query_map(params![from_ms, to_ms, g], args)?,
+            None => stmt.query_map(params![from_ms, to_ms], args)?,
+        };
         for row in rows {
             let (m, total) = row?;
             if total > 0 {
@@ -208,7 +253,7 @@ impl Store {
         let read = self.conn.unchecked_transaction()?;
         let rolled = self.rolled_in(from_ms, to_ms)?;
         let (from, to) = crate::report::covered(from_ms, to_ms, &rolled.days);
-        let mut facts = self.facts_in(from, to, current, gpus)?;
+        let mut facts = self.facts_in(from, to, current, gpus, None, &rolled.spans())?;
         read.commit()?;
         // GPUs gone now that a rolled-up day shows held: sized as then.
         for g in rolled.gpus {
@@ -231,7 +276,7 @@ impl Store {
     }
 
     /// What a report over [from_ms, to_ms) reads besides the rolled-up
-    /// days, owned. Owners are their uids, in decimal: a rolled-up day
+    /// days, owned; of the GPU `only` names alone (a rollup's), if it does. Owners are their uids, in decimal: a rolled-up day
     /// keeps them so, and names are looked up once the report is made
     /// (`name_owners`).
     pub(super) fn facts_in(
@@ -240,9 +285,11 @@ impl Store {
         to_ms: i64,
         current: Option<CurrentRun>,
         mut gpus: Vec<crate::report::GpuFacts>,
+        only: Option<&str>,
+        skip: &[(String, i64, i64)],
     ) -> Result<Facts> {
         use crate::report::{GpuFacts, Holding, Up};
-        let mut inputs = self.usage_inputs(from_ms, to_ms)?;
+        let mut inputs = self.usage_inputs_of(from_ms, to_ms, only, skip)?;
         let live = current.as_ref().map_or(&[][..], |c| &c.open[..]);
         // The report may run after the facts were taken (off the loop):
         // what the loop wrote since then is left out, so that a stretch is

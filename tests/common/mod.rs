@@ -161,7 +161,11 @@ impl Daemon {
     pub fn start_with(bus: &Bus, dir: &Path, sim: Option<&Path>, env: &[(&str, &str)]) -> Daemon {
         let state = dir.join("state");
         let log = dir.join("daemon.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_astraeusd"));
+        // A measurement may name another build (ASTRAEUS_TEST_DAEMON, e.g.
+        // target/release/astraeusd); tests run the one cargo built.
+        let daemon = std::env::var("ASTRAEUS_TEST_DAEMON")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_astraeusd").to_string());
+        let mut cmd = Command::new(daemon);
         cmd.args(["--bus-address", &bus.address]);
         if let Some(sim) = sim {
             cmd.arg("--sim").arg(sim);

@@ -121,9 +121,16 @@ async fn read(c: &Client, member: &str, path: &str, msg: &zbus::Message) -> Opti
         }
         "SliceStarted" => {
             let (template, at_ms, dead): (String, i64, i64) = body.deserialize().ok()?;
+            // The signal says -1 when no release came before (a first
+            // start, one found running): said in words, null in JSON.
+            let (said, dead) = if dead < 0 {
+                ("no release before it to count from".to_string(), None)
+            } else {
+                (format!("{dead} ms without a VM on"), Some(dead))
+            };
             ev(
                 "slice-started",
-                format!("slice of {template} started ({dead} ms without a VM on)"),
+                format!("slice of {template} started ({said})"),
                 json!({"template": template, "slice_at_ms": at_ms, "dead_time_ms": dead}),
             )
         }

@@ -710,10 +710,10 @@ async fn template(c: &Client, cmd: TemplateCommand, form: lists::Form) -> Result
             // Absolute, `.` and `..` taken out by name, links left as
             // written: the daemon follows none (a link's owner decides where
             // it leads), so a link named here is refused there, by name.
-            let source = lexically_absolute(std::path::Path::new(&source))
-                .map_err(|e| no_input(&source, e))?
-                .to_string_lossy()
-                .into_owned();
+            let path = lexically_absolute(std::path::Path::new(&source))
+                .map_err(|e| no_input(&source, e))?;
+            std::fs::metadata(&path).map_err(|e| no_input(&source, e))?;
+            let source = path.to_string_lossy().into_owned();
             // Listen before asking, so the end cannot be missed.
             let mut signals = c.daemon_signals().await?;
             c.call::<_, ()>("StageWeights", &(name.as_str(), source.as_str()))
