@@ -1186,6 +1186,37 @@ fn a_domain_that_cannot_be_described_keeps_the_template_waiting() {
     }
 }
 
+/// A template removed and created again starts `off` (#52): the failure
+/// was the removed template's, not its name's. (It showed the old
+/// `failed` until its next handoff.)
+#[test]
+fn a_template_created_again_starts_off_with_no_old_failure() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let config = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\n\
+        libvirt_uri = \"test:///default\"\n";
+    let _d = start_majin(
+        &bus,
+        dir.path(),
+        config,
+        &[("ASTRAEUS_FAILPOINTS", "libvirt.power-on=fail@all")],
+    );
+    let a = &bus.address;
+    define_template(a, "a");
+    assert!(manager(a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("a failed", || template_state(a, "a") == "failed");
+    assert!(manager(a, None, "RemoveTemplate", &["s", "a"]).ok);
+    // Its domain is kept in libvirt: created again by that domain's name.
+    let again = serde_json::json!({
+        "name": "a", "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "team-a"}, "vm": {"domain": "tmpl-a"},
+        "baseboard": ["0000:41:00.0"],
+    });
+    let o = manager(a, None, "CreateTemplate", &["s", &again.to_string()]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(template_state(a, "a"), "off");
+}
+
 /// Two templates on disjoint baseboards still take turns (one VM on at a
 /// time, as the design says, whatever devices each passes through): c may
 /// not simply resume while a is on, and a handoff powers a off first.

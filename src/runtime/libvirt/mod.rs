@@ -435,6 +435,12 @@ impl Libvirt {
 
     /// virDomainCreate: boots the powered-off VM (the seed's resume).
     pub async fn power_on(&self, name: &str) -> Result<()> {
+        // Tests make a start fail here (the test driver starts anything).
+        if crate::failpoint::fails("libvirt.power-on") {
+            return Err(Error::Backend(format!(
+                "domain {name} did not start: failpoint libvirt.power-on"
+            )));
+        }
         self.call(Request::PowerOn { name: name.into() }).await
     }
 
