@@ -63,52 +63,7 @@ impl Claims {
             })
             .collect();
         let path = self.dir.join(format!("astraeusd-gpu-{safe}.lock"));
-        // Never blocking: another user may have put a FIFO there, whose
-        // open waits for a writer that never comes (before READY=1, or
-        // holding the inventory's re-read until the watchdog ends us).
-        let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
-        let taken = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o644)
-            .custom_flags(flags)
-            .open(&path)
-            .or_else(|_| {
-                // Created by another user: open it as it is, read-only.
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(flags)
-                    .open(&path)
-            })
-            .map_err(|e| e.to_string())
-            .and_then(|f| match f.metadata() {
-                // A second name is another file's (a hard link another user
-                // made, where fs.protected_hardlinks is off): never changed
-                // nor locked, which would block whoever locks it.
-                Ok(m) if m.file_type().is_file() && m.nlink() > 1 => {
-                    Err("it is another file's second name (a hard link)".into())
-                }
-                Ok(m) if m.file_type().is_file() => {
-                    // Ours: readable by all (the unit's UMask makes it 0600),
-                    // so a user's daemon can still open and lock it after
-                    // this one is gone.
-                    // SAFETY: geteuid cannot fail.
-                    if m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o777 != 0o644 {
-                        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
-                    }
-                    Ok(f)
-                }
-                Ok(_) => Err("it is not a regular file (another user's FIFO or link?)".into()),
-                Err(e) => Err(e.to_string()),
-            })
-            .and_then(|f| {
-                // SAFETY: flock on a descriptor we own.
-                match unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
-                    0 => Ok(f),
-                    _ => Err("another process holds it".to_string()),
-                }
-            });
+        let taken = take(&path);
         match taken {
             Ok(f) => {
                 self.held.insert(uuid.to_string(), f);
@@ -117,25 +72,145 @@ impl Claims {
             }
             Err(why) if self.yields => {
                 if self.left.insert(uuid.to_string()) {
-                    tracing::warn!(
-                        "GPU {uuid} is managed by another astraeusd ({}: {why}): this daemon \
-                         leaves it alone (one authority per GPU)",
-                        path.display()
-                    );
+                    match why {
+                        Refusal::Held(by) => tracing::warn!(
+                            "GPU {uuid} is managed by another astraeusd ({}: held by {by}): \
+                             this daemon leaves it alone (one authority per GPU)",
+                            path.display()
+                        ),
+                        // Not another daemon: say what really failed (a
+                        // lock directory users cannot write, say).
+                        Refusal::Cannot(why) => tracing::warn!(
+                            "GPU {uuid}: its lock {} cannot be taken ({why}), so this daemon \
+                             leaves it alone (one authority per GPU; every user's daemon must \
+                             be able to create its lock there, as in Debian's /run/lock)",
+                            path.display()
+                        ),
+                    }
                 }
                 false
             }
             Err(why) => {
                 if self.left.insert(uuid.to_string()) {
                     tracing::warn!(
-                        "GPU {uuid}: its lock {} could not be taken ({why}); the system's \
+                        "GPU {uuid}: its lock {} could not be taken ({}); the system's \
                          astraeusd manages it anyway",
-                        path.display()
+                        path.display(),
+                        why.text()
                     );
                 }
                 true
             }
         }
+    }
+}
+
+/// The lock at `path`, opened without following links or waiting and
+/// flocked, or why not.
+fn take(path: &std::path::Path) -> Result<File, Refusal> {
+    // Never blocking: another user may have put a FIFO there, whose
+    // open waits for a writer that never comes (before READY=1, or
+    // holding the inventory's re-read until the watchdog ends us).
+    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(flags)
+        .open(path)
+        .or_else(|_| {
+            // Created by another user: open it as it is, read-only.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(flags)
+                .open(path)
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|f| match f.metadata() {
+            // A second name is another file's (a hard link another user
+            // made, where fs.protected_hardlinks is off): never changed
+            // nor locked, which would block whoever locks it.
+            Ok(m) if m.file_type().is_file() && m.nlink() > 1 => {
+                Err("it is another file's second name (a hard link)".into())
+            }
+            Ok(m) if m.file_type().is_file() => {
+                // Ours: readable by all (the unit's UMask makes it 0600),
+                // so a user's daemon can still open and lock it after
+                // this one is gone.
+                // SAFETY: geteuid cannot fail.
+                if m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o777 != 0o644 {
+                    let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
+                }
+                Ok(f)
+            }
+            Ok(m) => {
+                use std::os::unix::fs::FileTypeExt;
+                let t = m.file_type();
+                let kind = if t.is_dir() {
+                    "a directory"
+                } else if t.is_fifo() {
+                    "a FIFO"
+                } else if t.is_socket() {
+                    "a socket"
+                } else {
+                    "a device or other special file"
+                };
+                Err(format!("it is {kind}, not a lock file (another user's?)"))
+            }
+            Err(e) => Err(e.to_string()),
+        })
+        .map_err(Refusal::Cannot)
+        .and_then(|f| {
+            // SAFETY: flock on a descriptor we own.
+            match unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
+                0 => Ok(f),
+                _ => Err(Refusal::Held(holder(&f))),
+            }
+        })
+}
+
+/// Why a lock was not taken.
+enum Refusal {
+    /// Another process holds it: who (as `holder` says).
+    Held(String),
+    /// It could not be opened or is not a lock file: what failed.
+    Cannot(String),
+}
+
+impl Refusal {
+    fn text(&self) -> String {
+        match self {
+            Refusal::Held(by) => format!("held by {by}"),
+            Refusal::Cannot(why) => why.clone(),
+        }
+    }
+}
+
+/// Who holds the flock on `file`, from /proc/locks: the process's name
+/// (another user's: made printable and clipped), pid and uid; or "another
+/// process" when that cannot be read.
+fn holder(file: &File) -> String {
+    let Ok(meta) = file.metadata() else {
+        return "another process".into();
+    };
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    // "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF": pid, then dev:inode.
+    let pid = locks.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (kind, pid, at) = (f.get(1)?, f.get(4)?, f.get(5)?);
+        let inode: u64 = at.rsplit(':').next()?.parse().ok()?;
+        (*kind == "FLOCK" && inode == meta.ino()).then(|| pid.parse::<u32>().ok())?
+    });
+    let Some(pid) = pid else {
+        return "another process".into();
+    };
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let name = crate::text::clipped(&crate::text::printable(name.trim()), 32);
+    let uid = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid());
+    match uid {
+        Ok(uid) => format!("{name} (pid {pid}, uid {uid})"),
+        Err(_) => format!("{name} (pid {pid})"),
     }
 }
 
@@ -226,5 +301,31 @@ mod tests {
         let (managed, _second) = answered(second, "GPU-2").unwrap();
         assert!(!managed, "held by the first");
         drop(first);
+    }
+
+    /// A refusal says who holds the lock (this test's own process here),
+    /// or what really failed; never "another daemon" for a lock that could
+    /// not be opened.
+    #[test]
+    fn a_refusal_names_the_holder_or_the_real_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = Claims::in_dir(dir.path().to_path_buf(), true);
+        assert!(first.may_manage("GPU-5"));
+        let path = dir.path().join("astraeusd-gpu-GPU-5.lock");
+        let f = File::open(&path).unwrap();
+        let by = holder(&f);
+        let me = std::process::id();
+        assert!(by.contains(&format!("pid {me},")), "{by}");
+        match take(&path) {
+            Err(Refusal::Held(by)) => assert!(by.contains(&format!("pid {me},")), "{by}"),
+            _ => panic!("taken twice"),
+        }
+        // A directory where the lock belongs: the open fails, and says so.
+        let odd = dir.path().join("astraeusd-gpu-GPU-6.lock");
+        std::fs::create_dir(&odd).unwrap();
+        match take(&odd) {
+            Err(Refusal::Cannot(why)) => assert!(why.contains("directory"), "{why}"),
+            _ => panic!("a directory taken for a lock"),
+        }
     }
 }
