@@ -765,4 +765,20 @@ fn days_rolled_up_at_start_report_what_their_intervals_did() {
             "by {by}, edges inside"
         );
     }
+    // astraeusctl says so when an edge falls inside such a day, not else.
+    let note = |from: i64, to: i64| {
+        ctl(
+            a,
+            None,
+            &["usage", "--since", &secs(from), "--until", &secs(to)],
+        )
+        .stderr
+    };
+    let said = note(inside.0, inside.1);
+    assert!(
+        said.contains("may start at 00:00 UTC of the day --since falls in")
+            && said.contains("may end at the 00:00 UTC after --until"),
+        "{said}"
+    );
+    assert!(!note(whole.0, whole.1).contains("note:"));
 }

@@ -600,6 +600,22 @@ async fn run(args: Args) -> Result<(), String> {
                 return Err("--until: must be after --since".into());
             }
             let rows: Vec<UsageRow> = c.call("UsageReport", &(since, until, by.as_str())).await?;
+            // Usage over a day old is kept as whole UTC days (the daemon's
+            // rollups): an edge inside such a day covers all of it. Said
+            // on stderr, which data never goes to.
+            let kept_whole = |t: i64| {
+                let into = t.rem_euclid(86_400);
+                into != 0 && t - into + 86_400 <= now - 86_400
+            };
+            let whole_days = [
+                (since, "start at 00:00 UTC of the day --since falls in"),
+                (until, "end at the 00:00 UTC after --until"),
+            ];
+            for (t, edge) in whole_days {
+                if kept_whole(t) {
+                    errln!("note: usage over a day old is kept as whole UTC days, so this report may {edge}");
+                }
+            }
             print_usage(&rows, &by, form, csv);
         }
     }
