@@ -1195,13 +1195,18 @@ fn a_template_created_again_starts_off_with_no_old_failure() {
     let bus = Bus::session();
     let config = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\n\
         libvirt_uri = \"test:///default\"\n";
-    let _d = start_majin(
+    let d = start_majin(
         &bus,
         dir.path(),
         config,
         &[("ASTRAEUS_FAILPOINTS", "libvirt.power-on=fail@all")],
     );
     let a = &bus.address;
+    // The start's line says what is on in words, never "on: " and nothing.
+    eventually("converged", || {
+        d.log_text()
+            .contains("none should be on now; no template VM is on")
+    });
     define_template(a, "a");
     assert!(manager(a, None, "Resume", &["sb", "a", "false"]).ok);
     eventually("a failed", || template_state(a, "a") == "failed");

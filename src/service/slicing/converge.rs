@@ -82,9 +82,15 @@ impl Service {
             EpochMs::now(),
             &slicer.settings,
         );
+        // Never a line ending "on: " with nothing after it (#54).
+        let running = if on.is_empty() {
+            "no template VM is on".to_string()
+        } else {
+            format!("on: {}", on.join(", "))
+        };
         match &want {
-            Some(t) => tracing::info!("time-slicing: {t} should be on now; on: {}", on.join(", ")),
-            None => tracing::info!("time-slicing: none should be on now; on: {}", on.join(", ")),
+            Some(t) => tracing::info!("time-slicing: {t} should be on now; {running}"),
+            None => tracing::info!("time-slicing: none should be on now; {running}"),
         }
         let slicer = self.slicing.as_mut().expect("checked");
         // Missed while the daemon was down (at its start), or while paused.
