@@ -412,7 +412,7 @@ fn members_are_held_to_a_submit_rate_and_to_the_bytes_they_keep_live() {
 ///   cargo build --release && ASTRAEUS_TEST_DAEMON=$PWD/target/release/astraeusd \
 ///     ASTRAEUS_CHURN_SECONDS=600 cargo test --test policy -- --ignored --nocapture churn
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a check: minutes long, run by hand on a release build (see above)"]
 fn one_members_churn_in_bytes_per_hour() {
     let seconds: u64 = std::env::var("ASTRAEUS_CHURN_SECONDS")
         .ok()

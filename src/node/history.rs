@@ -23,14 +23,12 @@ impl Node {
     pub fn shrink_ledger(&mut self, pages: u32) -> Result<u64> {
         self.store.shrink(pages)
     }
-}
 
-impl Node {
     /// Rolls up the next closed UTC day of one GPU's usage when one is
     /// due: ended a day before `now`, and counted into the metrics (a count's window
     /// must never reach into a rolled-up day, which reports see whole).
-    /// The day rolled and the intervals folded, or None.
-    pub fn roll_up_next(&mut self, now: EpochMs) -> Result<Option<(i64, usize)>> {
+    /// How many intervals were folded, or None when no day is due.
+    pub fn roll_up_next(&mut self, now: EpochMs) -> Result<Option<usize>> {
         let Some(counted) = self.store.counting_from()? else {
             return Ok(None);
         };
@@ -39,7 +37,6 @@ impl Node {
         let Some((day, i)) = self.store.next_to_roll(until, &gpus)? else {
             return Ok(None);
         };
-        let folded = self.store.roll_up_day(day, &gpus[i], current)?;
-        Ok(Some((day, folded)))
+        Ok(Some(self.store.roll_up_day(day, &gpus[i], current)?))
     }
 }

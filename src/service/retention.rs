@@ -98,7 +98,7 @@ impl Service {
             },
             // A GPU-day per batch: its intervals become a few sums.
             Stage::RollUp => match self.node.roll_up_next(EpochMs::now()) {
-                Ok(Some((_, folded))) => {
+                Ok(Some(folded)) => {
                     pass.days += 1;
                     pass.rows += folded;
                     false

@@ -449,11 +449,7 @@ impl Service {
         self.node.remove_template(name)?;
         let s = self.slicing.as_mut().expect("manual() checked");
         s.templates.remove(name);
-        // Its failure goes with it: a template created again under the
-        // name starts off, not failed (#52). The baseboard was free.
-        if matches!(&s.state, handoff::State::Failed { template, .. } if template == name) {
-            s.state = handoff::State::Idle { released_ms: None };
-        }
+        s.state = s.state.without(name);
         s.refresh_limits();
         tracing::info!(template = %name, "template {name} removed (its libvirt domain is kept)");
         self.publish_rotation();

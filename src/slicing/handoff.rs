@@ -152,6 +152,16 @@ pub enum State {
 }
 
 impl State {
+    /// The state once `template` is removed (its VM off or failed): a
+    /// failure that was its own goes with it, so a template created again
+    /// under the name starts off (#52). The baseboard was free.
+    pub fn without(&self, template: &str) -> State {
+        match self {
+            State::Failed { template: t, .. } if t == template => State::Idle { released_ms: None },
+            other => other.clone(),
+        }
+    }
+
     /// The template whose VM is, or may be, on.
     pub fn on(&self) -> Option<&str> {
         match self {

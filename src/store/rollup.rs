@@ -48,8 +48,10 @@ impl Store {
     /// day ended by `until_ms`: the last day rolled, for a GPU that lacks
     /// it; else the day after it; else the first day with a measured
     /// interval. A GPU at a time: a batch holds the loop a few ms.
+    /// None too while the ledger's disk is under `history.min_free_mb`:
+    /// a rollup can wait, and must not spend the room kept for stops.
     pub fn next_to_roll(&self, until_ms: i64, gpus: &[GpuFacts]) -> Result<Option<(i64, usize)>> {
-        if gpus.is_empty() {
+        if gpus.is_empty() || self.room_for_new_work().is_err() {
             return Ok(None);
         }
         let last: Option<i64> =
@@ -245,7 +247,7 @@ impl Store {
         Ok(out)
     }
 
-    /// Whether the day from `day_ms` is rolled up for `gpu` (tests, `show`).
+    /// Whether the day from `day_ms` is rolled up for `gpu`.
     pub fn is_rolled_up(&self, gpu: &str, day_ms: i64) -> Result<bool> {
         Ok(self
             .conn
@@ -307,7 +309,11 @@ mod tests {
     /// launched and so runs while the daemon is down; holds that span
     /// midnights). Counted into the metrics up to `now`.
     fn history(now: i64) -> Store {
-        let store = Store::open_in_memory().unwrap();
+        history_in(Store::open_in_memory().unwrap(), now)
+    }
+
+    /// [`history`] in `store`.
+    fn history_in(store: Store, now: i64) -> Store {
         let tx = store.conn.unchecked_transaction().unwrap();
         let start = D0 + 5 * 3_600_000 + 7;
         let gap = (D0 + 2 * DAY_MS - 3_600_000, D0 + 2 * DAY_MS + 7_200_000);
@@ -520,6 +526,19 @@ mod tests {
             store.next_to_roll(now, &gpus()).unwrap(),
             Some((D0 + DAY_MS, 0))
         );
+    }
+
+    /// Under the floor of free space nothing is rolled up (it can wait;
+    /// the room is kept for stops); with room again, the due day is.
+    #[test]
+    fn nothing_is_rolled_up_under_the_floor_of_free_space() {
+        let now = D0 + 4 * DAY_MS + 5 * 3_600_000;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = history_in(Store::open(&dir.path().join("ledger.db")).unwrap(), now);
+        store.set_min_free(u64::MAX / 2);
+        assert_eq!(store.next_to_roll(now, &gpus()).unwrap(), None);
+        store.set_min_free(0);
+        assert_eq!(store.next_to_roll(now, &gpus()).unwrap(), Some((D0, 0)));
     }
 
     /// Retention deletes the rolled-up days before its cutoff, keeps the
