@@ -389,7 +389,7 @@ fn holders(c: &Connect, uri: &str, devices: &[PciAddress]) -> Result<Vec<String>
             Ok(xml) => match domain_xml::passes_through(&xml, devices) {
                 Ok(true) => out.push(name),
                 Ok(false) => {}
-                Err(why) => out.push(format!("domain {name}: {why}")),
+                Err(why) => out.push(format!("domain {name}: {}", crate::text::printable(&why))),
             },
             // Gone since it was listed: off, so it holds nothing.
             Err(_) if !d.is_active().unwrap_or(true) => {}
