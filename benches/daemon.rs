@@ -301,6 +301,9 @@ fn scale(sizes: &[usize], trips: usize, idle_window: Duration, out: &mut Vec<Str
         fill_ledger(dir.path(), n, 0);
         let bus = Bus::start();
         let (mut child, _) = start_daemon(&bus, dir.path(), &sim_file);
+        // Its start's retention pass and first readings done: a daemon that
+        // has been running, as one asked for a year's report would be.
+        std::thread::sleep(Duration::from_secs(3));
         let pid = child.id();
         std::thread::sleep(Duration::from_secs(1));
         let (c0, switches) = (cpu_time(pid), ctxt_switches(pid).values().sum::<u64>());
@@ -641,23 +644,24 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let roll_s = t.elapsed().as_secs_f64();
-    // Its pages given back (the shrink follows the rollup): until the file
-    // stops shrinking.
-    let mut last = size(&db);
-    for _ in 0..120 {
-        std::thread::sleep(Duration::from_secs(1));
-        let now_size = size(&db);
-        if now_size == last {
-            break;
-        }
-        last = now_size;
-    }
+    // The daemon then gives the freed pages back a step at a time, which
+    // on this host's disk takes many minutes: the report is timed on a
+    // daemon as a year of hourly passes leaves it, the ledger compacted
+    // (VACUUM, the daemon stopped) and the daemon started again.
+    let _ = child.kill();
+    let _ = child.wait();
+    let t = Instant::now();
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute_batch("VACUUM"))
+        .unwrap();
+    let vacuum_s = t.elapsed().as_secs_f64();
+    let (mut child, _) = start_daemon(&bus, dir.path(), &sim_file);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let (report, rows, bytes, submit) = rt.block_on(async {
+    let (report, rows, bytes, submit, median) = rt.block_on(async {
         let c = zbus::connection::Builder::address(bus.address.as_str())
             .build()
             .await
@@ -693,12 +697,22 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
         let (submit, _) = call("SubmitWorker", c.clone(), shared("probe", 100)).await;
         let (ms, reply) = report.await.unwrap();
         let rows: Vec<astraeusd::bus::wire::UsageRow> = reply.body().deserialize().unwrap();
-        (ms, rows.len(), reply.data().len(), submit)
+        // Four more, one after the other: the median of the five.
+        let mut times = vec![ms];
+        for _ in 0..4 {
+            times.push(call("UsageReport", c.clone(), "worker".into()).await.0);
+        }
+        times.sort_by(f64::total_cmp);
+        (ms, rows.len(), reply.data().len(), submit, times[2])
     });
     let _ = child.kill();
     let _ = child.wait();
-    let rolled_size = size(&db);
+    // After a close, whose checkpoint truncates the file.
     let (kept_ms, kept_rows) = in_process(&db);
+    let rolled_size = size(&db);
+    if let Ok(keep) = std::env::var("ASTRAEUS_BENCH_KEEP") {
+        std::fs::copy(&db, keep).unwrap();
+    }
     assert_eq!(
         kept_rows, raw_rows,
         "the rolled-up report differs from the raw one"
@@ -709,10 +723,10 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
     out.push(format!(
         "{intervals} usage intervals (one a minute per GPU) and {holds} holds ({workers} workers at a time, \
          each replaced daily), filled in {:.0} s; READY=1 after {:.0} ms. UsageReport over the whole window \
-         by worker: **{report:.0} ms**, {rows} rows ({:.2} MB). A SubmitWorker sent 20 ms into it waited \
+         by worker: **{report:.0} ms** the first time (the median of five: {median:.0} ms), {rows} rows ({:.2} MB). A SubmitWorker sent 20 ms into it waited \
          **{submit:.0} ms**. Counting a closed minute into the metrics' counters (on the loop, once a \
          sampling interval): **{count:.2} ms** (median of 5). Usage rollups (#50): the daemon's first \
-         retention pass rolled every day up in {roll_s:.1} s; the ledger went from {:.0} MB to {:.0} MB. \
+         retention pass rolled every day up in {roll_s:.1} s (a VACUUM after it took {vacuum_s:.1} s); the ledger went from {:.0} MB to {:.0} MB. \
          The report in-process (no bus) from the intervals: **{raw_ms:.0} ms**; from the rolled-up days: \
          **{kept_ms:.0} ms** ({:.0}× less), the same rows to the ms and mJ.\n",
         filled.as_secs_f64(),

@@ -139,6 +139,23 @@ pub enum CtlCommand {
         #[arg(long, requires = "from", allow_hyphen_values = true)]
         to: Option<String>,
     },
+    /// Follow your own workers and raise desktop notifications: placed after
+    /// waiting, failed, a new warning (beyond its share), stopped by someone
+    /// else; and your template's slice starting. At most 5 a minute. Without
+    /// --session or --bus-address: the session's daemon and the system's.
+    /// Runs until stopped (the user unit astraeus-notify.service runs it).
+    Notify,
+    /// Open the machine page of the daemon that runs in your browser (the
+    /// desktop entry's command): your session's daemon, else the system's,
+    /// at the address it reports. Never starts a daemon.
+    Page {
+        /// Print the page's address instead of opening it.
+        #[arg(long)]
+        print: bool,
+        /// When there is no page to open, say so in a desktop notification too.
+        #[arg(long)]
+        notify: bool,
+    },
     /// GPU-hours and energy by worker, owner, GPU or user; a shared GPU counts
     /// for each sharer by its share of the GPU's memory.
     Usage {
@@ -356,7 +373,7 @@ pub fn exit_code(kind: &str) -> u8 {
         "Usage" => 2,
         // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
         "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" | "Gone"
-        | "StartFailed" => 69,
+        | "StartFailed" | "NoDaemon" => 69,
         _ => 1,
     }
 }

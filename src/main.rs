@@ -249,6 +249,29 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         .build()
         .await
         .map_err(|e| Error::Backend(format!("connecting to the bus: {e}")))?;
+    // A std listener, bound before the service so that its address is a
+    // property of the Manager: the page is served on the lists runtime,
+    // whose driver it is registered with there.
+    let listener = match config.http.address()? {
+        None => None,
+        Some(addr) => match std::net::TcpListener::bind(addr).and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        }) {
+            Ok(l) => Some((addr, l)),
+            // The session default: a port in use costs the page only.
+            Err(e) if config.http.listen_by_default => {
+                tracing::warn!("no machine page: cannot listen on {addr}: {e} (set [http] listen)");
+                None
+            }
+            // The configuration is fine; the host is not (a port in use).
+            Err(e) => {
+                return Err(Error::Backend(format!(
+                    "http.listen: cannot listen on {addr}: {e}"
+                )))
+            }
+        },
+    };
     // One libvirt connection (and event loop) for VM workers and templates.
     let libvirt = (!config.runtime.libvirt_uri.is_empty())
         .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
@@ -304,31 +327,12 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
             .unwrap_or(std::time::Duration::from_secs(3600)),
         vms_for_group: config.access.vms_for_group,
         allow_networked_weights: config.slicing.allow_networked_weights,
+        page: listener
+            .as_ref()
+            .map_or_else(String::new, |(addr, _)| format!("http://{addr}/")),
         lists: lists.clone(),
     };
     let mut service = Service::register(node, source, conn.clone(), settings).await?;
-    // A std listener: the page is served on the lists runtime, whose driver
-    // it is registered with there.
-    let listener = match config.http.address()? {
-        None => None,
-        Some(addr) => match std::net::TcpListener::bind(addr).and_then(|l| {
-            l.set_nonblocking(true)?;
-            Ok(l)
-        }) {
-            Ok(l) => Some((addr, l)),
-            // The session default: a port in use costs the page only.
-            Err(e) if config.http.listen_by_default => {
-                tracing::warn!("no machine page: cannot listen on {addr}: {e} (set [http] listen)");
-                None
-            }
-            // The configuration is fine; the host is not (a port in use).
-            Err(e) => {
-                return Err(Error::Backend(format!(
-                    "http.listen: cannot listen on {addr}: {e}"
-                )))
-            }
-        },
-    };
     if let Some((addr, listener)) = listener {
         tracing::info!("machine page on http://{addr}/");
         let mut names = config.http.names.clone();

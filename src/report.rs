@@ -365,43 +365,51 @@ pub fn report(
         to: to_ms,
     };
     // Sort key: the GPU for per-GPU rows (None when merged), kind, key.
+    // Gathered, then sorted and merged once: a year holds tens of
+    // thousands of rows, and a map's search per part cost more.
     type SortKey = (Option<(u32, String)>, RowKind, String);
-    let mut rows: BTreeMap<SortKey, Row> = BTreeMap::new();
+    let mut parts: Vec<(SortKey, Part)> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::new();
     for gpu in ledger.gpus {
         // A uuid listed twice is one GPU; the first listing counts.
         if !seen.insert(gpu.uuid.as_str()) {
             continue;
         }
-        for (base, part) in account_gpu(window, gpu, ledger) {
-            let (kind, key) = group(&base, gpu, by);
-            let (sort, gpu_uuid) = if by == GroupBy::Gpu {
-                (Some((gpu.index, gpu.uuid.clone())), gpu.uuid.clone())
-            } else {
-                (None, String::new())
-            };
-            let row = rows
-                .entry((sort, kind, key.clone()))
-                .or_insert_with(|| Row {
-                    key,
-                    kind,
-                    gpu_uuid,
-                    gpu_ms: 0,
-                    energy_mj: 0,
-                    busy_gpu_ms: None,
-                });
-            row.gpu_ms = row.gpu_ms.saturating_add(part.gpu_ms);
-            row.energy_mj = row.energy_mj.saturating_add(part.energy_mj);
-            row.busy_gpu_ms = match (row.busy_gpu_ms, part.busy_gpu_ms) {
-                (Some(a), Some(b)) => Some(a.saturating_add(b)),
-                (a, b) => a.or(b),
-            };
-        }
+        account_gpu(window, gpu, ledger, |base, part| {
+            let (kind, key) = group(base, gpu, by);
+            let sort = (by == GroupBy::Gpu).then(|| (gpu.index, gpu.uuid.clone()));
+            parts.push(((sort, kind, key), part));
+        });
     }
-    Ok(rows
-        .into_values()
-        .filter(|r| r.gpu_ms > 0 || r.energy_mj > 0)
-        .collect())
+    // Stable: a key's parts add up in the order the GPUs gave them.
+    parts.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut rows: Vec<Row> = Vec::new();
+    let mut last: Option<SortKey> = None;
+    for ((sort, kind, key), part) in parts {
+        let same = last
+            .as_ref()
+            .is_some_and(|l| l.0 == sort && l.1 == kind && l.2 == key);
+        if !same {
+            rows.push(Row {
+                key: key.clone(),
+                kind,
+                gpu_uuid: sort.as_ref().map_or_else(String::new, |(_, u)| u.clone()),
+                gpu_ms: 0,
+                energy_mj: 0,
+                busy_gpu_ms: None,
+            });
+            last = Some((sort, kind, key));
+        }
+        let row = rows.last_mut().expect("pushed above");
+        row.gpu_ms = row.gpu_ms.saturating_add(part.gpu_ms);
+        row.energy_mj = row.energy_mj.saturating_add(part.energy_mj);
+        row.busy_gpu_ms = match (row.busy_gpu_ms, part.busy_gpu_ms) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    rows.retain(|r| r.gpu_ms > 0 || r.energy_mj > 0);
+    Ok(rows)
 }
 
 /// The report's window, `from < to`.
@@ -577,9 +585,10 @@ struct Part {
 
 /// Splits one GPU's window among its base rows: its rolled-up days whole
 /// inside the window as they were kept, the rest from the raw facts, then
-/// the window's one rounding.
-fn account_gpu(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>) -> Vec<(Base, Part)> {
-    let mut sums: BTreeMap<Base, Sums> = BTreeMap::new();
+/// the window's one rounding. Each base row's part goes to `emit`, in the
+/// base rows' order.
+fn account_gpu(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>, mut emit: impl FnMut(&Base, Part)) {
+    let mut raw: BTreeMap<Base, Sums> = BTreeMap::new();
     let mut energy: u128 = 0;
     let mut days: Vec<&RolledDay> = ledger
         .rolled
@@ -592,49 +601,56 @@ fn account_gpu(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>) -> Vec<(Base, Par
     // A day listed twice is one day; the first listing counts.
     days.dedup_by_key(|d| d.day_ms);
     let mut at = w.from;
-    for d in days {
+    for d in &days {
         if at < d.day_ms {
-            let raw = Window {
+            let gap = Window {
                 from: at,
                 to: d.day_ms,
             };
-            energy += sweep(raw, gpu, ledger, &mut sums);
-        }
-        for (base, s) in &d.sums {
-            // A year holds tens of thousands: clone a key only when new.
-            match sums.get_mut(base) {
-                Some(kept) => kept.add(s),
-                None => {
-                    sums.insert(base.clone(), s.clone());
-                }
-            }
+            energy += sweep(gap, gpu, ledger, &mut raw);
         }
         energy += u128::from(d.energy_mj);
         at = d.day_ms + DAY_MS;
     }
     if at < w.to {
-        let raw = Window { from: at, to: w.to };
-        energy += sweep(raw, gpu, ledger, &mut sums);
+        let rest = Window { from: at, to: w.to };
+        energy += sweep(rest, gpu, ledger, &mut raw);
+    }
+    // Every day's sums (each sorted) and the raw ones, sorted by base row
+    // (a stable sort merges the sorted runs) and added up: a year holds
+    // tens of thousands, and neither a key is cloned nor a map searched.
+    let mut all: Vec<(&Base, &Sums)> = days
+        .iter()
+        .flat_map(|d| d.sums.iter().map(|(b, s)| (b, s)))
+        .chain(raw.iter())
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(b.0));
+    let mut sums: Vec<(&Base, Sums)> = Vec::with_capacity(all.len());
+    for (base, s) in all {
+        match sums.last_mut() {
+            Some((kept, sum)) if *kept == base => sum.add(s),
+            _ => sums.push((base, s.clone())),
+        }
     }
 
     // The only rounding to whole units; exact totals by construction: the
     // window's ms and the energy measured in it, split by the sums.
     let ms = apportion(
         span(w.from, w.to),
-        &sums.values().map(|s| s.ms).collect::<Vec<_>>(),
+        &sums.iter().map(|(_, s)| s.ms).collect::<Vec<_>>(),
     );
-    let mj = apportion(energy, &sums.values().map(|s| s.energy).collect::<Vec<_>>());
-    sums.into_iter()
-        .zip(ms.into_iter().zip(mj))
-        .map(|((base, s), (ms, mj))| {
-            let part = Part {
-                gpu_ms: to_u64(ms),
-                energy_mj: to_u64(mj),
-                busy_gpu_ms: s.busy.map(|b| to_u64(b / (100 * SCALE))),
-            };
-            (base, part)
-        })
-        .collect()
+    let mj = apportion(
+        energy,
+        &sums.iter().map(|(_, s)| s.energy).collect::<Vec<_>>(),
+    );
+    for ((base, s), (ms, mj)) in sums.into_iter().zip(ms.into_iter().zip(mj)) {
+        let part = Part {
+            gpu_ms: to_u64(ms),
+            energy_mj: to_u64(mj),
+            busy_gpu_ms: s.busy.map(|b| to_u64(b / (100 * SCALE))),
+        };
+        emit(base, part);
+    }
 }
 
 /// Adds one GPU's raw facts over `w` to `sums` (in 1/SCALE units, not

@@ -7,3 +7,7 @@ fi
 if [ -S /run/dbus/system_bus_socket ] && command -v dbus-send >/dev/null; then
     dbus-send --system --type=method_call --dest=org.freedesktop.DBus / org.freedesktop.DBus.ReloadConfig >/dev/null 2>&1 || :
 fi
+# The per-GPU lock directory every user's daemon shares (%tmpfiles_create).
+if [ -x /usr/bin/systemd-tmpfiles ]; then
+    /usr/bin/systemd-tmpfiles --create astraeusd.conf >/dev/null 2>&1 || :
+fi

@@ -26,6 +26,8 @@ pub struct Manager {
     pub view: Shared<ManagerView>,
     /// The worker lists are answered from the objects' views, not the loop.
     pub objects: super::tree::Objects,
+    /// The machine page's address, `http://ADDR/`; "" when it is off.
+    pub page: String,
 }
 
 #[interface(name = "org.astraeus.Node1.Manager", introspection_docs = false)]
@@ -548,6 +550,12 @@ impl Manager {
     #[zbus(property(emits_changed_signal = "const"))]
     async fn time_zone(&self) -> String {
         self.view.read().time_zone.clone()
+    }
+    /// Where this daemon serves its machine page (`http://127.0.0.1:8089/`),
+    /// or "" when `[http] listen` is off: what the desktop entry opens.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn page_url(&self) -> String {
+        self.page.clone()
     }
     #[zbus(property)]
     async fn wsl(&self) -> bool {

@@ -1,23 +1,52 @@
 //! One authority per GPU on a host: each daemon that reads real GPUs holds
-//! a lock per GPU UUID (`flock` on `/run/lock/astraeusd-gpu-<UUID>.lock`)
+//! a lock per GPU UUID (`flock` on `/run/astraeus-locks/astraeusd-gpu-<UUID>.lock`)
 //! for as long as it manages it. A daemon started for a user (on the session
 //! bus) leaves a GPU whose lock another daemon holds alone, and says so; the
 //! system daemon manages its GPUs whatever a user holds (a user could take a
 //! lock first to block it), and says that too.
 //!
-//! The files sit directly in /run/lock (sticky, world-writable), never in a
-//! directory of ours a user could have put there first, and are opened
-//! without following links.
+//! The locks sit in a directory the packages make at boot (tmpfiles.d:
+//! root's, sticky, world-writable), so that every user's daemon can create
+//! its lock on every distribution: /run/lock is that on Debian only
+//! (upstream systemd makes it 0755 root, and a user's daemon then managed no
+//! GPU). A user cannot make that directory first (/run is root's), and the
+//! files are opened without following links. Without the packaged
+//! directory (a build run from its source tree), /run/lock.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// Where the locks are kept unless `ASTRAEUS_GPU_LOCK_DIR` says otherwise
-/// (tests: each daemon its own, or two sharing one).
-pub const LOCK_DIR: &str = "/run/lock";
+/// The lock directory the packages make (systemd/astraeusd.tmpfiles).
+pub const LOCK_DIR: &str = "/run/astraeus-locks";
+/// Where the locks go when [`LOCK_DIR`] is not there as the packages make it.
+pub const FALLBACK_LOCK_DIR: &str = "/run/lock";
+
+/// The directory the locks are kept in: `ASTRAEUS_GPU_LOCK_DIR` when set
+/// (tests: each daemon its own, or two sharing one); else `packaged` when
+/// it is as tmpfiles makes it (every daemon on the host decides alike, so
+/// they all meet in one place); else `fallback`.
+pub fn lock_dir(packaged: &Path, fallback: &Path) -> PathBuf {
+    if let Some(dir) = std::env::var_os("ASTRAEUS_GPU_LOCK_DIR") {
+        return PathBuf::from(dir);
+    }
+    if shared_by_all(packaged) {
+        packaged.to_path_buf()
+    } else {
+        fallback.to_path_buf()
+    }
+}
+
+/// Whether `dir` is a directory (not a link) of root's that any user may
+/// create files in and none may delete another's: sticky and 0777. Owned
+/// by anyone else, its owner could remove a daemon's lock under it and a
+/// second daemon take the GPU.
+fn shared_by_all(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o1777 == 0o1777)
+}
 
 pub struct Claims {
     dir: PathBuf,
@@ -31,9 +60,7 @@ pub struct Claims {
 
 impl Claims {
     pub fn new(yields: bool) -> Claims {
-        let dir = std::env::var_os("ASTRAEUS_GPU_LOCK_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(LOCK_DIR));
+        let dir = lock_dir(Path::new(LOCK_DIR), Path::new(FALLBACK_LOCK_DIR));
         Claims::in_dir(dir, yields)
     }
 
@@ -82,9 +109,9 @@ impl Claims {
                         // lock directory users cannot write, say).
                         Refusal::Cannot(why) => tracing::warn!(
                             "GPU {uuid}: its lock {} cannot be taken ({why}), so this daemon \
-                             leaves it alone (one authority per GPU; every user's daemon must \
-                             be able to create its lock there, as in Debian's /run/lock)",
-                            path.display()
+                             leaves it alone (one authority per GPU). {}",
+                            path.display(),
+                            self.hint()
                         ),
                     }
                 }
@@ -105,6 +132,24 @@ impl Claims {
     }
 }
 
+impl Claims {
+    /// What to do when a lock cannot be created in the directory in use.
+    fn hint(&self) -> String {
+        if self.dir == Path::new(FALLBACK_LOCK_DIR) {
+            format!(
+                "Every user's daemon must be able to create its lock: install the package's \
+                 tmpfiles.d/astraeusd.conf and run `systemd-tmpfiles --create astraeusd.conf`, \
+                 which makes {LOCK_DIR} (root's, mode 1777) for them."
+            )
+        } else {
+            format!(
+                "Every user's daemon must be able to create its lock in {} (root's, mode 1777).",
+                self.dir.display()
+            )
+        }
+    }
+}
+
 /// The lock at `path`, opened without following links or waiting and
 /// flocked, or why not.
 fn take(path: &std::path::Path) -> Result<File, Refusal> {
@@ -119,12 +164,18 @@ fn take(path: &std::path::Path) -> Result<File, Refusal> {
         .mode(0o644)
         .custom_flags(flags)
         .open(path)
-        .or_else(|_| {
-            // Created by another user: open it as it is, read-only.
+        .or_else(|first| {
+            // Created by another user: open it as it is, read-only. None
+            // there: what made the first open fail is the news (a
+            // directory users may not write), not that it is missing.
             std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(flags)
                 .open(path)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => first,
+                    _ => e,
+                })
         })
         .map_err(|e| e.to_string())
         .and_then(|f| match f.metadata() {
@@ -288,6 +339,36 @@ mod tests {
             let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             assert_eq!(free, 0, "another file left locked");
         }
+    }
+
+    /// The packaged directory is used only as tmpfiles makes it (root's,
+    /// sticky, world-writable, not a link); else the fallback.
+    #[test]
+    fn the_packaged_lock_directory_is_used_only_as_tmpfiles_makes_it() {
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let top = tempfile::tempdir().unwrap();
+        let (packaged, fallback) = (top.path().join("locks"), top.path().join("fallback"));
+        let chosen = || super::lock_dir(&packaged, &fallback);
+        assert_eq!(chosen(), fallback, "missing");
+        std::fs::create_dir(&packaged).unwrap();
+        std::fs::set_permissions(&packaged, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(chosen(), fallback, "0755: users cannot create their locks");
+        std::fs::set_permissions(&packaged, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(
+            chosen(),
+            fallback,
+            "not sticky: a user could delete another's lock"
+        );
+        std::fs::set_permissions(&packaged, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(
+            chosen() == packaged,
+            root,
+            "as tmpfiles makes it, when root's"
+        );
+        let link = top.path().join("link");
+        std::os::unix::fs::symlink(&packaged, &link).unwrap();
+        assert_eq!(super::lock_dir(&link, &fallback), fallback, "a link");
     }
 
     /// A regular file is taken and held; a second claimant finds it held.

@@ -450,8 +450,15 @@ impl Node {
     /// Stops a worker; its share frees and pending workers are re-examined.
     /// A caller other than root may stop only its own workers.
     pub fn stop(&mut self, name: &str, caller_uid: u32) -> Result<Changes> {
-        self.check_stop(name, caller_uid)?;
-        self.end(name, None, "stopped")
+        let owner = self.check_stop(name, caller_uid)?.owner_uid;
+        // Stopped by someone else (root): the record says who, and the
+        // owner's notifications say so (astraeusctl notify).
+        let reason = if caller_uid == owner {
+            "stopped".to_string()
+        } else {
+            format!("stopped by uid {caller_uid}")
+        };
+        self.end(name, None, &reason)
     }
 
     /// Whether `caller_uid` may stop the worker: its owner or root.

@@ -95,6 +95,8 @@ pub struct Settings {
     /// often retention runs (hourly; shorter only in tests and the soak).
     pub keep_history: Duration,
     pub retention_every: Duration,
+    /// The machine page's address, `http://ADDR/`; "" when it is off.
+    pub page: String,
     /// Accept weights disks on networked filesystems (`slicing.allow_networked_weights`).
     pub allow_networked_weights: bool,
     /// The runtime that builds and sends the listings, off the loop's thread.
@@ -203,10 +205,9 @@ impl Service {
                 node.store().templates().unwrap_or_default(),
             )
         });
-        let published =
-            Published::register(&conn, &node, &lp, &settings.slice_rules.tz, &settings.lists)
-                .await
-                .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
+        let published = Published::register(&conn, &node, &lp, &settings)
+            .await
+            .map_err(|e| Error::Backend(format!("D-Bus: {e}")))?;
         let report_reader = node
             .store()
             .reader()?

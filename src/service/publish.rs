@@ -6,7 +6,7 @@
 use super::Service;
 use crate::bus::gpu::GpuObject;
 use crate::bus::manager::Manager;
-use crate::bus::offload::{Lists, Offloaded};
+use crate::bus::offload::Offloaded;
 use crate::bus::template::TemplateObject;
 use crate::bus::tree::{self, Above, Dir, Directory, FlatIntrospection, ObjectManager, Objects};
 use crate::bus::worker::WorkerObject;
@@ -61,9 +61,9 @@ impl Published {
         conn: &Connection,
         node: &Node,
         lp: &Loop,
-        tz: &jiff::tz::TimeZone,
-        lists: &Lists,
+        settings: &super::Settings,
     ) -> zbus::Result<Published> {
+        let (tz, lists) = (&settings.slice_rules.tz, &settings.lists);
         let server = conn.object_server();
         let objects = Objects::default();
         let manager_shown = Shared::new(manager_view(node, tz));
@@ -71,6 +71,7 @@ impl Published {
             lp: lp.clone(),
             view: manager_shown.clone(),
             objects: objects.clone(),
+            page: settings.page.clone(),
         };
         let object_manager = ObjectManager {
             objects: objects.clone(),

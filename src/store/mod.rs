@@ -146,6 +146,10 @@ impl Store {
         .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
         conn.set_prepared_statement_cache_capacity(64);
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // Room for a year's report in its cache (SQLite's default is 2 MiB):
+        // the next report reads the pages from memory, not through a
+        // system call each. Only what reports read is kept, up to this.
+        conn.pragma_update(None, "cache_size", -65_536)?;
         Ok(Some(Store {
             conn,
             path: None,

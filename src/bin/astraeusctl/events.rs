@@ -248,7 +248,7 @@ async fn properties(
 }
 
 /// One property of a worker's object; None when it cannot be read (gone).
-async fn worker_property<T>(c: &Client, path: &str, name: &str) -> Option<T>
+pub(super) async fn worker_property<T>(c: &Client, path: &str, name: &str) -> Option<T>
 where
     T: TryFrom<OwnedValue>,
     T::Error: std::fmt::Display,

@@ -102,6 +102,8 @@ fn mode_colour(mode: &str) -> &'static str {
 
 mod events;
 mod lists;
+mod notify;
+mod page;
 mod reports;
 mod show;
 
@@ -351,12 +353,64 @@ impl Client {
     }
 }
 
+/// `astraeusctl notify`: one follower per bus it is told of (both, by
+/// default), sharing one notifier and its rate.
+async fn notify_all(
+    session: bool,
+    address: Option<&str>,
+    patience: std::time::Duration,
+) -> Result<(), String> {
+    let buses: Vec<&str> = match address {
+        Some(_) => vec!["the bus at --bus-address"],
+        None if session => vec!["the session bus"],
+        None => vec!["the session bus", "the system bus"],
+    };
+    let out = tokio::sync::Mutex::new(notify::Notifier::new(patience).await?);
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let name = astraeusd::auth::user_name_or_uid(uid);
+    let mut followers = Vec::new();
+    for label in buses {
+        let builder = match (address, label) {
+            (Some(a), _) => zbus::connection::Builder::address(a),
+            (None, "the session bus") => zbus::connection::Builder::session(),
+            (None, _) => zbus::connection::Builder::system(),
+        };
+        let Ok(Ok(conn)) =
+            tokio::time::timeout(patience, builder.method_timeout(patience).build()).await
+        else {
+            // No such bus here (no session bus, no system bus).
+            continue;
+        };
+        let c = Client { conn, patience };
+        followers.push(notify::follow(c, label, (uid, name.clone()), &out));
+    }
+    // Each follows its bus for as long as this runs.
+    let mut followers = followers.into_iter();
+    match (followers.next(), followers.next()) {
+        (Some(a), Some(b)) => {
+            futures_util::future::join(a, b).await;
+        }
+        (Some(a), None) => a.await,
+        _ => return Err("Unreachable: neither the session bus nor the system bus answers".into()),
+    }
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<(), String> {
     // clap sees this conflict only when --json comes after --csv.
     if matches!(args.cmd, Cmd::Usage { csv: true, .. }) && args.json {
         return Err("--csv: cannot be used with --json (one form at a time)".into());
     }
     let patience = std::time::Duration::from_secs(args.timeout);
+    // Looks on its own buses, and never where it would start a daemon.
+    if let Cmd::Page { print, notify } = args.cmd {
+        let address = args.bus_address.as_deref();
+        return page::page(args.session, address, patience, print, notify).await;
+    }
+    if let Cmd::Notify = args.cmd {
+        return notify_all(args.session, args.bus_address.as_deref(), patience).await;
+    }
     let builder = if let Some(addr) = &args.bus_address {
         zbus::connection::Builder::address(addr.as_str())
     } else if args.session {
@@ -380,6 +434,8 @@ async fn run(args: Args) -> Result<(), String> {
         legend: !args.no_legend,
     };
     match args.cmd {
+        // Answered above, before connecting.
+        Cmd::Page { .. } | Cmd::Notify => {}
         Cmd::Gpus => lists::gpus(&c, form).await?,
         Cmd::Workers => lists::workers(&c, form).await?,
         Cmd::History { since, limit } => lists::history(&c, form, since, limit).await?,
@@ -655,7 +711,7 @@ fn main() -> ExitCode {
             } else {
                 errln!("astraeusctl: {e}");
                 // A daemon that went away has said so already, with where to look.
-                if code == 69 && kind != "Gone" {
+                if code == 69 && kind != "Gone" && kind != "NoDaemon" {
                     let hint = match (&address, session) {
                         (Some(a), _) => format!("is astraeusd running on the bus at {a}?"),
                         (None, true) => "is astraeusd running (--session: the user's daemon)? \
