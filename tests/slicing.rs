@@ -276,9 +276,18 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     );
     // The passed-through GPU is invisible to the host: not reported, never 0.
     assert!(rows.iter().all(|r| r["gpu_avg_pct"].is_null()), "{rows:?}");
+    assert!(rows.iter().all(|r| r["gpu_reported"] == false), "{rows:?}");
     let text = ctl(a, None, &["slices", "--report"]);
     assert!(
         text.stdout.contains("by user:") && text.stdout.contains("team-b (external)"),
+        "{}",
+        text.stdout
+    );
+    // And says where GPU figures come from, and why there are none.
+    assert!(
+        text.stdout
+            .contains("GPU \"not reported\": the guest sent no GPU lines")
+            && text.stdout.contains("org.astraeus.gpu.0"),
         "{}",
         text.stdout
     );
@@ -860,6 +869,7 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
     let h = &rows[0];
     assert_eq!(h["gpu_avg_pct"], 40.0, "{h}");
     assert_eq!(h["gpu_peak_pct"], 60.0, "{h}");
+    assert_eq!(h["gpu_reported"], true, "{h}");
     let peak_gb = h["gpu_memory_peak_gb"].as_f64().unwrap();
     assert!((peak_gb - 2000.0 / 1024.0).abs() < 1e-9, "{h}");
     // 100 W from the first row's reading to the second's; the last row

@@ -172,6 +172,11 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
             format!("{v} ms")
         }
     };
+    // GPU figures come only from the guest (its org.astraeus.gpu.0
+    // channel): a slice with none had a guest that sent no GPU lines.
+    let gpu_reported = |r: &SliceReportRow| {
+        r.gpu_avg_pct >= 0.0 || r.gpu_memory_peak_gb >= 0.0 || r.gpu_energy_wh >= 0.0
+    };
     let now = jiff::Timestamp::now().as_second();
     let hours =
         |r: &SliceReportRow| ((if r.end == 0 { now } else { r.end }) - r.start) as f64 / 3600.0;
@@ -184,7 +189,8 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
                        "dead_time_ms": (r.dead_time_ms >= 0).then_some(r.dead_time_ms), "start_to_ready_ms": (r.start_to_ready_ms >= 0).then_some(r.start_to_ready_ms),
                        "cpu_avg_pct": opt(r.cpu_avg_pct), "cpu_peak_pct": opt(r.cpu_peak_pct), "gpu_avg_pct": opt(r.gpu_avg_pct),
                        "gpu_peak_pct": opt(r.gpu_peak_pct), "gpu_memory_peak_gb": opt(r.gpu_memory_peak_gb),
-                       "gpu_energy_wh": opt(r.gpu_energy_wh), "error": (!r.error.is_empty()).then_some(&r.error)})
+                       "gpu_energy_wh": opt(r.gpu_energy_wh), "gpu_reported": gpu_reported(r),
+                       "error": (!r.error.is_empty()).then_some(&r.error)})
             })
             .collect();
         outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
@@ -252,6 +258,13 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
     }
     if !form.legend {
         return;
+    }
+    if rows.iter().any(|r| !gpu_reported(r)) {
+        outln!(
+            "GPU \"not reported\": the guest sent no GPU lines. A passed-through GPU is \
+             invisible to the host; the guest reports its own on the channel \
+             org.astraeus.gpu.0 (docs/time-slicing.md gives the one line that does)."
+        );
     }
     for (what, key) in [("template", 0usize), ("user", 1)] {
         let mut by: std::collections::BTreeMap<&str, f64> = Default::default();
