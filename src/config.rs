@@ -79,6 +79,9 @@ pub struct SlicingConfig {
     /// CIFS, Ceph…): the seed wants it host-local, so a slice's start does
     /// not wait on the network.
     pub allow_networked_weights: bool,
+    /// Accept a template that lists no baseboard devices (trials, tests):
+    /// the seed's premise is the whole baseboard passed through.
+    pub allow_no_baseboard: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

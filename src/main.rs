@@ -327,6 +327,7 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
             .unwrap_or(std::time::Duration::from_secs(3600)),
         vms_for_group: config.access.vms_for_group,
         allow_networked_weights: config.slicing.allow_networked_weights,
+        allow_no_baseboard: config.slicing.allow_no_baseboard,
         page: listener
             .as_ref()
             .map_or_else(String::new, |(addr, _)| format!("http://{addr}/")),

@@ -44,7 +44,7 @@ model = "NVIDIA GeForce RTX 4060"
 total_gb = 8
 outside_gb = 1
 SIM
-printf '[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = "test:///default"\n' > "$rt/node.toml"
+printf '[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = "test:///default"\n[slicing]\nallow_no_baseboard = true\n' > "$rt/node.toml"
 # The ledger refuses a power-off's step (as a full disk would): below.
 ASTRAEUS_FAILPOINTS=store.step.power-off-asked=fail \
     "$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>"$rt/daemon.stderr" &

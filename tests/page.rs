@@ -23,7 +23,7 @@ fn setup(dir: &Path, bus: &Bus) -> (Daemon, u16) {
         dir.join("node.toml"),
         format!(
             "[inventory]\nrefresh_seconds = 0.2\n[http]\nlisten = \"{port}\"\n\
-             [runtime]\nlibvirt_uri = \"test:///default\"\n"
+             [runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n"
         ),
     )
     .unwrap();

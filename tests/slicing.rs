@@ -70,6 +70,24 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     assert!(o.stderr.contains("baseboard"), "{}", o.stderr);
     let o = manager(a, None, "CreateTemplate", &["s", &test_template("a")]);
     assert!(o.stderr.contains("already exists"), "{}", o.stderr);
+    // No baseboard at all: refused with the seed's premise (this daemon's
+    // node.toml does not allow it), the field and the way out named.
+    let none = serde_json::json!({
+        "name": "c", "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "u"},
+        "vm": {"domain_xml": "<domain type='test'><name>tmpl-c</name><memory>65536</memory><os><type>hvm</type></os></domain>"},
+        "baseboard": [],
+    });
+    let o = manager(a, None, "CreateTemplate", &["s", &none.to_string()]);
+    assert!(
+        !o.ok
+            && o.stderr.contains("baseboard: template c: an empty list")
+            && o.stderr
+                .contains("The whole baseboard is passed through to a single VM")
+            && o.stderr.contains("allow_no_baseboard = true"),
+        "{}",
+        o.stderr
+    );
 
     // a on; b may not simply resume while a holds the baseboard.
     assert!(manager(a, None, "Resume", &["sb", "a", "false"]).ok);
@@ -313,7 +331,8 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
 
 /// The daemon with libvirt's test driver and these failpoints ("" none).
 fn on_test_driver(bus: &Bus, dir: &Path, failpoints: &str) -> Daemon {
-    let config = "[runtime]\nlibvirt_uri = \"test:///default\"\n";
+    let config =
+        "[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n";
     start_majin(bus, dir, config, &[("ASTRAEUS_FAILPOINTS", failpoints)])
 }
 
@@ -522,7 +541,7 @@ fn actions_missed_while_down_are_recorded_as_skipped_and_never_fired_late() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let start = || {
-        start_majin(&bus, dir.path(), "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n", &[])
+        start_majin(&bus, dir.path(), "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n", &[])
     };
     let a = bus.address.clone();
     let d = start();
@@ -576,7 +595,7 @@ fn a_resume_waiting_out_the_buffer_survives_a_kill() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let start = || {
-        start_majin(&bus, dir.path(), "[schedule]\nhandoff_buffer_seconds = 300\n[runtime]\nlibvirt_uri = \"test:///default\"\n", &[])
+        start_majin(&bus, dir.path(), "[schedule]\nhandoff_buffer_seconds = 300\n[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n", &[])
     };
     let a = bus.address.clone();
     let d = start();
@@ -626,7 +645,7 @@ fn a_handoff_step_the_ledger_refuses_is_not_acted_on() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let config = "[inventory]\nrefresh_seconds = 0.5\n[schedule]\nhandoff_buffer_seconds = 0\n\
-                  [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n";
+                  [runtime]\nlibvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n[slicing]\nallow_no_baseboard = true\n";
     let a = bus.address.clone();
     let refuse = "store.step.forced=fail,store.step.power-off-asked=fail,\
                   store.step.release-confirmed=fail";
@@ -778,7 +797,7 @@ fn start_reading_guest_rows(bus: &Bus, dir: &std::path::Path) -> Daemon {
     start_majin(
         bus,
         dir,
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n",
         &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
     )
 }
@@ -963,7 +982,7 @@ fn probe_on_the_guests_addresses() {
     let d = start_majin(
         &bus,
         dir.path(),
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n",
         &[],
     );
     let a = &bus.address;
@@ -1120,7 +1139,7 @@ fn with_domain(dir: &Path, domain: &str) -> String {
     )
     .unwrap();
     format!(
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test://{}\"\n",
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test://{}\"\n[slicing]\nallow_no_baseboard = true\n",
         node.display()
     )
 }
@@ -1204,7 +1223,7 @@ fn a_template_created_again_starts_off_with_no_old_failure() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let config = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\n\
-        libvirt_uri = \"test:///default\"\n";
+        libvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n";
     let d = start_majin(
         &bus,
         dir.path(),
@@ -1240,7 +1259,7 @@ fn templates_on_disjoint_baseboards_still_take_turns() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let config = "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\n\
-        libvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n";
+        libvirt_uri = \"test:///default\"\nstop_timeout_seconds = 2\n[slicing]\nallow_no_baseboard = true\n";
     let _d = start_majin(&bus, dir.path(), config, &[]);
     let a = &bus.address;
     define_template(a, "a");
@@ -1359,7 +1378,7 @@ fn staging_shows_a_bar_at_a_terminal_and_fails_when_the_daemon_goes() {
     let d = start_majin(
         &bus,
         dir.path(),
-        "[runtime]\nlibvirt_uri = \"test:///default\"\n",
+        "[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n",
         // The second staging is held after its snapshot for the kill.
         &[("ASTRAEUS_FAILPOINTS", "weights.snapshot-taken=pause5000@2")],
     );

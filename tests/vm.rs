@@ -186,7 +186,7 @@ fn an_existing_domain_is_copied_and_must_be_off() {
 
 fn daemon(dir: &Path, bus: &Bus, uri: &str, env: &[(&str, &str)]) -> Daemon {
     let config = format!(
-        "[inventory]\nrefresh_seconds = 0.5\n[runtime]\nlibvirt_uri = \"{uri}\"\nstop_timeout_seconds = 1\n"
+        "[inventory]\nrefresh_seconds = 0.5\n[runtime]\nlibvirt_uri = \"{uri}\"\nstop_timeout_seconds = 1\n[slicing]\nallow_no_baseboard = true\n"
     );
     start_majin(bus, dir, &config, env)
 }
@@ -249,7 +249,7 @@ fn only_root_may_run_a_vm_unless_config_extends_it_to_the_group() {
             dir.path().join("node.toml"),
             format!(
                 "[access]\ngroup = \"nogroup\"\nvms_for_group = {extended}\n\
-                 [runtime]\nlibvirt_uri = \"test:///default\"\n"
+                 [runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n"
             ),
         )
         .unwrap();
@@ -288,7 +288,7 @@ fn a_vm_queued_before_its_switch_was_turned_off_is_not_started() {
     let config = |on: bool| {
         format!(
             "[access]\ngroup = \"nogroup\"\nvms_for_group = {on}\n\
-             [runtime]\nlibvirt_uri = \"test:///default\"\n"
+             [runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n"
         )
     };
     std::fs::write(dir.path().join("node.toml"), config(true)).unwrap();
@@ -721,7 +721,7 @@ impl VmEvents {
 /// Time-slicing on real libvirtd: buffer 0, guests forced off after 2 s.
 fn handoff_on_qemu() -> String {
     format!(
-        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{}\"\nstop_timeout_seconds = 2\n",
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{}\"\nstop_timeout_seconds = 2\n[slicing]\nallow_no_baseboard = true\n",
         qemu_uri()
     )
 }
@@ -1092,7 +1092,7 @@ fn a_foreign_domain_holds_the_baseboard_until_it_goes() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let config =
-        format!("[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{uri}\"\n");
+        format!("[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{uri}\"\n[slicing]\nallow_no_baseboard = true\n");
     let d = start_majin(&bus, dir.path(), &config, &[]);
     let a = bus.address.clone();
     define_template(&a, "a");
@@ -1368,7 +1368,7 @@ fn defined_then_killed(names: &[&str]) -> (virt::connect::Connect, tempfile::Tem
     let dir = open_tempdir();
     let bus = Bus::session();
     let config =
-        format!("[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{uri}\"\n");
+        format!("[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"{uri}\"\n[slicing]\nallow_no_baseboard = true\n");
     let mut d = start_majin(&bus, dir.path(), &config, &[]);
     for name in names {
         define_template(&bus.address, name);

@@ -99,6 +99,8 @@ pub struct Settings {
     pub page: String,
     /// Accept weights disks on networked filesystems (`slicing.allow_networked_weights`).
     pub allow_networked_weights: bool,
+    /// Accept templates with an empty baseboard (`slicing.allow_no_baseboard`).
+    pub allow_no_baseboard: bool,
     /// The runtime that builds and sends the listings, off the loop's thread.
     pub lists: crate::bus::offload::Lists,
 }

@@ -54,6 +54,8 @@ pub(super) struct Slicing {
     started: bool,
     /// Accept weights disks on networked filesystems (config).
     allow_networked_weights: bool,
+    /// Accept templates with an empty baseboard (config).
+    allow_no_baseboard: bool,
     /// The running slice's measurements, and the task reading its guest.
     meter: Option<Meter>,
     guest_reader: Option<tokio::task::AbortHandle>,
@@ -93,6 +95,7 @@ impl Slicing {
             paused: false,
             started: false,
             allow_networked_weights: settings.allow_networked_weights,
+            allow_no_baseboard: settings.allow_no_baseboard,
             meter: None,
             guest_reader: None,
             cpu_asked: false,
@@ -396,6 +399,7 @@ impl Service {
                 .as_ref()
                 .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
             let t = Template::parse(&spec)?;
+            template::check_has_baseboard(&t, s.allow_no_baseboard)?;
             Defined::check_new(&t, &s.others(), None)?;
             if let Some(weights) = &t.weights_disk {
                 let fs = super::hypervisor::fs_type_of(std::path::Path::new(weights))

@@ -289,6 +289,25 @@ pub fn pci_text(a: &PciAddress) -> String {
     )
 }
 
+/// A template owns a baseboard: one with none is refused unless
+/// `[slicing] allow_no_baseboard` (trials, libvirt's test driver).
+pub fn check_has_baseboard(t: &Template, allowed: bool) -> Result<()> {
+    if t.baseboard.is_empty() && !allowed {
+        return Err(Error::field(
+            "baseboard",
+            format!(
+                "template {}: an empty list; the whole GPU baseboard is passed through to each \
+                 template's VM (seed 003: \"The whole baseboard is passed through to a single \
+                 VM (full PCI passthrough) rather than being partitioned\"): list its PCI \
+                 devices (\"0000:41:00.0\", …), or set [slicing] allow_no_baseboard = true in \
+                 node.toml to try rotation without one",
+                t.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// (a) Every baseboard device is passed to the domain as a PCI hostdev.
 pub fn check_hostdevs(baseboard: &[PciAddress], xml: &str) -> Result<()> {
     let doc = parse_domain(xml)?;

@@ -612,7 +612,10 @@ pub fn free_port() -> u16 {
 
 /// node.toml lines that give the daemon libvirt's test driver (in-process:
 /// each daemon has its own, empty at start).
-pub const TEST_DRIVER: &str = "[runtime]\nlibvirt_uri = \"test:///default\"\n";
+/// Templates with no baseboard are allowed there (trials), as most tests'
+/// test-driver domains have no hostdev.
+pub const TEST_DRIVER: &str =
+    "[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n";
 
 /// A template whose persistent VM is `tmpl-NAME` on libvirt's test driver,
 /// owning the baseboard 0000:41:00.0.
