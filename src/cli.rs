@@ -129,9 +129,10 @@ pub enum CtlCommand {
         /// Report the slices that ran in the window (default: the last 7 days).
         #[arg(long, conflicts_with = "next")]
         report: bool,
-        /// Show the next N slices from now.
-        #[arg(long, value_name = "N", conflicts_with_all = ["from", "to"])]
-        next: Option<usize>,
+        /// Show the next N slices from now (1 to 1000), however far away.
+        #[arg(long, value_name = "N", conflicts_with_all = ["from", "to"],
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        next: Option<u32>,
         /// Window start: today, yesterday, -2d, YYYY-MM-DD[THH:MM] (your zone) or epoch seconds.
         #[arg(long, requires = "to", allow_hyphen_values = true)]
         from: Option<String>,

@@ -142,6 +142,10 @@ pub enum Command {
         window: Window,
         reply: Reply<Result<Vec<SliceRow>>>,
     },
+    ListNextSlices {
+        count: u32,
+        reply: Reply<Result<Vec<SliceRow>>>,
+    },
     ListSliceNotes {
         window: Window,
         reply: Reply<Result<Vec<String>>>,

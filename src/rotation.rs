@@ -233,6 +233,60 @@ pub fn timeline(
 /// ahead when any schedule is open-ended.
 pub const FULL_CYCLE_DAYS: i64 = 146_097;
 
+/// The next `count` slices from `from` on, however far away: the timeline
+/// a 400-day window at a time (as ListSlices would give them), up to the
+/// calendar's whole cycle, each slice a window's edge cut joined again.
+/// The walk stops once `count` are found, or once no action of any
+/// template occurs after the window walked (every schedule has ended).
+/// Fewer than `count` when the cycle holds fewer.
+pub fn next_slices(
+    templates: &[(String, Vec<ScheduledAction>)],
+    from: Timestamp,
+    count: usize,
+    tz: &TimeZone,
+) -> Vec<Slice> {
+    let step = SignedDuration::from_hours(24 * 400);
+    let end = from
+        .checked_add(SignedDuration::from_hours(24 * FULL_CYCLE_DAYS))
+        .unwrap_or(Timestamp::MAX);
+    let mut out: Vec<Slice> = Vec::new();
+    let mut at = from;
+    while at < end {
+        let until = at.checked_add(step).unwrap_or(Timestamp::MAX).min(end);
+        for s in timeline(templates, at, until, tz) {
+            match out.last_mut() {
+                // Cut at the edge: the same slice, reported from `at` on.
+                Some(last)
+                    if last.ends_by == SliceEnd::Open
+                        && last.end == at
+                        && s.start == at
+                        && s.template == last.template =>
+                {
+                    last.end = s.end;
+                    last.ends_by = s.ends_by;
+                }
+                _ => out.push(s),
+            }
+        }
+        at = until;
+        let open_at_edge = out
+            .last()
+            .is_some_and(|s| s.ends_by == SliceEnd::Open && s.end == at);
+        if out.len() >= count && !open_at_edge {
+            break;
+        }
+        let more = templates
+            .iter()
+            .flat_map(|(_, actions)| actions)
+            .any(|a| a.next_after(at, tz).is_some());
+        if !more {
+            break;
+        }
+    }
+    out.truncate(count);
+    out
+}
+
 /// Most events [`validate`] examines: the full cycle of two templates'
 /// hourly repeats (about 7 million) fits; more is refused rather than
 /// checked in part.
@@ -1401,6 +1455,67 @@ mod tests {
             Ok(())
         );
         assert!(validate(&bad, t0, SignedDuration::MAX, &berlin(), FIVE_MIN).is_err());
+    }
+
+    /// The next slices however far away: a first resume 500 days out and
+    /// its power-off 500 days later (one slice across a 400-day edge of the
+    /// walk, joined), then a weekly rotation from three years out; what one
+    /// long timeline window gives is the oracle. Schedules that have ended
+    /// give none, and the walk stops.
+    #[test]
+    fn next_slices_reach_past_400_days_and_join_what_an_edge_cut() {
+        let t0 = ts("2030-01-01T00:00:00Z");
+        let day = |n: i64| t0 + SignedDuration::from_hours(24 * n);
+        let far = rotation(&[(
+            "a",
+            vec![
+                once(Action::Resume, day(500)),
+                once(Action::Poweroff, day(1000)),
+            ],
+        )]);
+        let got = next_slices(&far, t0, 5, &TimeZone::UTC);
+        assert_eq!(got, timeline(&far, t0, day(1100), &TimeZone::UTC));
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].start, got[0].end), (day(500), day(1000)));
+        assert_eq!(got[0].ends_by, SliceEnd::Poweroff);
+
+        let weekly_from = day(3 * 365);
+        let weekly = rotation(&[(
+            "b",
+            vec![
+                weekly(
+                    Action::Resume,
+                    weekly_from + SignedDuration::from_hours(9),
+                    &[1, 3],
+                ),
+                weekly(
+                    Action::Poweroff,
+                    weekly_from + SignedDuration::from_hours(17),
+                    &[1, 3],
+                ),
+            ],
+        )]);
+        let got = next_slices(&weekly, t0, 3, &TimeZone::UTC);
+        let mut oracle = timeline(
+            &weekly,
+            t0,
+            weekly_from + SignedDuration::from_hours(24 * 30),
+            &TimeZone::UTC,
+        );
+        oracle.truncate(3);
+        assert_eq!(got, oracle);
+        assert_eq!(got.len(), 3);
+        assert!(got[0].start >= weekly_from, "{got:?}");
+
+        // All in the past: nothing, and no walk over the cycle.
+        let ended = rotation(&[(
+            "c",
+            vec![
+                once(Action::Resume, day(-10)),
+                once(Action::Poweroff, day(-9)),
+            ],
+        )]);
+        assert_eq!(next_slices(&ended, t0, 3, &TimeZone::UTC), vec![]);
     }
 
     #[test]

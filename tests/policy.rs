@@ -16,6 +16,7 @@ const READ_ONLY: &[&str] = &[
     "WhyNot",
     "GetSchedule",
     "ListSlices",
+    "ListNextSlices",
     "ListSliceNotes",
     "UsageReport",
     "ListTemplates",
@@ -90,7 +91,7 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
                 }
                 ("UsageReport", "s") => "owner".to_string(),
                 ("ListEnded", "x") => "0".to_string(),
-                ("ListEnded", "u") => "10".to_string(),
+                ("ListEnded" | "ListNextSlices", "u") => "10".to_string(),
                 ("SliceReport", _) => ["", "0", "86400"][i].to_string(),
                 (_, "b") => "false".to_string(),
                 ("SetSchedule", "s") => ["t", "[]"][i].to_string(),

@@ -681,3 +681,59 @@ fn a_collision_years_ahead_is_refused_with_its_date_and_noted_in_old_ledgers() {
         o.stdout
     );
 }
+
+/// Listings that never say nothing silently (#52 item 4): a rotation that
+/// begins two years from now is listed by `slices --next` and by a dry
+/// run, as far away as it is (the 400-day window used to give "0 slices
+/// listed"); with no schedule at all, a note says why the list is empty.
+/// Seen failing before: both listed nothing.
+#[test]
+fn the_next_slices_are_found_however_far_away() {
+    let (_dir, bus, _d) = berlin_daemon();
+    let a = &bus.address;
+    define_template(a, "research");
+    let o = ctl(a, None, &["slices", "--next", "3"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("no slice in the calendar's whole cycle (400 years) from now"),
+        "{}",
+        o.stdout
+    );
+    // A Monday two years out (104 weeks after one).
+    let starting = (monday() + jiff::Span::new().days(104 * 7)).to_string();
+    let words = [
+        "schedule",
+        "set",
+        "research",
+        "--weekly",
+        "mon",
+        "--from",
+        "09:00",
+        "--to",
+        "17:00",
+        "--starting",
+        &starting,
+    ];
+    let mut dry = words.to_vec();
+    dry.push("--dry-run");
+    let o = ctl(a, None, &dry);
+    assert!(o.ok, "{}", o.stderr);
+    let listed = |text: &str| text.lines().filter(|l| l.starts_with("research ")).count();
+    assert_eq!(listed(&o.stdout), 10, "{}", o.stdout);
+    assert!(o.stdout.contains(&starting), "{}", o.stdout);
+    let o = ctl(a, None, &words);
+    assert!(o.ok, "{}", o.stderr);
+    let o = ctl_tz(a, "Europe/Berlin", &["slices", "--next", "3"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(listed(&o.stdout), 3, "{}", o.stdout);
+    assert!(
+        o.stdout.contains(&format!("{starting} 09:00")),
+        "{}",
+        o.stdout
+    );
+    // More than the daemon lists at once is a usage error naming the flag.
+    let o = ctl(a, None, &["slices", "--next", "1001"]);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("--next"), "{}", o.stderr);
+}

@@ -273,6 +273,28 @@ impl Manager {
             .await??)
     }
 
+    /// The next `count` slices (1 to 1000) from now on, however far away
+    /// (the calendar's whole cycle is walked): as ListSlices' rows. Fewer
+    /// when the schedules hold fewer; none when no schedule is set or all
+    /// have ended.
+    #[zbus(out_args("slices"))]
+    async fn list_next_slices(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        count: u32,
+    ) -> Result<Vec<SliceRow>, BusError> {
+        if !(1..=1000).contains(&count) {
+            return Err(BusError::from(crate::error::Error::InvalidRequest(
+                format!("count: 1 to 1000 slices; got {count}"),
+            )));
+        }
+        Ok(self
+            .lp
+            .ask_from(&hdr, conn, |reply| Command::ListNextSlices { count, reply })
+            .await??)
+    }
+
     /// What the slice preview must say besides the slices in [from, to): listed
     /// days that do not occur (day 31 in a 30-day month, day 365 outside leap years).
     #[zbus(out_args("notes"))]

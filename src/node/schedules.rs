@@ -132,6 +132,16 @@ impl Node {
     /// A dry run of [`Node::set_schedule`]: the first `count` slices from
     /// now (within the horizon) with `template`'s actions replaced, and the
     /// notes on its listed days that do not occur; nothing is saved.
+    /// The next `count` slices from `now` on, however far away.
+    pub fn next_slices(
+        &self,
+        now: jiff::Timestamp,
+        count: usize,
+        tz: &jiff::tz::TimeZone,
+    ) -> Vec<rotation::Slice> {
+        rotation::next_slices(&self.rotation(), now, count, tz)
+    }
+
     pub fn preview_schedule(
         &self,
         template: &str,
@@ -147,8 +157,7 @@ impl Node {
             .now
             .checked_add(window)
             .unwrap_or(jiff::Timestamp::MAX);
-        let mut slices = rotation::timeline(&all, rules.now, until, &rules.tz);
-        slices.truncate(count);
+        let slices = rotation::next_slices(&all, rules.now, count, &rules.tz);
         let mut notes = Vec::new();
         for (i, a) in actions.iter().enumerate() {
             for line in a.missing_days(rules.now, until, &rules.tz, 10) {

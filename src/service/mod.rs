@@ -722,6 +722,9 @@ impl Service {
             Command::ListSlices { window, reply } => {
                 let _ = reply.send(Ok(self.list_slices(window)));
             }
+            Command::ListNextSlices { count, reply } => {
+                let _ = reply.send(Ok(self.list_next_slices(count)));
+            }
             Command::ListSliceNotes { window, reply } => {
                 let _ = reply.send(Ok(self.list_slice_notes(window)));
             }

@@ -163,6 +163,15 @@ impl Service {
             .collect()
     }
 
+    pub(super) fn list_next_slices(&self, count: u32) -> Vec<SliceRow> {
+        let now = jiff::Timestamp::now();
+        self.node
+            .next_slices(now, count as usize, &self.slice_rules.tz)
+            .into_iter()
+            .map(slice_row)
+            .collect()
+    }
+
     pub(super) fn list_slice_notes(&self, window: Window) -> Vec<String> {
         self.node
             .slice_notes(window.from(), window.to(), &self.slice_rules.tz)

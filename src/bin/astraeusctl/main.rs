@@ -353,50 +353,6 @@ impl Client {
     }
 }
 
-/// `astraeusctl notify`: one follower per bus it is told of (both, by
-/// default), sharing one notifier and its rate.
-async fn notify_all(
-    session: bool,
-    address: Option<&str>,
-    patience: std::time::Duration,
-) -> Result<(), String> {
-    let buses: Vec<&str> = match address {
-        Some(_) => vec!["the bus at --bus-address"],
-        None if session => vec!["the session bus"],
-        None => vec!["the session bus", "the system bus"],
-    };
-    let out = tokio::sync::Mutex::new(notify::Notifier::new(patience).await?);
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let name = astraeusd::auth::user_name_or_uid(uid);
-    let mut followers = Vec::new();
-    for label in buses {
-        let builder = match (address, label) {
-            (Some(a), _) => zbus::connection::Builder::address(a),
-            (None, "the session bus") => zbus::connection::Builder::session(),
-            (None, _) => zbus::connection::Builder::system(),
-        };
-        let Ok(Ok(conn)) =
-            tokio::time::timeout(patience, builder.method_timeout(patience).build()).await
-        else {
-            // No such bus here (no session bus, no system bus).
-            continue;
-        };
-        let c = Client { conn, patience };
-        followers.push(notify::follow(c, label, (uid, name.clone()), &out));
-    }
-    // Each follows its bus for as long as this runs.
-    let mut followers = followers.into_iter();
-    match (followers.next(), followers.next()) {
-        (Some(a), Some(b)) => {
-            futures_util::future::join(a, b).await;
-        }
-        (Some(a), None) => a.await,
-        _ => return Err("Unreachable: neither the session bus nor the system bus answers".into()),
-    }
-    Ok(())
-}
-
 async fn run(args: Args) -> Result<(), String> {
     // clap sees this conflict only when --json comes after --csv.
     if matches!(args.cmd, Cmd::Usage { csv: true, .. }) && args.json {
@@ -409,7 +365,7 @@ async fn run(args: Args) -> Result<(), String> {
         return page::page(args.session, address, patience, print, notify).await;
     }
     if let Cmd::Notify = args.cmd {
-        return notify_all(args.session, args.bus_address.as_deref(), patience).await;
+        return notify::notify_all(args.session, args.bus_address.as_deref(), patience).await;
     }
     let builder = if let Some(addr) = &args.bus_address {
         zbus::connection::Builder::address(addr.as_str())
@@ -626,12 +582,26 @@ async fn run(args: Args) -> Result<(), String> {
                 ),
                 (_, _, n) => {
                     let now = jiff::Timestamp::now().as_second();
-                    (now, now + 400 * 86_400, n.unwrap_or(10))
+                    (now, now + 400 * 86_400, n.unwrap_or(10) as usize)
                 }
             };
-            let rows: Vec<SliceRow> = c.call("ListSlices", &(from, to)).await?;
-            let rows: Vec<SliceRow> = rows.into_iter().take(limit).collect();
-            let notes: Vec<String> = c.call("ListSliceNotes", &(from, to)).await?;
+            let rows: Vec<SliceRow> = if limit == usize::MAX {
+                c.call("ListSlices", &(from, to)).await?
+            } else {
+                // However far away: the daemon walks the calendar's cycle.
+                let count = u32::try_from(limit).unwrap_or(u32::MAX);
+                c.call("ListNextSlices", &(count,)).await?
+            };
+            let mut notes: Vec<String> = c.call("ListSliceNotes", &(from, to)).await?;
+            if rows.is_empty() {
+                notes.push(if limit == usize::MAX {
+                    "no slice in this window".to_string()
+                } else {
+                    "no slice in the calendar's whole cycle (400 years) from now: no schedule \
+                     is set, or every schedule has ended"
+                        .to_string()
+                });
+            }
             print_slices(&rows, &notes, &local, form);
         }
         Cmd::Usage {

@@ -87,6 +87,50 @@ impl Notifier {
     }
 }
 
+/// `astraeusctl notify`: one follower per bus it is told of (both, by
+/// default), sharing one notifier and its rate.
+pub async fn notify_all(
+    session: bool,
+    address: Option<&str>,
+    patience: std::time::Duration,
+) -> Result<(), String> {
+    let buses: Vec<&str> = match address {
+        Some(_) => vec!["the bus at --bus-address"],
+        None if session => vec!["the session bus"],
+        None => vec!["the session bus", "the system bus"],
+    };
+    let out = tokio::sync::Mutex::new(Notifier::new(patience).await?);
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let name = astraeusd::auth::user_name_or_uid(uid);
+    let mut followers = Vec::new();
+    for label in buses {
+        let builder = match (address, label) {
+            (Some(a), _) => zbus::connection::Builder::address(a),
+            (None, "the session bus") => zbus::connection::Builder::session(),
+            (None, _) => zbus::connection::Builder::system(),
+        };
+        let Ok(Ok(conn)) =
+            tokio::time::timeout(patience, builder.method_timeout(patience).build()).await
+        else {
+            // No such bus here (no session bus, no system bus).
+            continue;
+        };
+        let c = Client { conn, patience };
+        followers.push(follow(c, label, (uid, name.clone()), &out));
+    }
+    // Each follows its bus for as long as this runs.
+    let mut followers = followers.into_iter();
+    match (followers.next(), followers.next()) {
+        (Some(a), Some(b)) => {
+            futures_util::future::join(a, b).await;
+        }
+        (Some(a), None) => a.await,
+        _ => return Err("Unreachable: neither the session bus nor the system bus answers".into()),
+    }
+    Ok(())
+}
+
 /// One notification on `session` (org.freedesktop.Notifications.Notify).
 /// Text from the daemon is made printable first: it may name another
 /// user's process or a caller's worker.
