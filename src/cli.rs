@@ -37,6 +37,11 @@ pub struct DaemonArgs {
     /// Configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Check the configuration a start would read (--config, else the
+    /// default file, or the session's with --session) and exit: 0 when it
+    /// would start, 1 naming the key and its line when not (as nginx -t).
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 #[derive(Parser)]
@@ -107,10 +112,12 @@ pub enum CtlCommand {
         /// The spec's file, or - for standard input.
         file: String,
     },
-    /// Stop a worker.
+    /// Stop workers, each in turn and each answered (as podman stop A B);
+    /// the exit status is the worst of theirs.
     Stop {
-        /// The worker's name.
-        name: String,
+        /// The workers' names.
+        #[arg(required = true, num_args = 1.., value_name = "NAME")]
+        names: Vec<String>,
     },
     /// Where a spec would go now, or why it would wait (changes nothing).
     Why {

@@ -297,6 +297,47 @@ pub(crate) fn where_in(text: &str, e: &toml::de::Error) -> String {
     format!(", line {line_no} (`{line}`): {what}")
 }
 
+/// A configuration error in plain words, with the line of the key it names
+/// when the file has it (a value out of range is found by serde's checks
+/// after parsing, which know no lines): `config FILE, line N (`…`): key: …`.
+pub fn explained(path: &Path, text: &str, e: &Error) -> String {
+    let message = e.message();
+    if message.starts_with("config ") {
+        return message.to_string(); // a parse error: it has its line
+    }
+    let key = message.split(": ").next().unwrap_or_default();
+    match line_of(text, key) {
+        Some((n, line)) => format!(
+            "config {}, line {n} (`{}`): {message}",
+            path.display(),
+            crate::text::printable(&line.chars().take(80).collect::<String>())
+        ),
+        None => format!("config {}: {message}", path.display()),
+    }
+}
+
+/// The line (1-based) and text where `key` (`table.name`, or `name` at the
+/// top; an index such as `baseboard[1]` is dropped) is set in `text`.
+fn line_of(text: &str, key: &str) -> Option<(usize, String)> {
+    let key = key.split('[').next()?;
+    let (table, name) = key.rsplit_once('.').unwrap_or(("", key));
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if let Some(header) = t.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            current = header.trim().to_string();
+            continue;
+        }
+        let set = t
+            .split_once('=')
+            .is_some_and(|(k, _)| k.trim().trim_matches('"') == name);
+        if set && current == table {
+            return Some((i + 1, t.to_string()));
+        }
+    }
+    None
+}
+
 impl Config {
     /// Reads the file; a missing default file means defaults, a missing
     /// explicitly named one is an error.

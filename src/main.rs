@@ -363,8 +363,43 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     Ok(service.run().await)
 }
 
+/// `--check-config`: the file a start would read, checked as a start
+/// checks it, said in plain words on stdout (fine) or stderr (not).
+fn check_config(args: &Args) -> std::process::ExitCode {
+    let path = match &args.config {
+        Some(p) => Some(p.clone()),
+        None if args.session => Config::session_path(),
+        None => Some(std::path::PathBuf::from(config::DEFAULT_PATH)),
+    };
+    let Some(path) = path else {
+        println!("no configuration file (neither $XDG_CONFIG_HOME nor $HOME): the daemon would run on its defaults");
+        return std::process::ExitCode::SUCCESS;
+    };
+    if args.config.is_none() && !path.exists() {
+        println!(
+            "{}: not there; the daemon would run on its defaults",
+            path.display()
+        );
+        return std::process::ExitCode::SUCCESS;
+    }
+    match Config::load(&path, true) {
+        Ok(_) => {
+            println!("{}: ok", path.display());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            eprintln!("astraeusd: {}", config::explained(&path, &text, &e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.check_config {
+        return check_config(&args);
+    }
     let to_journal = init_logging();
     astraeusd::bus::tree::tune_allocator();
     // One thread runs the service loop and the bus: a call, its change, its
@@ -398,6 +433,9 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
         Err(e) => {
+            // In plain words: the kinds are D-Bus errors' names, not a
+            // reader's of the journal.
+            let e = e.message();
             tracing::error!("cannot start: {e}");
             // Said once: on stderr too only when the log went to the journal
             // and stderr is not the journal as well (a terminal, say).

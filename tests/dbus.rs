@@ -800,6 +800,19 @@ fn astraeusctl_shows_the_seeds_words() {
     );
     let o = ctl(a, None, &["stop", "voice"]);
     assert_eq!(o.stdout, "stopped voice\n");
+    // Several, as podman stop A B: each answered in turn, the worst status.
+    for name in ["s1", "s2"] {
+        assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec(name, "0.5")]).ok);
+    }
+    let o = ctl(a, None, &["stop", "s1", "nope", "s2"]);
+    assert_eq!(o.stdout, "stopped s1\nstopped s2\n");
+    assert_eq!(o.code, Some(4), "{}", o.stderr);
+    assert_eq!(
+        o.stderr,
+        "astraeusctl: nope: NotFound: no live worker named nope\n\
+         astraeusctl: NotFound: not every worker named was stopped (see above)\n"
+    );
+    assert_eq!(ctl(a, None, &["stop"]).code, Some(2), "a name is required");
     let f = dir.path().join("why.json");
     std::fs::write(&f, shared_spec("x", "7.5")).unwrap();
     let o = ctl(a, None, &["why", f.to_str().unwrap()]);

@@ -66,7 +66,7 @@ fn a_port_in_use_stops_the_start_said_once() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    let said = format!("cannot start: Backend: http.listen: cannot listen on 127.0.0.1:{port}");
+    let said = format!("cannot start: http.listen: cannot listen on 127.0.0.1:{port}");
     assert_eq!(err.matches(&said).count(), 1, "{err}");
     assert!(!err.contains("InvalidRequest"), "{err}");
 }

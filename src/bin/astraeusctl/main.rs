@@ -431,12 +431,30 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
         }
-        Cmd::Stop { name } => {
-            c.call::<_, ()>("StopWorker", &(name.as_str(),)).await?;
-            if args.json {
-                outln!("{}", json!({"stopped": name}));
-            } else {
-                outln!("stopped {name}");
+        Cmd::Stop { names } => {
+            // Each in turn, each answered; the exit status is the worst.
+            let mut worst: Option<String> = None;
+            let many = names.len() > 1;
+            for name in &names {
+                match c.call::<_, ()>("StopWorker", &(name.as_str(),)).await {
+                    Ok(()) if args.json => outln!("{}", json!({"stopped": name})),
+                    Ok(()) => outln!("stopped {name}"),
+                    Err(e) if many => {
+                        errln!("astraeusctl: {name}: {e}");
+                        let code =
+                            |e: &str| astraeusd::cli::exit_code(astraeusd::cli::kind_of(e).0);
+                        if worst.as_deref().is_none_or(|w| code(&e) > code(w)) {
+                            worst = Some(e);
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if let Some(w) = worst {
+                let (kind, _) = astraeusd::cli::kind_of(&w);
+                return Err(format!(
+                    "{kind}: not every worker named was stopped (see above)"
+                ));
             }
         }
         Cmd::Why { file } => {
