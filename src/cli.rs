@@ -67,6 +67,11 @@ pub struct CtlArgs {
     /// Print lists without their header, notes and count line (for scripts).
     #[arg(long, global = true)]
     pub no_legend: bool,
+    /// Colour: auto (a terminal whose TERM takes colour, unless NO_COLOR is
+    /// set; CLICOLOR_FORCE forces it), always or never.
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto",
+          value_parser = ["auto", "always", "never"])]
+    pub color: String,
     /// Give up on a call the daemon has not answered in this many seconds
     /// (1 to 86400; busctl's and gdbus's default is the same 25).
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 25,

@@ -515,10 +515,11 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
         o.stdout
     );
     assert!(!o.stdout.contains('\x1b'), "no colour into a pipe");
-    // In a real terminal (a pty, through script(1)) it is red; NO_COLOR turns that off.
+    // In a real terminal (a pty, through script(1)) it is red; NO_COLOR,
+    // TERM=dumb and --color=never turn that off.
     let in_terminal = |no_color: &str| {
         let cmd = format!(
-            "NO_COLOR={no_color} {} --bus-address '{a}' gpus",
+            "TERM=xterm NO_COLOR={no_color} {} --bus-address '{a}' gpus",
             env!("CARGO_BIN_EXE_astraeusctl")
         );
         let out = std::process::Command::new("script")
@@ -539,6 +540,44 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
         plain.contains("unhealthy") && !plain.contains('\x1b'),
         "{plain:?}"
     );
+    // In the pty: `env` before the command, `flags` after it.
+    let shell = |env: &str, flags: &str| {
+        let cmd = format!(
+            "{env} {} --bus-address '{a}' {flags} gpus",
+            env!("CARGO_BIN_EXE_astraeusctl")
+        );
+        let out = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        shell("TERM=xterm", "").contains('\x1b'),
+        "a terminal: colour"
+    );
+    assert!(
+        !shell("TERM=dumb", "").contains('\x1b'),
+        "TERM=dumb: no colour"
+    );
+    let never = shell("TERM=xterm", "--color=never");
+    assert!(
+        never.contains("unhealthy") && !never.contains('\x1b'),
+        "{never:?}"
+    );
+    // --color=always and CLICOLOR_FORCE into a pipe.
+    let o = ctl(a, None, &["--color=always", "gpus"]);
+    assert!(
+        o.stdout.contains("\x1b[1;31munhealthy\x1b[0m"),
+        "{}",
+        o.stdout
+    );
+    let forced = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
+        .args(["--bus-address", a, "gpus"])
+        .env("CLICOLOR_FORCE", "1")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&forced.stdout).contains('\x1b'));
     // The failure passes (a transient fault, a driver reload): healthy again.
     fixture(&fx, &[rtx(0, 0), l4(0)], &[]);
     eventually("GPU 1 healthy again", || gpu1("Healthy") == "b true\n");

@@ -76,14 +76,14 @@ impl Progress {
     }
 }
 
-/// A word coloured for a person at a terminal (never when stdout is not a
-/// terminal, nor when NO_COLOR is set: https://no-color.org). The word is
-/// made printable first; the only escapes printed are these.
+/// A word coloured for a person at a terminal, as anstream decides it for
+/// stdout (`--color`, else: a terminal whose TERM takes colour — not
+/// `dumb` — unless NO_COLOR is set, https://no-color.org; CLICOLOR_FORCE
+/// forces it). The word is made printable first; the only escapes printed
+/// are these.
 fn paint(word: &str, sgr: &str) -> String {
-    use std::io::IsTerminal;
     let word = astraeusd::text::printable(word);
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    if no_color || !std::io::stdout().is_terminal() {
+    if anstream::AutoStream::choice(&std::io::stdout()) == anstream::ColorChoice::Never {
         return word;
     }
     format!("\x1b[{sgr}m{word}\x1b[0m")
@@ -681,6 +681,11 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
+    anstream::ColorChoice::write_global(match args.color.as_str() {
+        "always" => anstream::ColorChoice::Always,
+        "never" => anstream::ColorChoice::Never,
+        _ => anstream::ColorChoice::Auto,
+    });
     let json_out = args.json;
     let session = args.session;
     let address = args.bus_address.clone();
