@@ -517,29 +517,6 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
     assert!(!o.stdout.contains('\x1b'), "no colour into a pipe");
     // In a real terminal (a pty, through script(1)) it is red; NO_COLOR,
     // TERM=dumb and --color=never turn that off.
-    let in_terminal = |no_color: &str| {
-        let cmd = format!(
-            "TERM=xterm NO_COLOR={no_color} {} --bus-address '{a}' gpus",
-            env!("CARGO_BIN_EXE_astraeusctl")
-        );
-        let out = std::process::Command::new("script")
-            .args(["-qec", &cmd, "/dev/null"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let tty = in_terminal("");
-    assert!(
-        tty.lines()
-            .any(|l| l.starts_with("1    NVIDIA L4") && l.contains("\x1b[1;31munhealthy\x1b[0m")),
-        "{tty:?}"
-    );
-    assert!(tty.contains("\x1b[32mfree\x1b[0m"), "{tty:?}");
-    let plain = in_terminal("1");
-    assert!(
-        plain.contains("unhealthy") && !plain.contains('\x1b'),
-        "{plain:?}"
-    );
     // In the pty: `env` before the command, `flags` after it.
     let shell = |env: &str, flags: &str| {
         let cmd = format!(
@@ -552,6 +529,18 @@ fn a_gpu_whose_queries_keep_failing_becomes_unhealthy_and_its_workers_are_flagge
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    let tty = shell("TERM=xterm", "");
+    assert!(
+        tty.lines()
+            .any(|l| l.starts_with("1    NVIDIA L4") && l.contains("\x1b[1;31munhealthy\x1b[0m")),
+        "{tty:?}"
+    );
+    assert!(tty.contains("\x1b[32mfree\x1b[0m"), "{tty:?}");
+    let plain = shell("TERM=xterm NO_COLOR=1", "");
+    assert!(
+        plain.contains("unhealthy") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
     assert!(
         shell("TERM=xterm", "").contains('\x1b'),
         "a terminal: colour"
