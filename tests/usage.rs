@@ -429,6 +429,16 @@ fn metrics_count_gpu_time_and_energy_across_restarts() {
     };
     // A first window counted before the worker comes: all of its hold is measured.
     eventually("a first count", || until(&scrape(port)) > 0.0);
+    // Which build answers: its version, and its commit or "unknown".
+    let m = scrape(port);
+    assert_eq!(m["astraeus_build_info"]["type"], "gauge");
+    let build = &m["astraeus_build_info"]["samples"][0];
+    assert_eq!(build[1]["version"], env!("CARGO_PKG_VERSION"), "{build}");
+    assert!(
+        build[1]["commit"].as_str().is_some_and(|c| !c.is_empty()),
+        "{build}"
+    );
+    assert_eq!(build[2], 1.0);
     let a = &bus.address;
     assert!(manager(a, None, "SubmitWorker", &["s", &shared_spec("listen", "2")]).ok);
     let held_from = ledger_i64(

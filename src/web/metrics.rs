@@ -33,6 +33,18 @@ pub fn metrics(snap: &Snapshot) -> String {
             .collect::<Vec<_>>()
     };
     family(
+        "astraeus_build_info",
+        "Always 1; the running build's version, and its commit when the build knew it (ASTRAEUS_COMMIT at build time; \"unknown\" otherwise).",
+        vec![(
+            format!(
+                "{{version=\"{}\",commit=\"{}\"}}",
+                label(env!("CARGO_PKG_VERSION")),
+                label(option_env!("ASTRAEUS_COMMIT").unwrap_or("unknown"))
+            ),
+            "1".to_string(),
+        )],
+    );
+    family(
         "astraeus_gpu_healthy",
         "1 when the GPU is fit for work, 0 when it is not (see the page or the Health property for why).",
         snap.gpus
