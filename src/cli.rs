@@ -90,7 +90,7 @@ pub enum CtlCommand {
     /// Workers that ended, newest first, with when and how they ended.
     History {
         /// Only those that ended since then: 1h, 30min, 2d, today, yesterday,
-        /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or epoch seconds [default: all].
+        /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or @EPOCH (seconds) [default: all].
         #[arg(long, value_name = "WHEN", allow_hyphen_values = true)]
         since: Option<String>,
         /// At most this many (1 to 10000).
@@ -145,7 +145,7 @@ pub enum CtlCommand {
         #[arg(long, value_name = "N", conflicts_with_all = ["from", "to"],
               value_parser = clap::value_parser!(u32).range(1..=1000))]
         next: Option<u32>,
-        /// Window start: today, yesterday, -2d, YYYY-MM-DD[THH:MM] (your zone) or epoch seconds.
+        /// Window start: today, yesterday, -2d, YYYY-MM-DD[THH:MM] (your zone) or @EPOCH (seconds).
         #[arg(long, requires = "to", allow_hyphen_values = true)]
         from: Option<String>,
         /// Window end, as --from.
@@ -173,7 +173,7 @@ pub enum CtlCommand {
     /// for each sharer by its share of the GPU's memory.
     Usage {
         /// Window start: 1h, 30min, 2d (that long ago), today, yesterday,
-        /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or epoch seconds [default: 24 hours ago].
+        /// YYYY-MM-DD[THH:MM] (your zone, $TZ) or @EPOCH (seconds) [default: 24 hours ago].
         #[arg(long, allow_hyphen_values = true)]
         since: Option<String>,
         /// Window end, as --since, or now [default: now].
@@ -284,7 +284,9 @@ pub enum ScheduleCommand {
 /// A time given on the command line, as epoch seconds, the way journalctl
 /// reads them: `now`, `today`, `yesterday`, `tomorrow` (midnight in `tz`),
 /// a span ago (`1h`, `30min`, `2d`, `-1h`, `1h ago`), a date or date-time in
-/// `tz` (`2026-12-04`, `2026-12-04T09:30`, `2026-12-04 09:30`), or epoch seconds.
+/// `tz` (`2026-12-04`, `2026-12-04T09:30`, `2026-12-04 09:30`), or `@EPOCH`
+/// seconds (as journalctl and date(1) write them); a bare number is refused:
+/// `--since 2026` would be a second of 1970, not the year.
 pub fn parse_when(
     text: &str,
     now: jiff::Timestamp,
@@ -295,11 +297,17 @@ pub fn parse_when(
     let bad = || {
         format!(
             "{flag}: expected 1h, 30min, 2d, today, yesterday, YYYY-MM-DD, \
-             YYYY-MM-DDTHH:MM or epoch seconds; got {text:?}"
+             YYYY-MM-DDTHH:MM or @EPOCH (seconds); got {text:?}"
         )
     };
-    if let Ok(secs) = t.parse::<i64>() {
-        return Ok(secs);
+    if let Some(secs) = t.strip_prefix('@') {
+        return secs.parse::<i64>().map_err(|_| bad());
+    }
+    if t.parse::<i64>().is_ok() {
+        return Err(format!(
+            "{flag}: {t} alone could be a year or epoch seconds: write @{t} for epoch seconds \
+             (as journalctl and date(1) take them), or a date such as 2026-12-01"
+        ));
     }
     let midnight = |days: i64| -> Result<i64, String> {
         let date = now.to_zoned(tz.clone()).date();
@@ -493,7 +501,11 @@ mod tests {
         assert_eq!(at("2026-07-01"), Ok(utc("2026-06-30T22:00:00Z")));
         assert_eq!(at("2026-07-01T09:15"), Ok(utc("2026-07-01T07:15:00Z")));
         assert_eq!(at("2026-07-01 09:15"), Ok(utc("2026-07-01T07:15:00Z")));
-        assert_eq!(at("1700000000"), Ok(1_700_000_000));
+        assert_eq!(at("@1700000000"), Ok(1_700_000_000));
+        // A bare number is refused, saying how to write either meaning.
+        let e = at("2026").unwrap_err();
+        assert!(e.contains("write @2026 for epoch seconds"), "{e}");
+        assert!(at("@").is_err() && at("@x").is_err());
         // An offset or Z names the instant (Berlin's zone does not apply).
         assert_eq!(
             at("2026-07-01T09:15+05:00"),

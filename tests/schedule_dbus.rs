@@ -255,14 +255,14 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
         )
     );
     // The same slices read in Tokyo: times there, the zone named (the
-    // window as epoch seconds: dates would be Tokyo's days).
+    // window as @epoch seconds: dates would be Tokyo's days).
     let berlin_midnight = |d: i64| {
-        (monday() + jiff::Span::new().days(d))
+        let secs = (monday() + jiff::Span::new().days(d))
             .to_zoned(jiff::tz::TimeZone::get("Europe/Berlin").unwrap())
             .unwrap()
             .timestamp()
-            .as_second()
-            .to_string()
+            .as_second();
+        format!("@{secs}")
     };
     let tokyo = |d: i64, h: i8| {
         (monday() + jiff::Span::new().days(d))
@@ -670,9 +670,9 @@ fn a_collision_years_ahead_is_refused_with_its_date_and_noted_in_old_ledgers() {
         &[
             "slices",
             "--from",
-            &from.to_string(),
+            &format!("@{from}"),
             "--to",
-            &to.to_string(),
+            &format!("@{to}"),
         ],
     );
     assert!(

@@ -313,7 +313,14 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     let usage = ctl(
         a,
         None,
-        &["usage", "--by", "user", "--csv", "--since", &from],
+        &[
+            "usage",
+            "--by",
+            "user",
+            "--csv",
+            "--since",
+            &format!("@{from}"),
+        ],
     );
     assert!(
         usage

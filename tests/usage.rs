@@ -215,7 +215,7 @@ fn metered_majin(bus: &Bus, dir: &std::path::Path, interval: u32) -> Daemon {
 
 /// `astraeusctl usage --by gpu --csv` over [since, until) (epoch seconds).
 fn usage_by_gpu_csv(a: &str, since: u64, until: u64) -> Out {
-    let (since, until) = (since.to_string(), until.to_string());
+    let (since, until) = (format!("@{since}"), format!("@{until}"));
     ctl(
         a,
         None,
@@ -693,7 +693,7 @@ fn days_rolled_up_at_start_report_what_their_intervals_did() {
     }
     let bus = Bus::session();
     let a = &bus.address;
-    let secs = |ms: i64| (ms / 1000).to_string();
+    let secs = |ms: i64| format!("@{}", ms / 1000);
     let usage = |from: i64, to: i64, by: &str| {
         let o = ctl(
             a,
