@@ -85,7 +85,8 @@ pub struct CtlArgs {
 pub enum CtlCommand {
     /// The machine's GPUs as a table: what each offers, how it is used, its health.
     Gpus,
-    /// Live workers with their state, owner and GPUs (`0,2 · shared 2.2 GB`).
+    /// Live workers with their state, owner, GPUs (`1 · shared 2.2 GB`, the
+    /// seed's count) and which GPUs (the GPU column, by index).
     Workers,
     /// Workers that ended, newest first, with when and how they ended.
     History {

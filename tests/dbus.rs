@@ -734,15 +734,16 @@ fn astraeusctl_shows_the_seeds_words() {
          \n\
          1 GPU listed.\n"
     );
-    // The GPUs by index, owners by name, a count line as systemd's tools.
+    // The seed's GPUS column (a count), which GPUs in a column of their
+    // own, owners by name, a count line as systemd's tools.
     let o = ctl(a, None, &["workers"]);
     assert_eq!(
         o.stdout,
-        "NAME    STATE    OWNER  GPUS               USED\n\
-         listen  running  root   0 · shared 2.2 GB  unknown\n\
-         small   pending  root   —                  —\n\
+        "NAME    STATE    OWNER  GPUS               GPU  USED\n\
+         listen  running  root   1 · shared 2.2 GB  0    unknown\n\
+         small   pending  root   —                  —    —\n\
          \x20         GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5\n\
-         voice   running  root   0 · shared 4.2 GB  unknown\n\
+         voice   running  root   1 · shared 4.2 GB  0    unknown\n\
          \n\
          3 workers listed.\n"
     );
@@ -750,9 +751,9 @@ fn astraeusctl_shows_the_seeds_words() {
     let o = ctl(a, None, &["--no-legend", "workers"]);
     assert_eq!(
         o.stdout,
-        "listen  running  root   0 · shared 2.2 GB  unknown\n\
-         small   pending  root   —                  —\n\
-         voice   running  root   0 · shared 4.2 GB  unknown\n"
+        "listen  running  root   1 · shared 2.2 GB  0    unknown\n\
+         small   pending  root   —                  —    —\n\
+         voice   running  root   1 · shared 4.2 GB  0    unknown\n"
     );
     // For scripts: the rows alone.
     let o = ctl(a, None, &["--no-legend", "gpus"]);
@@ -1056,10 +1057,10 @@ fn astraeusctl_follows_events_and_lists_the_history() {
     assert_eq!(lines[0], "times in Asia/Tokyo");
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["NAME", "OWNER", "GPUS", "PLACED", "ENDED", "HOW"]
+        ["NAME", "OWNER", "GPUS", "GPU", "PLACED", "ENDED", "HOW"]
     );
     assert!(
-        lines[2].starts_with("listen  root   0 · shared 2.2 GB  "),
+        lines[2].starts_with("listen  root   1 · shared 2.2 GB  0    "),
         "{shown}"
     );
     assert!(
@@ -1073,7 +1074,7 @@ fn astraeusctl_follows_events_and_lists_the_history() {
     // Nothing ended since tomorrow.
     assert_eq!(
         history("UTC", &["--since", "tomorrow"]),
-        "times in UTC\nNAME  OWNER  GPUS  PLACED  ENDED  HOW\n\n0 ended workers listed.\n"
+        "times in UTC\nNAME  OWNER  GPUS  GPU  PLACED  ENDED  HOW\n\n0 ended workers listed.\n"
     );
     let o = ctl(a, None, &["--json", "history"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();

@@ -41,16 +41,27 @@ fn user_name(uid: u32) -> Option<String> {
 }
 
 /// `0,2 · shared 2.2 GB`, `1 · whole`, `—`: the GPUs a worker holds, by index.
+/// The seed's GPUS column: how many GPUs and how (`1 · shared 2.2 GB`,
+/// `2 · whole`), as the page, ListWorkers and the journal say it.
 pub fn gpus_cell(indices: &[u32], shared_gb: f64) -> String {
     if indices.is_empty() {
         return "—".to_string();
     }
-    let list: Vec<String> = indices.iter().map(u32::to_string).collect();
     if shared_gb > 0.0 {
-        format!("{} · shared {} GB", list.join(","), gb(shared_gb))
+        format!("{} · shared {} GB", indices.len(), gb(shared_gb))
     } else {
-        format!("{} · whole", list.join(","))
+        format!("{} · whole", indices.len())
     }
+}
+
+/// The GPU column: which GPUs, by index (`0`, `0,2`), in a column of its
+/// own so that a count and an index never read alike.
+pub fn gpu_cell(indices: &[u32]) -> String {
+    if indices.is_empty() {
+        return "—".to_string();
+    }
+    let list: Vec<String> = indices.iter().map(u32::to_string).collect();
+    list.join(",")
 }
 
 /// A cell padded to `w` columns by its characters (not bytes: `—`, `·`).
@@ -188,7 +199,7 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
         outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return Ok(());
     }
-    let table: Vec<[String; 5]> = rows
+    let table: Vec<[String; 6]> = rows
         .iter()
         .map(|r| {
             let used = if r.state != "running" {
@@ -203,23 +214,24 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
                 r.state.clone(),
                 owner_name(r.owner_uid),
                 gpus_cell(&r.gpu_indices, r.gpu_shared_gb),
+                gpu_cell(&r.gpu_indices),
                 used,
             ]
         })
         .collect();
-    const HEAD: [&str; 5] = ["NAME", "STATE", "OWNER", "GPUS", "USED"];
-    let w: Vec<usize> = (0..5)
+    const HEAD: [&str; 6] = ["NAME", "STATE", "OWNER", "GPUS", "GPU", "USED"];
+    let w: Vec<usize> = (0..6)
         .map(|i| width(HEAD[i], table.iter().map(|r| r[i].as_str())))
         .collect();
-    let line = |r: [&str; 5]| {
-        let left: Vec<String> = (0..4).map(|i| pad(r[i], w[i])).collect();
-        format!("{}  {}", left.join("  "), r[4])
+    let line = |r: [&str; 6]| {
+        let left: Vec<String> = (0..5).map(|i| pad(r[i], w[i])).collect();
+        format!("{}  {}", left.join("  "), r[5])
     };
     if form.legend {
         outln!("{}", line(HEAD));
     }
     for r in &table {
-        outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
         // The rows alone for scripts (--no-legend): one line a worker.
         let reasons = pending.remove(r[0].as_str()).filter(|_| form.legend);
         for why in reasons.unwrap_or_default() {
@@ -267,34 +279,37 @@ pub async fn history(
         outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return Ok(());
     }
-    let table: Vec<[String; 6]> = rows
+    let table: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {
-            let gpus = gpus_cell(&r.gpu_indices, r.gpu_shared_gb);
             [
                 r.name.clone(),
                 owner_name(r.owner_uid),
-                gpus,
+                gpus_cell(&r.gpu_indices, r.gpu_shared_gb),
+                gpu_cell(&r.gpu_indices),
                 ms(r.started_ms).map_or("never".into(), |t| local.time(t / 1000)),
                 local.time(r.ended_ms / 1000),
                 astraeusd::text::printable(&r.end_reason),
             ]
         })
         .collect();
-    const HEAD: [&str; 6] = ["NAME", "OWNER", "GPUS", "PLACED", "ENDED", "HOW"];
-    let w: Vec<usize> = (0..6)
+    const HEAD: [&str; 7] = ["NAME", "OWNER", "GPUS", "GPU", "PLACED", "ENDED", "HOW"];
+    let w: Vec<usize> = (0..7)
         .map(|i| width(HEAD[i], table.iter().map(|r| r[i].as_str())))
         .collect();
-    let line = |r: [&str; 6]| {
-        let left: Vec<String> = (0..5).map(|i| pad(r[i], w[i])).collect();
-        format!("{}  {}", left.join("  "), r[5])
+    let line = |r: [&str; 7]| {
+        let left: Vec<String> = (0..6).map(|i| pad(r[i], w[i])).collect();
+        format!("{}  {}", left.join("  "), r[6])
     };
     if form.legend {
         outln!("times in {}", local.name);
         outln!("{}", line(HEAD));
     }
     for r in &table {
-        outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
+        outln!(
+            "{}",
+            line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]])
+        );
     }
     if form.legend {
         count_line(rows.len(), "ended worker", "ended workers");
