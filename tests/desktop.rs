@@ -90,7 +90,13 @@ impl Desktop {
             std::thread::sleep(Duration::from_millis(50));
         }
         std::fs::write(dir.join("dunstrc"), "[global]\n").unwrap();
-        std::thread::sleep(Duration::from_millis(300)); // Xvfb up
+        // Xvfb listens once its socket is there: dunst started before
+        // would find no display and end.
+        let x_socket = format!("/tmp/.X11-unix/X{}", &display[1..]);
+        let until = Instant::now() + Duration::from_secs(20);
+        while !Path::new(&x_socket).exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         children.push(
             as_user(user, "dunst")
                 .args(["-config", dir.join("dunstrc").to_str().unwrap()])
