@@ -115,9 +115,10 @@ impl Desktop {
         // Asked of the bus, not of dunst: a call would start another
         // dunst, with no display, through its D-Bus service file.
         eventually("dunst owns org.freedesktop.Notifications", || {
-            let o = as_user(user, "busctl")
-                .args([
-                    &format!("--address={}", d.address),
+            let o = busctl_as(
+                Some(user),
+                &d.address,
+                &[
                     "call",
                     "org.freedesktop.DBus",
                     "/org/freedesktop/DBus",
@@ -125,10 +126,9 @@ impl Desktop {
                     "NameHasOwner",
                     "s",
                     "org.freedesktop.Notifications",
-                ])
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&o.stdout).trim() == "b true"
+                ],
+            );
+            o.stdout.trim() == "b true"
         });
         d
     }
