@@ -59,7 +59,7 @@ pub async fn page(
     let found = find(places, patience).await;
     let result = match found {
         Ok(url) if print => {
-            crate::out_line(&url);
+            outln!("{url}");
             Ok(())
         }
         Ok(url) => open(&url),
