@@ -89,6 +89,11 @@ fn paint(word: &str, sgr: &str) -> String {
     format!("\x1b[{sgr}m{word}\x1b[0m")
 }
 
+/// CLICOLOR_FORCE set to anything but empty or "0" (https://bixense.com/clicolors).
+fn colour_forced() -> bool {
+    std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 /// The colour of a GPU's mode: red when it needs attention.
 fn mode_colour(mode: &str) -> &'static str {
     match mode {
@@ -684,6 +689,11 @@ fn main() -> ExitCode {
     anstream::ColorChoice::write_global(match args.color.as_str() {
         "always" => anstream::ColorChoice::Always,
         "never" => anstream::ColorChoice::Never,
+        // anstream colours a terminal whatever its TERM when `CI` is set;
+        // a dumb terminal takes none, in CI too, unless forced.
+        _ if std::env::var_os("TERM").is_none_or(|t| t == "dumb") && !colour_forced() => {
+            anstream::ColorChoice::Never
+        }
         _ => anstream::ColorChoice::Auto,
     });
     let json_out = args.json;
