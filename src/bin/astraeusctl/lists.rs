@@ -2,7 +2,8 @@
 //! header and a count line, as systemd's tools print them (`--no-legend`
 //! leaves both out), or JSON data (numbers, arrays, nulls) with `--json`.
 
-use super::{gb, mode_colour, paint, Client, Local};
+use super::colour::{mode_colour, paint};
+use super::{gb, Client, Local};
 use astraeusd::bus::wire::{EndedRow, GpuRow, WorkerRow};
 use serde_json::json;
 

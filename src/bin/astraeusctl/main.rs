@@ -76,35 +76,7 @@ impl Progress {
     }
 }
 
-/// A word coloured for a person at a terminal, as anstream decides it for
-/// stdout (`--color`, else: a terminal whose TERM takes colour — not
-/// `dumb` — unless NO_COLOR is set, https://no-color.org; CLICOLOR_FORCE
-/// forces it). The word is made printable first; the only escapes printed
-/// are these.
-fn paint(word: &str, sgr: &str) -> String {
-    let word = astraeusd::text::printable(word);
-    if anstream::AutoStream::choice(&std::io::stdout()) == anstream::ColorChoice::Never {
-        return word;
-    }
-    format!("\x1b[{sgr}m{word}\x1b[0m")
-}
-
-/// CLICOLOR_FORCE set to anything but empty or "0" (https://bixense.com/clicolors).
-fn colour_forced() -> bool {
-    std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0")
-}
-
-/// The colour of a GPU's mode: red when it needs attention.
-fn mode_colour(mode: &str) -> &'static str {
-    match mode {
-        "free" => "32",        // green
-        "shared" => "36",      // cyan
-        "whole" => "34",       // blue
-        "unhealthy" => "1;31", // bold red
-        _ => "35",             // time-sliced: magenta
-    }
-}
-
+mod colour;
 mod events;
 mod lists;
 mod notify;
@@ -686,16 +658,7 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
-    anstream::ColorChoice::write_global(match args.color.as_str() {
-        "always" => anstream::ColorChoice::Always,
-        "never" => anstream::ColorChoice::Never,
-        // anstream colours a terminal whatever its TERM when `CI` is set;
-        // a dumb terminal takes none, in CI too, unless forced.
-        _ if std::env::var_os("TERM").is_none_or(|t| t == "dumb") && !colour_forced() => {
-            anstream::ColorChoice::Never
-        }
-        _ => anstream::ColorChoice::Auto,
-    });
+    colour::choose(&args.color);
     let json_out = args.json;
     let session = args.session;
     let address = args.bus_address.clone();
