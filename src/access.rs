@@ -219,9 +219,14 @@ impl Rules {
     }
 
     /// Containers and VMs are root-equivalent powers; units run as their
-    /// owner, reservations run nothing.
+    /// owner, reservations run nothing. A daemon's own user (a session
+    /// daemon's) runs them too: its backends are that user's (rootless
+    /// podman, `qemu:///session`), or ones the user could reach anyway.
     pub fn may_run(&self, caller: &Caller, workload: Workload) -> Result<()> {
         let uid = caller.uid;
+        if self.owner == Some(uid) {
+            return Ok(());
+        }
         match workload {
             Workload::Container if !caller.is_root() && !self.containers_for_group => {
                 Err(Error::AccessDenied(format!(
@@ -323,6 +328,17 @@ mod tests {
         assert!(rules.may_run(&member, Workload::Vm).is_err());
         rules.vms_for_group = true;
         assert!(rules.may_run(&member, Workload::Vm).is_ok());
+    }
+
+    #[test]
+    fn a_session_daemons_owner_runs_containers_and_vms_on_its_own_backends() {
+        let mut rules = Rules::new("g");
+        rules.owner = Some(1000);
+        let (owner, member) = (caller(1000, false), caller(1001, true));
+        for w in [Workload::Container, Workload::Vm] {
+            assert!(rules.may_run(&owner, w).is_ok(), "{w:?}");
+            assert!(rules.may_run(&member, w).is_err(), "{w:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub const DEFAULT_PATH: &str = "/etc/astraeus/node.toml";
 /// Where a session daemon serves the machine page unless told otherwise
 /// (the address the desktop entry opens).
 pub const SESSION_LISTEN: &str = "127.0.0.1:8089";
+/// The CDI device a WSL2 host's containers get ([`Config::for_wsl`]).
+pub const WSL_CDI_DEVICE: &str = "nvidia.com/gpu=all";
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -464,6 +466,16 @@ impl Config {
         )
     }
 
+    /// A WSL2 host's defaults, where the file left them: the one CDI device
+    /// NVIDIA's `nvidia-ctk cdi generate --mode=wsl` writes, `nvidia.com/gpu=all`
+    /// (WSL gives every container every GPU; there is no device per UUID).
+    pub fn for_wsl(mut self) -> Config {
+        if self.runtime.cdi_device == RuntimeConfig::default().cdi_device {
+            self.runtime.cdi_device = WSL_CDI_DEVICE.into();
+        }
+        self
+    }
+
     /// A session daemon's defaults, where the file left the system's: the
     /// user's rootless podman (`$XDG_RUNTIME_DIR/podman/podman.sock`) and
     /// libvirt's session (`qemu:///session`).
@@ -522,6 +534,15 @@ mod tests {
         let c = named.for_session(Some(run));
         assert_eq!(c.runtime.podman_socket, Path::new("/srv/podman.sock"));
         assert_eq!(c.runtime.libvirt_uri, "");
+    }
+
+    #[test]
+    fn a_wsl_host_asks_for_the_one_device_nvidia_ctk_writes_there_unless_told_otherwise() {
+        let c = Config::default().for_wsl();
+        assert_eq!(c.runtime.cdi_device, "nvidia.com/gpu=all");
+        let mut named = Config::default();
+        named.runtime.cdi_device = "example.com/gpu={uuid}".into();
+        assert_eq!(named.for_wsl().runtime.cdi_device, "example.com/gpu={uuid}");
     }
 
     #[test]

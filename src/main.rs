@@ -162,6 +162,9 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         config = config.for_session(runtime_dir.as_deref());
     }
     let wsl = config.inventory.wsl.unwrap_or_else(inventory::detect_wsl);
+    if wsl {
+        config = config.for_wsl();
+    }
     let machine_name = config.machine.clone().unwrap_or_else(inventory::host_name);
     let mut source: Box<dyn GpuSource> = match &args.sim {
         Some(None) => Box::new(SimSource::builtin()),

@@ -179,7 +179,7 @@ fn every_example_in_the_docs_runs_as_shown() {
                         .lines()
                         .filter_map(|l| l.split_once("covered by ").map(|(_, rest)| rest))
                         .filter_map(|rest| rest.split_whitespace().next())
-                        .map(|p| p.trim_end_matches([')', ',', ';', '.']))
+                        .map(|p| p.trim_end_matches([')', ',', ';', '.', ':']))
                         .collect();
                     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
                     // The README's two commands: this file runs scripts/try

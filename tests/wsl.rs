@@ -6,10 +6,14 @@ mod common;
 #[path = "common/fake_nvml.rs"]
 mod fake_nvml;
 
-/// With nothing configured, /dev/dxg makes it a WSL2 host and
-/// /usr/lib/wsl/lib's NVML is loaded; NVML lists no processes; a shared
-/// worker takes its memory on every GPU, and `astraeusctl gpus` says why.
-/// Seen failing with the WSL search path removed from inventory/nvml.rs.
+/// docs/sharing.md's WSL steps, followed as a user in no group: with
+/// nothing configured, /dev/dxg makes it a WSL2 host and /usr/lib/wsl/lib's
+/// NVML is loaded (listing no processes); the user's container worker runs
+/// through their rootless podman on the CDI device WSL has
+/// (`nvidia.com/gpu=all`), its memory taken on every GPU, its share in its
+/// environment. Seen failing with the WSL search path removed from
+/// inventory/nvml.rs, with the owner's containers refused (access.rs), and
+/// with the per-UUID CDI device kept on WSL (config.rs `for_wsl`).
 #[test]
 fn the_daemon_finds_wsl_and_its_nvml_without_configuration() {
     let dir = common::open_tempdir();
@@ -30,6 +34,7 @@ fn the_daemon_finds_wsl_and_its_nvml_without_configuration() {
             env!("CARGO_BIN_EXE_astraeusctl"),
             lib.to_str().unwrap(),
             fx.to_str().unwrap(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sharing.md"),
         ],
         "wsl: ok",
     );

@@ -100,11 +100,16 @@ impl Podman {
         if let Some(gb) = &l.gpu_memory_gb {
             env.insert("ASTRAEUS_GPU_MEMORY_GB".into(), json!(gb));
         }
-        let devices: Vec<Value> = l
-            .gpu_uuids
-            .iter()
-            .map(|u| json!({ "path": self.cdi_device.replace("{uuid}", u) }))
-            .collect();
+        // Each device once: a name without {uuid} (WSL's `nvidia.com/gpu=all`)
+        // is the same for every GPU.
+        let mut paths: Vec<String> = Vec::new();
+        for u in &l.gpu_uuids {
+            let path = self.cdi_device.replace("{uuid}", u);
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        let devices: Vec<Value> = paths.iter().map(|p| json!({ "path": p })).collect();
         let mut limits = serde_json::Map::new();
         if !l.cpu_cores.is_zero() {
             // CPU quota per 100 ms period: cores × 100 000 µs.
@@ -393,5 +398,35 @@ mod tests {
         assert_eq!(b["resource_limits"]["cpu"]["quota"], 150_000);
         assert_eq!(b["resource_limits"]["memory"]["limit"], 1u64 << 30);
         assert_eq!(b["labels"][LABEL], "listen");
+    }
+
+    #[test]
+    fn a_device_named_without_its_uuid_is_asked_for_once() {
+        let mut p = Podman {
+            socket: "/x".into(),
+            cdi_device: "nvidia.com/gpu=all".into(),
+            answer_within: ANSWER_WITHIN,
+        };
+        let l = Launch {
+            worker: "w".into(),
+            run: Run::Container {
+                image: "i".into(),
+                command: vec![],
+                env: Default::default(),
+            },
+            gpu_uuids: vec!["GPU-a".into(), "GPU-b".into()],
+            gpu_pci: vec![],
+            gpu_memory_gb: None,
+            cpu_cores: Amount::parse("0").unwrap(),
+            memory_bytes: 0,
+            user: None,
+        };
+        let paths = |p: &Podman| p.create_body(&l).unwrap()["devices"].clone();
+        assert_eq!(paths(&p), json!([{ "path": "nvidia.com/gpu=all" }]));
+        p.cdi_device = "nvidia.com/gpu={uuid}".into();
+        assert_eq!(
+            paths(&p),
+            json!([{ "path": "nvidia.com/gpu=GPU-a" }, { "path": "nvidia.com/gpu=GPU-b" }])
+        );
     }
 }
