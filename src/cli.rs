@@ -234,12 +234,13 @@ pub enum TemplateCommand {
 #[derive(Subcommand)]
 pub enum ScheduleCommand {
     /// Set a template's schedule: in words (`--weekly mon,wed,fri --from
-    /// 09:00 --to 17:00`, in the daemon's time zone), or as SCHED_ACTION JSON
-    /// from FILE (- for standard input; `[]` removes the schedule).
+    /// 09:00 --to 17:00`, in the daemon's time zone), or from FILE (- for
+    /// standard input; `[]` removes the schedule): our SCHED_ACTION JSON, or
+    /// OpenNebula's own SCHED_ACTION=[…] text or JSON as `onevm show` prints it.
     Set {
         /// The template whose slices these are.
         template: String,
-        /// SCHED_ACTION JSON instead of the words below.
+        /// SCHED_ACTION JSON or OpenNebula text instead of the words below.
         #[arg(conflicts_with_all = ["weekly", "monthly", "hourly"])]
         file: Option<String>,
         /// Slices on these weekdays: mon,wed,fri or mon-fri.

@@ -38,6 +38,7 @@ pub mod rotation;
 pub mod runtime;
 pub mod schedule;
 pub mod schedule_form;
+pub mod schedule_one;
 pub mod service;
 
 pub mod slicing;

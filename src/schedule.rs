@@ -186,7 +186,7 @@ pub fn parse_actions(json: &str, now: Timestamp) -> Result<Vec<ScheduledAction>>
         Error::field(
             "actions",
             format!(
-                r#"not valid JSON ({e}); expected a list like [{{"action":"poweroff","time":"+3600"}}]"#
+                r#"not valid JSON ({e}); expected a list like [{{"action":"poweroff","time":"+3600"}}], or OpenNebula's SCHED_ACTION=[ACTION="poweroff", TIME="+3600"] text"#
             ),
         )
     })?;
@@ -1053,7 +1053,7 @@ mod tests {
 
     #[test]
     fn document_level_errors() {
-        err("", "actions: not valid JSON (EOF while parsing a value at line 1 column 0); expected a list like [{\"action\":\"poweroff\",\"time\":\"+3600\"}]");
+        err("", "actions: not valid JSON (EOF while parsing a value at line 1 column 0); expected a list like [{\"action\":\"poweroff\",\"time\":\"+3600\"}], or OpenNebula's SCHED_ACTION=[ACTION=\"poweroff\", TIME=\"+3600\"] text");
         err(
             r#"{"action":"resume"}"#,
             r#"actions: a JSON list of actions like [{"action":"poweroff","time":"+3600"}]; got {"action":"resume"}"#,

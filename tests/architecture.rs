@@ -25,6 +25,7 @@ const PURE: &[&str] = &[
     "rotation.rs",
     "schedule.rs",
     "schedule_form.rs",
+    "schedule_one.rs",
     "slicing/handoff.rs",
     "slicing/meter.rs",
     "slicing/mod.rs",

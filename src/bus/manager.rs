@@ -197,7 +197,8 @@ impl Manager {
         Ok((w.fits, w.gpus, w.reasons))
     }
 
-    /// Sets a template's scheduled actions (JSON list; `[]` removes them).
+    /// Sets a template's scheduled actions (our JSON list, or OpenNebula's
+    /// SCHED_ACTION text or JSON as `onevm show` prints it; `[]` removes them).
     /// Atomic: a refused schedule leaves the old one in place. Root only.
     async fn set_schedule(
         &self,

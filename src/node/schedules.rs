@@ -114,8 +114,10 @@ impl Node {
                 "no template named {template}: define it first (CreateTemplate), then schedule it"
             )));
         }
-        let actions = schedule::parse_actions(json, rules.now)?;
-        schedule::check_offsets(json, &rules.tz)?;
+        // Ours, or OpenNebula's own text or JSON, pasted as `onevm show` prints it.
+        let read = crate::schedule_one::read(json)?;
+        let actions = read.explain(schedule::parse_actions(&read.json, rules.now))?;
+        read.explain(schedule::check_offsets(&read.json, &rules.tz))?;
         let mut all: Vec<(String, Vec<ScheduledAction>)> = self
             .schedules
             .iter()
