@@ -74,9 +74,73 @@ pub fn clipped(text: &str, max: usize) -> String {
     out
 }
 
+/// Whether the locale the environment names takes UTF-8: the first of
+/// LC_ALL, LC_CTYPE and LANG that is set and not empty decides (as
+/// setlocale does); none set is taken as UTF-8, what every desktop and
+/// systemd service has, rather than POSIX's "C".
+pub fn utf8_locale(lc_all: Option<&str>, lc_ctype: Option<&str>, lang: Option<&str>) -> bool {
+    let Some(name) = [lc_all, lc_ctype, lang]
+        .into_iter()
+        .flatten()
+        .find(|v| !v.is_empty())
+    else {
+        return true;
+    };
+    let charset = name
+        .split_once('.')
+        .map(|(_, rest)| rest.split('@').next().unwrap_or(""))
+        .unwrap_or("");
+    charset.eq_ignore_ascii_case("UTF-8") || charset.eq_ignore_ascii_case("utf8")
+}
+
+/// `text` for a terminal whose locale is not UTF-8 (`LC_ALL=C`): the
+/// symbols astraeusctl prints in their ASCII forms, anything else beyond
+/// ASCII as `?`.
+pub fn ascii(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            c if c.is_ascii() => out.push(c),
+            '·' | '—' | '–' | '−' => out.push('-'),
+            '…' => out.push_str("..."),
+            '×' => out.push('x'),
+            '→' => out.push_str("->"),
+            '≤' => out.push_str("<="),
+            '≥' => out.push_str(">="),
+            '“' | '”' => out.push('"'),
+            '‘' | '’' => out.push('\''),
+            '✓' => out.push('+'),
+            _ => out.push('?'),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_locale_decides_utf8_as_setlocale_would() {
+        let u = |a: Option<&str>, c: Option<&str>, l: Option<&str>| utf8_locale(a, c, l);
+        assert!(u(None, None, Some("C.UTF-8")));
+        assert!(u(None, None, Some("en_GB.utf8")));
+        assert!(u(None, None, Some("de_DE.UTF-8@euro")));
+        assert!(!u(Some("C"), None, Some("C.UTF-8")), "LC_ALL first");
+        assert!(!u(None, Some("POSIX"), Some("C.UTF-8")), "then LC_CTYPE");
+        assert!(u(Some(""), None, Some("C.UTF-8")), "an empty one is unset");
+        assert!(!u(None, None, Some("en_US.ISO-8859-1")));
+        assert!(!u(None, None, Some("en_US")));
+        assert!(u(None, None, None), "none set: taken as UTF-8");
+    }
+
+    #[test]
+    fn ascii_keeps_what_it_can_say() {
+        assert_eq!(ascii("1 · shared 2.2 GB"), "1 - shared 2.2 GB");
+        assert_eq!(ascii("— unknown…"), "- unknown...");
+        assert_eq!(ascii("Zürich ✓"), "Z?rich +");
+        assert_eq!(ascii("plain"), "plain");
+    }
 
     #[test]
     fn clipped_keeps_at_most_max_characters() {

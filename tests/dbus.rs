@@ -755,6 +755,28 @@ fn astraeusctl_shows_the_seeds_words() {
          small   pending  root   —                  —    —\n\
          voice   running  root   1 · shared 4.2 GB  0    unknown\n"
     );
+    // A locale that is not UTF-8 gets the same table in ASCII, aligned
+    // alike; JSON stays UTF-8, as JSON is.
+    let in_locale = |locale: &str, args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
+            .args(["--bus-address", a])
+            .args(args)
+            .env("LC_ALL", locale)
+            .output()
+            .unwrap();
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(
+        in_locale("C", &["--no-legend", "workers"]),
+        "listen  running  root   1 - shared 2.2 GB  0    unknown\n\
+         small   pending  root   -                  -    -\n\
+         voice   running  root   1 - shared 4.2 GB  0    unknown\n"
+    );
+    assert!(in_locale("C.UTF-8", &["workers"]).contains("1 · shared 2.2 GB"));
+    assert_eq!(
+        in_locale("C", &["--json", "workers"]),
+        in_locale("C.UTF-8", &["--json", "workers"])
+    );
     // For scripts: the rows alone.
     let o = ctl(a, None, &["--no-legend", "gpus"]);
     assert_eq!(

@@ -25,12 +25,25 @@ macro_rules! outln {
 /// go nowhere: stop quietly, as systemd's tools do, instead of panicking.
 fn out_line(line: &str) {
     use std::io::Write;
-    if writeln!(std::io::stdout(), "{line}").is_err() {
+    if writeln!(std::io::stdout(), "{}", for_locale(line)).is_err() {
         std::process::exit(0);
     }
 }
 macro_rules! errln {
-    ($($t:tt)*) => { eprintln!("{}", astraeusd::text::printable_lines(&format!($($t)*))) };
+    ($($t:tt)*) => { eprintln!("{}", $crate::for_locale(&astraeusd::text::printable_lines(&format!($($t)*)))) };
+}
+
+/// Set at start: the locale is not UTF-8 and the output is for a person
+/// (JSON stays UTF-8, as JSON is).
+static ASCII_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A line as this terminal's locale can show it.
+fn for_locale(line: &str) -> std::borrow::Cow<'_, str> {
+    if ASCII_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
+        astraeusd::text::ascii(line).into()
+    } else {
+        line.into()
+    }
 }
 
 /// Staging progress: a bar redrawn in place on a terminal, a line per
@@ -659,6 +672,13 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     colour::choose(&args.color);
+    let var = |name: &str| std::env::var(name).ok();
+    let utf8 = astraeusd::text::utf8_locale(
+        var("LC_ALL").as_deref(),
+        var("LC_CTYPE").as_deref(),
+        var("LANG").as_deref(),
+    );
+    ASCII_ONLY.store(!utf8 && !args.json, std::sync::atomic::Ordering::Relaxed);
     let json_out = args.json;
     let session = args.session;
     let address = args.bus_address.clone();
