@@ -137,6 +137,29 @@ pub fn man(example: &str, version: &str) -> String {
 mod tests {
     use super::*;
 
+    /// node.toml(5) says what each key does on its own (two quotas once
+    /// shared one sentence); keys that only travel together may share it.
+    #[test]
+    fn every_key_has_a_description_of_its_own() {
+        const TOGETHER: &[&str] = &["unit_default_cpu_cores", "unit_default_memory_gb"];
+        let keys = keys(EXAMPLE);
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                let together =
+                    TOGETHER.contains(&a.name.as_str()) && TOGETHER.contains(&b.name.as_str());
+                assert!(
+                    a.about != b.about || together,
+                    "{}.{} and {}.{} share one description: {}",
+                    a.section,
+                    a.name,
+                    b.section,
+                    b.name,
+                    a.about
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_key_of_the_example_is_documented_and_parses_as_config() {
         let keys = keys(EXAMPLE);

@@ -7,43 +7,10 @@ use clap::CommandFactory;
 use clap_complete::Shell;
 use std::path::PathBuf;
 
+mod man;
+
 /// The sections clap does not write: exit status, files, examples, see also.
-const CTL_TAIL: &str = r#".SH "EXIT STATUS"
-.TP
-0
-success
-.TP
-1
-another failure (the message says which)
-.TP
-2
-a usage error (an option or argument that does not parse)
-.TP
-3
-\fBInvalidRequest\fR: the request names a field that is wrong, and what is accepted
-.TP
-4
-\fBNotFound\fR: no such worker, GPU, template or schedule
-.TP
-5
-\fBAccessDenied\fR: not the caller's to do
-.TP
-6
-\fBExists\fR, \fBConflict\fR, \fBBusy\fR or \fBQuotaExceeded\fR: refused as things stand now
-.TP
-7
-\fBUnsatisfiable\fR: it could never be placed on this machine
-.TP
-66
-\fBNoInput\fR: a file named on the command line (a request, a schedule, the
-weights' directory) cannot be read; the message names it
-.TP
-69
-the daemon is not running, the bus could not start it (\fBStartFailed\fR, with the
-bus's reason), the bus cannot be reached (a hint says what to check), or
-the daemon did not answer within \fB\-\-timeout\fR (\fBNoReply\fR);
-\fBevents\fR ends with it when the daemon goes away (\fBGone\fR)
-.PP
+const CTL_TAIL: &str = r#".PP
 Lists print a header and a count line, as systemd's tools do; \fB\-\-no\-legend\fR
 prints the rows alone. Times are shown in the caller's zone (\fBTZ\fR), named;
 \fB\-\-since\fR, \fB\-\-until\fR, \fB\-\-from\fR and \fB\-\-to\fR take \fB1h\fR,
@@ -119,25 +86,25 @@ fn main() -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("completions"))?;
     for (cmd, section) in [(DaemonArgs::command(), "8"), (CtlArgs::command(), "1")] {
         let name = cmd.get_name().to_string();
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .section(section)
+            .render(&mut out)?;
+        let mut text = String::from_utf8(out).expect("roff is UTF-8");
         if section == "1" {
-            // astraeusctl(1) and one page per subcommand (astraeusctl-gpus(1),
+            // astraeusctl(1), and one page per subcommand (astraeusctl-gpus(1),
             // astraeusctl-schedule-set(1)…), which the main page refers to.
-            clap_mangen::generate_to(cmd.clone(), dir.join("man"))?;
+            text.push_str(man::EXIT_STATUS);
+            text.push_str(CTL_TAIL);
+            let mut built = cmd.clone().disable_help_subcommand(true);
+            built.build();
+            for (file, page) in man::subcommand_pages(&built, env!("CARGO_PKG_VERSION")) {
+                std::fs::write(dir.join("man").join(file), page)?;
+            }
         } else {
-            let mut out = Vec::new();
-            clap_mangen::Man::new(cmd.clone())
-                .section(section)
-                .render(&mut out)?;
-            std::fs::write(dir.join("man").join(format!("{name}.{section}")), out)?;
+            text.push_str(DAEMON_TAIL);
         }
-        let page = dir.join("man").join(format!("{name}.{section}"));
-        let mut text = std::fs::read_to_string(&page)?;
-        text.push_str(if section == "1" {
-            CTL_TAIL
-        } else {
-            DAEMON_TAIL
-        });
-        std::fs::write(&page, text)?;
+        std::fs::write(dir.join("man").join(format!("{name}.{section}")), text)?;
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let mut cmd = cmd.clone();
             clap_complete::generate_to(shell, &mut cmd, &name, dir.join("completions"))?;
