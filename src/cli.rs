@@ -44,6 +44,10 @@ pub struct DaemonArgs {
     pub check_config: bool,
 }
 
+/// The heading astraeusctl's global options are listed under, in every
+/// subcommand's help, apart from the subcommand's own.
+const GLOBAL: &str = "Global options";
+
 #[derive(Parser)]
 #[command(
     name = "astraeusctl",
@@ -56,25 +60,25 @@ pub struct DaemonArgs {
 )]
 pub struct CtlArgs {
     /// Talk to a daemon on the session bus.
-    #[arg(long, global = true, conflicts_with = "bus_address")]
+    #[arg(long, global = true, help_heading = GLOBAL, conflicts_with = "bus_address")]
     pub session: bool,
     /// Talk to a daemon on the bus at this address.
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "ADDR")]
     pub bus_address: Option<String>,
     /// Print JSON instead of a table.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
     /// Print lists without their header, notes and count line (for scripts).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub no_legend: bool,
     /// Colour: auto (a terminal whose TERM takes colour, unless NO_COLOR is
     /// set; CLICOLOR_FORCE forces it), always or never.
-    #[arg(long, global = true, value_name = "WHEN", default_value = "auto",
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "WHEN", default_value = "auto",
           value_parser = ["auto", "always", "never"])]
     pub color: String,
     /// Give up on a call the daemon has not answered in this many seconds
     /// (1 to 86400; busctl's and gdbus's default is the same 25).
-    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 25,
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "SECONDS", default_value_t = 25,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     #[command(subcommand)]
@@ -396,7 +400,7 @@ pub fn exit_code(kind: &str) -> u8 {
         "Usage" => 2,
         // sysexits' EX_UNAVAILABLE: no daemon (or no bus) to talk to.
         "ServiceUnknown" | "NameHasNoOwner" | "NoReply" | "Unreachable" | "Gone"
-        | "StartFailed" | "NoDaemon" => 69,
+        | "StartFailed" | "NoDaemon" | "NoBus" => 69,
         _ => 1,
     }
 }
@@ -439,6 +443,21 @@ pub fn kind_of(e: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A subcommand's help lists its own options apart from the global
+    /// ones, under their own heading (as podman's and git's do).
+    #[test]
+    fn global_options_have_their_own_heading() {
+        use clap::Parser;
+        let help = CtlArgs::try_parse_from(["astraeusctl", "stop", "--help"])
+            .err()
+            .expect("--help ends the parse")
+            .to_string();
+        let (own, global) = help.split_once("Global options:").expect(&help);
+        assert!(global.contains("--bus-address <ADDR>"), "{help}");
+        assert!(global.contains("--timeout <SECONDS>"), "{help}");
+        assert!(!own.contains("--bus-address"), "{help}");
+    }
 
     /// Every subcommand and argument of both programs says what it is (the
     /// man pages and completions are made from the same text).

@@ -1557,6 +1557,33 @@ fn astraeusctl_exit_codes_json_errors_and_the_daemon_down_hint() {
         "{}",
         o.stderr
     );
+    // No bus at all: which bus was tried, and what to check instead of
+    // astraeusd; 69 still.
+    let o = ctl("unix:path=/nonexistent/bus", None, &["gpus"]);
+    assert_eq!(o.code, Some(69), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("NoBus: cannot reach the bus at unix:path=/nonexistent/bus")
+            && o.stderr.contains("is a bus listening at that address?")
+            && !o.stderr.contains("is astraeusd running"),
+        "{}",
+        o.stderr
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_astraeusctl"))
+        .arg("gpus")
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/system_bus_socket",
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the system bus at unix:path=/nonexistent/system_bus_socket")
+            && stderr.contains("is D-Bus running? systemctl status dbus"),
+        "{stderr}"
+    );
     // A bus that would start the daemon on demand and cannot (its program
     // fails): also 69, with the bus's reason and the same hint.
     let services = tempfile::tempdir().unwrap();

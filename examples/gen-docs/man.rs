@@ -38,7 +38,7 @@ weights' directory) cannot be read; the message names it
 .TP
 69
 the daemon is not running, the bus could not start it (\fBStartFailed\fR, with the
-bus's reason), the bus cannot be reached (a hint says what to check), or
+bus's reason), the bus cannot be reached (\fBNoBus\fR, naming the bus tried, and what to check), or
 the daemon did not answer within \fB\-\-timeout\fR (\fBNoReply\fR);
 \fBevents\fR ends with it when the daemon goes away (\fBGone\fR)
 "#;

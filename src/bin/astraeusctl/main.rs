@@ -171,6 +171,22 @@ fn describe(e: zbus::Error) -> String {
     }
 }
 
+/// The bus a connection was asked of, as a person would look for it.
+fn bus_tried(args: &Args) -> String {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match (&args.bus_address, args.session) {
+        (Some(a), _) => format!("the bus at {a}"),
+        (None, true) => match var("DBUS_SESSION_BUS_ADDRESS") {
+            Some(a) => format!("the session bus at {a} ($DBUS_SESSION_BUS_ADDRESS)"),
+            None => "the session bus (no $DBUS_SESSION_BUS_ADDRESS; $XDG_RUNTIME_DIR/bus)".into(),
+        },
+        (None, false) => match var("DBUS_SYSTEM_BUS_ADDRESS") {
+            Some(a) => format!("the system bus at {a} ($DBUS_SYSTEM_BUS_ADDRESS)"),
+            None => "the system bus at /run/dbus/system_bus_socket".into(),
+        },
+    }
+}
+
 struct Client {
     conn: Connection,
     /// `--timeout`: how long a call may go unanswered.
@@ -373,7 +389,7 @@ async fn run(args: Args) -> Result<(), String> {
                 args.timeout
             )
         })?
-        .map_err(|e| format!("connecting to the bus: {e}"))?;
+        .map_err(|e| format!("NoBus: cannot reach {}: {e}", bus_tried(&args)))?;
     let c = Client { conn, patience };
     let form = lists::Form {
         json: args.json,
@@ -697,7 +713,17 @@ fn main() -> ExitCode {
             } else {
                 errln!("astraeusctl: {e}");
                 // A daemon that went away has said so already, with where to look.
-                if code == 69 && kind != "Gone" && kind != "NoDaemon" {
+                if kind == "NoBus" {
+                    // No bus at all: asking after astraeusd would mislead.
+                    let hint = match (&address, session) {
+                        (Some(_), _) => "is a bus listening at that address?",
+                        (None, true) => {
+                            "a login session has one (systemctl --user status dbus.socket)"
+                        }
+                        (None, false) => "is D-Bus running? systemctl status dbus",
+                    };
+                    errln!("  {hint}");
+                } else if code == 69 && kind != "Gone" && kind != "NoDaemon" {
                     let hint = match (&address, session) {
                         (Some(a), _) => format!("is astraeusd running on the bus at {a}?"),
                         (None, true) => "is astraeusd running (--session: the user's daemon)? \
