@@ -376,6 +376,73 @@ fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
 /// A non-member opens 300 slow connections (a request head that never
 /// ends): the page keeps answering another client, and a Host header that
 /// names another site (DNS rebinding) gets 421.
+/// At 400 px (a phone, a narrow window) nothing is wider than the window:
+/// the workers table becomes a block per worker; the page links its data
+/// (the machine's JSON, its workers', /metrics) and each link answers; a
+/// sharer's use not measured reads "unknown", the CLI's word. Seen failing
+/// before: the workers table ran past the window's edge.
+#[test]
+fn the_page_fits_400_px_and_links_its_data() {
+    if !require_component(webdriver::available(), "chromium and chromium-driver") {
+        return;
+    }
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let (_d, port) = setup(dir.path(), &bus);
+    daily_slices(&bus);
+    let browser = webdriver::Browser::start().unwrap();
+    browser.set_window_size(400, 900).unwrap();
+    browser
+        .navigate(&format!("http://127.0.0.1:{port}/"))
+        .unwrap();
+    browser
+        .wait_for(".gpu .summary", |t| !t.is_empty(), Duration::from_secs(10))
+        .unwrap();
+    slices_row(&browser);
+    let widths = browser.execute(
+        "return [window.innerWidth, document.documentElement.scrollWidth, \
+         document.getElementById('workers').getBoundingClientRect().right];",
+    );
+    let (inner, scroll, table) = (
+        widths[0].as_f64().unwrap(),
+        widths[1].as_f64().unwrap(),
+        widths[2].as_f64().unwrap(),
+    );
+    assert!(inner <= 400.0, "the window is {inner} px wide, not 400");
+    assert!(
+        scroll <= inner,
+        "the page is {scroll} px wide in a {inner} px window"
+    );
+    assert!(
+        table <= inner,
+        "the workers table ends at {table} px of {inner}"
+    );
+    let rows = browser.texts("#workers tbody tr");
+    let listen = rows.iter().find(|r| r.starts_with("listen")).unwrap();
+    assert!(listen.contains("unknown"), "{rows:?}");
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    browser
+        .screenshot(&shots.join("machine-page-400px.png"))
+        .unwrap();
+    let links = browser.execute(
+        "return Array.from(document.querySelectorAll('footer a')).map(a => a.getAttribute('href'));",
+    );
+    let links: Vec<String> = links
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        links,
+        ["/machines/majin", "/machines/majin/workers", "/metrics"]
+    );
+    for link in &links {
+        let (status, _, body) = get(port, link);
+        assert_eq!(status, 200, "{link}: {body}");
+    }
+}
+
 #[test]
 fn the_page_survives_slow_clients_and_answers_only_to_its_names() {
     let dir = open_tempdir();

@@ -7,11 +7,26 @@ use super::html_escape as esc;
 use crate::views::{GpuSnap, SliceSnap, Snapshot, WorkerSnap};
 
 /// The page's colours for sharers, as its script picks them (the same hash,
-/// so the first paint and the live one agree).
+/// so the first paint and the live one agree): blues, greens, violets and
+/// greys, never the red and amber that say something is wrong.
 const PALETTE: [&str; 12] = [
-    "#3b7dd8", "#d9822b", "#2ba84a", "#b8479b", "#00a3a3", "#8a63d2", "#c9a227", "#d64550",
-    "#5c8a2b", "#4f6ab3", "#a0522d", "#1f9e89",
+    "#3b7dd8", "#2ba84a", "#8a63d2", "#00a3a3", "#4f6ab3", "#5c8a2b", "#1f9e89", "#6b7a99",
+    "#2c6e9b", "#7a5fa8", "#3f8f6f", "#56658a",
 ];
+
+/// `text` as one segment of a URL's path: every byte but the unreserved
+/// ones percent-encoded (the script's encodeURIComponent, near enough).
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
 
 fn colours(names: &[&str]) -> Vec<&'static str> {
     let mut used = [false; PALETTE.len()];
@@ -45,6 +60,7 @@ fn gb(x: f64) -> String {
 pub fn page(template: &str, snap: &Snapshot, served_at: &str) -> String {
     let parts = [
         ("MACHINE", esc(&snap.machine)),
+        ("MACHINE_PATH", esc(&path_segment(&snap.machine))),
         ("TZ", esc(&format!("times in {}", snap.time_zone))),
         ("SERVED", esc(&format!("as of {served_at}"))),
         ("GPUS", gpus(snap)),
@@ -173,7 +189,7 @@ fn gpu(g: &GpuSnap) -> String {
     h += &format!(r#"<div class="summary">{}</div>"#, esc(&v.summary));
     let mut m = vec![match g.used_gb {
         Some(u) => format!("uses {} GB of {} GB promised", gb(u), gb(v.taken_gb)),
-        None => "use not reported".to_string(),
+        None => "use unknown".to_string(),
     }];
     if v.power_w >= 0.0 {
         m.push(format!("{} W", v.power_w.round()));
@@ -219,7 +235,7 @@ fn workers(ws: &[WorkerSnap]) -> String {
             } else if v.gpu_used_gb >= 0.0 {
                 format!("{} GB", gb(v.gpu_used_gb))
             } else {
-                "not reported".to_string()
+                "unknown".to_string()
             };
             format!(
                 r#"<tr data-name="{0}"{warn}><td class="name">{0}</td><td class="state state-{1}">{1}</td><td class="owner">{2}</td><td class="gpus">{3}</td><td class="use num">{4}</td></tr>"#,
@@ -321,6 +337,60 @@ fn slices(snap: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hex colour's hue in degrees; None for a grey.
+    fn hue(hex: &str) -> Option<f64> {
+        let c = |i: usize| f64::from(u8::from_str_radix(&hex[i..i + 2], 16).unwrap()) / 255.0;
+        let (r, g, b) = (c(1), c(3), c(5));
+        let (max, min) = (r.max(g).max(b), r.min(g).min(b));
+        if max - min < 0.08 {
+            return None;
+        }
+        let h = if max == r {
+            60.0 * ((g - b) / (max - min)).rem_euclid(6.0)
+        } else if max == g {
+            60.0 * ((b - r) / (max - min) + 2.0)
+        } else {
+            60.0 * ((r - g) / (max - min) + 4.0)
+        };
+        Some(h)
+    }
+
+    /// Healthy workers are drawn in calm colours: no red, orange or amber
+    /// (hues up to 65 degrees and from 330), the colours of errors and
+    /// warnings; the script's palette is this one, in this order.
+    #[test]
+    fn sharers_colours_are_never_those_of_errors_and_the_script_agrees() {
+        for c in PALETTE {
+            if let Some(h) = hue(c) {
+                assert!((65.0..330.0).contains(&h), "{c}: hue {h:.0}");
+            }
+        }
+        assert!(
+            hue("#d64550").is_some_and(|h| !(65.0..330.0).contains(&h)),
+            "the check sees red"
+        );
+        assert!(
+            hue("#d9822b").is_some_and(|h| !(65.0..330.0).contains(&h)),
+            "and amber"
+        );
+        let page = include_str!("page.html");
+        let js = page
+            .split("const palette = [")
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap();
+        let js: Vec<&str> = js.split(',').map(|s| s.trim().trim_matches('"')).collect();
+        assert_eq!(js, PALETTE);
+    }
+
+    #[test]
+    fn a_machine_name_is_one_path_segment_in_a_link() {
+        assert_eq!(path_segment("majin"), "majin");
+        assert_eq!(path_segment("a b/c?\"\u{e9}"), "a%20b%2Fc%3F%22%C3%A9");
+    }
 
     #[test]
     fn placeholders_are_filled_once_and_values_never_expand() {

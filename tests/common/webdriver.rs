@@ -141,6 +141,17 @@ impl Browser {
         format!("chromedriver log (end):\n{}", tail.join("\n"))
     }
 
+    /// Resizes the window (its outer size) to `width` x `height` pixels.
+    pub fn set_window_size(&self, width: u32, height: u32) -> Result<(), String> {
+        self.session_call(
+            "POST",
+            "/window/rect",
+            Some(&json!({ "width": width, "height": height })),
+        )
+        .map(|_| ())
+        .map_err(|e| format!("window size {width}x{height}: {e}"))
+    }
+
     /// Opens `url` and waits for its load event.
     pub fn navigate(&self, url: &str) -> Result<(), String> {
         self.session_call("POST", "/url", Some(&json!({ "url": url })))
