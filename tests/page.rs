@@ -99,6 +99,27 @@ fn daily_slices(bus: &Bus) {
 }
 
 /// The slices row as the page shows it: the template, its state, now and next.
+/// A daemon with the seed's workers and a daily rotation, its page on a
+/// free port, and Chromium (with JavaScript or without); None where
+/// Chromium is missing and may be.
+fn seeded_page(
+    dir: &Path,
+    bus: &Bus,
+    javascript: bool,
+) -> Option<(Daemon, u16, webdriver::Browser)> {
+    if !require_component(webdriver::available(), "chromium and chromium-driver") {
+        return None;
+    }
+    let (d, port) = setup(dir, bus);
+    daily_slices(bus);
+    let browser = if javascript {
+        webdriver::Browser::start()
+    } else {
+        webdriver::Browser::start_without_javascript()
+    };
+    Some((d, port, browser.unwrap()))
+}
+
 fn slices_row(browser: &webdriver::Browser) -> String {
     browser
         .texts("#slices tr[data-template=research]")
@@ -207,14 +228,11 @@ fn every_endpoint_answers_and_nothing_changes_state() {
 /// offers and sharers lines, the workers, who waits and why, all readable.
 #[test]
 fn chromium_without_javascript_reads_the_servers_first_paint() {
-    if !require_component(webdriver::available(), "chromium and chromium-driver") {
-        return;
-    }
     let dir = open_tempdir();
     let bus = Bus::session();
-    let (_d, port) = setup(dir.path(), &bus);
-    daily_slices(&bus);
-    let browser = webdriver::Browser::start_without_javascript().unwrap();
+    let Some((_d, port, browser)) = seeded_page(dir.path(), &bus, false) else {
+        return;
+    };
     browser
         .navigate(&format!("http://127.0.0.1:{port}/"))
         .unwrap();
@@ -282,14 +300,11 @@ fn chromium_without_javascript_reads_the_servers_first_paint() {
 
 #[test]
 fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
-    if !require_component(webdriver::available(), "chromium and chromium-driver") {
-        return;
-    }
     let dir = open_tempdir();
     let bus = Bus::session();
-    let (_d, port) = setup(dir.path(), &bus);
-    daily_slices(&bus);
-    let browser = webdriver::Browser::start().unwrap();
+    let Some((_d, port, browser)) = seeded_page(dir.path(), &bus, true) else {
+        return;
+    };
     browser
         .navigate(&format!("http://127.0.0.1:{port}/"))
         .unwrap();
@@ -383,14 +398,11 @@ fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
 /// before: the workers table ran past the window's edge.
 #[test]
 fn the_page_fits_400_px_and_links_its_data() {
-    if !require_component(webdriver::available(), "chromium and chromium-driver") {
-        return;
-    }
     let dir = open_tempdir();
     let bus = Bus::session();
-    let (_d, port) = setup(dir.path(), &bus);
-    daily_slices(&bus);
-    let browser = webdriver::Browser::start().unwrap();
+    let Some((_d, port, browser)) = seeded_page(dir.path(), &bus, true) else {
+        return;
+    };
     browser.set_window_size(400, 900).unwrap();
     browser
         .navigate(&format!("http://127.0.0.1:{port}/"))
