@@ -106,11 +106,30 @@ pub enum CtlCommand {
     /// workers added and removed, state changes, why they wait, handoff steps
     /// and slices.
     Events,
-    /// One worker whole: state, owner, GPUs, share, use, warnings, holders,
-    /// why it waits, and its request (env values only for its owner and root).
+    /// One worker whole, for a person: state, owner, GPUs, share, use,
+    /// warnings, holders, why it waits, and its request (env values only for
+    /// its owner and root).
+    Status {
+        /// The worker's name.
+        name: String,
+    },
+    /// One worker's properties as KEY=VALUE lines, for scripts (as
+    /// systemctl show): the D-Bus property names; a list of texts a line
+    /// per entry; --json: one object.
     Show {
         /// The worker's name.
         name: String,
+        /// Only these properties (repeat, or separate by commas).
+        #[arg(
+            short = 'p',
+            long = "property",
+            value_name = "NAME",
+            value_delimiter = ','
+        )]
+        property: Vec<String>,
+        /// Print the values alone, without KEY=.
+        #[arg(long)]
+        value: bool,
     },
     /// Who shares one GPU, and how much each takes.
     Sharers {

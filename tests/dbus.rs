@@ -1107,7 +1107,7 @@ fn astraeusctl_follows_events_and_lists_the_history() {
     assert_eq!(v[0]["exit_status"], serde_json::Value::Null);
     assert_eq!(v[0]["ended_by"], "stopped");
     assert_eq!(v.as_array().unwrap().len(), 1, "big still runs");
-    // `show` gives when big was submitted and placed, as the ledger has it.
+    // `status` gives when big was submitted and placed, as the ledger has it.
     let ledger_ms = |column: &str| -> i64 {
         let o = std::process::Command::new("sqlite3")
             .arg(&ledger)
@@ -1126,7 +1126,7 @@ fn astraeusctl_follows_events_and_lists_the_history() {
             .strftime("%Y-%m-%d %H:%M:%S")
             .to_string()
     };
-    let o = ctl_tz(a, "Asia/Tokyo", &["show", "big"]);
+    let o = ctl_tz(a, "Asia/Tokyo", &["status", "big"]);
     assert!(
         o.stdout.contains(&format!(
             "  submitted: {} Asia/Tokyo\n  placed:    {} Asia/Tokyo\n",
@@ -1137,7 +1137,7 @@ fn astraeusctl_follows_events_and_lists_the_history() {
         o.stdout
     );
     let v: serde_json::Value =
-        serde_json::from_str(&ctl(a, None, &["--json", "show", "big"]).stdout).unwrap();
+        serde_json::from_str(&ctl(a, None, &["--json", "status", "big"]).stdout).unwrap();
     assert_eq!(v["submitted_ms"], submitted);
     assert_eq!(v["placed_ms"], placed);
     let o = ctl(a, None, &["history", "--limit", "0"]);
@@ -1146,10 +1146,11 @@ fn astraeusctl_follows_events_and_lists_the_history() {
 }
 
 /// A request's own line breaks and spacing do not lay out lines of its
-/// owner's choosing in `astraeusctl show` (root reads it there): it is
-/// printed on one line, as JSON. They were printed as sent.
+/// owner's choosing in `astraeusctl status` (root reads it there) nor in
+/// `show`: it is printed on one line. They were printed as sent. `show`
+/// is systemctl's: KEY=VALUE by D-Bus property name, `-p`, `--value`.
 #[test]
-fn show_prints_a_request_on_one_line() {
+fn status_and_show_print_a_request_on_one_line() {
     let dir = open_tempdir();
     let bus = Bus::session();
     let _d = start_majin(&bus, dir.path(), "", &[]);
@@ -1157,7 +1158,7 @@ fn show_prints_a_request_on_one_line() {
     let spec = "{\"name\":\"w\",\n  \"requested_resources\":\n{\"gpu_requests\":\
                 {\"shared\":true,\"memory_gb\":1}}}\n";
     assert!(manager(a, None, "SubmitWorker", &["s", spec]).ok);
-    let o = ctl(a, None, &["show", "w"]);
+    let o = ctl(a, None, &["status", "w"]);
     let line = o
         .stdout
         .lines()
@@ -1169,6 +1170,51 @@ fn show_prints_a_request_on_one_line() {
          {\"shared\":true,\"memory_gb\":1}}}",
         "{}",
         o.stdout
+    );
+    assert!(o.stdout.contains("  GPUs:     GPU 0 (GPU-"), "{}", o.stdout);
+    // show: every property, a line each, sorted; the request on one line.
+    let o = ctl(a, None, &["show", "w"]);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    for want in [
+        "Name=w",
+        "State=running",
+        "GpuSharedGb=1",
+        "PendingReasons=",
+        "Warnings=",
+    ] {
+        assert!(lines.contains(&want), "{want}: {}", o.stdout);
+    }
+    assert!(
+        lines.iter().any(|l| l.starts_with("Gpus=0:GPU-")),
+        "{}",
+        o.stdout
+    );
+    let request: Vec<&&str> = lines.iter().filter(|l| l.starts_with("Request=")).collect();
+    assert_eq!(request.len(), 1, "{}", o.stdout);
+    assert!(
+        request[0].ends_with("{\"shared\":true,\"memory_gb\":1}}} "),
+        "{}",
+        o.stdout
+    );
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted);
+    // -p in the order asked, --value alone; a property it lacks is named.
+    let o = ctl(
+        a,
+        None,
+        &["show", "w", "-p", "State,Name", "-p", "GpuSharedGb"],
+    );
+    assert_eq!(o.stdout, "State=running\nName=w\nGpuSharedGb=1\n");
+    let o = ctl(a, None, &["show", "w", "-p", "State", "--value"]);
+    assert_eq!(o.stdout, "running\n");
+    let o = ctl(a, None, &["show", "w", "-p", "Colour"]);
+    assert_eq!(o.code, Some(4), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("worker w has no property Colour; it has "),
+        "{}",
+        o.stderr
     );
 }
 

@@ -28,7 +28,8 @@ the D-Bus interface astraeusctl speaks.
 echo '{"name":"listen","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.2}}}' \e
     | astraeusctl submit -
 astraeusctl workers
-astraeusctl show listen
+astraeusctl status listen
+astraeusctl show listen \-p State \-\-value
 astraeusctl history \-\-since yesterday
 astraeusctl \-\-json events          # follow, one JSON object a line
 astraeusctl why spec.json

@@ -340,7 +340,12 @@ async fn run(args: Args) -> Result<(), String> {
         Cmd::Workers => lists::workers(&c, form).await?,
         Cmd::History { since, limit } => lists::history(&c, form, since, limit).await?,
         Cmd::Events => events::follow(&c, args.json).await?,
-        Cmd::Show { name } => show::show(&c, &name, args.json).await?,
+        Cmd::Status { name } => show::status(&c, &name, args.json).await?,
+        Cmd::Show {
+            name,
+            property,
+            value,
+        } => show::show(&c, &name, &property, value, args.json).await?,
         Cmd::Sharers { gpu } => {
             let Sharers { sharers, summary } = c.call("ListSharers", &(gpu,)).await?;
             if args.json {

@@ -1,12 +1,15 @@
-//! `astraeusctl show NAME`: one worker whole, from its object's properties.
+//! One worker whole, from its object's properties: `astraeusctl status
+//! NAME` for a person, `astraeusctl show NAME [-p P] [--value]` as
+//! KEY=VALUE lines for scripts (as systemctl's status and show).
 
 use super::{gb, Client, Local};
 use serde_json::json;
 use zbus::OwnedObjectPath;
 
-/// `astraeusctl show NAME`: every property of the worker's object, read in
-/// one GetAll, as lines (or JSON).
-pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> {
+type Properties = std::collections::HashMap<String, zbus::OwnedVariant>;
+
+/// Every property of the worker's object, read in one GetAll.
+async fn properties(c: &Client, name: &str) -> Result<Properties, String> {
     let path: OwnedObjectPath = c.call("GetWorker", &(name,)).await?;
     let msg = c
         .method(
@@ -16,8 +19,103 @@ pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> 
             &("org.astraeus.Node1.Worker",),
         )
         .await?;
-    let props: std::collections::HashMap<String, zbus::OwnedVariant> =
-        msg.body().deserialize().map_err(|e| e.to_string())?;
+    msg.body().deserialize().map_err(|e| e.to_string())
+}
+
+/// A property's value as one line of text: numbers as they are, a list's
+/// entries apart by spaces, a structure's fields by ':'; line breaks as
+/// spaces (the worker's owner chose some of these texts).
+fn plain(v: &zbus::Variant) -> String {
+    use zbus::Variant as Value;
+    match v {
+        Value::Str(s) => s.as_str().replace(['\n', '\r'], " "),
+        Value::Bool(b) => if *b { "yes" } else { "no" }.to_string(),
+        Value::U8(n) => n.to_string(),
+        Value::U16(n) => n.to_string(),
+        Value::U32(n) => n.to_string(),
+        Value::U64(n) => n.to_string(),
+        Value::I16(n) => n.to_string(),
+        Value::I32(n) => n.to_string(),
+        Value::I64(n) => n.to_string(),
+        Value::F64(n) => n.to_string(),
+        Value::Array(a) => a.iter().map(plain).collect::<Vec<_>>().join(" "),
+        Value::Structure(s) => s.fields().iter().map(plain).collect::<Vec<_>>().join(":"),
+        Value::Variant(inner) => plain(inner),
+        other => other.to_string(),
+    }
+}
+
+/// `astraeusctl show NAME`: KEY=VALUE lines, sorted by key; a list of
+/// texts (warnings, reasons) a line per entry, an empty one `KEY=`.
+/// `-p` picks properties (one the worker lacks is refused, naming those
+/// it has); `--value` prints values alone.
+pub async fn show(
+    c: &Client,
+    name: &str,
+    picked: &[String],
+    value_only: bool,
+    json_out: bool,
+) -> Result<(), String> {
+    let props = properties(c, name).await?;
+    let mut keys: Vec<&String> = props.keys().collect();
+    keys.sort();
+    if let Some(missing) = picked.iter().find(|p| !props.contains_key(*p)) {
+        let has: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        return Err(format!(
+            "NotFound: worker {name} has no property {missing}; it has {}",
+            has.join(", ")
+        ));
+    }
+    let keys: Vec<&String> = if picked.is_empty() {
+        keys
+    } else {
+        picked.iter().collect()
+    };
+    let mut lines = Vec::new();
+    for key in keys {
+        let v: &zbus::Variant = &props[key];
+        let values: Vec<String> = match v {
+            zbus::Variant::Array(a) if a.element_signature() == "s" => {
+                let all: Vec<String> = a.iter().map(plain).collect();
+                if all.is_empty() {
+                    vec![String::new()]
+                } else {
+                    all
+                }
+            }
+            other => vec![plain(other)],
+        };
+        for value in values {
+            lines.push((key.as_str(), value));
+        }
+    }
+    if json_out {
+        let mut map = serde_json::Map::new();
+        for (k, v) in &lines {
+            map.entry(k.to_string())
+                .and_modify(|e| {
+                    if let serde_json::Value::Array(a) = e {
+                        a.push(json!(v));
+                    }
+                })
+                .or_insert_with(|| json!([v]));
+        }
+        outln!("{}", serde_json::Value::Object(map));
+        return Ok(());
+    }
+    for (k, v) in lines {
+        if value_only {
+            outln!("{v}");
+        } else {
+            outln!("{k}={v}");
+        }
+    }
+    Ok(())
+}
+
+/// `astraeusctl status NAME`: the worker for a person, as lines (or JSON).
+pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String> {
+    let props = properties(c, name).await?;
     let get = |k: &str| props.get(k).map(|v| v.try_clone().expect("plain value"));
     let text = |k: &str| {
         get(k)
@@ -66,7 +164,7 @@ pub async fn show(c: &Client, name: &str, json_out: bool) -> Result<(), String> 
     outln!("{}", text("Name"));
     outln!("  state:    {}", text("State"));
     outln!("  owner:    {}", owner_name.unwrap_or(owner.to_string()));
-    let on: Vec<String> = gpus.iter().map(|(i, u)| format!("{i} ({u})")).collect();
+    let on: Vec<String> = gpus.iter().map(|(i, u)| format!("GPU {i} ({u})")).collect();
     outln!(
         "  GPUs:     {}",
         if on.is_empty() {
