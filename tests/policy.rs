@@ -264,6 +264,11 @@ fn the_daemon_refuses_non_members_even_when_the_bus_lets_them_through() {
         "{}",
         o.stderr
     );
+    // astraeusctl says the refused user by name too (looked up where it
+    // runs, as the daemon's uid is this process's).
+    let o = ctl(&bus.address, Some("nobody"), &["stop", "sneaky"]);
+    assert_eq!(o.code, Some(5), "{}", o.stderr);
+    assert!(o.stderr.contains("uid 65534 (nobody)"), "{}", o.stderr);
     // (Env redaction of Request is tested with a running container in tests/podman.rs.)
 }
 

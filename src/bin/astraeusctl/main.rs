@@ -26,6 +26,7 @@ macro_rules! errln {
 }
 
 mod colour;
+mod hints;
 mod output;
 use output::{for_locale, out_line, Progress};
 mod events;
@@ -106,22 +107,6 @@ fn describe(e: zbus::Error) -> String {
             "NoReply: no answer in time (--timeout)".to_string()
         }
         e => e.to_string(),
-    }
-}
-
-/// The bus a connection was asked of, as a person would look for it.
-fn bus_tried(args: &Args) -> String {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    match (&args.bus_address, args.session) {
-        (Some(a), _) => format!("the bus at {a}"),
-        (None, true) => match var("DBUS_SESSION_BUS_ADDRESS") {
-            Some(a) => format!("the session bus at {a} ($DBUS_SESSION_BUS_ADDRESS)"),
-            None => "the session bus (no $DBUS_SESSION_BUS_ADDRESS; $XDG_RUNTIME_DIR/bus)".into(),
-        },
-        (None, false) => match var("DBUS_SYSTEM_BUS_ADDRESS") {
-            Some(a) => format!("the system bus at {a} ($DBUS_SYSTEM_BUS_ADDRESS)"),
-            None => "the system bus at /run/dbus/system_bus_socket".into(),
-        },
     }
 }
 
@@ -327,7 +312,12 @@ async fn run(args: Args) -> Result<(), String> {
                 args.timeout
             )
         })?
-        .map_err(|e| format!("NoBus: cannot reach {}: {e}", bus_tried(&args)))?;
+        .map_err(|e| {
+            format!(
+                "NoBus: cannot reach {}: {e}",
+                hints::bus_tried(args.bus_address.as_deref(), args.session)
+            )
+        })?;
     let c = Client { conn, patience };
     let form = lists::Form {
         json: args.json,
@@ -648,28 +638,8 @@ fn main() -> ExitCode {
                 let err = json!({"error": kind, "message": message, "exit_code": code});
                 errln!("{err}");
             } else {
-                errln!("astraeusctl: {e}");
-                // A daemon that went away has said so already, with where to look.
-                if kind == "NoBus" {
-                    // No bus at all: asking after astraeusd would mislead.
-                    let hint = match (&address, session) {
-                        (Some(_), _) => "is a bus listening at that address?",
-                        (None, true) => {
-                            "a login session has one (systemctl --user status dbus.socket)"
-                        }
-                        (None, false) => "is D-Bus running? systemctl status dbus",
-                    };
-                    errln!("  {hint}");
-                } else if code == 69 && kind != "Gone" && kind != "NoDaemon" {
-                    let hint = match (&address, session) {
-                        (Some(a), _) => format!("is astraeusd running on the bus at {a}?"),
-                        (None, true) => "is astraeusd running (--session: the user's daemon)? \
-                                         systemctl --user status astraeusd"
-                            .to_string(),
-                        (None, false) => "is astraeusd running (the system bus's daemon)? \
-                                          systemctl status astraeusd"
-                            .to_string(),
-                    };
+                errln!("astraeusctl: {}", hints::explained(kind, &e));
+                if let Some(hint) = hints::what_to_check(kind, code, address.as_deref(), session) {
                     errln!("  {hint}");
                 }
             }
