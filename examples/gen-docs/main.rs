@@ -106,6 +106,11 @@ fn main() -> std::io::Result<()> {
             text.push_str(DAEMON_TAIL);
         }
         std::fs::write(dir.join("man").join(format!("{name}.{section}")), text)?;
+        // astraeusctl's ask the binary itself, which asks the daemon for
+        // names (COMPLETE=bash astraeusctl): scripts/package writes them.
+        if section == "1" {
+            continue;
+        }
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let mut cmd = cmd.clone();
             clap_complete::generate_to(shell, &mut cmd, &name, dir.join("completions"))?;

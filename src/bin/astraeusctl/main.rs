@@ -26,6 +26,7 @@ macro_rules! errln {
 }
 
 mod colour;
+mod complete;
 mod hints;
 mod output;
 use output::{for_locale, out_line, Progress};
@@ -606,6 +607,8 @@ async fn run(args: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // A shell asking for completions (COMPLETE=bash …): answered, then exit.
+    complete::answer_if_asked();
     let args = match Args::try_parse() {
         Ok(args) => args,
         // With --json, a usage error is JSON too (as every other error);
