@@ -56,7 +56,9 @@ const GLOBAL: &str = "Global options";
     long_about = "Control astraeusd over D-Bus (the system bus unless told otherwise). \
         A call the bus refuses because its queue to the daemon is full (someone is \
         sending the daemon more than it reads) never reached the daemon: astraeusctl \
-        says so on standard error and sends it again, for up to 25 seconds."
+        says so on standard error and sends it again, for up to 25 seconds. \
+        Memory is in GB as the seed writes it: 1 GB is 2^30 bytes (a GiB); \
+        nvidia-smi's MiB are 1/1024 of it."
 )]
 pub struct CtlArgs {
     /// Talk to a daemon on the session bus.
@@ -476,6 +478,11 @@ mod tests {
         assert!(global.contains("--bus-address <ADDR>"), "{help}");
         assert!(global.contains("--timeout <SECONDS>"), "{help}");
         assert!(!own.contains("--bus-address"), "{help}");
+        // And what a GB is, in the long help (docs/operations.md, Units).
+        let long = <CtlArgs as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        assert!(long.contains("1 GB is 2^30 bytes (a GiB)"), "{long}");
     }
 
     /// Every subcommand and argument of both programs says what it is (the

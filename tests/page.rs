@@ -449,6 +449,14 @@ fn the_page_fits_400_px_and_links_its_data() {
         links,
         ["/machines/majin", "/machines/majin/workers", "/metrics"]
     );
+    let footer = browser.execute("return document.querySelector('footer').innerHTML;");
+    assert!(
+        footer
+            .as_str()
+            .unwrap()
+            .contains("Memory in GB of 2<sup>30</sup> bytes (GiB)"),
+        "{footer}"
+    );
     for link in &links {
         let (status, _, body) = get(port, link);
         assert_eq!(status, 200, "{link}: {body}");

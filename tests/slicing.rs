@@ -908,6 +908,13 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
         (wh - expected_wh).abs() < 1e-9,
         "{wh} Wh, not {expected_wh}: {h}"
     );
+    // The same in mJ, as every JSON counts energy; instants in epoch ms.
+    assert_eq!(
+        h["gpu_energy_mj"],
+        (expected_wh * 3.6e6).round() as u64,
+        "{h}"
+    );
+    assert_eq!(h["start_ms"], h["start"].as_i64().unwrap() * 1000, "{h}");
     let text = ctl(a, None, &["slices", "--report"]);
     assert!(text.stdout.contains("2.0 GB"), "{}", text.stdout);
 

@@ -11,6 +11,10 @@ mod man;
 
 /// The sections clap does not write: exit status, files, examples, see also.
 const CTL_TAIL: &str = r#".PP
+Memory is in GB as the seed writes it: 1 GB is 2\(ha30 bytes (a GiB;
+\fBnvidia\-smi\fR's MiB are 1/1024 of it). Energy is in kWh in tables and
+in mJ in JSON and CSV; instants in JSON are epoch milliseconds.
+.PP
 Lists print a header and a count line, as systemd's tools do; \fB\-\-no\-legend\fR
 prints the rows alone. Times are shown in the caller's zone (\fBTZ\fR), named;
 \fB\-\-since\fR, \fB\-\-until\fR, \fB\-\-from\fR and \fB\-\-to\fR take \fB1h\fR,

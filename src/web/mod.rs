@@ -417,7 +417,12 @@ fn slice_json(s: &Option<SliceTriple>, tz: &jiff::tz::TimeZone) -> Value {
             .unwrap_or_default()
     };
     match s {
-        Some(t) => json!({ "start": at(t.start), "end": at(t.end), "ends_by": t.ends_by }),
+        // Instants in epoch ms, as every JSON here; the local date-times
+        // (`start`, `end`) are kept for one release (docs/operations.md).
+        Some(t) => json!({
+            "start_ms": t.start * 1000, "end_ms": t.end * 1000,
+            "start": at(t.start), "end": at(t.end), "ends_by": t.ends_by,
+        }),
         None => Value::Null,
     }
 }

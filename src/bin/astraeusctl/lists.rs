@@ -101,7 +101,8 @@ pub async fn gpus(c: &Client, form: Form) -> Result<(), String> {
                    "beyond_shares_gb": beyond_shares(g),
                    "taken_gb": g.taken_gb,
                    "healthy": g.health == "ok",
-                   "health": (g.health != "ok").then_some(&g.health),
+                   // As the page's JSON says it: "ok" when healthy, never null.
+                   "health": g.health,
                    "warning": (!g.warning.is_empty()).then_some(&g.warning),
                    "draining_for": (!g.draining_for.is_empty()).then_some(&g.draining_for)})
             })

@@ -185,10 +185,16 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
             .iter()
             .map(|r| {
                 let opt = |v: f64| (v >= 0.0).then_some(v);
-                json!({"template": r.template, "user": r.user, "start": r.start, "end": (r.end != 0).then_some(r.end),
+                // Instants in epoch ms and energy in mJ, as every other JSON
+                // here; `start`, `end` (seconds) and `gpu_energy_wh` are kept
+                // for one release (docs/operations.md, Units).
+                json!({"template": r.template, "user": r.user,
+                       "start_ms": r.start * 1000, "end_ms": (r.end != 0).then_some(r.end * 1000),
+                       "start": r.start, "end": (r.end != 0).then_some(r.end),
                        "dead_time_ms": (r.dead_time_ms >= 0).then_some(r.dead_time_ms), "start_to_ready_ms": (r.start_to_ready_ms >= 0).then_some(r.start_to_ready_ms),
                        "cpu_avg_pct": opt(r.cpu_avg_pct), "cpu_peak_pct": opt(r.cpu_peak_pct), "gpu_avg_pct": opt(r.gpu_avg_pct),
                        "gpu_peak_pct": opt(r.gpu_peak_pct), "gpu_memory_peak_gb": opt(r.gpu_memory_peak_gb),
+                       "gpu_energy_mj": opt(r.gpu_energy_wh).map(|wh| (wh * 3.6e6).round() as u64),
                        "gpu_energy_wh": opt(r.gpu_energy_wh), "gpu_reported": gpu_reported(r),
                        "error": (!r.error.is_empty()).then_some(&r.error)})
             })
