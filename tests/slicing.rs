@@ -296,6 +296,16 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     assert!(rows.iter().all(|r| r["gpu_avg_pct"].is_null()), "{rows:?}");
     assert!(rows.iter().all(|r| r["gpu_reported"] == false), "{rows:?}");
     let text = ctl(a, None, &["slices", "--report"]);
+    // a's first slice had no release before it: its dead time is "none",
+    // in words (it was a dash); b's, after the handoff, in ms.
+    let first = text.stdout.lines().find(|l| l.starts_with("a ")).unwrap();
+    assert!(first.contains(" none "), "{}", text.stdout);
+    let second = text.stdout.lines().find(|l| l.starts_with("b ")).unwrap();
+    assert!(
+        second.contains(&format!(" {} ms ", rows[1]["dead_time_ms"])),
+        "{}",
+        text.stdout
+    );
     assert!(
         text.stdout.contains("by user:") && text.stdout.contains("team-b (external)"),
         "{}",

@@ -165,9 +165,12 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
             format!("{v:.1}{unit}")
         }
     };
-    let ms = |v: i64| {
+    // A value that is not there is said in words, never -1 nor a dash:
+    // a slice with no release before it has no dead time; one not ready
+    // (yet, or ever) has no start-to-ready.
+    let ms = |v: i64, missing: &str| {
         if v < 0 {
-            "—".to_string()
+            missing.to_string()
         } else {
             format!("{v} ms")
         }
@@ -249,8 +252,8 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
             r.user,
             local(r.start),
             end,
-            ms(r.dead_time_ms),
-            ms(r.start_to_ready_ms),
+            ms(r.dead_time_ms, "none"),
+            ms(r.start_to_ready_ms, "not ready"),
             cpu,
             gpu,
             figure(r.gpu_memory_peak_gb, " GB"),
