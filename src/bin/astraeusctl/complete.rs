@@ -125,11 +125,7 @@ where
         .build()
         .ok()?;
     rt.block_on(async {
-        let builder = match (&address, session) {
-            (Some(a), _) => zbus::connection::Builder::address(a.as_str()),
-            (None, true) => zbus::connection::Builder::session(),
-            (None, false) => zbus::connection::Builder::system(),
-        };
+        let builder = super::bus_builder(address.as_deref(), session);
         let call = async {
             let conn = builder.build().await.ok()?;
             let reply = conn

@@ -111,6 +111,16 @@ fn describe(e: zbus::Error) -> String {
     }
 }
 
+/// A connection to the bus the command line names: `--bus-address`, else
+/// `--session`, else the system bus (completion asks the same one).
+fn bus_builder(address: Option<&str>, session: bool) -> zbus::connection::Builder<'_> {
+    match (address, session) {
+        (Some(a), _) => zbus::connection::Builder::address(a),
+        (None, true) => zbus::connection::Builder::session(),
+        (None, false) => zbus::connection::Builder::system(),
+    }
+}
+
 struct Client {
     conn: Connection,
     /// `--timeout`: how long a call may go unanswered.
@@ -297,13 +307,7 @@ async fn run(args: Args) -> Result<(), String> {
     if let Cmd::Notify = args.cmd {
         return notify::notify_all(args.session, args.bus_address.as_deref(), patience).await;
     }
-    let builder = if let Some(addr) = &args.bus_address {
-        zbus::connection::Builder::address(addr.as_str())
-    } else if args.session {
-        zbus::connection::Builder::session()
-    } else {
-        zbus::connection::Builder::system()
-    };
+    let builder = bus_builder(args.bus_address.as_deref(), args.session);
     // Every call, and the bus's own greeting, waits at most --timeout.
     let conn = tokio::time::timeout(patience, builder.method_timeout(patience).build())
         .await
