@@ -45,19 +45,30 @@ pub struct Window {
 pub const MAX_WINDOW_DAYS: i64 = 400;
 
 impl Window {
-    /// Both ends within years 1 to 9999, `to` after `from`, at most
-    /// [`MAX_WINDOW_DAYS`] apart.
+    /// Both ends (epoch seconds) within years 1 to 9999, `to` after
+    /// `from`, at most [`MAX_WINDOW_DAYS`] apart. The `*Ms` methods' windows
+    /// are [`Window::checked_ms`]; this is the first methods'.
     pub fn checked(from: i64, to: i64) -> Result<Window> {
+        Self::checked_in(from, to, 1000, "epoch seconds")
+    }
+
+    /// As [`Window::checked`], both ends in epoch milliseconds.
+    pub fn checked_ms(from_ms: i64, to_ms: i64) -> Result<Window> {
+        Self::checked_in(from_ms, to_ms, 1, "epoch milliseconds")
+    }
+
+    fn checked_in(from: i64, to: i64, ms_each: i64, unit: &str) -> Result<Window> {
         use crate::error::Error;
         let ts = |field: &str, v: i64| {
-            jiff::Timestamp::from_second(v)
-                .map_err(|_| Error::field(field, "epoch seconds within years 1 to 9999"))
+            v.checked_mul(ms_each)
+                .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+                .ok_or_else(|| Error::field(field, format!("{unit} within years 1 to 9999")))
         };
         let (f, t) = (ts("from", from)?, ts("to", to)?);
         if t <= f {
             return Err(Error::field("to", "must be after from"));
         }
-        if to - from > MAX_WINDOW_DAYS * 86_400 {
+        if t.as_millisecond() - f.as_millisecond() > MAX_WINDOW_DAYS * 86_400_000 {
             return Err(Error::field(
                 "to",
                 format!("a window of at most {MAX_WINDOW_DAYS} days"),
@@ -260,4 +271,41 @@ pub enum Command {
         sample: GpuSample,
         at: EpochMs,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(w: Result<Window>) -> String {
+        match w {
+            Ok(w) => panic!("accepted {:?}..{:?}", w.from(), w.to()),
+            Err(e) => e.message().to_string(),
+        }
+    }
+
+    #[test]
+    fn a_window_in_ms_is_the_window_in_seconds_times_a_thousand() {
+        let s = Window::checked(1_700_000_000, 1_700_086_400).unwrap();
+        let ms = Window::checked_ms(1_700_000_000_000, 1_700_086_400_000).unwrap();
+        assert_eq!((s.from(), s.to()), (ms.from(), ms.to()));
+        // Milliseconds are kept, not rounded to seconds.
+        let odd = Window::checked_ms(1_700_000_000_001, 1_700_000_000_002).unwrap();
+        assert_eq!(odd.from().as_millisecond(), 1_700_000_000_001);
+    }
+
+    #[test]
+    fn a_window_names_the_field_and_the_unit_it_wants() {
+        let days = MAX_WINDOW_DAYS * 86_400_000;
+        assert!(Window::checked_ms(0, days).is_ok());
+        assert!(refusal(Window::checked_ms(0, days + 1)).contains("at most 400 days"));
+        assert!(refusal(Window::checked_ms(5, 5)).contains("to: must be after from"));
+        let far = refusal(Window::checked_ms(i64::MAX, i64::MAX));
+        assert!(
+            far.starts_with("from: epoch milliseconds within years"),
+            "{far}"
+        );
+        let far = refusal(Window::checked(0, i64::MAX / 10));
+        assert!(far.starts_with("to: epoch seconds within years"), "{far}");
+    }
 }

@@ -187,11 +187,11 @@ impl SlicingView {
     }
 }
 
-/// (start, end, ends by) of a slice in epoch seconds; zeros when none.
+/// (start, end, ends by) of a slice in epoch ms; zeros when none.
 pub fn slice_triple(s: Option<&Slice>) -> SliceTriple {
     s.map_or_else(SliceTriple::default, |s| SliceTriple {
-        start: s.start.as_second(),
-        end: s.end.as_second(),
+        start_ms: s.start.as_millisecond(),
+        end_ms: s.end.as_millisecond(),
         ends_by: s.ends_by.describe(),
     })
 }

@@ -11,16 +11,22 @@ const READ_ONLY: &[&str] = &[
     "ListWorkers",
     "ListPending",
     "ListEnded",
+    "ListEndedMs",
     "ListGpus",
     "ListSharers",
     "WhyNot",
     "GetSchedule",
     "ListSlices",
+    "ListSlicesMs",
     "ListNextSlices",
+    "ListNextSlicesMs",
     "ListSliceNotes",
+    "ListSliceNotesMs",
     "UsageReport",
+    "UsageReportMs",
     "ListTemplates",
     "SliceReport",
+    "SliceReportMs",
 ];
 
 /// (interface, method, in-arg signatures) for every method in the committed XML.
@@ -89,10 +95,16 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
                 ("ListSlices" | "ListSliceNotes" | "UsageReport", "x") => {
                     ["0", "86400"][i].to_string()
                 }
-                ("UsageReport", "s") => "owner".to_string(),
-                ("ListEnded", "x") => "0".to_string(),
-                ("ListEnded" | "ListNextSlices", "u") => "10".to_string(),
+                ("ListSlicesMs" | "ListSliceNotesMs" | "UsageReportMs", "x") => {
+                    ["0", "86400000"][i].to_string()
+                }
+                ("UsageReport" | "UsageReportMs", "s") => "owner".to_string(),
+                ("ListEnded" | "ListEndedMs", "x") => "0".to_string(),
+                ("ListEnded" | "ListEndedMs" | "ListNextSlices" | "ListNextSlicesMs", "u") => {
+                    "10".to_string()
+                }
                 ("SliceReport", _) => ["", "0", "86400"][i].to_string(),
+                ("SliceReportMs", _) => ["", "0", "86400000"][i].to_string(),
                 (_, "b") => "false".to_string(),
                 ("SetSchedule", "s") => ["t", "[]"][i].to_string(),
                 ("WhyNot" | "SubmitWorker", "s") => shared_spec("probe", "1"),

@@ -179,6 +179,22 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
             berlin(4, 17),
         )
     );
+    // ListSlicesMs: the same week, its window and its instants in ms.
+    let ms = manager(
+        a,
+        None,
+        "ListSlicesMs",
+        &["xx", &format!("{nine}000"), &format!("{}000", berlin(5, 0))],
+    );
+    let seconds: Vec<String> = o.stdout.split_whitespace().map(String::from).collect();
+    let in_ms: Vec<String> = seconds
+        .iter()
+        .map(|w| match w.parse::<i64>() {
+            Ok(n) if n > 1000 => format!("{n}000"),
+            _ => w.clone(),
+        })
+        .collect();
+    assert_eq!(ms.stdout.split_whitespace().collect::<Vec<_>>(), in_ms);
 
     // Refusals name the field or the conflict, and leave the old schedule in place.
     let o = gdbus_manager(
@@ -314,6 +330,22 @@ fn a_weekday_rotation_set_listed_refused_atomically_and_kept() {
     assert_eq!(
         o.stdout,
         format!("(xxs) {nine} {five} \"poweroff\"\n(xxs) 0 0 \"\"\n")
+    );
+    // And in epoch ms, as every other instant on the bus.
+    let o = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/template/alpha",
+            "org.astraeus.Node1.Template",
+            "NextSliceMs",
+            "ActiveSliceMs",
+        ],
+    );
+    assert_eq!(
+        o.stdout,
+        format!("(xxs) {nine}000 {five}000 \"poweroff\"\n(xxs) 0 0 \"\"\n")
     );
 
     // Kept in the ledger across a restart.
@@ -522,8 +554,19 @@ fn a_readable_weekly_schedule_across_a_dst_change() {
         .as_array()
         .unwrap()
         .iter()
+        .map(|s| {
+            (
+                s["start_ms"].as_i64().unwrap(),
+                s["end_ms"].as_i64().unwrap(),
+            )
+        })
+        .map(|(start, end)| (start / 1000, end / 1000))
+        .collect();
+    // The seconds kept for one release say the same.
+    let old: Vec<(i64, i64)> = (v["slices"].as_array().unwrap().iter())
         .map(|s| (s["start"].as_i64().unwrap(), s["end"].as_i64().unwrap()))
         .collect();
+    assert_eq!(got, old);
     // The oracle: each listed day's 09:00 and 17:00 in Berlin, by the calendar.
     let tz = TimeZone::get("Europe/Berlin").unwrap();
     let at = |d: jiff::civil::Date, h: i8| {

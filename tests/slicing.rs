@@ -262,6 +262,28 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     let rows: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 3, "{rows:?}");
+    // The CLI asks SliceReportMs: its instants are the old method's
+    // seconds, to the millisecond.
+    let old_starts: Vec<i64> = o
+        .stdout
+        .split('"')
+        // a(…) 3 "a" "user" START END … "error" "b" …: six pieces a row.
+        .skip(4)
+        .step_by(6)
+        .map(|rest| rest.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    let new_starts: Vec<i64> = rows
+        .iter()
+        .map(|r| r["start_ms"].as_i64().unwrap().div_euclid(1000))
+        .collect();
+    assert_eq!(new_starts, old_starts, "{}\n{rows:?}", o.stdout);
+    let (from_ms, to_ms) = (format!("{from}000"), format!("{to}000"));
+    let ms = manager(a, None, "SliceReportMs", &["sxx", "", &from_ms, &to_ms]);
+    assert!(
+        ms.stdout.starts_with("a(ssxxxxdddddxs) 3 \"a\""),
+        "{}",
+        ms.stdout
+    );
     assert_eq!(rows[1]["template"], "b");
     // Its dead time is the ledger's: release confirmed → start issued; and
     // start-to-ready is start issued → ready.
@@ -924,7 +946,13 @@ fn a_slice_is_ready_only_when_its_probe_passes_and_reports_the_guests_gpu() {
         (expected_wh * 3.6e6).round() as u64,
         "{h}"
     );
-    assert_eq!(h["start_ms"], h["start"].as_i64().unwrap() * 1000, "{h}");
+    // start_ms to the millisecond; the old `start` is its whole seconds.
+    let start_ms = h["start_ms"].as_i64().unwrap();
+    assert_eq!(
+        start_ms.div_euclid(1000),
+        h["start"].as_i64().unwrap(),
+        "{h}"
+    );
     let text = ctl(a, None, &["slices", "--report"]);
     assert!(text.stdout.contains("2.0 GB"), "{}", text.stdout);
 

@@ -338,6 +338,25 @@ fn a_live_report_bills_no_downtime_and_all_the_energy() {
         "energy {energy} mJ against {want} mJ: {}",
         o.stdout
     );
+
+    // UsageReportMs says the same of the same window, and takes its edges
+    // to the millisecond: half a second later, half a second less.
+    let (since_ms, until_ms) = ((since * 1000).to_string(), (until * 1000).to_string());
+    let in_ms = manager(
+        a,
+        None,
+        "UsageReportMs",
+        &["xxs", &since_ms, &until_ms, "gpu"],
+    );
+    assert_eq!(in_ms.stdout, o.stdout);
+    let later = (since * 1000 + 500).to_string();
+    let half = manager(a, None, "UsageReportMs", &["xxs", &later, &until_ms, "gpu"]);
+    assert!(half.ok, "{}", half.stderr);
+    let fields: Vec<&str> = half.stdout.split_whitespace().collect();
+    let ms: u64 = (fields[2..].chunks(6))
+        .map(|r| r[3].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(ms, window_ms - 500, "{}", half.stdout);
 }
 
 /// /metrics as Prometheus reads it (python3-prometheus-client's parser):

@@ -2,7 +2,7 @@
 //! list what the machine holds, and drive the time-slicing rotation.
 
 use super::wire::{
-    EndedRow, GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow,
+    seconds, EndedRow, GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow,
 };
 use super::{bounded, object_path as path, template_path, worker_path, BusError, Delta, Loop};
 use crate::command::{Command, Window};
@@ -17,8 +17,11 @@ pub const LISTINGS: &[&str] = &[
     "ListWorkers",
     "ListPending",
     "ListEnded",
+    "ListEndedMs",
     "UsageReport",
+    "UsageReportMs",
     "SliceReport",
+    "SliceReportMs",
 ];
 
 pub struct Manager {
@@ -122,10 +125,22 @@ impl Manager {
         Ok(pending)
     }
 
-    /// Workers that ended at or after `since` (epoch seconds), newest first,
+    /// Workers that ended at or after `since_ms` (epoch ms), newest first,
     /// at most `limit` (1 to 10,000): (name, owner uid, the GPUs column,
     /// GPU indices, GB shared on each or 0, submitted, placed (0: never) and
     /// ended in epoch ms, exit status or -1, how it ended).
+    #[zbus(out_args("workers"))]
+    async fn list_ended_ms(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        since_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<EndedRow>, BusError> {
+        self.ended(&hdr, conn, since_ms, limit).await
+    }
+
+    /// ListEndedMs with `since` in epoch seconds; kept for one release.
     #[zbus(out_args("workers"))]
     async fn list_ended(
         &self,
@@ -134,23 +149,8 @@ impl Manager {
         since: i64,
         limit: u32,
     ) -> Result<Vec<EndedRow>, BusError> {
-        if !(1..=10_000).contains(&limit) {
-            return Err(BusError::from(crate::error::Error::InvalidRequest(
-                format!("limit: 1 to 10000 workers; got {limit}"),
-            )));
-        }
-        let since_ms = since.saturating_mul(1000);
-        let rows = self
-            .lp
-            .ask_in_turn(&hdr, conn, |reply| Command::ListEnded {
-                since_ms,
-                limit,
-                reply,
-            })
-            .await??;
-        let instead = "ask for fewer (limit) or a later since";
-        super::tree::fits_the_bus(&rows, "the list of ended workers", instead)?;
-        Ok(rows)
+        self.ended(&hdr, conn, since.saturating_mul(1000), limit)
+            .await
     }
 
     /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB,
@@ -219,9 +219,22 @@ impl Manager {
             .await??)
     }
 
-    /// SetSchedule's dry run (root only): the next ten slices with the
-    /// template's actions replaced, and notes on listed days that do not
-    /// occur; refused exactly as SetSchedule would be; nothing is saved.
+    /// SetSchedule's dry run (root only): the next ten slices (as
+    /// ListSlicesMs') with the template's actions replaced, and notes on
+    /// listed days that do not occur; refused exactly as SetSchedule would
+    /// be; nothing is saved.
+    #[zbus(out_args("slices", "notes"))]
+    async fn preview_schedule_ms(
+        &self,
+        template: String,
+        actions: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(Vec<SliceRow>, Vec<String>), BusError> {
+        self.preview(&hdr, conn, template, actions).await
+    }
+
+    /// PreviewScheduleMs in epoch seconds; kept for one release.
     #[zbus(out_args("slices", "notes"))]
     async fn preview_schedule(
         &self,
@@ -229,17 +242,9 @@ impl Manager {
         actions: String,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<(Vec<SliceRow>, Vec<String>), BusError> {
-        bounded(&[("template", &template), ("actions", &actions)])?;
-        Ok(self
-            .lp
-            .ask_as(&hdr, conn, |caller, reply| Command::PreviewSchedule {
-                template,
-                actions,
-                caller,
-                reply,
-            })
-            .await??)
+    ) -> Result<(Vec<seconds::SliceRow>, Vec<String>), BusError> {
+        let (rows, notes) = self.preview(&hdr, conn, template, actions).await?;
+        Ok((in_seconds(rows), notes))
     }
 
     /// A template's scheduled actions as JSON (+N resolved to epoch seconds).
@@ -257,8 +262,22 @@ impl Manager {
             .await??)
     }
 
-    /// Who owns the GPU baseboard in [from, to) (epoch seconds):
-    /// (template, start, end, ends by: poweroff | poweroff-hard | handoff:<template> | open)
+    /// Who owns the GPU baseboard in [from_ms, to_ms) (epoch ms): (template,
+    /// start, end (epoch ms), ends by: poweroff | poweroff-hard |
+    /// handoff:<template> | open)
+    #[zbus(out_args("slices"))]
+    async fn list_slices_ms(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<SliceRow>, BusError> {
+        self.slices(&hdr, conn, Window::checked_ms(from_ms, to_ms)?)
+            .await
+    }
+
+    /// ListSlicesMs in epoch seconds; kept for one release.
     #[zbus(out_args("slices"))]
     async fn list_slices(
         &self,
@@ -266,38 +285,52 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
         from: i64,
         to: i64,
-    ) -> Result<Vec<SliceRow>, BusError> {
-        let window = Window::checked(from, to)?;
-        Ok(self
-            .lp
-            .ask_from(&hdr, conn, |reply| Command::ListSlices { window, reply })
-            .await??)
+    ) -> Result<Vec<seconds::SliceRow>, BusError> {
+        let rows = self.slices(&hdr, conn, Window::checked(from, to)?).await?;
+        Ok(in_seconds(rows))
     }
 
     /// The next `count` slices (1 to 1000) from now on, however far away
-    /// (the calendar's whole cycle is walked): as ListSlices' rows. Fewer
+    /// (the calendar's whole cycle is walked): as ListSlicesMs' rows. Fewer
     /// when the schedules hold fewer; none when no schedule is set or all
     /// have ended.
+    #[zbus(out_args("slices"))]
+    async fn list_next_slices_ms(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        count: u32,
+    ) -> Result<Vec<SliceRow>, BusError> {
+        self.next_slices(&hdr, conn, count).await
+    }
+
+    /// ListNextSlicesMs in epoch seconds; kept for one release.
     #[zbus(out_args("slices"))]
     async fn list_next_slices(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
         count: u32,
-    ) -> Result<Vec<SliceRow>, BusError> {
-        if !(1..=1000).contains(&count) {
-            return Err(BusError::from(crate::error::Error::InvalidRequest(
-                format!("count: 1 to 1000 slices; got {count}"),
-            )));
-        }
-        Ok(self
-            .lp
-            .ask_from(&hdr, conn, |reply| Command::ListNextSlices { count, reply })
-            .await??)
+    ) -> Result<Vec<seconds::SliceRow>, BusError> {
+        Ok(in_seconds(self.next_slices(&hdr, conn, count).await?))
     }
 
-    /// What the slice preview must say besides the slices in [from, to): listed
-    /// days that do not occur (day 31 in a 30-day month, day 365 outside leap years).
+    /// What the slice preview must say besides the slices in [from_ms,
+    /// to_ms) (epoch ms): listed days that do not occur (day 31 in a 30-day
+    /// month, day 365 outside leap years).
+    #[zbus(out_args("notes"))]
+    async fn list_slice_notes_ms(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<String>, BusError> {
+        self.notes(&hdr, conn, Window::checked_ms(from_ms, to_ms)?)
+            .await
+    }
+
+    /// ListSliceNotesMs with its window in epoch seconds; kept for one release.
     #[zbus(out_args("notes"))]
     async fn list_slice_notes(
         &self,
@@ -306,22 +339,28 @@ impl Manager {
         from: i64,
         to: i64,
     ) -> Result<Vec<String>, BusError> {
-        let window = Window::checked(from, to)?;
-        Ok(self
-            .lp
-            .ask_from(&hdr, conn, |reply| Command::ListSliceNotes {
-                window,
-                reply,
-            })
-            .await??)
+        self.notes(&hdr, conn, Window::checked(from, to)?).await
     }
 
-    /// Who used how much of each GPU in [from, to) (epoch seconds), grouped by
-    /// worker, owner, gpu or user: (key, kind: worker | slice | outside | idle
-    /// | downtime, gpu uuid or "" when merged, GPU-milliseconds, millijoules,
-    /// busy GPU-milliseconds or -1 when not measured). A shared GPU counts
-    /// for each sharer by its share of the GPU's memory; per GPU the rows add
-    /// up to the wall-clock time.
+    /// Who used how much of each GPU in [from_ms, to_ms) (epoch ms), grouped
+    /// by worker, owner, gpu or user: (key, kind: worker | slice | outside |
+    /// idle | downtime, gpu uuid or "" when merged, GPU-milliseconds,
+    /// millijoules, busy GPU-milliseconds or -1 when not measured). A shared
+    /// GPU counts for each sharer by its share of the GPU's memory; per GPU
+    /// the rows add up to the wall-clock time.
+    #[zbus(out_args("rows"))]
+    async fn usage_report_ms(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        from_ms: i64,
+        to_ms: i64,
+        group_by: String,
+    ) -> Result<Vec<UsageRow>, BusError> {
+        self.usage(&hdr, conn, (from_ms, to_ms), 1, group_by).await
+    }
+
+    /// UsageReportMs with its window in epoch seconds; kept for one release.
     #[zbus(out_args("rows"))]
     async fn usage_report(
         &self,
@@ -331,23 +370,7 @@ impl Manager {
         to: i64,
         group_by: String,
     ) -> Result<Vec<UsageRow>, BusError> {
-        // Checked before the caller's turn: a malformed report waits for nothing.
-        bounded(&[("group_by", &group_by)])?;
-        let group_by = group_by
-            .parse::<crate::report::GroupBy>()
-            .map_err(crate::error::Error::from)?;
-        let window = Window::checked(from, to)?;
-        let rows = self
-            .lp
-            .ask_in_turn(&hdr, conn, |reply| Command::UsageReport {
-                window,
-                group_by,
-                reply,
-            })
-            .await??;
-        let instead = "ask for a shorter window, or group by owner or gpu";
-        super::tree::fits_the_bus(&rows, "the report", instead)?;
-        Ok(rows)
+        self.usage(&hdr, conn, (from, to), 1000, group_by).await
     }
 
     /// Defines a time-slicing template and its persistent VM (JSON). Root only.
@@ -443,12 +466,28 @@ impl Manager {
             .await??)
     }
 
-    /// Slices in [from, to) (epoch seconds) of one template ("" = all): (template,
-    /// user, start, end (0 = still on), handoff dead time ms, start-to-ready ms
-    /// (-1 = none), CPU average and peak %, GPU average and peak %, GPU memory
-    /// peak GB, GPU energy Wh (these two: -1 = not reported, never 0), libvirt's
-    /// error when it failed). The GPU figures come from inside the guest
-    /// (docs/time-slicing.md).
+    /// Slices in [from_ms, to_ms) (epoch ms) of one template ("" = all):
+    /// (template, user, start, end (epoch ms; 0 = still on), handoff dead
+    /// time ms, start-to-ready ms (-1 = none), CPU average and peak %, GPU
+    /// average and peak %, GPU memory peak GB (-1 = not reported, never 0),
+    /// GPU energy mJ (-1 = not reported), libvirt's error when it failed).
+    /// The GPU figures come from inside the guest (docs/time-slicing.md).
+    #[zbus(out_args("slices"))]
+    async fn slice_report_ms(
+        &self,
+        template: String,
+        from_ms: i64,
+        to_ms: i64,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<SliceReportRow>, BusError> {
+        bounded(&[("template", &template)])?;
+        let window = Window::checked_ms(from_ms, to_ms)?;
+        self.slice_rows(&hdr, conn, template, window).await
+    }
+
+    /// SliceReportMs in epoch seconds and its energy in Wh (-1 = not
+    /// reported); kept for one release.
     #[zbus(out_args("slices"))]
     async fn slice_report(
         &self,
@@ -457,20 +496,11 @@ impl Manager {
         to: i64,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<SliceReportRow>, BusError> {
+    ) -> Result<Vec<seconds::SliceReportRow>, BusError> {
         bounded(&[("template", &template)])?;
         let window = Window::checked(from, to)?;
-        let rows = self
-            .lp
-            .ask_in_turn(&hdr, conn, |reply| Command::SliceReport {
-                template,
-                window,
-                reply,
-            })
-            .await??;
-        let instead = "ask for a shorter window or one template";
-        super::tree::fits_the_bus(&rows, "the report", instead)?;
-        Ok(rows)
+        let rows = self.slice_rows(&hdr, conn, template, window).await?;
+        Ok(in_seconds(rows))
     }
 
     /// Builds a template's read-only weights disk (an ext4 image) from a
@@ -605,4 +635,150 @@ impl Manager {
         d.set(old.pending != new.pending, "WorkersPending", new.pending);
         d
     }
+}
+
+/// What each pair of methods (`X` and `XMs`) asks of the loop, once: the
+/// pair differ only in the units they translate.
+impl Manager {
+    async fn ended(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        since_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<EndedRow>, BusError> {
+        if !(1..=10_000).contains(&limit) {
+            return Err(BusError::from(crate::error::Error::InvalidRequest(
+                format!("limit: 1 to 10000 workers; got {limit}"),
+            )));
+        }
+        let rows = self
+            .lp
+            .ask_in_turn(hdr, conn, |reply| Command::ListEnded {
+                since_ms,
+                limit,
+                reply,
+            })
+            .await??;
+        let instead = "ask for fewer (limit) or a later since";
+        super::tree::fits_the_bus(&rows, "the list of ended workers", instead)?;
+        Ok(rows)
+    }
+
+    async fn preview(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        template: String,
+        actions: String,
+    ) -> Result<(Vec<SliceRow>, Vec<String>), BusError> {
+        bounded(&[("template", &template), ("actions", &actions)])?;
+        Ok(self
+            .lp
+            .ask_as(hdr, conn, |caller, reply| Command::PreviewSchedule {
+                template,
+                actions,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    async fn slices(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        window: Window,
+    ) -> Result<Vec<SliceRow>, BusError> {
+        Ok(self
+            .lp
+            .ask_from(hdr, conn, |reply| Command::ListSlices { window, reply })
+            .await??)
+    }
+
+    async fn next_slices(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        count: u32,
+    ) -> Result<Vec<SliceRow>, BusError> {
+        if !(1..=1000).contains(&count) {
+            return Err(BusError::from(crate::error::Error::InvalidRequest(
+                format!("count: 1 to 1000 slices; got {count}"),
+            )));
+        }
+        Ok(self
+            .lp
+            .ask_from(hdr, conn, |reply| Command::ListNextSlices { count, reply })
+            .await??)
+    }
+
+    async fn notes(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        window: Window,
+    ) -> Result<Vec<String>, BusError> {
+        Ok(self
+            .lp
+            .ask_from(hdr, conn, |reply| Command::ListSliceNotes { window, reply })
+            .await??)
+    }
+
+    /// `window` in units of `ms_each` milliseconds (1 or 1000).
+    async fn usage(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        (from, to): (i64, i64),
+        ms_each: i64,
+        group_by: String,
+    ) -> Result<Vec<UsageRow>, BusError> {
+        // Checked before the caller's turn: a malformed report waits for nothing.
+        bounded(&[("group_by", &group_by)])?;
+        let group_by = group_by
+            .parse::<crate::report::GroupBy>()
+            .map_err(crate::error::Error::from)?;
+        let window = if ms_each == 1 {
+            Window::checked_ms(from, to)?
+        } else {
+            Window::checked(from, to)?
+        };
+        let rows = self
+            .lp
+            .ask_in_turn(hdr, conn, |reply| Command::UsageReport {
+                window,
+                group_by,
+                reply,
+            })
+            .await??;
+        let instead = "ask for a shorter window, or group by owner or gpu";
+        super::tree::fits_the_bus(&rows, "the report", instead)?;
+        Ok(rows)
+    }
+
+    async fn slice_rows(
+        &self,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        template: String,
+        window: Window,
+    ) -> Result<Vec<SliceReportRow>, BusError> {
+        let rows = self
+            .lp
+            .ask_in_turn(hdr, conn, |reply| Command::SliceReport {
+                template,
+                window,
+                reply,
+            })
+            .await??;
+        let instead = "ask for a shorter window or one template";
+        super::tree::fits_the_bus(&rows, "the report", instead)?;
+        Ok(rows)
+    }
+}
+
+/// The `*Ms` methods' rows as the first methods send them.
+fn in_seconds<T, U: From<T>>(rows: Vec<T>) -> Vec<U> {
+    rows.into_iter().map(U::from).collect()
 }

@@ -1,7 +1,7 @@
 //! `org.astraeus.Node1.Template`: one object per template defined or
 //! scheduled; its slices are computed when read from the rotation's view.
 
-use super::wire::SliceTriple;
+use super::wire::{seconds, SliceTriple};
 use crate::views::{slice_triple, RotationView, Shared, SlicingView};
 use zbus::interface;
 
@@ -27,15 +27,26 @@ impl TemplateObject {
     async fn name(&self) -> String {
         self.name.clone()
     }
-    /// The slice running now: (start, end, ends by), or (0, 0, "") — changes with time: read it.
+    /// The slice running now: (start, end in epoch ms, ends by), or (0, 0,
+    /// "") — changes with time: read it.
     #[zbus(property(emits_changed_signal = "false"))]
-    async fn active_slice(&self) -> SliceTriple {
+    async fn active_slice_ms(&self) -> SliceTriple {
         self.slices_now().0
     }
-    /// The next slice to start: (start, end, ends by), or (0, 0, "").
+    /// The next slice to start: (start, end in epoch ms, ends by), or (0, 0, "").
     #[zbus(property(emits_changed_signal = "false"))]
-    async fn next_slice(&self) -> SliceTriple {
+    async fn next_slice_ms(&self) -> SliceTriple {
         self.slices_now().1
+    }
+    /// ActiveSliceMs in epoch seconds; kept for one release (docs/operations.md).
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn active_slice(&self) -> seconds::SliceTriple {
+        self.slices_now().0.into()
+    }
+    /// NextSliceMs in epoch seconds; kept for one release.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn next_slice(&self) -> seconds::SliceTriple {
+        self.slices_now().1.into()
     }
     /// Its VM now: off, stopping, waiting (for the release or the buffer),
     /// starting, running or failed; "undefined" for a schedule without a template.

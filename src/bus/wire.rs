@@ -83,12 +83,12 @@ pub struct WhyNot {
     pub reasons: Vec<String>,
 }
 
-/// One slice of ListSlices: `(sxxs)`; times in epoch seconds.
+/// One slice of ListSlicesMs: `(sxxs)`; instants in epoch ms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
 pub struct SliceRow {
     pub template: String,
-    pub start: i64,
-    pub end: i64,
+    pub start_ms: i64,
+    pub end_ms: i64,
     /// poweroff, poweroff-hard, handoff:<template> or open.
     pub ends_by: String,
 }
@@ -103,14 +103,15 @@ pub struct TemplateRow {
     pub state: String,
 }
 
-/// One slice of SliceReport: `(ssxxxxdddddds)`; -1 where nothing was measured.
+/// One slice of SliceReportMs: `(ssxxxxdddddxs)`; -1 where nothing was
+/// measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
 pub struct SliceReportRow {
     pub template: String,
     pub user: String,
-    pub start: i64,
+    pub start_ms: i64,
     /// 0 while it is still on.
-    pub end: i64,
+    pub end_ms: i64,
     pub dead_time_ms: i64,
     pub start_to_ready_ms: i64,
     pub cpu_avg_pct: f64,
@@ -118,7 +119,7 @@ pub struct SliceReportRow {
     pub gpu_avg_pct: f64,
     pub gpu_peak_pct: f64,
     pub gpu_memory_peak_gb: f64,
-    pub gpu_energy_wh: f64,
+    pub gpu_energy_mj: i64,
     /// libvirt's error when the slice never came up.
     pub error: String,
 }
@@ -137,12 +138,107 @@ pub struct UsageRow {
     pub busy_gpu_ms: i64,
 }
 
-/// A slice as a Template object shows it: `(xxs)`; (0, 0, "") when none.
+/// A slice as a Template object shows it (`ActiveSliceMs`): `(xxs)`,
+/// instants in epoch ms; (0, 0, "") when none.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Type)]
 pub struct SliceTriple {
-    pub start: i64,
-    pub end: i64,
+    pub start_ms: i64,
+    pub end_ms: i64,
     pub ends_by: String,
+}
+
+/// The slice rows as Node1's first methods send them, instants in epoch
+/// seconds and energy in Wh (ListSlices, ListNextSlices, PreviewSchedule,
+/// SliceReport, ActiveSlice, NextSlice). Kept for one release beside the
+/// `*Ms` methods, then removed (docs/operations.md, Units).
+pub mod seconds {
+    use serde::{Deserialize, Serialize};
+    use zbus::zvariant::Type;
+
+    /// `(sxxs)`.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
+    pub struct SliceRow {
+        pub template: String,
+        pub start: i64,
+        pub end: i64,
+        pub ends_by: String,
+    }
+
+    /// `(ssxxxxdddddds)`.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Type)]
+    pub struct SliceReportRow {
+        pub template: String,
+        pub user: String,
+        pub start: i64,
+        pub end: i64,
+        pub dead_time_ms: i64,
+        pub start_to_ready_ms: i64,
+        pub cpu_avg_pct: f64,
+        pub cpu_peak_pct: f64,
+        pub gpu_avg_pct: f64,
+        pub gpu_peak_pct: f64,
+        pub gpu_memory_peak_gb: f64,
+        pub gpu_energy_wh: f64,
+        pub error: String,
+    }
+
+    /// `(xxs)`.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Type)]
+    pub struct SliceTriple {
+        pub start: i64,
+        pub end: i64,
+        pub ends_by: String,
+    }
+
+    /// Epoch ms to epoch seconds, rounded down (towards the past).
+    fn secs(ms: i64) -> i64 {
+        ms.div_euclid(1000)
+    }
+
+    impl From<super::SliceRow> for SliceRow {
+        fn from(r: super::SliceRow) -> Self {
+            SliceRow {
+                template: r.template,
+                start: secs(r.start_ms),
+                end: secs(r.end_ms),
+                ends_by: r.ends_by,
+            }
+        }
+    }
+
+    impl From<super::SliceTriple> for SliceTriple {
+        fn from(t: super::SliceTriple) -> Self {
+            SliceTriple {
+                start: secs(t.start_ms),
+                end: secs(t.end_ms),
+                ends_by: t.ends_by,
+            }
+        }
+    }
+
+    impl From<super::SliceReportRow> for SliceReportRow {
+        fn from(r: super::SliceReportRow) -> Self {
+            SliceReportRow {
+                template: r.template,
+                user: r.user,
+                start: secs(r.start_ms),
+                end: secs(r.end_ms),
+                dead_time_ms: r.dead_time_ms,
+                start_to_ready_ms: r.start_to_ready_ms,
+                cpu_avg_pct: r.cpu_avg_pct,
+                cpu_peak_pct: r.cpu_peak_pct,
+                gpu_avg_pct: r.gpu_avg_pct,
+                gpu_peak_pct: r.gpu_peak_pct,
+                gpu_memory_peak_gb: r.gpu_memory_peak_gb,
+                gpu_energy_wh: if r.gpu_energy_mj < 0 {
+                    -1.0
+                } else {
+                    r.gpu_energy_mj as f64 / 3.6e6
+                },
+                error: r.error,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -156,10 +252,56 @@ mod tests {
         assert_eq!(GpuRow::SIGNATURE.to_string(), "(usssddddsss)");
         assert_eq!(SliceRow::SIGNATURE.to_string(), "(sxxs)");
         assert_eq!(TemplateRow::SIGNATURE.to_string(), "(ssss)");
-        assert_eq!(SliceReportRow::SIGNATURE.to_string(), "(ssxxxxdddddds)");
+        assert_eq!(SliceReportRow::SIGNATURE.to_string(), "(ssxxxxdddddxs)");
         assert_eq!(UsageRow::SIGNATURE.to_string(), "(sssttx)");
         assert_eq!(SliceTriple::SIGNATURE.to_string(), "(xxs)");
         assert_eq!(Sharers::SIGNATURE.to_string(), "(a(sd)s)");
         assert_eq!(WhyNot::SIGNATURE.to_string(), "(bauas)");
+        // The old methods' rows, as they were.
+        assert_eq!(seconds::SliceRow::SIGNATURE.to_string(), "(sxxs)");
+        assert_eq!(
+            seconds::SliceReportRow::SIGNATURE.to_string(),
+            "(ssxxxxdddddds)"
+        );
+        assert_eq!(seconds::SliceTriple::SIGNATURE.to_string(), "(xxs)");
+    }
+
+    #[test]
+    fn the_old_rows_say_what_the_old_methods_said() {
+        let row = SliceReportRow {
+            template: "t".into(),
+            user: "u (internal)".into(),
+            start_ms: 1_700_000_000_999,
+            end_ms: 0,
+            dead_time_ms: 12,
+            start_to_ready_ms: -1,
+            cpu_avg_pct: 1.0,
+            cpu_peak_pct: 2.0,
+            gpu_avg_pct: -1.0,
+            gpu_peak_pct: -1.0,
+            gpu_memory_peak_gb: -1.0,
+            gpu_energy_mj: 7_200_000,
+            error: String::new(),
+        };
+        let old = seconds::SliceReportRow::from(row.clone());
+        // Seconds rounded down; 0 (still on) stays 0; 7.2e6 mJ = 2 Wh.
+        assert_eq!((old.start, old.end), (1_700_000_000, 0));
+        assert_eq!(old.gpu_energy_wh, 2.0);
+        assert_eq!(old.dead_time_ms, 12);
+        let unmeasured = SliceReportRow {
+            gpu_energy_mj: -1,
+            ..row
+        };
+        assert_eq!(
+            seconds::SliceReportRow::from(unmeasured).gpu_energy_wh,
+            -1.0
+        );
+        // Before the epoch, down is towards the past: -0.5 s is -1 s.
+        let t = seconds::SliceTriple::from(SliceTriple {
+            start_ms: -500,
+            end_ms: 1500,
+            ends_by: "open".into(),
+        });
+        assert_eq!((t.start, t.end), (-1, 1));
     }
 }

@@ -10,13 +10,14 @@ use crate::error::{Error, Result};
 use crate::time::EpochMs;
 use crate::views::{self, RotationView, SlicingView};
 
-/// One slice as ListSlices and PreviewSchedule send it.
+/// One slice as ListSlicesMs and PreviewScheduleMs send it (the first
+/// methods' rows are made from it by the adaptor: `wire::seconds`).
 pub(super) fn slice_row(s: crate::rotation::Slice) -> SliceRow {
     SliceRow {
         ends_by: s.ends_by.describe(),
         template: s.template,
-        start: s.start.as_second(),
-        end: s.end.as_second(),
+        start_ms: s.start.as_millisecond(),
+        end_ms: s.end.as_millisecond(),
     }
 }
 
@@ -248,8 +249,8 @@ fn slice_report_row(r: crate::store::SliceRecord) -> SliceReportRow {
     SliceReportRow {
         template: r.template,
         user: r.user,
-        start: r.start_ms / 1000,
-        end: r.end_ms.map_or(0, |e| e / 1000),
+        start_ms: r.start_ms,
+        end_ms: r.end_ms.unwrap_or(0),
         dead_time_ms: r.dead_time_ms.unwrap_or(-1),
         start_to_ready_ms: r.start_to_ready_ms.unwrap_or(-1),
         cpu_avg_pct: n(m.cpu_avg_pct),
@@ -259,7 +260,7 @@ fn slice_report_row(r: crate::store::SliceRecord) -> SliceReportRow {
         gpu_memory_peak_gb: m
             .gpu_memory_peak_bytes
             .map_or(-1.0, |b| b as f64 / crate::quantity::GB_BYTES as f64),
-        gpu_energy_wh: n(m.energy_j.map(|j| j / 3600.0)),
+        gpu_energy_mj: m.energy_j.map_or(-1, |j| (j * 1000.0).round() as i64),
         error: r.error.unwrap_or_default(),
     }
 }

@@ -297,17 +297,17 @@ fn slices(snap: &Snapshot) -> String {
         return r#"<p class="empty">No slice templates.</p>"#.into();
     }
     let tz = jiff::tz::TimeZone::get(&snap.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
-    let at = |secs: i64, form: &str| {
-        jiff::Timestamp::from_second(secs)
+    let at = |ms: i64, form: &str| {
+        jiff::Timestamp::from_millisecond(ms)
             .map(|t| t.to_zoned(tz.clone()).strftime(form).to_string())
             .unwrap_or_default()
     };
     // As the script writes them: the end's day only when it differs.
     let span = |t: &crate::bus::wire::SliceTriple| {
         let day = "%a %-d %b, %H:%M";
-        let same_day = at(t.start, "%F") == at(t.end, "%F");
-        let end = at(t.end, if same_day { "%H:%M" } else { day });
-        format!("{} – {end}", at(t.start, day))
+        let same_day = at(t.start_ms, "%F") == at(t.end_ms, "%F");
+        let end = at(t.end_ms, if same_day { "%H:%M" } else { day });
+        format!("{} – {end}", at(t.start_ms, day))
     };
     let cell = |class: &str, s: &Option<crate::bus::wire::SliceTriple>, none: &str| match s {
         Some(t) => format!(

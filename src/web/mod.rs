@@ -407,8 +407,8 @@ fn known(v: f64) -> Value {
 }
 
 fn slice_json(s: &Option<SliceTriple>, tz: &jiff::tz::TimeZone) -> Value {
-    let at = |secs: i64| {
-        jiff::Timestamp::from_second(secs)
+    let at = |ms: i64| {
+        jiff::Timestamp::from_millisecond(ms)
             .map(|t| {
                 t.to_zoned(tz.clone())
                     .strftime("%Y-%m-%dT%H:%M:%S%:z")
@@ -420,8 +420,8 @@ fn slice_json(s: &Option<SliceTriple>, tz: &jiff::tz::TimeZone) -> Value {
         // Instants in epoch ms, as every JSON here; the local date-times
         // (`start`, `end`) are kept for one release (docs/operations.md).
         Some(t) => json!({
-            "start_ms": t.start * 1000, "end_ms": t.end * 1000,
-            "start": at(t.start), "end": at(t.end), "ends_by": t.ends_by,
+            "start_ms": t.start_ms, "end_ms": t.end_ms,
+            "start": at(t.start_ms), "end": at(t.end_ms), "ends_by": t.ends_by,
         }),
         None => Value::Null,
     }
@@ -667,8 +667,8 @@ mod tests {
                 dead_time_ms: Some(1500),
                 active: None,
                 next: Some(SliceTriple {
-                    start: 0,
-                    end: 3600,
+                    start_ms: 0,
+                    end_ms: 3_600_000,
                     ends_by: "poweroff".into(),
                 }),
             }],

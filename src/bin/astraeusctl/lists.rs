@@ -262,7 +262,7 @@ pub async fn history(
         Some(s) => local.when(&s, "--since")?,
         None => 0,
     };
-    let rows: Vec<EndedRow> = c.call("ListEnded", &(since, limit)).await?;
+    let rows: Vec<EndedRow> = c.call("ListEndedMs", &(since * 1000, limit)).await?;
     let ms = |v: i64| (v > 0).then_some(v);
     if form.json {
         let j: Vec<_> = rows

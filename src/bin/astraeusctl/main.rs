@@ -485,7 +485,7 @@ async fn run(args: Args) -> Result<(), String> {
             };
             if dry_run {
                 let (rows, notes): (Vec<SliceRow>, Vec<String>) = c
-                    .call("PreviewSchedule", &(template.as_str(), actions.as_str()))
+                    .call("PreviewScheduleMs", &(template.as_str(), actions.as_str()))
                     .await?;
                 if !args.json {
                     outln!("dry run: nothing saved; the next slices would be");
@@ -531,7 +531,9 @@ async fn run(args: Args) -> Result<(), String> {
                 (Some(f), Some(t)) => (local.when(&f, "--from")?, local.when(&t, "--to")?),
                 _ => (now - 7 * 86_400, now + 1),
             };
-            let rows: Vec<SliceReportRow> = c.call("SliceReport", &("", from, to)).await?;
+            let rows: Vec<SliceReportRow> = c
+                .call("SliceReportMs", &("", from * 1000, to * 1000))
+                .await?;
             print_slice_report(&rows, &local, form);
         }
         Cmd::Slices { next, from, to, .. } => {
@@ -548,13 +550,15 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             };
             let rows: Vec<SliceRow> = if limit == usize::MAX {
-                c.call("ListSlices", &(from, to)).await?
+                c.call("ListSlicesMs", &(from * 1000, to * 1000)).await?
             } else {
                 // However far away: the daemon walks the calendar's cycle.
                 let count = u32::try_from(limit).unwrap_or(u32::MAX);
-                c.call("ListNextSlices", &(count,)).await?
+                c.call("ListNextSlicesMs", &(count,)).await?
             };
-            let mut notes: Vec<String> = c.call("ListSliceNotes", &(from, to)).await?;
+            let mut notes: Vec<String> = c
+                .call("ListSliceNotesMs", &(from * 1000, to * 1000))
+                .await?;
             if rows.is_empty() {
                 notes.push(if limit == usize::MAX {
                     "no slice in this window".to_string()
@@ -587,7 +591,9 @@ async fn run(args: Args) -> Result<(), String> {
             if until <= since {
                 return Err("--until: must be after --since".into());
             }
-            let rows: Vec<UsageRow> = c.call("UsageReport", &(since, until, by.as_str())).await?;
+            let rows: Vec<UsageRow> = c
+                .call("UsageReportMs", &(since * 1000, until * 1000, by.as_str()))
+                .await?;
             // Usage over a day old is kept as whole UTC days (the daemon's
             // rollups): an edge inside such a day covers all of it. Said
             // on stderr, which data never goes to.

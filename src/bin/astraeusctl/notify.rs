@@ -384,8 +384,8 @@ async fn follow_daemon(
 /// someone else stopped it (summary, body). Its own stop and its workload's
 /// exit are not.
 async fn ended(c: &Client, name: &str, me: u32) -> Option<(String, String)> {
-    let since = jiff::Timestamp::now().as_second() - 120;
-    let rows: Vec<EndedRow> = c.call("ListEnded", &(since, 100u32)).await.ok()?;
+    let since_ms = jiff::Timestamp::now().as_millisecond() - 120_000;
+    let rows: Vec<EndedRow> = c.call("ListEndedMs", &(since_ms, 100u32)).await.ok()?;
     let row = rows
         .into_iter()
         .find(|r| r.name == name && r.owner_uid == me)?;

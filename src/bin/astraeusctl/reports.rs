@@ -106,14 +106,18 @@ pub fn print_slices(rows: &[SliceRow], notes: &[String], local: &Local, form: li
         let j: Vec<_> = rows
                     .iter()
                     .map(
-                        |r| json!({"template": r.template, "start": r.start, "end": r.end, "ends_by": r.ends_by}),
+                        // `start` and `end` (epoch seconds) kept for one
+                        // release beside `start_ms`, `end_ms` (docs/operations.md).
+                        |r| json!({"template": r.template, "start_ms": r.start_ms, "end_ms": r.end_ms,
+                                   "start": r.start_ms.div_euclid(1000), "end": r.end_ms.div_euclid(1000),
+                                   "ends_by": r.ends_by}),
                     )
                     .collect();
         let out = json!({"time_zone": local.name, "slices": j, "notes": notes});
         outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return;
     }
-    let at = |secs: i64| local.format(secs, "%a %Y-%m-%d %H:%M");
+    let at = |ms: i64| local.format(ms.div_euclid(1000), "%a %Y-%m-%d %H:%M");
     let w = rows
         .iter()
         .map(|r| r.template.len())
@@ -131,8 +135,8 @@ pub fn print_slices(rows: &[SliceRow], notes: &[String], local: &Local, form: li
     }
     for SliceRow {
         template: t,
-        start: s,
-        end: e,
+        start_ms: s,
+        end_ms: e,
         ends_by: by,
     } in rows
     {
@@ -178,11 +182,20 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
     // GPU figures come only from the guest (its org.astraeus.gpu.0
     // channel): a slice with none had a guest that sent no GPU lines.
     let gpu_reported = |r: &SliceReportRow| {
-        r.gpu_avg_pct >= 0.0 || r.gpu_memory_peak_gb >= 0.0 || r.gpu_energy_wh >= 0.0
+        r.gpu_avg_pct >= 0.0 || r.gpu_memory_peak_gb >= 0.0 || r.gpu_energy_mj >= 0
     };
-    let now = jiff::Timestamp::now().as_second();
-    let hours =
-        |r: &SliceReportRow| ((if r.end == 0 { now } else { r.end }) - r.start) as f64 / 3600.0;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let hours = |r: &SliceReportRow| {
+        ((if r.end_ms == 0 { now } else { r.end_ms }) - r.start_ms) as f64 / 3_600_000.0
+    };
+    // Wh in the table (a slice's energy reads best so); -1: not reported.
+    let wh = |r: &SliceReportRow| {
+        if r.gpu_energy_mj < 0 {
+            -1.0
+        } else {
+            r.gpu_energy_mj as f64 / 3.6e6
+        }
+    };
     if form.json {
         let j: Vec<_> = rows
             .iter()
@@ -192,20 +205,20 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
                 // here; `start`, `end` (seconds) and `gpu_energy_wh` are kept
                 // for one release (docs/operations.md, Units).
                 json!({"template": r.template, "user": r.user,
-                       "start_ms": r.start * 1000, "end_ms": (r.end != 0).then_some(r.end * 1000),
-                       "start": r.start, "end": (r.end != 0).then_some(r.end),
+                       "start_ms": r.start_ms, "end_ms": (r.end_ms != 0).then_some(r.end_ms),
+                       "start": r.start_ms.div_euclid(1000), "end": (r.end_ms != 0).then_some(r.end_ms.div_euclid(1000)),
                        "dead_time_ms": (r.dead_time_ms >= 0).then_some(r.dead_time_ms), "start_to_ready_ms": (r.start_to_ready_ms >= 0).then_some(r.start_to_ready_ms),
                        "cpu_avg_pct": opt(r.cpu_avg_pct), "cpu_peak_pct": opt(r.cpu_peak_pct), "gpu_avg_pct": opt(r.gpu_avg_pct),
                        "gpu_peak_pct": opt(r.gpu_peak_pct), "gpu_memory_peak_gb": opt(r.gpu_memory_peak_gb),
-                       "gpu_energy_mj": opt(r.gpu_energy_wh).map(|wh| (wh * 3.6e6).round() as u64),
-                       "gpu_energy_wh": opt(r.gpu_energy_wh), "gpu_reported": gpu_reported(r),
+                       "gpu_energy_mj": (r.gpu_energy_mj >= 0).then_some(r.gpu_energy_mj),
+                       "gpu_energy_wh": opt(wh(r)), "gpu_reported": gpu_reported(r),
                        "error": (!r.error.is_empty()).then_some(&r.error)})
             })
             .collect();
         outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return;
     }
-    let local = |secs: i64| zone.format(secs, "%Y-%m-%d %H:%M");
+    let local = |ms: i64| zone.format(ms.div_euclid(1000), "%Y-%m-%d %H:%M");
     if form.legend {
         outln!("times in {}", zone.name);
         outln!(
@@ -223,10 +236,10 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
         );
     }
     for r in rows {
-        let end = if r.end == 0 {
+        let end = if r.end_ms == 0 {
             "on".to_string()
         } else {
-            local(r.end)
+            local(r.end_ms)
         };
         let cpu = if r.cpu_avg_pct < 0.0 {
             "not reported".into()
@@ -250,14 +263,14 @@ pub fn print_slice_report(rows: &[SliceReportRow], zone: &Local, form: lists::Fo
             "{:<12} {:<24} {:<16} {:<16} {:>10} {:>12} {:>14} {:>14} {:>13} {:>13}{}",
             r.template,
             r.user,
-            local(r.start),
+            local(r.start_ms),
             end,
             ms(r.dead_time_ms, "none"),
             ms(r.start_to_ready_ms, "not ready"),
             cpu,
             gpu,
             figure(r.gpu_memory_peak_gb, " GB"),
-            figure(r.gpu_energy_wh, " Wh"),
+            figure(wh(r), " Wh"),
             if r.error.is_empty() {
                 String::new()
             } else {
