@@ -110,10 +110,11 @@ pub enum CtlCommand {
     Events,
     /// One worker whole, for a person: state, owner, GPUs, share, use,
     /// warnings, holders, why it waits, and its request (env values only for
-    /// its owner and root).
+    /// its owner and root). With no name, the daemon's: its machine, its
+    /// workers, the engine containers run through, its page.
     Status {
         /// The worker's name.
-        name: String,
+        name: Option<String>,
     },
     /// One worker's properties as KEY=VALUE lines, for scripts (as
     /// systemctl show): the D-Bus property names; a list of texts a line

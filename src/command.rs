@@ -213,7 +213,7 @@ pub enum Command {
     Launched {
         name: String,
         kind: Kind,
-        result: Result<String>,
+        result: Result<crate::runtime::Started>,
     },
     /// A launched workload's control group, once its runtime told it.
     Cgroup {

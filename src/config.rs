@@ -129,11 +129,25 @@ impl HttpConfig {
     }
 }
 
+/// Which engine runs container workers (`runtime.containers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerEngine {
+    Podman,
+    Docker,
+    /// The one whose socket answers at start, podman first.
+    Auto,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
+    /// podman, docker, or auto (the one whose socket answers, podman first).
+    pub containers: ContainerEngine,
     /// Podman's API socket (podman.socket / `podman system service`).
     pub podman_socket: std::path::PathBuf,
+    /// Docker Engine's API socket.
+    pub docker_socket: std::path::PathBuf,
     /// The CDI device a container gets for each of its GPUs; `{uuid}` is replaced.
     pub cdi_device: String,
     /// StopWorker stops gracefully, then forces after this long.
@@ -141,6 +155,8 @@ pub struct RuntimeConfig {
     /// A call to podman's API that has not answered in this long fails
     /// (a launch then ends its worker `failed`, naming podman).
     pub podman_timeout_seconds: u64,
+    /// The same for Docker's API.
+    pub docker_timeout_seconds: u64,
     /// libvirt, for VM workers; "" turns VM workers off.
     pub libvirt_uri: String,
     /// CPU cores and memory (GB) a unit worker is capped at when its request
@@ -152,10 +168,13 @@ pub struct RuntimeConfig {
 impl Default for RuntimeConfig {
     fn default() -> RuntimeConfig {
         RuntimeConfig {
+            containers: ContainerEngine::Auto,
             podman_socket: "/run/podman/podman.sock".into(),
+            docker_socket: "/var/run/docker.sock".into(),
             cdi_device: "nvidia.com/gpu={uuid}".into(),
             stop_timeout_seconds: 10,
             podman_timeout_seconds: 120,
+            docker_timeout_seconds: 120,
             libvirt_uri: "qemu:///system".into(),
             unit_default_cpu_cores: 0,
             unit_default_memory_gb: 0,
@@ -421,6 +440,12 @@ impl Config {
             "1 to 3600 seconds",
         )?;
         within(
+            "runtime.docker_timeout_seconds",
+            self.runtime.docker_timeout_seconds,
+            1..=3600,
+            "1 to 3600 seconds",
+        )?;
+        within(
             "history.keep_days",
             u64::from(self.history.keep_days),
             0..=36_500,
@@ -477,13 +502,23 @@ impl Config {
     }
 
     /// A session daemon's defaults, where the file left the system's: the
-    /// user's rootless podman (`$XDG_RUNTIME_DIR/podman/podman.sock`) and
-    /// libvirt's session (`qemu:///session`).
+    /// user's rootless podman (`$XDG_RUNTIME_DIR/podman/podman.sock`), the
+    /// user's rootless Docker (`$XDG_RUNTIME_DIR/docker.sock`) when it is
+    /// there (else the system's, which Docker Desktop's WSL integration
+    /// and the docker group use), and libvirt's session (`qemu:///session`).
     pub fn for_session(mut self, runtime_dir: Option<&Path>) -> Config {
         let system = RuntimeConfig::default();
         if self.runtime.podman_socket == system.podman_socket {
             if let Some(run) = runtime_dir {
                 self.runtime.podman_socket = run.join("podman/podman.sock");
+            }
+        }
+        if self.runtime.docker_socket == system.docker_socket {
+            if let Some(rootless) = runtime_dir
+                .map(|run| run.join("docker.sock"))
+                .filter(|s| s.exists())
+            {
+                self.runtime.docker_socket = rootless;
             }
         }
         if self.runtime.libvirt_uri == system.libvirt_uri {
@@ -537,6 +572,20 @@ mod tests {
     }
 
     #[test]
+    fn a_session_daemon_uses_the_users_rootless_docker_only_when_it_is_there() {
+        let run = tempfile::tempdir().unwrap();
+        let c = Config::default().for_session(Some(run.path()));
+        assert_eq!(c.runtime.docker_socket, Path::new("/var/run/docker.sock"));
+        std::fs::write(run.path().join("docker.sock"), "").unwrap();
+        let c = Config::default().for_session(Some(run.path()));
+        assert_eq!(c.runtime.docker_socket, run.path().join("docker.sock"));
+        let mut named = Config::default();
+        named.runtime.docker_socket = "/srv/docker.sock".into();
+        let c = named.for_session(Some(run.path()));
+        assert_eq!(c.runtime.docker_socket, Path::new("/srv/docker.sock"));
+    }
+
+    #[test]
     fn a_wsl_host_asks_for_the_one_device_nvidia_ctk_writes_there_unless_told_otherwise() {
         let c = Config::default().for_wsl();
         assert_eq!(c.runtime.cdi_device, "nvidia.com/gpu=all");
@@ -569,6 +618,12 @@ mod tests {
             d.runtime.unit_default_memory_gb
         );
         assert_eq!(example.runtime.podman_socket, d.runtime.podman_socket);
+        assert_eq!(example.runtime.containers, d.runtime.containers);
+        assert_eq!(example.runtime.docker_socket, d.runtime.docker_socket);
+        assert_eq!(
+            example.runtime.docker_timeout_seconds,
+            d.runtime.docker_timeout_seconds
+        );
         assert_eq!(
             example.runtime.podman_timeout_seconds,
             d.runtime.podman_timeout_seconds
@@ -648,6 +703,14 @@ mod tests {
         refused(
             "[runtime]\npodman_timeout_seconds = 0",
             "runtime.podman_timeout_seconds: 1 to 3600 seconds",
+        );
+        refused(
+            "[runtime]\ndocker_timeout_seconds = 0",
+            "runtime.docker_timeout_seconds: 1 to 3600 seconds",
+        );
+        refused(
+            "[runtime]\ncontainers = \"lxc\"",
+            "unknown variant `lxc`, expected one of `podman`, `docker`, `auto`",
         );
         refused("machine = \"a b/c\"", "machine: 1 to 64 characters");
         refused(

@@ -6,6 +6,7 @@
 //! | backend | deadline |
 //! |---|---|
 //! | podman's API | `runtime.podman_timeout_seconds` (120 s) a call |
+//! | Docker's API | `runtime.docker_timeout_seconds` (120 s) a call |
 //! | systemd (unit workers) | [`SYSTEMD`] a call |
 //! | libvirt (through its helper) | [`LIBVIRT`] a call, [`LIBVIRT`] the helper's start |
 //! | the name service (NSS) | [`NSS`] a lookup |

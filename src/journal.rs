@@ -5,6 +5,9 @@
 
 /// A worker was placed on its GPUs (at submit, or later from the queue).
 pub const PLACED: &str = "289c420c04474b6894f80da2da49d6c0";
+/// A worker's workload started: through which engine, and how it was given
+/// its GPUs (a CDI device, or the engine's GPU request).
+pub const STARTED: &str = "8620da6343b04c059ca389c8918b28a0";
 /// A worker waits; the message carries its reasons.
 pub const PENDING: &str = "c333d8604cae4623bc6d1d18f2136927";
 /// A worker ended (stopped, or its process exited) and its share was freed.
@@ -24,6 +27,7 @@ pub const SLICING_PAUSED: &str = "dd0305d237e842b7a75928c04f524508";
 /// Every id with its name, for the README table and a uniqueness test.
 pub const ALL: &[(&str, &str)] = &[
     ("placed", PLACED),
+    ("started", STARTED),
     ("pending", PENDING),
     ("exited", EXITED),
     ("over-promised", OVER_PROMISED),

@@ -10,7 +10,6 @@ use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
 use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
 use astraeusd::runtime::libvirt::Libvirt;
-use astraeusd::runtime::podman::Podman;
 use astraeusd::runtime::unit::Units;
 use astraeusd::service::{Service, Settings, SliceRules};
 use astraeusd::store::Store;
@@ -147,6 +146,26 @@ async fn system_daemon_gpus() -> Vec<String> {
 
 /// Err: the daemon could not start. Ok(Err): it started, then had to stop
 /// (the ledger in a state only a restart reads again).
+/// The engine container workers run through (`runtime::containers`), kept
+/// in the ledger so that `auto` stays with it while its workers live.
+async fn container_engine(
+    node: &mut Node,
+    config: &Config,
+    wsl: bool,
+) -> Result<(std::sync::Arc<dyn astraeusd::runtime::Runtime>, String), Error> {
+    use astraeusd::runtime::{Engine, Kind};
+    let live = node.workers().any(|w| {
+        w.kind() == Some(Kind::Container) && w.state() != astraeusd::worker::State::Pending
+    });
+    let recorded = node.store().container_engine()?;
+    let live_under = recorded.as_deref().and_then(Engine::parse).filter(|_| live);
+    let (rt, by, engine) = astraeusd::runtime::containers(&config.runtime, wsl, live_under).await;
+    if recorded.as_deref() != Some(engine.as_str()) {
+        node.store_mut().set_container_engine(engine.as_str())?;
+    }
+    Ok((rt, by))
+}
+
 async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     let (config_path, explicit) = match &args.config {
         Some(p) => (Some(p.clone()), true),
@@ -278,6 +297,7 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     // One libvirt connection (and event loop) for VM workers and templates.
     let libvirt = (!config.runtime.libvirt_uri.is_empty())
         .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
+    let (containers, containers_by) = container_engine(&mut node, &config, wsl).await?;
     let settings = Settings {
         // SAFETY: geteuid cannot fail.
         owner: (args.session || args.bus_address.is_some()).then(|| unsafe { libc::geteuid() }),
@@ -296,11 +316,8 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
             buffer: std::time::Duration::from_secs(config.schedule.handoff_buffer_seconds),
         },
         usage_interval: std::time::Duration::from_secs(config.usage.interval_seconds.max(1)),
-        containers: Some(std::sync::Arc::new(Podman {
-            socket: config.runtime.podman_socket.clone(),
-            cdi_device: config.runtime.cdi_device.clone(),
-            answer_within: std::time::Duration::from_secs(config.runtime.podman_timeout_seconds),
-        })),
+        containers: Some(containers),
+        containers_by,
         units: Some(std::sync::Arc::new(Units {
             conn: conn.clone(),
             stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),

@@ -32,22 +32,6 @@ struct Podman {
 
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Whether podman's API answers `GET /_ping` with 200 on `sock`.
-fn pinged(sock: &Path) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::os::unix::net::UnixStream::connect(sock) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-    if s.write_all(b"GET /_ping HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = [0u8; 12];
-    s.read_exact(&mut answer).is_ok() && &answer == b"HTTP/1.1 200"
-}
-
 impl Podman {
     fn start(dir: &Path) -> Podman {
         let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());

@@ -60,7 +60,8 @@ fn a_vm_gets_its_gpus_as_hostdevs_and_its_memory_as_oem_strings() {
         let id = vms
             .start(&launch("listen", VmSource::DomainXml(TEST_DOMAIN.into())))
             .await
-            .unwrap();
+            .unwrap()
+            .id;
         assert_eq!(id, "astraeus-listen");
         let d = c.lookup_domain_by_name(&id).unwrap();
         assert!(d.is_active().unwrap());
@@ -144,7 +145,8 @@ fn an_existing_domain_is_copied_and_must_be_off() {
         let id = vms
             .start(&launch("voice", VmSource::Domain("voice-base".into())))
             .await
-            .unwrap();
+            .unwrap()
+            .id;
         // The defined domain is left as it was: off, persistent, without hostdevs.
         assert!(!d.is_active().unwrap());
         assert!(!d.xml_desc(0).unwrap().contains("hostdev"));

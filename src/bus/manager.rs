@@ -31,6 +31,8 @@ pub struct Manager {
     pub objects: super::tree::Objects,
     /// The machine page's address, `http://ADDR/`; "" when it is off.
     pub page: String,
+    /// The engine container workers run through, and its socket.
+    pub containers: String,
 }
 
 #[interface(name = "org.astraeus.Node1.Manager", introspection_docs = false)]
@@ -609,6 +611,12 @@ impl Manager {
     #[zbus(property(emits_changed_signal = "const"))]
     async fn page_url(&self) -> String {
         self.page.clone()
+    }
+    /// The engine container workers run through, and its socket ("Docker
+    /// at /var/run/docker.sock"), as `runtime.containers` chose it at start.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn container_runtime(&self) -> String {
+        self.containers.clone()
     }
     #[zbus(property)]
     async fn wsl(&self) -> bool {

@@ -1,8 +1,10 @@
-//! A minimal HTTP/1.1 client over a unix socket, enough for podman's REST API:
-//! one request per connection (`Connection: close`), JSON bodies, and
-//! `Content-Length` or chunked responses.
+//! A minimal HTTP/1.1 client over a unix socket, enough for podman's and
+//! Docker's REST APIs: one request per connection (`Connection: close`), JSON
+//! bodies, and `Content-Length` or chunked responses.
 
+use crate::error::{Error, Result};
 use std::path::Path;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -38,6 +40,82 @@ pub async fn request(
     parse(&raw).ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed HTTP response")
     })
+}
+
+/// An engine's API on its unix socket, as errors name it.
+pub struct Engine<'a> {
+    /// "podman" or "Docker".
+    pub name: &'static str,
+    /// What hangs when nothing answers: "the podman service", "dockerd".
+    pub service: &'static str,
+    pub socket: &'a Path,
+}
+
+impl Engine<'_> {
+    /// One call that must be answered within `limit` (None: a long poll).
+    /// Without a limit an engine that accepts and never answers left a
+    /// worker "starting", with no reason, for ever.
+    pub async fn call(
+        &self,
+        limit: Option<Duration>,
+        what: &str,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Response> {
+        let socket = self.socket.display();
+        let sent = request(self.socket, method, path, body);
+        let answered = match limit {
+            Some(limit) => tokio::time::timeout(limit, sent).await.map_err(|_| {
+                self.error(
+                    what,
+                    format!(
+                        "no answer within {} s (socket {socket}); is {} hung?",
+                        limit.as_secs_f64(),
+                        self.service
+                    ),
+                )
+            })?,
+            None => sent.await,
+        };
+        answered.map_err(|e| self.unreachable(what, &e))
+    }
+
+    /// `<engine> <what>: <e>`.
+    pub fn error(&self, what: &str, e: impl std::fmt::Display) -> Error {
+        Error::Backend(format!("{} {what}: {e}", self.name))
+    }
+
+    /// A socket that cannot be reached, said with what to do about it.
+    fn unreachable(&self, what: &str, e: &std::io::Error) -> Error {
+        let socket = self.socket.display();
+        let hint = match (self.name, e.kind()) {
+            ("Docker", std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+                "; is dockerd running (systemctl start docker)? Or set \
+                 runtime.docker_socket to its socket"
+                    .to_string()
+            }
+            ("Docker", std::io::ErrorKind::PermissionDenied) => {
+                // SAFETY: geteuid cannot fail. The uid, not its name: no
+                // name service is asked on the way to an error.
+                let uid = unsafe { libc::geteuid() };
+                format!(
+                    "; astraeusd runs as uid {uid}, which may not use Docker's \
+                     socket: add that user to the docker group (usermod -aG \
+                     docker USER) and restart astraeusd"
+                )
+            }
+            _ => String::new(),
+        };
+        self.error(what, format!("{e} (socket {socket}){hint}"))
+    }
+}
+
+/// Whether an engine answers `GET /_ping` (podman and Docker both serve
+/// it) on `socket` within `limit`.
+pub async fn pings(socket: &Path, limit: Duration) -> bool {
+    let asked = request(socket, "GET", "/_ping", None);
+    matches!(tokio::time::timeout(limit, asked).await, Ok(Ok(r)) if r.status == 200)
 }
 
 fn parse(raw: &[u8]) -> Option<Response> {

@@ -1,7 +1,9 @@
 //! Launching workers: one small trait, one implementation per kind of `run`.
-//! Containers run through podman's REST API (podman.rs), units as systemd
-//! transient services (unit.rs), VMs as transient libvirt domains (libvirt.rs).
+//! Containers run through podman's REST API (podman.rs) or Docker Engine's
+//! (docker.rs), units as systemd transient services (unit.rs), VMs as
+//! transient libvirt domains (libvirt.rs).
 
+pub mod docker;
 mod http;
 pub mod libvirt;
 pub mod podman;
@@ -58,9 +60,29 @@ pub struct Found {
     pub ended_ms: Option<i64>,
 }
 
+/// A workload a runtime started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Started {
+    /// The runtime's id for it.
+    pub id: String,
+    /// How it was given its GPUs, as the worker's started event says it
+    /// ("through CDI: nvidia.com/gpu=GPU-…"); None where there is nothing
+    /// to say (a unit, a VM's hostdevs, no GPU).
+    pub gpus_by: Option<String>,
+}
+
+impl Started {
+    pub fn id(id: impl Into<String>) -> Started {
+        Started {
+            id: id.into(),
+            gpus_by: None,
+        }
+    }
+}
+
 pub trait Runtime: Send + Sync {
-    /// Starts the workload; returns the runtime's id for it.
-    fn start<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<String>>;
+    /// Starts the workload.
+    fn start<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<Started>>;
     /// Resolves when the workload ends (not by polling: the runtime's own wait).
     fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Exit>;
     /// Graceful stop, forced after `timeout`.
@@ -76,6 +98,101 @@ pub trait Runtime: Send + Sync {
     fn cgroup<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async { None })
     }
+}
+
+/// A container engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Podman,
+    Docker,
+}
+
+impl Engine {
+    /// As the ledger records it (`Store::container_engine`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Podman => "podman",
+            Engine::Docker => "docker",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Engine> {
+        match text {
+            "podman" => Some(Engine::Podman),
+            "docker" => Some(Engine::Docker),
+            _ => None,
+        }
+    }
+}
+
+/// The engine that runs container workers, as `runtime.containers` says,
+/// how the log says it ("Docker at /var/run/docker.sock"), and which.
+/// `auto` takes the one whose socket answers now, podman first; with
+/// neither, podman (a socket-activated or later-started podman is then
+/// used, and a launch before it answers fails naming it). But where
+/// container workers of the ledger live (`live_under`: the engine they
+/// were started through), `auto` keeps that engine, answering or not: a
+/// podman restarting as the daemon starts must not send the restart's
+/// reconciling to Docker, which would find none of them and end workers
+/// whose containers still run.
+pub async fn containers(
+    config: &crate::config::RuntimeConfig,
+    wsl: bool,
+    live_under: Option<Engine>,
+) -> (std::sync::Arc<dyn Runtime>, String, Engine) {
+    use crate::config::ContainerEngine;
+    let make = |engine: Engine| -> (std::sync::Arc<dyn Runtime>, String) {
+        // SAFETY: geteuid cannot fail.
+        let own_uid = unsafe { libc::geteuid() };
+        match engine {
+            Engine::Podman => (
+                std::sync::Arc::new(podman::Podman {
+                    socket: config.podman_socket.clone(),
+                    cdi_device: config.cdi_device.clone(),
+                    answer_within: Duration::from_secs(config.podman_timeout_seconds),
+                    own_uid,
+                }),
+                format!("podman at {}", config.podman_socket.display()),
+            ),
+            Engine::Docker => (
+                std::sync::Arc::new(docker::Docker {
+                    socket: config.docker_socket.clone(),
+                    cdi_device: config.cdi_device.clone(),
+                    wsl,
+                    answer_within: Duration::from_secs(config.docker_timeout_seconds),
+                    own_uid,
+                }),
+                format!("Docker at {}", config.docker_socket.display()),
+            ),
+        }
+    };
+    let (podman_at, docker_at) = (
+        config.podman_socket.display(),
+        config.docker_socket.display(),
+    );
+    let (engine, why) = match (config.containers, live_under) {
+        (ContainerEngine::Podman, _) => (Engine::Podman, "runtime.containers = \"podman\"".into()),
+        (ContainerEngine::Docker, _) => (Engine::Docker, "runtime.containers = \"docker\"".into()),
+        (ContainerEngine::Auto, Some(engine)) => (
+            engine,
+            "auto: the ledger's live container workers were started through it".into(),
+        ),
+        (ContainerEngine::Auto, None) => {
+            let limit = Duration::from_secs(2);
+            if http::pings(&config.podman_socket, limit).await {
+                (Engine::Podman, "auto: podman answers".to_string())
+            } else if http::pings(&config.docker_socket, limit).await {
+                let why = format!("auto: podman does not answer at {podman_at}, Docker does");
+                (Engine::Docker, why)
+            } else {
+                let why = format!("auto: neither podman nor Docker at {docker_at} answers yet");
+                (Engine::Podman, why)
+            }
+        }
+    };
+    let (rt, by) = make(engine);
+    tracing::info!("container workers run through {by} ({why})");
+    (rt, by, engine)
 }
 
 /// The processes in a control group and its children, looked up in each
@@ -98,6 +215,24 @@ pub fn cgroup_pids(root: &std::path::Path, cgroup: &str) -> Vec<u32> {
     pids
 }
 
+/// The control group a process is in, from its `/proc/PID/cgroup` text: on
+/// a v1 or hybrid host the `memory` controller's path (where a container's
+/// processes are accounted), else the unified hierarchy's `0::` line.
+/// None for the root group or text that names none.
+pub fn cgroup_of(proc_cgroup: &str) -> Option<String> {
+    let path_of = |want: &dyn Fn(&str) -> bool| {
+        proc_cgroup.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            want(controllers).then(|| path.trim().to_string())
+        })
+    };
+    let memory = |c: &str| c.split(',').any(|c| c == "memory");
+    let unified = |c: &str| c.is_empty();
+    let path = path_of(&memory).or_else(|| path_of(&unified))?;
+    (path.starts_with('/') && path != "/").then_some(path)
+}
+
 fn collect_pids(dir: &std::path::Path, out: &mut Vec<u32>, depth: u32) {
     if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
         out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
@@ -114,6 +249,29 @@ fn collect_pids(dir: &std::path::Path, out: &mut Vec<u32>, depth: u32) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_process_cgroup_is_its_memory_controllers_or_the_unified_one() {
+        // These machines: hybrid v1, with a unified line besides.
+        let hybrid = "9:name=systemd:/docker/abc\n4:memory:/docker/abc\n\
+                      3:cpu,cpuacct:/docker/abc\n0::/docker/abc\n";
+        assert_eq!(super::cgroup_of(hybrid).as_deref(), Some("/docker/abc"));
+        // Pure v1 where memory is joined with another controller.
+        let v1 = "5:pids:/x\n4:memory,hugetlb:/system.slice/docker-abc.scope\n";
+        assert_eq!(
+            super::cgroup_of(v1).as_deref(),
+            Some("/system.slice/docker-abc.scope")
+        );
+        // Pure v2.
+        let v2 = "0::/system.slice/docker-abc.scope\n";
+        assert_eq!(
+            super::cgroup_of(v2).as_deref(),
+            Some("/system.slice/docker-abc.scope")
+        );
+        assert_eq!(super::cgroup_of("0::/\n"), None);
+        assert_eq!(super::cgroup_of("garbage"), None);
+        assert_eq!(super::cgroup_of(""), None);
+    }
+
     #[test]
     fn a_cgroups_pids_include_its_children_in_whichever_hierarchy_has_it() {
         let root = tempfile::tempdir().unwrap();

@@ -2,8 +2,8 @@
 //! container is named `astraeus-<worker>` and labelled `astraeus.worker=<worker>`,
 //! so a restarted daemon finds it again and a second start cannot happen.
 
-use super::http::{request, Response};
-use super::{BoxFuture, Exit, Found, Launch, Runtime};
+use super::http::{Engine, Response};
+use super::{BoxFuture, Exit, Found, Launch, Runtime, Started};
 use crate::error::{Error, Result};
 use crate::request::Run;
 use serde_json::{json, Value};
@@ -22,6 +22,9 @@ pub struct Podman {
     /// service that accepts and never answers left a worker "starting",
     /// with no reason, for ever.
     pub answer_within: Duration,
+    /// The daemon's own uid: its own workers run as their image says (a
+    /// session daemon's rootless podman); another owner's run as that owner.
+    pub own_uid: u32,
 }
 
 /// Long for an API whose calls take milliseconds: libpod's create does not
@@ -67,22 +70,13 @@ impl Podman {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Response> {
-        let socket = self.socket.display();
-        let path = format!("{API}{path}");
-        let sent = request(&self.socket, method, &path, body);
-        let answered = match limit {
-            Some(limit) => tokio::time::timeout(limit, sent).await.map_err(|_| {
-                backend(
-                    what,
-                    format!(
-                        "no answer within {} s (socket {socket}); is the podman service hung?",
-                        limit.as_secs_f64()
-                    ),
-                )
-            })?,
-            None => sent.await,
+        let engine = Engine {
+            name: "podman",
+            service: "the podman service",
+            socket: &self.socket,
         };
-        answered.map_err(|e| backend(what, format!("{e} (socket {socket})")))
+        let path = format!("{API}{path}");
+        engine.call(limit, what, method, &path, body).await
     }
 
     /// The libpod create body for a launch.
@@ -100,16 +94,10 @@ impl Podman {
         if let Some(gb) = &l.gpu_memory_gb {
             env.insert("ASTRAEUS_GPU_MEMORY_GB".into(), json!(gb));
         }
-        // Each device once: a name without {uuid} (WSL's `nvidia.com/gpu=all`)
-        // is the same for every GPU.
-        let mut paths: Vec<String> = Vec::new();
-        for u in &l.gpu_uuids {
-            let path = self.cdi_device.replace("{uuid}", u);
-            if !paths.contains(&path) {
-                paths.push(path);
-            }
-        }
-        let devices: Vec<Value> = paths.iter().map(|p| json!({ "path": p })).collect();
+        let devices: Vec<Value> = cdi_devices(&self.cdi_device, &l.gpu_uuids)
+            .iter()
+            .map(|p| json!({ "path": p }))
+            .collect();
         let mut limits = serde_json::Map::new();
         if !l.cpu_cores.is_zero() {
             // CPU quota per 100 ms period: cores × 100 000 µs.
@@ -132,12 +120,16 @@ impl Podman {
         if !command.is_empty() {
             body["command"] = json!(command);
         }
+        // A member's container runs as that member, not as root.
+        if let Some(uid) = l.user.filter(|u| *u != 0 && *u != self.own_uid) {
+            body["user"] = json!(uid.to_string());
+        }
         Ok(body)
     }
 }
 
 impl Runtime for Podman {
-    fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<String>> {
+    fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<Started>> {
         Box::pin(async move {
             let body = self.create_body(l)?;
             let name = container_name(&l.worker);
@@ -167,7 +159,14 @@ impl Runtime for Podman {
                 .call("start", "POST", &format!("/containers/{id}/start"), None)
                 .await;
             let err = match started {
-                Ok(r) if r.status == 204 || r.status == 304 => return Ok(id),
+                Ok(r) if r.status == 204 || r.status == 304 => {
+                    let devices = cdi_devices(&self.cdi_device, &l.gpu_uuids);
+                    return Ok(Started {
+                        id,
+                        gpus_by: (!devices.is_empty())
+                            .then(|| format!("through CDI: {}", devices.join(", "))),
+                    });
+                }
                 Ok(r) => api_error("start", &r),
                 Err(e) => e,
             };
@@ -277,7 +276,20 @@ impl Runtime for Podman {
     }
 }
 
-fn urlencode(s: &str) -> String {
+/// The CDI devices for these GPUs, `{uuid}` replaced; each once: a name
+/// without `{uuid}` (WSL's `nvidia.com/gpu=all`) is the same for every GPU.
+pub fn cdi_devices(device: &str, gpu_uuids: &[String]) -> Vec<String> {
+    let mut paths: Vec<String> = Vec::new();
+    for u in gpu_uuids {
+        let path = device.replace("{uuid}", u);
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+    paths
+}
+
+pub fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -323,6 +335,7 @@ mod tests {
             socket,
             cdi_device: "nvidia.com/gpu={uuid}".into(),
             answer_within: Duration::from_millis(200),
+            own_uid: 0,
         };
         let l = Launch {
             worker: "w".into(),
@@ -375,6 +388,7 @@ mod tests {
             socket: "/x".into(),
             cdi_device: "nvidia.com/gpu={uuid}".into(),
             answer_within: ANSWER_WITHIN,
+            own_uid: 0,
         };
         let l = Launch {
             worker: "listen".into(),
@@ -398,6 +412,28 @@ mod tests {
         assert_eq!(b["resource_limits"]["cpu"]["quota"], 150_000);
         assert_eq!(b["resource_limits"]["memory"]["limit"], 1u64 << 30);
         assert_eq!(b["labels"][LABEL], "listen");
+        assert!(b.get("user").is_none(), "no owner named: as the image says");
+        // A member's runs as that member; root's and the daemon's own as
+        // the image says.
+        let as_member = Launch {
+            user: Some(1001),
+            ..l.clone()
+        };
+        assert_eq!(p.create_body(&as_member).unwrap()["user"], "1001");
+        let session = Podman {
+            own_uid: 1000,
+            socket: "/x".into(),
+            cdi_device: "nvidia.com/gpu={uuid}".into(),
+            answer_within: ANSWER_WITHIN,
+        };
+        for own in [0, 1000] {
+            let l = Launch {
+                user: Some(own),
+                ..l.clone()
+            };
+            let body = session.create_body(&l).unwrap();
+            assert!(body.get("user").is_none(), "{own}: {body}");
+        }
     }
 
     #[test]
@@ -406,6 +442,7 @@ mod tests {
             socket: "/x".into(),
             cdi_device: "nvidia.com/gpu=all".into(),
             answer_within: ANSWER_WITHIN,
+            own_uid: 0,
         };
         let l = Launch {
             worker: "w".into(),

@@ -3,7 +3,7 @@
 //! so `systemctl status` and `journalctl -u` work for each worker. The end is
 //! noticed from the unit's PropertiesChanged, not by polling.
 
-use super::{BoxFuture, Exit, Found, Launch, Runtime};
+use super::{BoxFuture, Exit, Found, Launch, Runtime, Started};
 use crate::error::{Error, Result};
 use crate::request::Run;
 use futures_util::StreamExt;
@@ -172,7 +172,7 @@ impl Units {
 }
 
 impl Runtime for Units {
-    fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<String>> {
+    fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<Started>> {
         Box::pin(async move {
             let name = unit_name(&l.worker);
             let props = properties(l, self.stop_timeout, self.defaults)?;
@@ -180,7 +180,7 @@ impl Runtime for Units {
             self.manager("StartTransientUnit", &(name.as_str(), "fail", props, aux))
                 .await
                 .map_err(|e| backend("StartTransientUnit", e))?;
-            Ok(name)
+            Ok(Started::id(name))
         })
     }
 

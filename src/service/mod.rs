@@ -71,8 +71,12 @@ pub struct Settings {
     pub slice_rules: SliceRules,
     /// Energy and utilisation samples are closed into a ledger row this often.
     pub usage_interval: Duration,
-    /// Podman, when configured; container workers are refused without it.
+    /// Podman or Docker, when configured; container workers are refused
+    /// without it.
     pub containers: Option<Arc<dyn Runtime>>,
+    /// Which engine that is, and where: "Docker at /var/run/docker.sock"
+    /// (the log, the started event, the Manager's ContainerRuntime).
+    pub containers_by: String,
     /// The service manager, for unit workers.
     pub units: Option<Arc<dyn Runtime>>,
     /// libvirt, for VM workers.
@@ -244,6 +248,8 @@ impl Service {
             slice_rules: settings.slice_rules,
             runtimes: workloads::Runtimes {
                 containers: settings.containers,
+                containers_by: (!settings.containers_by.is_empty())
+                    .then(|| settings.containers_by.clone()),
                 units: settings.units,
                 vms: settings.vms,
                 stop_timeout: settings.stop_timeout,

@@ -72,6 +72,7 @@ impl Published {
             view: manager_shown.clone(),
             objects: objects.clone(),
             page: settings.page.clone(),
+            containers: settings.containers_by.clone(),
         };
         let object_manager = ObjectManager {
             objects: objects.clone(),

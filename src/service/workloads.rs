@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::journal;
 use crate::node::Phase;
 use crate::request::{Run, WorkerSpec};
-use crate::runtime::{Exit, Found, Kind, Runtime};
+use crate::runtime::{Exit, Found, Kind, Runtime, Started};
 use crate::time::EpochMs;
 use crate::worker::State;
 use std::sync::Arc;
@@ -75,6 +75,8 @@ const RELIST_MOST: Duration = Duration::from_secs(60);
 /// The runtimes this daemon was given, by kind.
 pub(super) struct Runtimes {
     pub containers: Option<Arc<dyn Runtime>>,
+    /// The container engine and its socket, as the started event says it.
+    pub containers_by: Option<String>,
     pub units: Option<Arc<dyn Runtime>>,
     pub vms: Option<Arc<dyn Runtime>>,
     /// Graceful stop, then forced after this long.
@@ -131,7 +133,7 @@ impl Service {
                 Workload::Container,
                 self.runtimes.containers.is_none().then_some((
                     "run.container",
-                    "this daemon has no container runtime (set runtime.podman_socket)",
+                    "this daemon has no container runtime (set runtime.containers)",
                 )),
             ),
             Some(Run::Unit { .. }) => (
@@ -231,19 +233,38 @@ impl Service {
         });
     }
 
-    pub(super) async fn launched(&mut self, name: String, kind: Kind, result: Result<String>) {
+    pub(super) async fn launched(
+        &mut self,
+        name: String,
+        kind: Kind,
+        result: Result<crate::runtime::Started>,
+    ) {
         let Some(rt) = self.runtimes.get(kind) else {
             return;
         };
         let live = self.node.worker(&name).is_some();
         match (result, live) {
-            (Ok(id), true) => {
-                tracing::info!(worker = %name, "worker {name} started ({})", &id[..20.min(id.len())]);
+            (Ok(started), true) => {
+                let id = started.id;
+                let short = &id[..20.min(id.len())];
+                let how = match (&self.runtimes.containers_by, kind) {
+                    (Some(engine), Kind::Container) => format!(" through {engine}"),
+                    _ => String::new(),
+                };
+                let gpus = started
+                    .gpus_by
+                    .map(|g| format!("; its GPUs {g}"))
+                    .unwrap_or_default();
+                tracing::info!(
+                    message_id = journal::STARTED,
+                    worker = %name,
+                    "worker {name} started{how} ({short}){gpus}"
+                );
                 if let Err(e) = self.follow_workload(&name, kind, &id).await {
                     tracing::error!(worker = %name, "recording the launch failed: {e}");
                 }
             }
-            (Ok(id), false) => {
+            (Ok(Started { id, .. }), false) => {
                 // Stopped while it was starting: nothing may keep running.
                 let timeout = self.runtimes.stop_timeout;
                 tokio::spawn(async move {

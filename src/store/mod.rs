@@ -21,7 +21,7 @@ pub use workers::{EndedWorker, WorkerRow, WorkerState};
 
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use schema::{MIGRATIONS, MIN_SQLITE};
 use std::path::Path;
 
@@ -390,6 +390,28 @@ impl Store {
             checkpoints: None,
             room: None,
         })
+    }
+
+    /// The container engine ("podman" or "docker") this ledger's container
+    /// workers were last started through (`runtime::containers`).
+    pub fn container_engine(&self) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT CAST(value AS TEXT) FROM ledger_meta WHERE key = 'container_engine'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn set_container_engine(&mut self, engine: &str) -> Result<()> {
+        self.write(
+            "INSERT INTO ledger_meta (key, value) VALUES ('container_engine', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![engine],
+        )?;
+        Ok(())
     }
 
     pub fn record_event(&mut self, kind: &str, detail: &str, at: EpochMs) -> Result<()> {

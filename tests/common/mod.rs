@@ -736,3 +736,19 @@ pub fn get(port: u16, path: &str) -> (u16, String, String) {
         &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
     )
 }
+
+/// Whether a container engine's API (podman's, Docker's) answers `GET /_ping` with 200 on `sock`.
+pub fn pinged(sock: &Path) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(sock) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    if s.write_all(b"GET /_ping HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = [0u8; 12];
+    s.read_exact(&mut answer).is_ok() && &answer == b"HTTP/1.1 200"
+}

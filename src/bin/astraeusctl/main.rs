@@ -335,7 +335,8 @@ async fn run(args: Args) -> Result<(), String> {
         Cmd::Workers => lists::workers(&c, form).await?,
         Cmd::History { since, limit } => lists::history(&c, form, since, limit).await?,
         Cmd::Events => events::follow(&c, args.json).await?,
-        Cmd::Status { name } => show::status(&c, &name, args.json).await?,
+        Cmd::Status { name: Some(name) } => show::status(&c, &name, args.json).await?,
+        Cmd::Status { name: None } => show::daemon_status(&c, args.json).await?,
         Cmd::Show {
             name,
             property,

@@ -208,3 +208,41 @@ pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String
     outln!("  request:  {}", request.trim_end());
     Ok(())
 }
+
+/// The daemon whole, for a person (`astraeusctl status` with no name): its
+/// machine and zone, its workers, the engine container workers run
+/// through, and its page.
+pub async fn daemon_status(c: &Client, json_out: bool) -> Result<(), String> {
+    let machine: String = c.manager_property("Machine").await?;
+    let zone: String = c.manager_property("TimeZone").await?;
+    let running: u32 = c.manager_property("WorkersRunning").await?;
+    let pending: u32 = c.manager_property("WorkersPending").await?;
+    let containers: String = c.manager_property("ContainerRuntime").await?;
+    let page: String = c.manager_property("PageUrl").await?;
+    let wsl: bool = c.manager_property("Wsl").await?;
+    if json_out {
+        let j = json!({"machine": machine, "time_zone": zone, "workers_running": running,
+                       "workers_pending": pending, "container_runtime": containers,
+                       "page_url": (!page.is_empty()).then_some(&page), "wsl": wsl});
+        outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        return Ok(());
+    }
+    let printable = astraeusd::text::printable;
+    outln!(
+        "astraeusd on {}{}",
+        printable(&machine),
+        if wsl { " (a WSL2 host)" } else { "" }
+    );
+    outln!("     Workers: {running} running, {pending} waiting");
+    outln!("  Containers: {}", printable(&containers));
+    outln!("   Time zone: {}", printable(&zone));
+    outln!(
+        "        Page: {}",
+        if page.is_empty() {
+            "off ([http] listen)".to_string()
+        } else {
+            printable(&page).to_string()
+        }
+    );
+    Ok(())
+}

@@ -16,7 +16,7 @@
 pub mod direct;
 pub mod wire;
 
-use super::{BoxFuture, Exit, Found, Launch, Runtime};
+use super::{BoxFuture, Exit, Found, Launch, Runtime, Started};
 use crate::domain_xml::PciAddress;
 use crate::error::{Error, Result};
 use crate::request::Run;
@@ -329,7 +329,7 @@ async fn last_word(rx: &mut broadcast::Receiver<Lifecycle>, name: &str) -> Optio
 }
 
 impl Runtime for Libvirt {
-    fn start<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<String>> {
+    fn start<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<Started>> {
         Box::pin(async move {
             let Run::Vm(source) = &launch.run else {
                 return Err(Error::field("run", "the VM runtime runs only vm workers"));
@@ -349,9 +349,9 @@ impl Runtime for Libvirt {
                 gpu_memory_gb: launch.gpu_memory_gb.clone().unwrap_or_else(|| "0".into()),
             };
             crate::failpoint::hit("libvirt.before-create");
-            let name = self.call(request).await?;
+            let name: String = self.call(request).await?;
             crate::failpoint::hit("libvirt.after-create");
-            Ok(name)
+            Ok(Started::id(name))
         })
     }
 
