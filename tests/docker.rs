@@ -15,6 +15,8 @@
 //! when dockerd is missing.
 
 mod common;
+#[path = "common/fake_nvml.rs"]
+mod fake_nvml;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -605,4 +607,91 @@ fn docker_errors_say_what_to_do() {
             && said.contains("astraeusd runs as uid 65534, which may not use Docker's socket: add that user to the docker group"),
         "{said}"
     );
+}
+
+/// A Docker container's processes are its worker's own: the GPU memory a
+/// process in its control group uses (the fake NVML lists the container's
+/// own pid) counts as the worker's use, never as memory held outside.
+#[test]
+fn a_docker_containers_gpu_memory_is_its_own_not_held_outside() {
+    if !available() {
+        return;
+    }
+    const GB: u64 = 1 << 30;
+    let dir = open_tempdir();
+    let dk = Dockerd::start(dir.path(), true);
+    let bus = Bus::session();
+    let fx = dir.path().join("gpus.txt");
+    let hardware = |used: u64, procs: &str| {
+        let text = format!(
+            "gpu uuid={UUID} name=NVIDIA_L4 total={} used={used} reserved=0 \
+             bus=00000000:01:00.0 power=60000 energy=1000 util=3\n{procs}",
+            24 * GB
+        );
+        let tmp = fx.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, &fx).unwrap();
+    };
+    hardware(0, "");
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "machine = \"majin\"\n[inventory]\nrefresh_seconds = 0.5\nwsl = false\nnvml_library = \"{}\"\n\
+             [runtime]\ncontainers = \"docker\"\ndocker_socket = \"{}\"\nstop_timeout_seconds = 1\n",
+            fake_nvml::fake_lib(false).display(),
+            dk.socket().display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start_with(
+        &bus,
+        dir.path(),
+        None,
+        &[("FAKE_NVML_FIXTURE", fx.to_str().unwrap())],
+    );
+    let a = &bus.address;
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &container("one", "4", "sleep 600")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("one running", || state(a, "one") == "s \"running\"\n");
+    let pid = dk
+        .run(&["inspect", "--format", "{{.State.Pid}}", "astraeus-one"])
+        .trim()
+        .to_string();
+    assert!(pid.parse::<u32>().is_ok(), "{pid}");
+    // The container's process takes 3 GB of its 4 GB share.
+    hardware(
+        3 * GB,
+        &format!("proc gpu=0 pid={pid} mem={} kind=compute\n", 3 * GB),
+    );
+    let prop = |path: &str, iface: &str, name: &str| {
+        busctl(
+            a,
+            &["get-property", "org.astraeus.Node1", path, iface, name],
+        )
+        .stdout
+    };
+    eventually("its use read as its own", || {
+        prop(
+            "/org/astraeus/Node1/worker/one",
+            "org.astraeus.Node1.Worker",
+            "GpuUsedGb",
+        ) == "d 3\n"
+    });
+    assert_eq!(
+        prop(
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "HeldOutsideGb"
+        ),
+        "d 0\n",
+        "{}",
+        d.log_text()
+    );
+    assert!(manager(a, None, "StopWorker", &["s", "one"]).ok);
+    eventually("one gone", || gone(a, "one"));
 }
