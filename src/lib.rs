@@ -28,6 +28,7 @@ pub mod failpoint;
 pub mod inventory;
 pub mod journal;
 pub mod json_fields;
+pub mod machine;
 pub mod node;
 pub mod notify;
 pub mod placement;

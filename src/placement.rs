@@ -9,192 +9,11 @@
 //! shared work and serves no other whole request; the node decides when to
 //! keep one ([`drain_pick`] chooses which), so whole work cannot starve.
 
+pub use crate::machine::{beyond_lines, named, Beyond, Gpu, Machine, Mig};
 use crate::quantity::Amount;
 use crate::request::{GpuCount, GpuId, GpuRequest, Resources};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-
-/// One GPU as the inventory sees it now.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Gpu {
-    pub index: u32,
-    pub uuid: String,
-    pub model: String,
-    pub vendor: String,
-    pub total: Amount,
-    /// Memory held by something outside Astraeus (a desktop, NVML reserved…).
-    pub outside: Amount,
-    /// Memory shared workers use beyond their shares: theirs, but not free
-    /// to promise to anyone.
-    pub beyond_shares: Amount,
-    /// Whose use that is: each set of workers judged together.
-    pub beyond: Vec<Beyond>,
-    pub healthy: bool,
-    /// Owned by a time-slicing baseboard: never offered to workers.
-    pub sliced: bool,
-    /// Who holds the outside memory, and who uses beyond their share, when
-    /// known (`1 GB held by pid 4242 (Xorg, user gdm)`).
-    pub outside_detail: Vec<String>,
-    /// Why the GPU is unhealthy, when it is.
-    pub problem: Option<String>,
-    pub pci_bus_id: String,
-    /// Memory used now by workers' own processes (pid, bytes); `None` when the
-    /// driver gives no per-process readings (WSL2).
-    pub own_use: Option<Vec<(u32, u64)>>,
-    /// Power draw (mW), energy counter (mJ) and utilisation (%), when readable.
-    pub power_mw: Option<u32>,
-    pub energy_mj: Option<u64>,
-    pub utilization_pct: Option<u32>,
-}
-
-impl Gpu {
-    /// What the GPU offers to shared work: total less what is held outside
-    /// and what sharers use beyond their shares.
-    pub fn offered(&self) -> Amount {
-        self.total
-            .saturating_sub(self.outside)
-            .saturating_sub(self.beyond_shares)
-    }
-
-    /// `1 GB held outside Astraeus`, `0.5 GB used beyond shares`, or both:
-    /// why it offers less than its total; None when it offers it all.
-    pub fn held_text(&self) -> Option<String> {
-        let parts: Vec<String> = [
-            (self.outside, "held outside Astraeus"),
-            (self.beyond_shares, "used beyond shares"),
-        ]
-        .iter()
-        .filter(|(gb, _)| !gb.is_zero())
-        .map(|(gb, what)| format!("{gb} GB {what}"))
-        .collect();
-        (!parts.is_empty()).then(|| parts.join(", "))
-    }
-
-    /// ` — 1 GB held by pid 4242 (Xorg, user gdm)` after a seed sentence, when known.
-    fn outside_suffix(&self) -> String {
-        if self.outside_detail.is_empty() {
-            String::new()
-        } else {
-            format!(" — {}", self.outside_detail.join("; "))
-        }
-    }
-
-    fn unhealthy_reason(&self, m: &str) -> String {
-        match &self.problem {
-            Some(p) => format!("GPU {} of {m} is unhealthy — {p}", self.index),
-            None => format!("GPU {} of {m} is unhealthy", self.index),
-        }
-    }
-}
-
-/// Workers using more GPU memory than their shares, judged together (they
-/// name a process in common, whose bytes cannot be told apart between them).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Beyond {
-    /// Sorted; one for a worker judged alone.
-    pub workers: Vec<String>,
-    /// The sum of their shares, and what their processes use now.
-    pub share: Amount,
-    pub used: Amount,
-    pub excess: Amount,
-}
-
-/// Workers a line about use beyond shares names; the rest are counted.
-const NAMED: usize = 3;
-
-impl Beyond {
-    /// `0.5 GB beyond its 2.5 GB share by worker listen`, or `1 GB beyond
-    /// their 5 GB of shares by workers e, f, g and 2 more`.
-    pub fn line(&self) -> String {
-        let (gb, share) = (self.excess, self.share);
-        match self.workers.as_slice() {
-            [one] => format!("{gb} GB beyond its {share} GB share by worker {one}"),
-            many => format!(
-                "{gb} GB beyond their {share} GB of shares by workers {}",
-                named(many.iter().map(String::as_str))
-            ),
-        }
-    }
-}
-
-/// The lines of [`Beyond::line`] for the sets using most beyond their
-/// shares, up to [`NAMED`], then how many more: one user's thousand small
-/// breaches make a short warning.
-pub fn beyond_lines(sets: &[Beyond]) -> Vec<String> {
-    let mut most: Vec<&Beyond> = sets.iter().collect();
-    most.sort_by_key(|b| std::cmp::Reverse(b.excess));
-    let mut lines: Vec<String> = most.iter().take(NAMED).map(|b| b.line()).collect();
-    if most.len() > NAMED {
-        lines.push(format!(
-            "and {} more sets of workers beyond their shares",
-            most.len() - NAMED
-        ));
-    }
-    lines
-}
-
-/// Up to [`NAMED`] names, then how many more: `e, f, g and 2 more`.
-pub fn named<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
-    let more = names.len().saturating_sub(NAMED);
-    let mut line = names.take(NAMED).collect::<Vec<_>>().join(", ");
-    if more > 0 {
-        line.push_str(&format!(" and {more} more"));
-    }
-    line
-}
-
-/// The machine as the placement core sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Machine {
-    pub name: String,
-    /// On WSL2 every container sees every GPU: shared work takes its memory on each.
-    pub wsl: bool,
-    pub cpu_cores: Amount,
-    pub memory_bytes: u64,
-    pub gpus: Vec<Gpu>,
-}
-
-impl Machine {
-    /// Whether `other` differs from this at most in what is read anew at
-    /// each refresh and places nothing: power, the energy counter,
-    /// utilisation and each worker process's bytes (what they add up to,
-    /// outside use and use beyond shares, are compared).
-    pub fn same_but_readings(&self, other: &Machine) -> bool {
-        // Every field named: one added later is compared, or said not to be.
-        let Machine {
-            name,
-            wsl,
-            cpu_cores,
-            memory_bytes,
-            gpus,
-        } = self;
-        *name == other.name
-            && *wsl == other.wsl
-            && *cpu_cores == other.cpu_cores
-            && *memory_bytes == other.memory_bytes
-            && gpus.len() == other.gpus.len()
-            && gpus
-                .iter()
-                .zip(&other.gpus)
-                .all(|(g, o)| g.same_but_readings(o))
-    }
-}
-
-impl Gpu {
-    /// Whether `other` differs from this GPU at most in what is read anew
-    /// at each refresh (see [`Machine::same_but_readings`]).
-    pub fn same_but_readings(&self, other: &Gpu) -> bool {
-        // A copy with the readings blanked: a field added later is compared.
-        let bare = |g: &Gpu| Gpu {
-            power_mw: None,
-            energy_mj: None,
-            utilization_pct: None,
-            own_use: None,
-            ..g.clone()
-        };
-        bare(self) == bare(other)
-    }
-}
 
 /// One GPU given to a worker; `share` is `Some` for shared work.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -442,7 +261,7 @@ pub fn drain_pick(machine: &Machine, book: &Book, req: &GpuRequest) -> Option<St
     machine
         .gpus
         .iter()
-        .filter(|g| !g.sliced && matches_filters(g, req) && (g.healthy || !req.healthy_only))
+        .filter(|g| !g.withheld() && matches_filters(g, req) && (g.healthy || !req.healthy_only))
         .filter(|g| book.kept_for(&g.uuid).is_none())
         .filter(|g| book.usage(&g.uuid).is_none_or(|u| u.whole.is_none()))
         .min_by_key(|g| (book.taken(&g.uuid), g.index))
@@ -453,7 +272,7 @@ pub fn drain_pick(machine: &Machine, book: &Book, req: &GpuRequest) -> Option<St
 /// time-sliced, and would serve the request (filters, health).
 pub fn may_keep(g: &Gpu, req: &GpuRequest) -> bool {
     req.shared_gb.is_none()
-        && !g.sliced
+        && !g.withheld()
         && matches_filters(g, req)
         && (g.healthy || !req.healthy_only)
 }
@@ -534,7 +353,7 @@ impl Needs {
 
     /// Whether any pending GPU request might still be served by `g`.
     pub fn might_use(&self, g: &Gpu, book: &Book) -> bool {
-        if g.sliced {
+        if g.withheld() {
             return false;
         }
         let usage = book.usage(&g.uuid);
@@ -551,7 +370,7 @@ impl Needs {
 /// condition, no strings: after a change that gave capacity back only on some
 /// GPUs, a pending worker none of them could serve still cannot be placed.
 pub fn could_use(machine: &Machine, g: &Gpu, book: &Book, req: &GpuRequest) -> bool {
-    if g.sliced {
+    if g.withheld() {
         return false;
     }
     let usage = book.usage(&g.uuid);
@@ -646,7 +465,7 @@ fn no_match_reason(machine: &Machine, req: &GpuRequest) -> String {
     }
     if parts.is_empty() {
         format!(
-            "no GPU of {} is offered to workers (it has none, all are time-sliced, or the system's astraeusd manages them)",
+            "no GPU of {} is offered to workers (it has none, all are time-sliced or in MIG mode, or the system's astraeusd manages them)",
             machine.name
         )
     } else {
@@ -666,8 +485,13 @@ fn place_gpus(
     let candidates: Vec<&Gpu> = machine
         .gpus
         .iter()
-        .filter(|g| !g.sliced && matches_filters(g, req))
+        .filter(|g| !g.withheld() && matches_filters(g, req))
         .collect();
+    // A MIG GPU the request names or would take is said, whatever else
+    // keeps the request waiting.
+    for g in (machine.gpus.iter()).filter(|g| g.mig == Mig::On && matches_filters(g, req)) {
+        notes.add(|| g.mig_reason(m));
+    }
     if candidates.is_empty() {
         notes.add(|| no_match_reason(machine, req));
         return None;
@@ -718,7 +542,7 @@ fn place_gpus(
         Some(need) => {
             // On WSL2 the worker takes its share on every GPU of the pool.
             let pool: Vec<&Gpu> = if machine.wsl {
-                machine.gpus.iter().filter(|g| !g.sliced).collect()
+                machine.gpus.iter().filter(|g| !g.withheld()).collect()
             } else {
                 candidates.clone()
             };

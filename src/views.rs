@@ -53,7 +53,7 @@ pub struct GpuView {
     pub uuid: String,
     pub model: String,
     pub vendor: String,
-    /// free, whole, shared, unhealthy or time-sliced.
+    /// free, whole, shared, unhealthy, time-sliced or mig.
     pub mode: String,
     pub healthy: bool,
     /// "ok", or why it is not healthy.
@@ -217,6 +217,8 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
         vendor: g.vendor.clone(),
         mode: if g.sliced {
             "time-sliced".into()
+        } else if g.mig == placement::Mig::On {
+            "mig".into()
         } else if !g.healthy {
             "unhealthy".into()
         } else {
@@ -244,7 +246,9 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
             Some(keeper) => format!("{}; draining for {keeper}", placement::sharers_line(usage)),
             None => placement::sharers_line(usage),
         },
-        warning: node.gpu_warning(g).unwrap_or_default(),
+        warning: (node.gpu_warning(g))
+            .or_else(|| g.mig_warning(&node.machine().name))
+            .unwrap_or_default(),
         pci_bus_id: g.pci_bus_id.clone(),
         power_w: g.power_mw.map_or(-1.0, |mw| mw as f64 / 1000.0),
         utilization_pct: g.utilization_pct.map_or(-1, |u| u as i32),

@@ -18,6 +18,7 @@ const PURE: &[&str] = &[
     "domain_xml.rs",
     "error.rs",
     "json_fields.rs",
+    "machine.rs",
     "placement.rs",
     "quantity.rs",
     "report.rs",

@@ -595,6 +595,79 @@ fn missing_optional_symbols_are_tolerated() {
     );
 }
 
+/// A GPU in MIG mode (NVML's GetMigMode says current 1) runs no work of
+/// its own: `gpus` says `mig`, and a shared request only it could serve
+/// waits, saying why. One whose MIG mode is only pending is shared, and
+/// warned of. A driver without the call (the fake built without its
+/// optional symbols) reads as no MIG.
+#[test]
+fn a_mig_gpu_is_never_offered_and_a_pending_one_is_warned_of() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let pending = Gpu {
+        extra: "mig=0,1",
+        ..rtx(0, 0)
+    };
+    let on = Gpu {
+        extra: "mig=1,1",
+        ..l4(0)
+    };
+    fixture(&fx, &[pending, on], &[]);
+    let bus = Bus::session();
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let o = ctl(a, None, &["--no-legend", "gpus"]);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("0    NVIDIA GeForce RTX 4060") && lines[0].contains(" free "),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        lines[1].starts_with("  ! MIG mode is pending on GPU 0 of majin: after its next reset"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        lines[2].starts_with("1    NVIDIA L4") && lines[2].contains(" mig "),
+        "{}",
+        o.stdout
+    );
+    // 10 GB would fit only the L4's 24: it can never be placed, and says why.
+    let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("big", "10")]);
+    assert!(
+        !o.ok
+            && o.stderr.contains("it can never be placed on majin")
+            && o.stderr.contains(
+                "GPU 1 of majin is in MIG mode: it runs no work of its own, and its MIG \
+                 instances are not offered by astraeusd (turn MIG off to share it: \
+                 nvidia-smi -i 1 -mig 0, then reset the GPU)"
+            ),
+        "{}",
+        o.stderr
+    );
+    // 2 GB goes on the GPU whose MIG mode is only pending.
+    let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("small", "2")]);
+    assert!(o.stdout.contains("running"), "{}", o.stdout);
+    drop(d);
+
+    // An older driver, without nvmlDeviceGetMigMode: no MIG.
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    fixture(
+        &fx,
+        &[Gpu {
+            extra: "mig=1,1",
+            ..l4(0)
+        }],
+        &[],
+    );
+    let bus = Bus::session();
+    let _d = start(&bus, dir.path(), &fake_lib(true), &fx, "");
+    let o = ctl(&bus.address, None, &["--no-legend", "gpus"]);
+    assert!(o.stdout.contains(" free "), "{}", o.stdout);
+}
+
 #[test]
 fn without_nvml_the_daemon_says_what_it_tried_and_exits() {
     let dir = open_tempdir();

@@ -258,6 +258,43 @@ fn sliced_gpus_are_never_offered() {
     assert!(r[0].starts_with("no GPU of majin is offered"), "{r:?}");
 }
 
+/// A GPU in MIG mode runs no work of its own: it is never offered, by
+/// memory or whole, and a request it could have served says why; one whose
+/// MIG mode is only pending still runs work, and is offered.
+#[test]
+fn mig_gpus_are_never_offered_and_say_why() {
+    let mut m = machine(vec![gpu(0, "A100", "80", "0"), gpu(1, "L4", "24", "0")]);
+    m.gpus[0].mig = placement::Mig::On;
+    let mut book = Book::default();
+    assert_eq!(
+        indexes(&run(&m, &mut book, "w", &whole(GpuCount::All)).unwrap()),
+        vec![1]
+    );
+    // Shared work that fits only its 80 GB waits, saying so.
+    let r = place(&m, &book, &shared(1, "30"), &mut Evaluations::default()).unwrap_err();
+    assert!(
+        r.iter().any(|l| l.starts_with(
+            "GPU 0 of majin is in MIG mode: it runs no work of its own, and its MIG instances \
+             are not offered by astraeusd"
+        )),
+        "{r:?}"
+    );
+    // Named by index, alone.
+    let mut named = shared(1, "1");
+    named.gpu.as_mut().unwrap().ids = vec![GpuId::Index(0)];
+    let r = place(&m, &Book::default(), &named, &mut Evaluations::default()).unwrap_err();
+    assert!(r[0].starts_with("GPU 0 of majin is in MIG mode"), "{r:?}");
+    // Pending: offered now, and warned of.
+    m.gpus[0].mig = placement::Mig::Pending;
+    let g = run(&m, &mut Book::default(), "p", &shared(1, "30")).unwrap();
+    assert_eq!(indexes(&g), vec![0]);
+    assert!(m.gpus[0]
+        .mig_warning("majin")
+        .unwrap()
+        .starts_with("MIG mode is pending on GPU 0 of majin"));
+    assert_eq!(m.gpus[1].mig_warning("majin"), None);
+}
+
 #[test]
 fn wsl_shared_work_takes_its_memory_on_every_gpu() {
     let mut m = machine(vec![gpu(0, "A", "8", "1"), gpu(1, "B", "4", "0")]);

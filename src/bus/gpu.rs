@@ -37,7 +37,7 @@ impl GpuObject {
     async fn health(&self) -> String {
         self.view.read().health.clone()
     }
-    /// free, whole, shared, unhealthy or time-sliced
+    /// free, whole, shared, unhealthy, time-sliced or mig
     #[zbus(property)]
     async fn mode(&self) -> String {
         self.view.read().mode.clone()

@@ -386,6 +386,13 @@ impl NvmlSource {
                 .collect()
         });
         let sliced = super::on_baseboard(&self.opts.baseboard, &uuid, &pci_bus_id);
+        // Not supported (a GPU without MIG) or absent (an older driver):
+        // off. NVML's MIG modes: 0 disabled, 1 enabled.
+        let mig = match d.mig_mode() {
+            Ok(m) if m.current == 1 => crate::placement::Mig::On,
+            Ok(m) if m.pending == 1 => crate::placement::Mig::Pending,
+            _ => crate::placement::Mig::Off,
+        };
         Ok(Gpu {
             index,
             uuid,
@@ -397,6 +404,7 @@ impl NvmlSource {
             beyond: held.beyond,
             healthy: true,
             sliced,
+            mig,
             outside_detail: held.detail,
             problem: None,
             pci_bus_id,

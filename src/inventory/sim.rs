@@ -62,6 +62,16 @@ struct SimGpu {
     baseboard: Option<String>,
     /// PCI address (VM workers take it as a hostdev); 0000:<index+1>:00.0 when unset.
     pci: Option<String>,
+    /// MIG mode: "on" (split into MIG instances: never offered) or
+    /// "pending" (on after its next reset); off when unset.
+    mig: Option<SimMig>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum SimMig {
+    On,
+    Pending,
 }
 
 /// One of a GPU's identities in the file (its UUID, its PCI address).
@@ -125,6 +135,11 @@ pub fn parse(text: &str) -> Result<Machine> {
             outside,
             healthy: g.healthy,
             sliced: g.baseboard.is_some(),
+            mig: match g.mig {
+                None => crate::placement::Mig::Off,
+                Some(SimMig::On) => crate::placement::Mig::On,
+                Some(SimMig::Pending) => crate::placement::Mig::Pending,
+            },
             problem: (!g.healthy).then(|| "marked unhealthy in the sim file".to_string()),
             power_mw: (g.power_w > 0.0).then_some((g.power_w * 1000.0) as u32),
             pci_bus_id: g
@@ -212,6 +227,26 @@ mod tests {
         assert_eq!(
             bare.memory_bytes,
             DEFAULT_MEMORY_GB * crate::quantity::GB_BYTES
+        );
+    }
+
+    #[test]
+    fn a_sim_gpu_may_be_in_mig_mode() {
+        let m = parse(
+            "machine = \"m\"\n[[gpu]]\nmodel = \"A100\"\ntotal_gb = 80\nmig = \"on\"\n\
+             [[gpu]]\nmodel = \"A100\"\ntotal_gb = 80\nmig = \"pending\"\n\
+             [[gpu]]\nmodel = \"L4\"\ntotal_gb = 24\n",
+        )
+        .unwrap();
+        let modes: Vec<_> = m.gpus.iter().map(|g| g.mig).collect();
+        use crate::placement::Mig;
+        assert_eq!(modes, [Mig::On, Mig::Pending, Mig::Off]);
+        let e = parse("machine = \"m\"\n[[gpu]]\nmodel = \"x\"\ntotal_gb = 8\nmig = \"yes\"\n")
+            .unwrap_err();
+        assert!(
+            e.message().contains("on") && e.message().contains("pending"),
+            "{}",
+            e.message()
         );
     }
 

@@ -4,7 +4,7 @@
 //! ledger first and mirrored in memory only after the commit succeeds.
 
 use crate::error::{Error, Result};
-use crate::placement::{self, Book, Evaluations, Gpu, Grant, Machine, Mode};
+use crate::placement::{self, Book, Evaluations, Grant, Machine, Mode};
 use crate::request::WorkerSpec;
 use crate::rotation;
 use crate::schedule::{self, ScheduledAction};
@@ -104,32 +104,11 @@ fn better_machine(old: &Machine, new: &Machine) -> Better {
     {
         return Better::Everything;
     }
-    let same = |g: &Gpu, o: &Gpu| {
-        (
-            &g.uuid,
-            g.index,
-            &g.model,
-            &g.vendor,
-            g.total,
-            g.offered(),
-            g.healthy,
-            g.sliced,
-        ) == (
-            &o.uuid,
-            o.index,
-            &o.model,
-            &o.vendor,
-            o.total,
-            o.offered(),
-            o.healthy,
-            o.sliced,
-        )
-    };
     Better::Some {
         gpus: new
             .gpus
             .iter()
-            .filter(|g| !old.gpus.iter().any(|o| same(g, o)))
+            .filter(|g| !old.gpus.iter().any(|o| g.places_as(o)))
             .map(|g| g.uuid.clone())
             .collect(),
         host: false,

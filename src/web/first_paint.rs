@@ -208,7 +208,7 @@ fn gpu(g: &GpuSnap) -> String {
 /// unhealthy GPU's (placement refuses it) and a time-sliced one's (the
 /// baseboard's VM owns it). Drawn apart from free memory.
 fn closed(v: &crate::views::GpuView) -> bool {
-    v.mode == "unhealthy" || v.mode == "time-sliced"
+    v.mode == "unhealthy" || v.mode == "time-sliced" || v.mode == "mig"
 }
 
 /// The GPUs cell as the seed writes it: `1 · shared 2.2 GB`.

@@ -12,6 +12,8 @@
  *       [xid=N,M,...]                critical XID events, each delivered once, in order,
  *                                    to an event set the device is registered with
  *       [events=notsup]              the device offers no events
+ *       [mig=CURRENT,PENDING]        MIG mode, each 0 or 1 (absent: NOT_SUPPORTED, as on
+ *                                    GPUs without MIG)
  *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
  * (one gpu line per device, in index order; '_' in name stands for a space).
  * With $FAKE_NVML_CACHE set, the file is parsed again only when it was
@@ -19,7 +21,7 @@
  * refresh and measures the daemon, not this parser. Tests leave it unset.
  * fail=1 makes every call about the device answer GPU_IS_LOST. The memory
  * query checks the v2 struct's version as the driver does.
- * Built with -DOMIT_OPTIONAL it leaves out power, energy, utilisation and
+ * Built with -DOMIT_OPTIONAL it leaves out power, energy, utilisation, MIG-mode and
  * retired-pages symbols, as an old driver or a consumer board might. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +42,7 @@ typedef struct { unsigned int gpu, memory; } util_t;
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
 
 /* *_rc: what the query answers (OK or an error); remap: 0 none, 1 pending, 2 failed. */
-struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid; unsigned long long xid[8]; };
+struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid, mig_rc; unsigned int mig, mig_pending; unsigned long long xid[8]; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
 static struct gpu G[MAXG];
 static struct proc P[MAXP];
@@ -111,6 +113,13 @@ static void load(void) {
       if ((v = val(l, "xid"))) {
         char list[128]; snprintf(list, sizeof list, "%s", v);
         for (char *t = strtok(list, ","); t && g->nxid < 8; t = strtok(NULL, ",")) g->xid[g->nxid++] = strtoull(t, NULL, 10);
+      }
+      g->mig_rc = NOTSUP;
+      if ((v = val(l, "mig"))) {
+        g->mig_rc = OK;
+        g->mig = atoi(v);
+        const char *comma = strchr(v, ',');
+        g->mig_pending = comma ? (unsigned)atoi(comma + 1) : g->mig;
       }
       g->procs_rc = OK;
       if ((v = val(l, "procs")))
@@ -194,6 +203,12 @@ static nvmlReturn_t procs(nvmlDevice_t d, unsigned int *count, proc_t *out, int 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, proc_t *o) { return procs(d, c, o, 0); }
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, proc_t *o) { return procs(d, c, o, 1); }
 #ifndef OMIT_OPTIONAL
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
+  DEV(d);
+  if (g->mig_rc != OK) return g->mig_rc;
+  *current = g->mig; *pending = g->mig_pending;
+  return OK;
+}
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) { DEV(d); *mw = g->power; return OK; }
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj) { DEV(d); *mj = g->energy; return OK; }
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, util_t *u) { DEV(d); u->gpu = g->util; u->memory = 0; return OK; }

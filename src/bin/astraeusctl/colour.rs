@@ -39,6 +39,6 @@ pub fn mode_colour(mode: &str) -> &'static str {
         "shared" => "36",      // cyan
         "whole" => "34",       // blue
         "unhealthy" => "1;31", // bold red
-        _ => "35",             // time-sliced: magenta
+        _ => "35",             // time-sliced, mig: magenta (not offered)
     }
 }
