@@ -694,7 +694,7 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
         };
         // The first report alone (a cold reader: its pages, its heap).
         let (first, reply) = call("UsageReport", c.clone(), "worker".into()).await;
-        let rows: Vec<astraeusd::bus::wire::UsageRow> = reply.body().deserialize().unwrap();
+        let rows: Vec<astraeusd::wire::UsageRow> = reply.body().deserialize().unwrap();
         // Then one with a SubmitWorker sent 20 ms into it: how long the
         // submit waits (the loop must not wait on the report).
         let report = tokio::spawn(call("UsageReport", c.clone(), "worker".into()));

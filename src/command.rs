@@ -4,9 +4,6 @@
 //! staging) come back as commands too, so the loop never waits on them.
 
 use crate::access::Caller;
-use crate::bus::wire::{
-    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
-};
 use crate::error::Result;
 use crate::runtime::{Exit, Found, Kind};
 use crate::slicing::handoff::Event;
@@ -14,6 +11,9 @@ use crate::slicing::meter::GpuSample;
 use crate::slicing::template::Defined;
 use crate::time::EpochMs;
 use crate::views::Snapshot;
+use crate::wire::{
+    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
+};
 use tokio::sync::oneshot;
 
 pub type Reply<T> = oneshot::Sender<T>;

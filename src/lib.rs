@@ -50,4 +50,5 @@ pub mod usage;
 pub mod views;
 pub mod web;
 pub mod weights;
+pub mod wire;
 pub mod worker;

@@ -127,7 +127,7 @@ async fn system_daemon_gpus() -> Vec<String> {
             )
             .await
             .ok()?;
-        let rows: Vec<astraeusd::bus::wire::GpuRow> = reply.body().deserialize().ok()?;
+        let rows: Vec<astraeusd::wire::GpuRow> = reply.body().deserialize().ok()?;
         Some(rows.into_iter().map(|r| r.uuid).collect::<Vec<_>>())
     };
     let uuids = tokio::time::timeout(std::time::Duration::from_secs(2), ask)

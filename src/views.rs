@@ -4,13 +4,13 @@
 //! does I/O or imports an adaptor: the user names the page shows come in as
 //! a function.
 
-use crate::bus::wire::{GpuRow, Sharer, Sharers, SliceTriple, WorkerRow};
 use crate::node::{Node, Worker};
 use crate::placement::{self, Gpu};
 use crate::quantity::Amount;
 use crate::rotation::Slice;
 use crate::schedule::ScheduledAction;
 use crate::slicing::handoff::{self, VmState};
+use crate::wire::{GpuRow, Sharer, Sharers, SliceTriple, WorkerRow};
 use crate::worker::State;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
@@ -321,7 +321,7 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
         placed_ms: w.placed.map_or(0, |t| t.as_i64()),
         row: WorkerRow {
             name: w.name().to_string(),
-            state: w.status.stored().as_str().to_string(),
+            state: w.status.as_str().to_string(),
             owner_uid: w.owner_uid,
             gpus: placement::gpus_column(w.grants()),
             gpu_used_gb: used,

@@ -53,11 +53,11 @@ pub enum Status {
 }
 
 impl Status {
-    /// What the ledger records: pending or running.
-    pub fn stored(&self) -> crate::store::WorkerState {
+    /// As the ledger and every surface say it: pending or running.
+    pub fn as_str(&self) -> &'static str {
         match self {
-            Status::Pending => crate::store::WorkerState::Pending,
-            Status::Running { .. } => crate::store::WorkerState::Running,
+            Status::Pending => "pending",
+            Status::Running { .. } => "running",
         }
     }
 }

@@ -1,12 +1,12 @@
 //! `org.astraeus.Node1.Manager` at the base path: submit and stop workers,
 //! list what the machine holds, and drive the time-slicing rotation.
 
-use super::wire::{
-    seconds, EndedRow, GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow,
-};
 use super::{bounded, object_path as path, template_path, worker_path, BusError, Delta, Loop};
 use crate::command::{Command, Window};
 use crate::views::{ManagerView, Shared};
+use crate::wire::{
+    seconds, EndedRow, GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow,
+};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection, OwnedObjectPath};

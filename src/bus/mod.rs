@@ -4,7 +4,8 @@
 //! touches core state or takes a lock on it.
 //!
 //! One interface a file: [`manager`] (at the base path), [`gpu`], [`worker`],
-//! [`template`]; [`wire`] holds the rows they send (and astraeusctl reads).
+//! [`template`]; `crate::wire` holds the rows they send (and astraeusctl
+//! reads).
 
 pub mod gpu;
 pub mod manager;
@@ -13,7 +14,6 @@ pub mod outbox;
 pub mod template;
 pub mod tree;
 pub mod turns;
-pub mod wire;
 pub mod worker;
 
 use crate::access::Caller;

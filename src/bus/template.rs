@@ -1,8 +1,8 @@
 //! `org.astraeus.Node1.Template`: one object per template defined or
 //! scheduled; its slices are computed when read from the rotation's view.
 
-use super::wire::{seconds, SliceTriple};
 use crate::views::{slice_triple, RotationView, Shared, SlicingView};
+use crate::wire::{seconds, SliceTriple};
 use zbus::interface;
 
 #[derive(Clone)]

@@ -20,11 +20,11 @@
 use super::gpu::GpuObject;
 use super::template::TemplateObject;
 use super::turns::{FairTurns, Turn, Who};
-use super::wire::WorkerRow;
 use super::worker::WorkerObject;
 use super::{escape_label, gpu_path, template_path, worker_path, BASE_PATH};
 use super::{BusError, Loop};
 use crate::views::WorkerSnap;
+use crate::wire::WorkerRow;
 use crate::worker::State;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};

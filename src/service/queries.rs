@@ -2,13 +2,13 @@
 //! Nothing here changes the node or waits on anything but the ledger.
 
 use super::Service;
-use crate::bus::wire::{
-    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
-};
 use crate::command::{Reply, Window};
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
 use crate::views::{self, RotationView, SlicingView};
+use crate::wire::{
+    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
+};
 
 /// One slice as ListSlicesMs and PreviewScheduleMs send it (the first
 /// methods' rows are made from it by the adaptor: `wire::seconds`).

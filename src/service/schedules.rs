@@ -127,7 +127,7 @@ impl Service {
         template: &str,
         actions: &str,
         caller: &Caller,
-    ) -> Result<(Vec<crate::bus::wire::SliceRow>, Vec<String>)> {
+    ) -> Result<(Vec<crate::wire::SliceRow>, Vec<String>)> {
         self.access.may(caller, Act::SetSchedule)?;
         let rules = self.rotation_rules();
         let (slices, notes) = self.node.preview_schedule(template, actions, &rules, 10)?;

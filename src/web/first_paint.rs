@@ -303,13 +303,13 @@ fn slices(snap: &Snapshot) -> String {
             .unwrap_or_default()
     };
     // As the script writes them: the end's day only when it differs.
-    let span = |t: &crate::bus::wire::SliceTriple| {
+    let span = |t: &crate::wire::SliceTriple| {
         let day = "%a %-d %b, %H:%M";
         let same_day = at(t.start_ms, "%F") == at(t.end_ms, "%F");
         let end = at(t.end_ms, if same_day { "%H:%M" } else { day });
         format!("{} – {end}", at(t.start_ms, day))
     };
-    let cell = |class: &str, s: &Option<crate::bus::wire::SliceTriple>, none: &str| match s {
+    let cell = |class: &str, s: &Option<crate::wire::SliceTriple>, none: &str| match s {
         Some(t) => format!(
             r#"<td class="{class}"><span class="when">{}</span></td>"#,
             esc(&span(t))

@@ -10,9 +10,9 @@ mod metrics;
 pub use metrics::metrics;
 
 use crate::bus::tree::Objects;
-use crate::bus::wire::SliceTriple;
 use crate::command::Command;
 pub use crate::views::{GpuSnap, SliceSnap, Snapshot, WorkerSnap};
+use crate::wire::SliceTriple;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;

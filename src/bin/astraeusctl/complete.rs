@@ -5,9 +5,9 @@
 //! daemon on the bus those words name (`--session`, `--bus-address`), given
 //! a second at most: a daemon that does not answer completes nothing.
 
-use astraeusd::bus::wire::{GpuRow, WorkerRow};
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
 use astraeusd::cli::CtlArgs;
+use astraeusd::wire::{GpuRow, WorkerRow};
 use clap::CommandFactory;
 use clap_complete::engine::{ArgValueCompleter, CompletionCandidate};
 use std::ffi::OsStr;

@@ -4,7 +4,7 @@
 
 use super::colour::{mode_colour, paint};
 use super::{gb, Client, Local};
-use astraeusd::bus::wire::{EndedRow, GpuRow, WorkerRow};
+use astraeusd::wire::{EndedRow, GpuRow, WorkerRow};
 use serde_json::json;
 
 /// How a list is printed: JSON, or a table with or without its legend.

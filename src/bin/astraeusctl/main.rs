@@ -1,10 +1,10 @@
 //! astraeusctl: the command line for astraeusd. It speaks only D-Bus.
 
-use astraeusd::bus::wire::{Sharers, SliceReportRow, SliceRow, UsageRow, WhyNot};
 use astraeusd::bus::{BASE_PATH, BUS_NAME};
 use astraeusd::cli::{CtlArgs as Args, CtlCommand as Cmd, ScheduleCommand, TemplateCommand};
 use astraeusd::quantity::Amount;
 use astraeusd::schedule_form::{self, Every, Form, Until};
+use astraeusd::wire::{Sharers, SliceReportRow, SliceRow, UsageRow, WhyNot};
 use clap::Parser;
 use serde_json::json;
 use std::io::Read;

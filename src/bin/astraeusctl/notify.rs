@@ -16,8 +16,8 @@
 
 use super::events::worker_property;
 use super::Client;
-use astraeusd::bus::wire::{EndedRow, WorkerRow};
 use astraeusd::bus::BASE_PATH;
+use astraeusd::wire::{EndedRow, WorkerRow};
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

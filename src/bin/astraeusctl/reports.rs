@@ -2,7 +2,7 @@
 //! slices that ran.
 
 use super::{lists, Local};
-use astraeusd::bus::wire::{SliceReportRow, SliceRow, UsageRow};
+use astraeusd::wire::{SliceReportRow, SliceRow, UsageRow};
 use serde_json::json;
 
 /// The usage report as a table (hours, kWh), JSON or CSV (exact ms and mJ).
