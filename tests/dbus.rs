@@ -734,6 +734,31 @@ fn astraeusctl_shows_the_seeds_words() {
          \n\
          1 GPU listed.\n"
     );
+    // The daemon's own status: its machine, its workers, its container
+    // engine (whichever `auto` found: podman, Docker, or podman when
+    // neither answers), its zone and its page.
+    let o = ctl(a, None, &["status"]);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(
+        lines[..2],
+        ["astraeusd on majin", "     Workers: 2 running, 1 waiting"],
+        "{}",
+        o.stdout
+    );
+    assert!(
+        lines[2].starts_with("  Containers: podman at ")
+            || lines[2].starts_with("  Containers: Docker at "),
+        "{}",
+        o.stdout
+    );
+    // The zone is the host's (none is configured here).
+    assert!(lines[3].starts_with("   Time zone: "), "{}", o.stdout);
+    assert_eq!(
+        lines[4..],
+        ["        Page: off ([http] listen)"],
+        "{}",
+        o.stdout
+    );
     // The seed's GPUS column (a count), which GPUs in a column of their
     // own, owners by name, a count line as systemd's tools.
     let o = ctl(a, None, &["workers"]);

@@ -213,13 +213,33 @@ pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String
 /// machine and zone, its workers, the engine container workers run
 /// through, and its page.
 pub async fn daemon_status(c: &Client, json_out: bool) -> Result<(), String> {
-    let machine: String = c.manager_property("Machine").await?;
-    let zone: String = c.manager_property("TimeZone").await?;
-    let running: u32 = c.manager_property("WorkersRunning").await?;
-    let pending: u32 = c.manager_property("WorkersPending").await?;
-    let containers: String = c.manager_property("ContainerRuntime").await?;
-    let page: String = c.manager_property("PageUrl").await?;
-    let wsl: bool = c.manager_property("Wsl").await?;
+    // Every Manager property in one GetAll.
+    let msg = c
+        .method(
+            super::BASE_PATH,
+            "org.freedesktop.DBus.Properties",
+            "GetAll",
+            &(super::MANAGER,),
+        )
+        .await?;
+    let props: Properties = msg.body().deserialize().map_err(|e| e.to_string())?;
+    let get = |k: &str| props.get(k).map(|v| v.try_clone().expect("plain value"));
+    let text = |k: &str| {
+        get(k)
+            .and_then(|v| String::try_from(v).ok())
+            .unwrap_or_default()
+    };
+    let count = |k: &str| get(k).and_then(|v| u32::try_from(v).ok()).unwrap_or(0);
+    let (machine, zone, containers, page) = (
+        text("Machine"),
+        text("TimeZone"),
+        text("ContainerRuntime"),
+        text("PageUrl"),
+    );
+    let (running, pending) = (count("WorkersRunning"), count("WorkersPending"));
+    let wsl = get("Wsl")
+        .and_then(|v| bool::try_from(v).ok())
+        .unwrap_or(false);
     if json_out {
         let j = json!({"machine": machine, "time_zone": zone, "workers_running": running,
                        "workers_pending": pending, "container_runtime": containers,
