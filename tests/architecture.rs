@@ -275,6 +275,56 @@ fn pure_cores_import_no_adaptor_and_no_io() {
     }
 }
 
+/// Below the adaptors and the loop: what the adaptors and the loop are
+/// built on, which must not reach back up into them (#52: `views.rs` and
+/// `command.rs` read the bus's rows from `wire.rs`, not from `bus/`).
+const BELOW_THE_LOOP: &[&str] = &[
+    "wire.rs",
+    "worker.rs",
+    "views.rs",
+    "command.rs",
+    "machine.rs",
+    "node/",
+    "store/",
+    "runtime/",
+    "inventory/",
+];
+
+/// The one import that still runs up a layer (#52 allows one): the
+/// adaptors' commands, which the loop defines.
+const UP_A_LAYER: &[(&str, &str)] = &[("bus/", "command.rs")];
+
+#[test]
+fn nothing_below_the_loop_imports_the_loop_or_an_adaptor() {
+    let g = graph();
+    let under = |file: &str, prefixes: &[&str]| prefixes.iter().any(|p| file.starts_with(p));
+    for (file, deps) in &g {
+        if !under(file, BELOW_THE_LOOP) {
+            continue;
+        }
+        for d in deps {
+            assert!(
+                !under(d, &["bus/", "web/", "service/"]),
+                "{file} imports {d}: code below the loop takes what it needs as arguments"
+            );
+        }
+    }
+    // The domain's worker knows nothing of how the ledger stores it.
+    assert!(
+        !g["worker.rs"].iter().any(|d| d.starts_with("store/")),
+        "{:?}",
+        g["worker.rs"]
+    );
+    // And the exception is still what it says.
+    for (from, to) in UP_A_LAYER {
+        assert!(
+            g.iter()
+                .any(|(f, d)| f.starts_with(from) && d.contains(*to)),
+            "{from} no longer imports {to}: drop the exception"
+        );
+    }
+}
+
 #[test]
 fn the_checker_sees_what_it_checks() {
     // An independent look at the two rules' inputs: these edges exist.
