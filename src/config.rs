@@ -242,8 +242,9 @@ impl Default for ScheduleConfig {
 pub struct Access {
     /// Members of this group (and root) may submit and stop workers.
     pub group: String,
-    /// Let members run containers too. A container can mount the host and
-    /// run as root in it: membership then equals root (like the docker group).
+    /// Let members run containers too: an image of their choosing on this
+    /// host's kernel, as their uid with no-new-privileges; only the runtime's
+    /// isolation stands between it and the host (docs/security.md).
     pub containers_for_group: bool,
     /// Let members run VMs too. A VM gets whole GPUs passed through and the
     /// disks its XML names: membership then equals root.

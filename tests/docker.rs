@@ -236,7 +236,8 @@ fn a_container_runs_through_docker_and_its_exit_frees_its_share() {
     );
 
     let script = "echo GB=$ASTRAEUS_GPU_MEMORY_GB NV=$NVIDIA_VISIBLE_DEVICES TOKEN=$TOKEN \
-                  MEM=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max); \
+                  MEM=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max) \
+                  NNP=$(awk '/^NoNewPrivs/ {print $2}' /proc/self/status); \
                   sleep 3; exit 3";
     let o = manager(
         a,
@@ -255,7 +256,7 @@ fn a_container_runs_through_docker_and_its_exit_frees_its_share() {
         logs.contains("GB=")
     });
     assert!(
-        logs.contains(&format!("GB=4 NV={UUID} TOKEN=s3cret MEM=268435456")),
+        logs.contains(&format!("GB=4 NV={UUID} TOKEN=s3cret MEM=268435456 NNP=1")),
         "{logs}"
     );
     // Docker's own word on the container: its label, its CPU limit.

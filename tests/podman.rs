@@ -226,7 +226,7 @@ fn a_container_gets_its_share_device_and_limits_and_its_exit_frees_the_share() {
     let d = setup(dir.path(), &pm, &bus);
     let a = &bus.address;
 
-    let script = "echo GB=$ASTRAEUS_GPU_MEMORY_GB CDI=$SEEN_CDI MEM=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max); sleep 3; exit 3";
+    let script = "echo GB=$ASTRAEUS_GPU_MEMORY_GB CDI=$SEEN_CDI MEM=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max) NNP=$(awk '/^NoNewPrivs/ {print $2}' /proc/self/status); sleep 3; exit 3";
     let o = manager(
         a,
         None,
@@ -244,7 +244,7 @@ fn a_container_gets_its_share_device_and_limits_and_its_exit_frees_the_share() {
         logs.contains("GB=")
     });
     assert!(
-        logs.contains(&format!("GB=4 CDI={UUID} MEM=268435456")),
+        logs.contains(&format!("GB=4 CDI={UUID} MEM=268435456 NNP=1")),
         "{logs}"
     );
     // The request's env is the owner's and root's to see (root here).

@@ -192,6 +192,9 @@ impl Docker {
             }]),
         };
         host.insert("DeviceRequests".into(), requests);
+        // As unit workers' NoNewPrivileges=yes: no setuid program of the
+        // image raises what its processes may do.
+        host.insert("SecurityOpt".into(), json!(["no-new-privileges"]));
         let mut body = json!({
             "Image": image,
             "Env": vars,
@@ -450,6 +453,7 @@ mod tests {
         assert_eq!(b["HostConfig"]["NanoCpus"], 1_500_000_000u64);
         assert_eq!(b["HostConfig"]["Memory"], 1u64 << 30);
         assert_eq!(b["User"], "1001");
+        assert_eq!(b["HostConfig"]["SecurityOpt"], json!(["no-new-privileges"]));
         // Root's and the daemon's own run as the image says.
         for own in [Some(0), Some(1000), None] {
             let b = docker(false).create_body(&launch(own), None).unwrap();

@@ -116,6 +116,9 @@ impl Podman {
             "labels": { LABEL: l.worker },
             "devices": devices,
             "resource_limits": limits,
+            // As unit workers' NoNewPrivileges=yes: no setuid program of
+            // the image raises what its processes may do.
+            "no_new_privileges": true,
         });
         if !command.is_empty() {
             body["command"] = json!(command);
@@ -412,6 +415,7 @@ mod tests {
         assert_eq!(b["resource_limits"]["cpu"]["quota"], 150_000);
         assert_eq!(b["resource_limits"]["memory"]["limit"], 1u64 << 30);
         assert_eq!(b["labels"][LABEL], "listen");
+        assert_eq!(b["no_new_privileges"], true);
         assert!(b.get("user").is_none(), "no owner named: as the image says");
         // A member's runs as that member; root's and the daemon's own as
         // the image says.
