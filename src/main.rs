@@ -160,8 +160,12 @@ async fn container_engine(
     let recorded = node.store().container_engine()?;
     let live_under = recorded.as_deref().and_then(Engine::parse).filter(|_| live);
     let (rt, by, engine) = astraeusd::runtime::containers(&config.runtime, wsl, live_under).await;
+    // Best effort: a start on a full disk must still open the ledger and
+    // take stops; unrecorded, the next start probes again.
     if recorded.as_deref() != Some(engine.as_str()) {
-        node.store_mut().set_container_engine(engine.as_str())?;
+        if let Err(e) = node.store_mut().set_container_engine(engine.as_str()) {
+            tracing::warn!("recording the container engine in the ledger failed: {e}");
+        }
     }
     Ok((rt, by))
 }

@@ -623,16 +623,7 @@ fn a_docker_containers_gpu_memory_is_its_own_not_held_outside() {
     let dk = Dockerd::start(dir.path(), true);
     let bus = Bus::session();
     let fx = dir.path().join("gpus.txt");
-    let hardware = |used: u64, procs: &str| {
-        let text = format!(
-            "gpu uuid={UUID} name=NVIDIA_L4 total={} used={used} reserved=0 \
-             bus=00000000:01:00.0 power=60000 energy=1000 util=3\n{procs}",
-            24 * GB
-        );
-        let tmp = fx.with_extension("tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(tmp, &fx).unwrap();
-    };
+    let hardware = |used: u64, procs: &str| fake_nvml::one_l4(&fx, UUID, used, procs);
     hardware(0, "");
     std::fs::write(
         dir.path().join("node.toml"),

@@ -58,6 +58,28 @@ fn engine_error(what: &str, r: &Response) -> String {
     )
 }
 
+/// What a Docker user does about a socket that cannot be reached.
+fn unreachable_hint(kind: std::io::ErrorKind) -> Option<String> {
+    use std::io::ErrorKind::{ConnectionRefused, NotFound, PermissionDenied};
+    match kind {
+        NotFound | ConnectionRefused => Some(
+            "; is dockerd running (systemctl start docker)? Or set runtime.docker_socket to \
+             its socket"
+                .into(),
+        ),
+        PermissionDenied => {
+            // SAFETY: geteuid cannot fail. The uid, not its name: no name
+            // service is asked on the way to an error.
+            let uid = unsafe { libc::geteuid() };
+            Some(format!(
+                "; astraeusd runs as uid {uid}, which may not use Docker's socket: add that \
+                 user to the docker group (usermod -aG docker USER) and restart astraeusd"
+            ))
+        }
+        _ => None,
+    }
+}
+
 fn api_error(what: &str, r: &Response) -> Error {
     Error::Backend(engine_error(what, r))
 }
@@ -92,6 +114,7 @@ impl Docker {
             name: "Docker",
             service: "dockerd",
             socket: &self.socket,
+            hint: unreachable_hint,
         };
         engine.call(limit, what, method, path, body).await
     }

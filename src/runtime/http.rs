@@ -49,6 +49,9 @@ pub struct Engine<'a> {
     /// What hangs when nothing answers: "the podman service", "dockerd".
     pub service: &'static str,
     pub socket: &'a Path,
+    /// What to do when the socket cannot be reached, by the error's kind
+    /// ("; is dockerd running …"); None: the error says enough.
+    pub hint: fn(std::io::ErrorKind) -> Option<String>,
 }
 
 impl Engine<'_> {
@@ -86,27 +89,10 @@ impl Engine<'_> {
         Error::Backend(format!("{} {what}: {e}", self.name))
     }
 
-    /// A socket that cannot be reached, said with what to do about it.
+    /// A socket that cannot be reached, with the engine's word on what to do.
     fn unreachable(&self, what: &str, e: &std::io::Error) -> Error {
         let socket = self.socket.display();
-        let hint = match (self.name, e.kind()) {
-            ("Docker", std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
-                "; is dockerd running (systemctl start docker)? Or set \
-                 runtime.docker_socket to its socket"
-                    .to_string()
-            }
-            ("Docker", std::io::ErrorKind::PermissionDenied) => {
-                // SAFETY: geteuid cannot fail. The uid, not its name: no
-                // name service is asked on the way to an error.
-                let uid = unsafe { libc::geteuid() };
-                format!(
-                    "; astraeusd runs as uid {uid}, which may not use Docker's \
-                     socket: add that user to the docker group (usermod -aG \
-                     docker USER) and restart astraeusd"
-                )
-            }
-            _ => String::new(),
-        };
+        let hint = (self.hint)(e.kind()).unwrap_or_default();
         self.error(what, format!("{e} (socket {socket}){hint}"))
     }
 }

@@ -74,6 +74,7 @@ impl Podman {
             name: "podman",
             service: "the podman service",
             socket: &self.socket,
+            hint: |_| None,
         };
         let path = format!("{API}{path}");
         engine.call(limit, what, method, &path, body).await

@@ -43,3 +43,18 @@ pub fn fake_lib(minimal: bool) -> PathBuf {
         dir.join("libnvidia-ml.so.1")
     }
 }
+
+/// Writes the fixture of one 24 GB L4 named `uuid`, `used` bytes in use,
+/// and `procs` (fixture `proc` lines); written then renamed, so the
+/// library never reads half a file.
+#[allow(dead_code)] // the container tests use it; other binaries include this file too
+pub fn one_l4(fixture: &std::path::Path, uuid: &str, used: u64, procs: &str) {
+    let text = format!(
+        "gpu uuid={uuid} name=NVIDIA_L4 total={} used={used} reserved=0 \
+         bus=00000000:01:00.0 power=60000 energy=1000 util=3\n{procs}",
+        24u64 << 30
+    );
+    let tmp = fixture.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, fixture).unwrap();
+}
