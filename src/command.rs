@@ -220,6 +220,12 @@ pub enum Command {
         name: String,
         cgroup: String,
     },
+    /// What setting (or checking) a shared worker's GPU memory limits found.
+    Enforced {
+        name: String,
+        id: i64,
+        enforcement: crate::inventory::limits::Enforcement,
+    },
     /// A watcher: the workload ended.
     Exited {
         name: String,

@@ -27,6 +27,38 @@ pub struct Config {
     pub http: HttpConfig,
     pub slicing: SlicingConfig,
     pub history: HistoryConfig,
+    pub sharing: SharingConfig,
+}
+
+/// How a shared worker's GPU memory is held (docs/sharing.md, "When a
+/// share is held").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharingConfig {
+    /// The hard limit a shared worker gets on each GPU: its share, or the
+    /// GPU's offered memory (it may borrow what no one was promised; its
+    /// soft limit, its share, is still guaranteed to each).
+    pub hard_limit: HardLimit,
+    /// Where control groups are mounted (the dmem controller's files, and
+    /// the paths NVML is given).
+    pub cgroup_root: std::path::PathBuf,
+}
+
+/// `sharing.hard_limit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HardLimit {
+    Share,
+    Offered,
+}
+
+impl Default for SharingConfig {
+    fn default() -> SharingConfig {
+        SharingConfig {
+            hard_limit: HardLimit::Share,
+            cgroup_root: "/sys/fs/cgroup".into(),
+        }
+    }
 }
 
 /// How long the ledger keeps what ended, and the room it keeps on its disk.

@@ -11,6 +11,7 @@
 //! | libvirt (through its helper) | [`LIBVIRT`] a call, [`LIBVIRT`] the helper's start |
 //! | the name service (NSS) | [`NSS`] a lookup |
 //! | NVML (the inventory's re-read) | the watchdog's period (service/mod.rs) |
+//! | NVML or dmem (a worker's memory limits) | [`MEMORY_LIMITS`] for all its GPUs |
 //!
 //! A blocking lookup (NSS) cannot be cancelled: its thread finishes on its
 //! own; the caller no longer waits for it.
@@ -27,6 +28,10 @@ pub const LIBVIRT: Duration = Duration::from_secs(120);
 /// A name service (LDAP, SSSD) that has not answered in this long is taken
 /// as one that cannot.
 pub const NSS: Duration = Duration::from_secs(10);
+
+/// Setting and reading back one worker's GPU memory limits: driver calls
+/// that take milliseconds. Past it the worker starts `promised`, saying so.
+pub const MEMORY_LIMITS: Duration = Duration::from_secs(10);
 
 /// `limit`, or the test suite's shorter one (`ASTRAEUS_CALL_DEADLINE_MS`,
 /// set by tests that hold a backend that never answers; never in a unit).

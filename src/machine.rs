@@ -39,6 +39,31 @@ pub struct Gpu {
     pub power_mw: Option<u32>,
     pub energy_mj: Option<u64>,
     pub utilization_pct: Option<u32>,
+    /// Whether this host can hold a share of it (per-worker memory limits).
+    pub share_limits: ShareLimits,
+}
+
+/// Whether a share of a GPU can be held by the driver or kernel, as its
+/// inventory source found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ShareLimits {
+    /// Not asked (a source without GPUs to share).
+    #[default]
+    Unknown,
+    /// Held, and by what ("NVML memory limits").
+    By(String),
+    /// Only promised, and why ("driver 550.54 has no memory limits (r615+)").
+    Not(String),
+}
+
+impl std::fmt::Display for ShareLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShareLimits::Unknown => f.write_str("promised: not known"),
+            ShareLimits::By(how) => write!(f, "held: by {how}"),
+            ShareLimits::Not(why) => write!(f, "promised: {why}"),
+        }
+    }
 }
 
 /// A GPU's MIG mode (NVIDIA's Multi-Instance GPU), as the driver says it.

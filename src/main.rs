@@ -6,6 +6,7 @@ use astraeusd::bus::BUS_NAME;
 use astraeusd::cli::DaemonArgs as Args;
 use astraeusd::config::{self, Config};
 use astraeusd::error::Error;
+use astraeusd::inventory::limits::{MemoryLimits, Unable};
 use astraeusd::inventory::nvml::{NvmlOptions, NvmlSource};
 use astraeusd::inventory::{self, sim::SimSource, GpuSource, NoGpus, Own};
 use astraeusd::node::Node;
@@ -15,6 +16,7 @@ use astraeusd::service::{Service, Settings, SliceRules};
 use astraeusd::store::Store;
 use clap::Parser;
 use std::path::PathBuf;
+use std::sync::Arc;
 use tracing_subscriber::prelude::*;
 
 /// Sets up logging; true when it goes to the journal.
@@ -170,6 +172,34 @@ async fn container_engine(
     Ok((rt, by))
 }
 
+/// Opens NVML for the inventory and, from the same library, what holds
+/// shared workers' memory limits: NVML's r615 calls, else the kernel's
+/// dmem controller under `sharing.cgroup_root`.
+fn nvml_with_limits(
+    config: &Config,
+    limits: &mut Arc<dyn MemoryLimits>,
+    opts: NvmlOptions,
+) -> Result<NvmlSource, Error> {
+    use astraeusd::inventory::limits::{Cgroups, DmemLimits, HostLimits, NvmlLimits};
+    let mut source = NvmlSource::open(opts)?;
+    let root = config.sharing.cgroup_root.clone();
+    let (nvml, nvml_missing) =
+        match NvmlLimits::open(source.library(), Cgroups::of_this_host(root.clone())) {
+            Ok(n) => (Some(n), String::new()),
+            Err(e) => (
+                None,
+                format!("NVML's memory limits could not be loaded ({e})"),
+            ),
+        };
+    *limits = Arc::new(HostLimits {
+        nvml,
+        dmem: DmemLimits { root },
+        nvml_missing,
+    });
+    source.set_limits(limits.clone());
+    Ok(source)
+}
+
 async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     let (config_path, explicit) = match &args.config {
         Some(p) => (Some(p.clone()), true),
@@ -189,6 +219,8 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         config = config.for_wsl();
     }
     let machine_name = config.machine.clone().unwrap_or_else(inventory::host_name);
+    let unable = |why: &str| -> Arc<dyn MemoryLimits> { Arc::new(Unable(why.into())) };
+    let mut limits = unable("simulated GPU");
     let mut source: Box<dyn GpuSource> = match &args.sim {
         Some(None) => Box::new(SimSource::builtin()),
         Some(Some(p)) => Box::new(SimSource::file(p.clone())),
@@ -196,22 +228,29 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
             machine: machine_name.clone(),
             wsl,
         }),
-        None => Box::new(NvmlSource::open(NvmlOptions {
-            library: config.inventory.nvml_library.clone(),
-            machine: machine_name.clone(),
-            wsl,
-            baseboard: config.inventory.baseboard.clone(),
-            // One authority per GPU: off the system bus, defer to its daemon.
-            managed_elsewhere: if args.session || args.bus_address.is_some() {
-                system_daemon_gpus().await
-            } else {
-                Vec::new()
+        None => Box::new(nvml_with_limits(
+            &config,
+            &mut limits,
+            NvmlOptions {
+                library: config.inventory.nvml_library.clone(),
+                machine: machine_name.clone(),
+                wsl,
+                baseboard: config.inventory.baseboard.clone(),
+                // One authority per GPU: off the system bus, defer to its daemon.
+                managed_elsewhere: if args.session || args.bus_address.is_some() {
+                    system_daemon_gpus().await
+                } else {
+                    Vec::new()
+                },
+                claims: astraeusd::inventory::claims::Claims::new(
+                    args.session || args.bus_address.is_some(),
+                ),
             },
-            claims: astraeusd::inventory::claims::Claims::new(
-                args.session || args.bus_address.is_some(),
-            ),
-        })?),
+        )?),
     };
+    if wsl {
+        limits = unable("WSL (its GPUs are the Windows host's: no per-container limits)");
+    }
     let mut machine = source.read(&Own::default())?;
     if let Some(name) = &config.machine {
         machine.name = name.clone();
@@ -303,6 +342,8 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
     let (containers, containers_by) = container_engine(&mut node, &config, wsl).await?;
     let settings = Settings {
+        limits,
+        hard_limit: config.sharing.hard_limit,
         // SAFETY: geteuid cannot fail.
         owner: (args.session || args.bus_address.is_some()).then(|| unsafe { libc::geteuid() }),
         config: config_path.map(|path| astraeusd::service::reload::Loaded {

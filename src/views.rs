@@ -78,6 +78,8 @@ pub struct GpuView {
     /// Watts and percent now; -1 when the board cannot tell.
     pub power_w: f64,
     pub utilization_pct: i32,
+    /// Whether a share of it can be held: `held: by …` or `promised: why`.
+    pub share_limits: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -91,6 +93,8 @@ pub struct WorkerView {
     pub warnings: Vec<String>,
     /// GB its processes use now, at most on any one GPU; -1 when unknown.
     pub gpu_used_gb: f64,
+    /// `held`, or `promised: why` ([`crate::worker::Worker::enforcement_text`]).
+    pub enforcement: String,
     /// Pids whose GPU memory counts as this worker's own (a reservation's holders).
     pub holders: Vec<u32>,
     /// The request as submitted, and with `run.*.env` values hidden.
@@ -252,6 +256,7 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
         pci_bus_id: g.pci_bus_id.clone(),
         power_w: g.power_mw.map_or(-1.0, |mw| mw as f64 / 1000.0),
         utilization_pct: g.utilization_pct.map_or(-1, |u| u as i32),
+        share_limits: g.share_limits.to_string(),
     }
 }
 
@@ -304,6 +309,7 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
     WorkerView {
         gpu_used_gb: used,
         warnings: node.worker_warnings(w),
+        enforcement: w.enforcement_text(),
         name: w.name().to_string(),
         state: w.state(),
         owner: w.owner_uid,

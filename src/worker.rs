@@ -85,6 +85,10 @@ pub struct Worker {
     /// last inventory refresh: their GPU memory is the worker's own.
     pub cgroup: Option<String>,
     pub cgroup_pids: Vec<u32>,
+    /// Whether its share is held by the driver or kernel (set and read
+    /// back on its control group) or only promised; None until its launch
+    /// or, after a restart, its check reports.
+    pub enforcement: Option<crate::inventory::limits::Enforcement>,
 }
 
 /// A placed worker's workload: a reservation is simply `Held`.
@@ -154,11 +158,30 @@ impl Worker {
             cpu_cores: self.spec.resources.cpu_cores,
             memory_bytes: self.spec.resources.memory_bytes,
             user: Some(self.owner_uid),
+            hold: None,
         })
     }
 
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// Its `Enforcement` as a person reads it: the first word `held` only
+    /// when its limits were set and read back on every GPU it holds,
+    /// else `promised` and why.
+    pub fn enforcement_text(&self) -> String {
+        let why = match (&self.enforcement, self.state()) {
+            (Some(e), _) => return e.to_string(),
+            (None, State::Pending) => "it waits for its GPUs",
+            (None, _) if self.grants().is_empty() => "it holds no GPU",
+            (None, _) if self.spec.shared_gb().is_none() => {
+                "whole GPU (no limit: it is all its own)"
+            }
+            (None, _) if !self.launches() => "a reservation (no workload of its own to limit)",
+            (None, State::Starting) => "starting (its limits are set before its command runs)",
+            (None, _) => "its limits are not known yet",
+        };
+        format!("promised: {why}")
     }
 
     /// Processes whose GPU memory is this worker's: its holders and its workload's.

@@ -764,11 +764,11 @@ fn astraeusctl_shows_the_seeds_words() {
     let o = ctl(a, None, &["workers"]);
     assert_eq!(
         o.stdout,
-        "NAME    STATE    OWNER  GPUS               GPU  USED\n\
-         listen  running  root   1 · shared 2.2 GB  0    unknown\n\
-         small   pending  root   —                  —    —\n\
+        "NAME    STATE    OWNER  GPUS               GPU  MEMORY    USED\n\
+         listen  running  root   1 · shared 2.2 GB  0    promised  unknown\n\
+         small   pending  root   —                  —    —         —\n\
          \x20         GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 1.5\n\
-         voice   running  root   1 · shared 4.2 GB  0    unknown\n\
+         voice   running  root   1 · shared 4.2 GB  0    promised  unknown\n\
          \n\
          3 workers listed.\n"
     );
@@ -776,9 +776,9 @@ fn astraeusctl_shows_the_seeds_words() {
     let o = ctl(a, None, &["--no-legend", "workers"]);
     assert_eq!(
         o.stdout,
-        "listen  running  root   1 · shared 2.2 GB  0    unknown\n\
-         small   pending  root   —                  —    —\n\
-         voice   running  root   1 · shared 4.2 GB  0    unknown\n"
+        "listen  running  root   1 · shared 2.2 GB  0    promised  unknown\n\
+         small   pending  root   —                  —    —         —\n\
+         voice   running  root   1 · shared 4.2 GB  0    promised  unknown\n"
     );
     // A locale that is not UTF-8 gets the same table in ASCII, aligned
     // alike; JSON stays UTF-8, as JSON is.

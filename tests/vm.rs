@@ -25,6 +25,7 @@ fn launch(worker: &str, source: VmSource) -> Launch {
         cpu_cores: Default::default(),
         memory_bytes: 0,
         user: None,
+        hold: None,
     }
 }
 

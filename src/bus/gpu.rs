@@ -98,6 +98,12 @@ impl GpuObject {
     async fn pci_bus_id(&self) -> String {
         self.view.read().pci_bus_id.clone()
     }
+    /// Whether a shared worker's memory on it can be held by the driver or
+    /// kernel: `held: by NVML memory limits`, or `promised: ` and why not.
+    #[zbus(property)]
+    async fn share_limits(&self) -> String {
+        self.view.read().share_limits.clone()
+    }
     /// Changes at every refresh: read it, no signal (clients poll).
     #[zbus(property(emits_changed_signal = "false"))]
     async fn power_w(&self) -> f64 {

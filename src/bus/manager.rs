@@ -15,6 +15,7 @@ use zbus::{interface, Connection, OwnedObjectPath};
 /// on the lists runtime ([`super::offload`]).
 pub const LISTINGS: &[&str] = &[
     "ListWorkers",
+    "ListEnforcement",
     "ListPending",
     "ListEnded",
     "ListEndedMs",
@@ -109,6 +110,21 @@ impl Manager {
         let rows = self.objects.worker_rows(turn).await;
         let instead = "none lists them in parts: stop workers, or read one with GetWorker";
         super::tree::fits_the_bus(&rows, "the list of workers", instead)?;
+        Ok(rows)
+    }
+
+    /// Every placed worker, oldest first, with its Enforcement (`held`, or
+    /// `promised: why`): one call however many run.
+    #[zbus(out_args("enforcement"))]
+    async fn list_enforcement(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(String, String)>, BusError> {
+        let (turn, _) = self.lp.turn_at(self.objects.turns(), &hdr, conn).await?;
+        let rows = self.objects.enforcement(turn).await;
+        let instead = "none lists them in parts: read one's Enforcement";
+        super::tree::fits_the_bus(&rows, "the list of enforcement", instead)?;
         Ok(rows)
     }
 

@@ -201,6 +201,21 @@ impl Objects {
         out
     }
 
+    /// Every placed worker's name and Enforcement, oldest first.
+    pub async fn enforcement(&self, _turn: Turn) -> Vec<(String, String)> {
+        let mut placed: Vec<(i64, String, String)> = Vec::new();
+        for (i, w) in self.workers().iter().enumerate() {
+            pause(i).await;
+            let v = w.view.read();
+            if v.state != State::Pending {
+                placed.push((v.id, v.name.clone(), v.enforcement.clone()));
+            }
+        }
+        placed.sort_by_key(|(id, _, _)| *id);
+        give_back_memory();
+        placed.into_iter().map(|(_, n, e)| (n, e)).collect()
+    }
+
     fn listed(&self) -> Vec<(String, Listed)> {
         let index = self.read();
         let workers = index

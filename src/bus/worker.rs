@@ -109,6 +109,13 @@ impl WorkerObject {
     async fn gpu_used_gb(&self) -> f64 {
         self.view.read().gpu_used_gb
     }
+    /// Whether its GPU memory share is held by the driver or kernel: `held`
+    /// only when its limits were set and read back on every GPU it holds,
+    /// else `promised: ` and why.
+    #[zbus(property)]
+    async fn enforcement(&self) -> String {
+        self.view.read().enforcement.clone()
+    }
     /// The request; `run.*.env` values only for the owner and root.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn request(

@@ -4,6 +4,7 @@
 //! held outside Astraeus.
 
 pub mod claims;
+pub mod limits;
 pub mod nvml;
 pub mod sim;
 

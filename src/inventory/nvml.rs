@@ -4,6 +4,7 @@
 
 use super::{board_total, held_outside, host_resources, GpuSource, Own, ProcessUse};
 use crate::error::{Error, Result};
+use crate::machine::ShareLimits;
 use crate::placement::{Gpu, Machine};
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -32,6 +33,10 @@ pub struct NvmlOptions {
 
 pub struct NvmlSource {
     nvml: Nvml,
+    /// The library it loaded (the memory limits' calls are looked up there).
+    library: PathBuf,
+    /// What holds shares' memory limits, asked whether it can for each GPU.
+    limits: Option<std::sync::Arc<dyn super::limits::MemoryLimits>>,
     opts: NvmlOptions,
     /// Consecutive failed refreshes per GPU index, the UUID last read at
     /// each index, and each GPU's last good reading by UUID.
@@ -171,6 +176,8 @@ impl NvmlSource {
                     tracing::info!("NVML loaded from {}", path.display());
                     return Ok(NvmlSource {
                         nvml,
+                        library: path.clone(),
+                        limits: None,
                         opts,
                         failures: HashMap::new(),
                         uuid_at: HashMap::new(),
@@ -192,6 +199,17 @@ impl NvmlSource {
              set inventory.nvml = false on a host that only time-slices, or start with --sim to try the daemon without a GPU",
             tried.join(", ")
         )))
+    }
+
+    /// What holds shares' memory limits (each reading says, per GPU,
+    /// whether it can).
+    pub fn set_limits(&mut self, limits: std::sync::Arc<dyn super::limits::MemoryLimits>) {
+        self.limits = Some(limits);
+    }
+
+    /// The driver's library, as loaded.
+    pub fn library(&self) -> &std::path::Path {
+        &self.library
     }
 
     /// A health query's answer: None where the board does not have it; a
@@ -393,7 +411,9 @@ impl NvmlSource {
             Ok(m) if m.pending == 1 => crate::placement::Mig::Pending,
             _ => crate::placement::Mig::Off,
         };
+        let share_limits = self.share_limits(&uuid, &pci_bus_id, mig);
         Ok(Gpu {
+            share_limits,
             index,
             uuid,
             model,
@@ -413,6 +433,31 @@ impl NvmlSource {
             energy_mj: d.total_energy_consumption().ok(),
             utilization_pct: d.utilization_rates().ok().map(|u| u.gpu),
         })
+    }
+}
+
+impl NvmlSource {
+    /// Whether a share of this GPU can be held, and by what or why not.
+    fn share_limits(&self, uuid: &str, pci: &str, mig: crate::placement::Mig) -> ShareLimits {
+        if self.opts.wsl {
+            return ShareLimits::Not("WSL (no per-container GPU memory limits)".into());
+        }
+        if mig == crate::placement::Mig::On {
+            return ShareLimits::Not(
+                "MIG mode (memory limits do not apply to MIG instances)".into(),
+            );
+        }
+        let Some(limits) = &self.limits else {
+            return ShareLimits::Unknown;
+        };
+        let id = super::limits::GpuId {
+            uuid: uuid.to_string(),
+            pci: pci.to_string(),
+        };
+        match limits.can_hold(&id) {
+            Ok(how) => ShareLimits::By(how.into()),
+            Err(why) => ShareLimits::Not(why),
+        }
     }
 }
 

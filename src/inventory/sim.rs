@@ -146,6 +146,7 @@ pub fn parse(text: &str) -> Result<Machine> {
                 .pci
                 .clone()
                 .unwrap_or_else(|| format!("00000000:{:02X}:00.0", i + 1)),
+            share_limits: crate::machine::ShareLimits::Not("simulated GPU".into()),
             ..Gpu::default()
         });
     }

@@ -263,6 +263,7 @@ impl Node {
                     runtime_id: row.runtime_id,
                     cgroup: row.cgroup,
                     cgroup_pids: Vec::new(),
+                    enforcement: None,
                 },
             );
         }
@@ -420,6 +421,7 @@ impl Node {
                 runtime_id: None,
                 cgroup: None,
                 cgroup_pids: Vec::new(),
+                enforcement: None,
             },
         );
         self.mark_starting(&changes.placed);
@@ -705,6 +707,22 @@ impl Node {
             w.phase = Phase::Running;
         }
         recorded
+    }
+
+    /// Records whether worker `name` (`id`: not another that took its name
+    /// since) has its share held or only promised.
+    pub fn set_enforcement(
+        &mut self,
+        name: &str,
+        id: i64,
+        e: crate::inventory::limits::Enforcement,
+    ) {
+        if let Some(w) = self.workers.get_mut(name).filter(|w| w.id == id) {
+            if w.enforcement.as_ref() != Some(&e) {
+                w.enforcement = Some(e);
+                self.to_show_again.insert(name.to_string());
+            }
+        }
     }
 
     /// Records the control group of a launched worker's workload.

@@ -301,9 +301,20 @@ impl Runtime for Docker {
                 .await;
             let err = match started {
                 Ok(r) if r.status == 204 || r.status == 304 => {
+                    // Docker creates a container's processes and runs its
+                    // command in one step (no `init`): nothing can be set
+                    // on its control group before the command's first line.
+                    let enforcement = l.hold.as_ref().map(|_| {
+                        crate::inventory::limits::Enforcement::Promised(
+                            "Docker starts a container's command as it creates its control group; \
+                             no limit can be set before it runs (podman can)"
+                                .into(),
+                        )
+                    });
                     return Ok(Started {
                         gpus_by: gpus.map(|g| self.gpus_by(l, g)),
                         id,
+                        enforcement,
                     });
                 }
                 Ok(r) => start_error(&r),
@@ -461,6 +472,7 @@ mod tests {
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,
             user,
+            hold: None,
         }
     }
 

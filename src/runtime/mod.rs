@@ -31,6 +31,10 @@ pub struct Launch {
     pub memory_bytes: u64,
     /// Run as this uid (units of non-root owners); None: as the runtime decides.
     pub user: Option<u32>,
+    /// A shared worker's GPU memory limits, set on its control group after
+    /// the group exists and before its command runs; None for whole GPUs,
+    /// VMs and workers without GPUs.
+    pub hold: Option<crate::inventory::limits::Hold>,
 }
 
 /// Which runtime a workload belongs to.
@@ -69,6 +73,9 @@ pub struct Started {
     /// ("through CDI: nvidia.com/gpu=GPU-…"); None where there is nothing
     /// to say (a unit, a VM's hostdevs, no GPU).
     pub gpus_by: Option<String>,
+    /// Whether the launch's `hold` was set before the command ran; None
+    /// when it had none.
+    pub enforcement: Option<crate::inventory::limits::Enforcement>,
 }
 
 impl Started {
@@ -76,8 +83,46 @@ impl Started {
         Started {
             id: id.into(),
             gpus_by: None,
+            enforcement: None,
         }
     }
+}
+
+/// Sets a launch's GPU memory limits on the workload's control group
+/// (`cgroup`, as [`cgroup_of`] or systemd names it) and reads them back,
+/// on a blocking thread and within [`crate::deadline::MEMORY_LIMITS`]:
+/// None when the launch holds nothing.
+pub async fn hold(
+    l: &Launch,
+    cgroup: Option<String>,
+) -> Option<crate::inventory::limits::Enforcement> {
+    Some(apply_hold(l.hold.clone()?, cgroup).await)
+}
+
+/// [`hold`]'s work for any hold: also a restart's check of an adopted worker.
+pub async fn apply_hold(
+    hold: crate::inventory::limits::Hold,
+    cgroup: Option<String>,
+) -> crate::inventory::limits::Enforcement {
+    use crate::inventory::limits::Enforcement;
+    let Some(cgroup) = cgroup else {
+        return Enforcement::Promised("its control group could not be found".into());
+    };
+    let limit = crate::deadline::of(crate::deadline::MEMORY_LIMITS);
+    let apply = tokio::task::spawn_blocking(move || hold.apply(&cgroup));
+    match tokio::time::timeout(limit, apply).await {
+        Ok(Ok(e)) => e,
+        Ok(Err(_)) => Enforcement::Promised("setting its limits failed unexpectedly".into()),
+        Err(_) => Enforcement::Promised(format!(
+            "its limits were not set within {} s",
+            limit.as_secs_f64()
+        )),
+    }
+}
+
+/// The control group of process `pid` ([`cgroup_of`] its `/proc/PID/cgroup`).
+pub fn cgroup_of_pid(pid: u32) -> Option<String> {
+    cgroup_of(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
 }
 
 pub trait Runtime: Send + Sync {

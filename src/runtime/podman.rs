@@ -132,6 +132,27 @@ impl Podman {
     }
 }
 
+impl Podman {
+    /// Creates the container's processes without running its command
+    /// (libpod's init); its first process's pid, when podman names it.
+    async fn init(&self, id: &str) -> Result<Option<u32>> {
+        let r = self
+            .call("init", "POST", &format!("/containers/{id}/init"), None)
+            .await?;
+        if r.status != 204 && r.status != 304 {
+            return Err(api_error("init", &r));
+        }
+        let r = self
+            .call("inspect", "GET", &format!("/containers/{id}/json"), None)
+            .await?;
+        let v: Value = serde_json::from_slice(&r.body).map_err(|e| backend("inspect", e))?;
+        Ok(v.pointer("/State/Pid")
+            .and_then(Value::as_u64)
+            .filter(|pid| *pid > 0)
+            .map(|pid| pid as u32))
+    }
+}
+
 impl Runtime for Podman {
     fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<Started>> {
         Box::pin(async move {
@@ -159,6 +180,19 @@ impl Runtime for Podman {
                 .and_then(|v| v.get("Id").and_then(Value::as_str).map(str::to_string))
                 .ok_or_else(|| backend("create", "no Id in the reply"))?;
             crate::failpoint::hit("podman.after-create");
+            // A shared worker's memory limits go on its control group
+            // between init (the container's processes exist, its command
+            // not yet run) and start: no byte of it runs unlimited.
+            let enforcement = match &l.hold {
+                None => None,
+                Some(_) => match self.init(&id).await {
+                    Ok(pid) => super::hold(l, pid.and_then(super::cgroup_of_pid)).await,
+                    Err(e) => {
+                        let _ = self.remove(&id).await;
+                        return Err(e);
+                    }
+                },
+            };
             let started = self
                 .call("start", "POST", &format!("/containers/{id}/start"), None)
                 .await;
@@ -169,6 +203,7 @@ impl Runtime for Podman {
                         id,
                         gpus_by: (!devices.is_empty())
                             .then(|| format!("through CDI: {}", devices.join(", "))),
+                        enforcement,
                     });
                 }
                 Ok(r) => api_error("start", &r),
@@ -234,6 +269,9 @@ impl Runtime for Podman {
         })
     }
 
+    /// The container's control group: its first process's, as the kernel
+    /// names it (the `memory` controller's on a v1 host, where podman's
+    /// `CgroupPath` may name another hierarchy's), else podman's word.
     fn cgroup<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
             let r = self
@@ -241,6 +279,14 @@ impl Runtime for Podman {
                 .await
                 .ok()?;
             let v: Value = serde_json::from_slice(&r.body).ok()?;
+            let by_pid = v
+                .pointer("/State/Pid")
+                .and_then(Value::as_u64)
+                .filter(|pid| *pid > 0)
+                .and_then(|pid| super::cgroup_of_pid(pid as u32));
+            if by_pid.is_some() {
+                return by_pid;
+            }
             let path = v.pointer("/State/CgroupPath")?.as_str()?;
             (!path.is_empty()).then(|| path.to_string())
         })
@@ -354,6 +400,7 @@ mod tests {
             cpu_cores: Amount::ZERO,
             memory_bytes: 0,
             user: None,
+            hold: None,
         };
         let limit = Duration::from_secs(10);
         let e = tokio::time::timeout(limit, p.start(&l))
@@ -407,6 +454,7 @@ mod tests {
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,
             user: None,
+            hold: None,
         };
         let b = p.create_body(&l).unwrap();
         assert_eq!(b["name"], "astraeus-listen");
@@ -422,6 +470,7 @@ mod tests {
         // the image says.
         let as_member = Launch {
             user: Some(1001),
+            hold: None,
             ..l.clone()
         };
         assert_eq!(p.create_body(&as_member).unwrap()["user"], "1001");
@@ -434,6 +483,7 @@ mod tests {
         for own in [0, 1000] {
             let l = Launch {
                 user: Some(own),
+                hold: None,
                 ..l.clone()
             };
             let body = session.create_body(&l).unwrap();
@@ -462,6 +512,7 @@ mod tests {
             cpu_cores: Amount::parse("0").unwrap(),
             memory_bytes: 0,
             user: None,
+            hold: None,
         };
         let paths = |p: &Podman| p.create_body(&l).unwrap()["devices"].clone();
         assert_eq!(paths(&p), json!([{ "path": "nvidia.com/gpu=all" }]));

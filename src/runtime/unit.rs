@@ -35,6 +35,20 @@ pub fn unit_name(worker: &str) -> String {
     format!("{PREFIX}{worker}.service")
 }
 
+/// The slice a shared worker's unit runs in, its memory limits set on it
+/// before the unit starts. A `-` in a slice's name nests it (`a-b.slice`
+/// is a child of `a.slice`): escaped, so that worker `a-b`'s slice is never
+/// inside worker `a`'s.
+pub fn slice_name(worker: &str) -> String {
+    format!("{PREFIX}{}.slice", worker.replace('-', "\\x2d"))
+}
+
+/// The slice of the unit `id` (`astraeus-worker-NAME.service`).
+fn slice_of(id: &str) -> Option<String> {
+    let worker = id.strip_prefix(PREFIX)?.strip_suffix(".service")?;
+    Some(slice_name(worker))
+}
+
 fn backend(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Backend(format!("systemd {what}: {e}"))
 }
@@ -154,6 +168,52 @@ pub fn properties(
 }
 
 impl Units {
+    /// A unit's ControlGroup, when it is loaded and has one.
+    async fn control_group(&self, unit: &str, kind: &str) -> Option<String> {
+        let m = self.manager("GetUnit", &(unit,)).await.ok()?;
+        let path: OwnedObjectPath = m.body().deserialize().ok()?;
+        let iface = format!("org.freedesktop.systemd1.{kind}");
+        let cg: String = self.property(&path, &iface, "ControlGroup").await.ok()?;
+        (!cg.is_empty()).then_some(cg)
+    }
+
+    /// Starts the worker's slice (kept if it is there already) and answers
+    /// its control group once systemd has made it.
+    async fn slice(&self, slice: &str, worker: &str) -> Result<String> {
+        let v = |x: Variant<'static>| OwnedVariant::try_from(x).expect("plain values convert");
+        let props: Vec<(&str, OwnedVariant)> = vec![
+            (
+                "Description",
+                v(Variant::from(format!(
+                    "astraeus worker {worker}'s GPU memory limits"
+                ))),
+            ),
+            // On a v1 host its memory controller's group is made only so.
+            ("MemoryAccounting", v(Variant::from(true))),
+        ];
+        let aux: Vec<(String, Vec<(String, OwnedVariant)>)> = Vec::new();
+        match self
+            .manager("StartTransientUnit", &(slice, "fail", props, aux))
+            .await
+        {
+            Ok(_) => {}
+            Err(zbus::Error::MethodError(name, _, _))
+                if name.as_str() == "org.freedesktop.systemd1.UnitExists" => {}
+            Err(e) => return Err(backend("StartTransientUnit (slice)", e)),
+        }
+        // The start is a job: the group exists once it ran (milliseconds).
+        for _ in 0..100 {
+            if let Some(cg) = self.control_group(slice, "Slice").await {
+                return Ok(cg);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(backend(
+            "StartTransientUnit (slice)",
+            format!("{slice} has no control group after 2 s"),
+        ))
+    }
+
     async fn ended(&self, path: &OwnedObjectPath) -> zbus::Result<Option<Exit>> {
         let state: String = self
             .property(path, "org.freedesktop.systemd1.Unit", "ActiveState")
@@ -175,12 +235,25 @@ impl Runtime for Units {
     fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<Started>> {
         Box::pin(async move {
             let name = unit_name(&l.worker);
-            let props = properties(l, self.stop_timeout, self.defaults)?;
+            let mut props = properties(l, self.stop_timeout, self.defaults)?;
+            // A shared worker: its slice first, limits on the slice, then
+            // the unit inside it; its command never runs unlimited.
+            let mut enforcement = None;
+            if l.hold.is_some() {
+                let slice = slice_name(&l.worker);
+                let cgroup = self.slice(&slice, &l.worker).await?;
+                enforcement = super::hold(l, Some(cgroup)).await;
+                let v = OwnedVariant::try_from(Variant::from(slice)).expect("a string converts");
+                props.push(("Slice", v));
+            }
             let aux: Vec<(String, Vec<(String, OwnedVariant)>)> = Vec::new();
             self.manager("StartTransientUnit", &(name.as_str(), "fail", props, aux))
                 .await
                 .map_err(|e| backend("StartTransientUnit", e))?;
-            Ok(Started::id(name))
+            Ok(Started {
+                enforcement,
+                ..Started::id(name)
+            })
         })
     }
 
@@ -248,19 +321,24 @@ impl Runtime for Units {
         Box::pin(async move {
             // A failed unit stays listed until reset; a clean one is collected by itself.
             let _ = self.manager("ResetFailedUnit", &(id,)).await;
+            // Its slice, if it had one: the group goes, and its limits with it.
+            if let Some(slice) = slice_of(id) {
+                let _ = self.manager("StopUnit", &(slice.as_str(), "replace")).await;
+            }
             Ok(())
         })
     }
 
+    /// Its slice's group where it has one (the group its limits are on),
+    /// else the unit's own.
     fn cgroup<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
-            let m = self.manager("GetUnit", &(id,)).await.ok()?;
-            let path: OwnedObjectPath = m.body().deserialize().ok()?;
-            let cg: String = self
-                .property(&path, "org.freedesktop.systemd1.Service", "ControlGroup")
-                .await
-                .ok()?;
-            (!cg.is_empty()).then_some(cg)
+            if let Some(slice) = slice_of(id) {
+                if let Some(cg) = self.control_group(&slice, "Slice").await {
+                    return Some(cg);
+                }
+            }
+            self.control_group(id, "Service").await
         })
     }
 
@@ -335,6 +413,7 @@ mod tests {
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,
             user,
+            hold: None,
         }
     }
 

@@ -194,6 +194,8 @@ impl Service {
                 vms: settings.vms,
                 stop_timeout: settings.stop_timeout,
                 reconciling: Default::default(),
+                limits: settings.limits,
+                hard_limit: settings.hard_limit,
             },
             slicing,
             published,
@@ -760,7 +762,13 @@ impl Service {
                 if let Err(e) = self.node.set_cgroup(&name, &cgroup) {
                     tracing::error!(worker = %name, "recording the control group failed: {e}");
                 }
+                self.check_hold(&name, cgroup);
             }
+            Command::Enforced {
+                name,
+                id,
+                enforcement,
+            } => self.enforced(&name, id, enforcement),
             Command::Exited {
                 name,
                 kind,

@@ -38,6 +38,11 @@ pub struct Settings {
     pub units: Option<Arc<dyn Runtime>>,
     /// libvirt, for VM workers.
     pub vms: Option<Arc<dyn Runtime>>,
+    /// What holds shared workers' GPU memory limits (NVML, dmem), or why
+    /// nothing can on this host.
+    pub limits: Arc<dyn crate::inventory::limits::MemoryLimits>,
+    /// `sharing.hard_limit`.
+    pub hard_limit: crate::config::HardLimit,
     /// libvirt, for time-slicing templates (the same connection as `vms`).
     pub templates: Option<Arc<crate::runtime::libvirt::Libvirt>>,
     /// Graceful stop, then forced after this long.

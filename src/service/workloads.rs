@@ -7,6 +7,7 @@ use super::Service;
 use crate::access::{Caller, Workload};
 use crate::command::Command;
 use crate::error::{Error, Result};
+use crate::inventory::limits::{Enforcement, GpuId, Hold, Limits};
 use crate::journal;
 use crate::node::Phase;
 use crate::request::{Run, WorkerSpec};
@@ -82,6 +83,9 @@ pub(super) struct Runtimes {
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
     pub reconciling: Reconciling,
+    /// What sets shared workers' GPU memory limits, and the hard limit's rule.
+    pub limits: Arc<dyn crate::inventory::limits::MemoryLimits>,
+    pub hard_limit: crate::config::HardLimit,
 }
 
 /// The reconciling after a start, while a runtime's listing is awaited
@@ -174,10 +178,11 @@ impl Service {
         let Some(kind) = w.kind() else {
             return;
         };
-        let (Some(rt), Some(launch)) = (self.runtimes.get(kind), w.launch(self.node.machine()))
+        let (Some(rt), Some(mut launch)) = (self.runtimes.get(kind), w.launch(self.node.machine()))
         else {
             return;
         };
+        launch.hold = self.hold_for(w);
         if w.phase == Phase::Stopping {
             // Asked to stop after it was placed and before this launch (in
             // the same group): its caller was told it stops, so it never runs.
@@ -245,6 +250,10 @@ impl Service {
         let live = self.node.worker(&name).is_some();
         match (result, live) {
             (Ok(started), true) => {
+                if let (Some(e), Some(w)) = (started.enforcement, self.node.worker(&name)) {
+                    let id = w.id;
+                    self.enforced(&name, id, e);
+                }
                 let id = started.id;
                 let short = &id[..20.min(id.len())];
                 let how = match (&self.runtimes.containers_by, kind) {
@@ -301,6 +310,82 @@ impl Service {
         recorded
     }
 
+    /// The GPU memory limits a shared worker gets on each GPU it holds:
+    /// soft its share, hard its share or the GPU's offered memory
+    /// (`sharing.hard_limit`). None for whole GPUs, VMs (a passed-through
+    /// GPU is the guest's), reservations and workers without GPUs.
+    pub(super) fn hold_for(&self, w: &crate::worker::Worker) -> Option<Hold> {
+        let share = w.spec.shared_gb()?;
+        if !matches!(w.kind(), Some(Kind::Container | Kind::Unit)) || w.grants().is_empty() {
+            return None;
+        }
+        let machine = self.node.machine();
+        let gpus = w
+            .grants()
+            .iter()
+            .map(|g| {
+                let now = machine.gpus.iter().find(|m| m.uuid == g.gpu_uuid);
+                let hard = match (self.runtimes.hard_limit, now) {
+                    (crate::config::HardLimit::Offered, Some(m)) => {
+                        m.total.saturating_sub(m.outside).max(share)
+                    }
+                    _ => share,
+                };
+                let id = GpuId {
+                    uuid: g.gpu_uuid.clone(),
+                    pci: now.map(|m| m.pci_bus_id.clone()).unwrap_or_default(),
+                };
+                let index = now.map_or(g.gpu_index, |m| m.index);
+                let limits = Limits {
+                    soft: share.bytes(),
+                    hard: hard.bytes(),
+                };
+                (index, id, limits)
+            })
+            .collect();
+        Some(Hold {
+            backend: self.runtimes.limits.clone(),
+            gpus,
+        })
+    }
+
+    /// Records what a launch or check found of a worker's limits.
+    pub(super) fn enforced(&mut self, name: &str, id: i64, e: Enforcement) {
+        if let Enforcement::Promised(why) = &e {
+            if self.node.worker(name).is_some_and(|w| w.id == id) {
+                tracing::info!(worker = %name, "worker {name}'s GPU memory share is promised, not held: {why}");
+            }
+        }
+        self.node.set_enforcement(name, id, e);
+        self.publish_worker(name);
+    }
+
+    /// A running shared worker whose limits are not known (adopted after a
+    /// restart): they are set again on its control group and read back,
+    /// off the loop.
+    pub(super) fn check_hold(&mut self, name: &str, cgroup: String) {
+        let Some(w) = self.node.worker(name) else {
+            return;
+        };
+        if w.enforcement.is_some() || w.phase != Phase::Running {
+            return;
+        }
+        let (Some(hold), id) = (self.hold_for(w), w.id) else {
+            return;
+        };
+        let (tx, name) = (self.lp.tx.clone(), name.to_string());
+        tokio::spawn(async move {
+            let enforcement = crate::runtime::apply_hold(hold, Some(cgroup)).await;
+            let _ = tx
+                .send(Command::Enforced {
+                    name,
+                    id,
+                    enforcement,
+                })
+                .await;
+        });
+    }
+
     /// Ends a worker, at the runtime's own time when it has one.
     async fn end_worker(
         &mut self,
@@ -310,6 +395,15 @@ impl Service {
         at: Option<EpochMs>,
     ) {
         let at = at.unwrap_or_else(EpochMs::now);
+        // Its limits go with it (removing its group clears them too; this
+        // clears them where the group outlives it).
+        let held = self.node.worker(name).and_then(|w| {
+            let held = w.enforcement == Some(Enforcement::Held);
+            held.then(|| self.hold_for(w).zip(w.cgroup.clone()))?
+        });
+        if let Some((hold, cgroup)) = held {
+            tokio::task::spawn_blocking(move || hold.clear(&cgroup));
+        }
         // Listed to anyone (the ended list) and logged.
         let reason = reason_text(reason);
         match self.node.end_at(name, status, &reason, at) {

@@ -237,8 +237,18 @@ fn workers(ws: &[WorkerSnap]) -> String {
             } else {
                 "unknown".to_string()
             };
+            // held or promised; why, on hover (as page.html's heldCell).
+            let held = if v.enforcement.is_empty() || v.state == crate::worker::State::Pending {
+                r#"<td class="held">—</td>"#.to_string()
+            } else {
+                format!(
+                    r#"<td class="held" title="{}">{}</td>"#,
+                    esc(&v.enforcement),
+                    esc(v.enforcement.split(':').next().unwrap_or_default())
+                )
+            };
             format!(
-                r#"<tr data-name="{0}"{warn}><td class="name">{0}</td><td class="state state-{1}">{1}</td><td class="owner">{2}</td><td class="gpus">{3}</td><td class="use num">{4}</td></tr>"#,
+                r#"<tr data-name="{0}"{warn}><td class="name">{0}</td><td class="state state-{1}">{1}</td><td class="owner">{2}</td><td class="gpus">{3}</td>{held}<td class="use num">{4}</td></tr>"#,
                 esc(&v.name),
                 esc(v.state.as_str()),
                 esc(&w.owner),

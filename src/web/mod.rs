@@ -445,7 +445,7 @@ pub fn machine_json(snap: &Snapshot) -> Value {
                 "draining_for": (!v.draining_for.is_empty()).then_some(&v.draining_for),
                 "summary": v.summary, "offers": g.offers, "used_gb": g.used_gb,
                 "power_w": known(v.power_w), "utilization_pct": known(v.utilization_pct as f64),
-                "warning": v.warning,
+                "warning": v.warning, "share_limits": v.share_limits,
             })
         })
         .collect();
@@ -477,6 +477,8 @@ pub fn workers_json(snap: &Snapshot) -> Value {
                 // Null where nothing is read: waiting (no GPU), or no reading.
                 "gpu_used_gb": if v.gpus.is_empty() { Value::Null } else { known(v.gpu_used_gb) },
                 "pending_reasons": w.pending_reasons, "warnings": v.warnings,
+                // `held`, or `promised: why`; null while it waits.
+                "enforcement": (v.state != crate::worker::State::Pending).then_some(&v.enforcement),
             });
             if let Some(gb) = w.shared_gb {
                 o["gpu_shared_gb"] = json!(gb);

@@ -14,6 +14,8 @@
  *       [events=notsup]              the device offers no events
  *       [mig=CURRENT,PENDING]        MIG mode, each 0 or 1 (absent: NOT_SUPPORTED, as on
  *                                    GPUs without MIG)
+ *       [limits=notsup|noperm|disagree] r615's memory limits fail so on this GPU (disagree:
+ *                                    GetMemoryLimits_v1 answers a soft limit 1 byte off)
  *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
  * (one gpu line per device, in index order; '_' in name stands for a space).
  * With $FAKE_NVML_CACHE set, the file is parsed again only when it was
@@ -21,19 +23,32 @@
  * refresh and measures the daemon, not this parser. Tests leave it unset.
  * fail=1 makes every call about the device answer GPU_IS_LOST. The memory
  * query checks the v2 struct's version as the driver does.
- * Built with -DOMIT_OPTIONAL it leaves out power, energy, utilisation, MIG-mode and
- * retired-pages symbols, as an old driver or a consumer board might. */
+ * Memory limits (nvmlDeviceSetMemoryLimits_v1 / GetMemoryLimits_v1, driver r615):
+ * kept per (GPU, cgroup directory) in $FAKE_NVML_LIMITS (lines `UUID SOFT HARD DIR`),
+ * re-read on every call, so a restarted daemon, a test and the worker itself all see
+ * what was set, as they would on a real host. A directory that does not exist
+ * answers NOT_FOUND, as the driver does for a namespace that is no cgroup; a limit
+ * whose directory was removed is gone (removing the cgroup clears it). currentUsed
+ * is the memory of the fixture's `proc` lines on that GPU whose process is in the
+ * directory or below it (by its /proc/PID/cgroup, memory controller or unified).
+ * With $FAKE_NVML_LIMITS_LOG set, each set is also appended there as it happened:
+ * `set UUID SOFT HARD DIR procs=COMM,COMM` (the processes in DIR at that moment, by
+ * their /proc/PID/comm: what had run in the group when its limit was set) or
+ * `clear UUID DIR`.
+ * Built with -DOMIT_OPTIONAL it leaves out power, energy, utilisation, MIG-mode,
+ * retired-pages and memory-limit symbols, as an old driver or a consumer board might. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAXG 64
 #define MAXP 64
 typedef int nvmlReturn_t;
 typedef void *nvmlDevice_t;
-enum { OK = 0, UNINIT = 1, INVALID = 2, NOTSUP = 3, NOPERM = 4, INSUFFICIENT = 7, LOST = 15,
+enum { OK = 0, UNINIT = 1, INVALID = 2, NOTSUP = 3, NOPERM = 4, NOT_FOUND = 6, INSUFFICIENT = 7, LOST = 15,
        VERSION_MISMATCH = 25, UNKNOWN = 999 };
 
 typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } mem_v2_t;
@@ -42,7 +57,7 @@ typedef struct { unsigned int gpu, memory; } util_t;
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
 
 /* *_rc: what the query answers (OK or an error); remap: 0 none, 1 pending, 2 failed. */
-struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid, mig_rc; unsigned int mig, mig_pending; unsigned long long xid[8]; };
+struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, limits_rc, limits_disagree, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid, mig_rc; unsigned int mig, mig_pending; unsigned long long xid[8]; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
 static struct gpu G[MAXG];
 static struct proc P[MAXP];
@@ -121,6 +136,12 @@ static void load(void) {
         const char *comma = strchr(v, ',');
         g->mig_pending = comma ? (unsigned)atoi(comma + 1) : g->mig;
       }
+      g->limits_rc = OK;
+      if ((v = val(l, "limits"))) {
+        if (!strcmp(v, "notsup")) g->limits_rc = NOTSUP;
+        else if (!strcmp(v, "noperm")) g->limits_rc = NOPERM;
+        else if (!strcmp(v, "disagree")) g->limits_disagree = 1;
+      }
       g->procs_rc = OK;
       if ((v = val(l, "procs")))
         g->procs_rc = !strcmp(v, "notsup") ? NOTSUP : !strcmp(v, "noperm") ? NOPERM : UNKNOWN;
@@ -165,6 +186,13 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) {
   if (i >= (unsigned)ng) return INVALID;
   *d = (nvmlDevice_t)(intptr_t)(i + 1);
   return OK;
+}
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d) {
+  load();
+  if (!inited) return UNINIT;
+  for (int i = 0; i < ng; i++)
+    if (!strcmp(G[i].uuid, uuid)) { *d = (nvmlDevice_t)(intptr_t)(i + 1); return OK; }
+  return NOT_FOUND;
 }
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *i) { DEV(d); *i = (unsigned)(g - G); return OK; }
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *s, unsigned int n) { DEV(d); snprintf(s, n, "%s", g->name); return OK; }
@@ -260,5 +288,124 @@ nvmlReturn_t nvmlEventSetWait_v2(void *set, event_t *data, unsigned int timeout)
     }
   }
   return 10; /* NVML_ERROR_TIMEOUT */
+}
+/* Memory limits (r615): the layouts of nvidia-ml-py 13.615's c_nvmlSetMemoryLimits_v1_t
+ * and c_nvmlGetMemoryLimits_v1_t. */
+typedef struct { const char *nameSpace; unsigned long long softLimit, hardLimit; } set_limits_t;
+typedef struct { const char *nameSpace; unsigned long long softLimit, hardLimit, currentUsed; } get_limits_t;
+#define NO_LIMIT 0xFFFFFFFFFFFFFFFFULL
+#define MAXL 256
+struct limit { char uuid[96]; unsigned long long soft, hard; char dir[512]; };
+static struct limit L[MAXL];
+static int nl;
+static int is_dir(const char *p) { struct stat st; return !stat(p, &st) && S_ISDIR(st.st_mode); }
+static void limits_load(void) {
+  nl = 0;
+  const char *path = getenv("FAKE_NVML_LIMITS");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (!f) return;
+  char line[700];
+  while (nl < MAXL && fgets(line, sizeof line, f)) {
+    struct limit *x = &L[nl];
+    if (sscanf(line, "%95s %llu %llu %511[^\n]", x->uuid, &x->soft, &x->hard, x->dir) == 4 && is_dir(x->dir)) nl++;
+  }
+  fclose(f);
+}
+static void limits_save(void) {
+  const char *path = getenv("FAKE_NVML_LIMITS");
+  if (!path) return;
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return;
+  for (int i = 0; i < nl; i++) fprintf(f, "%s %llu %llu %s\n", L[i].uuid, L[i].soft, L[i].hard, L[i].dir);
+  fclose(f);
+  rename(tmp, path);
+}
+static struct limit *limit_of(const char *uuid, const char *dir) {
+  for (int i = 0; i < nl; i++) if (!strcmp(L[i].uuid, uuid) && !strcmp(L[i].dir, dir)) return &L[i];
+  return NULL;
+}
+/* Whether a process is in `dir` or below it. */
+static int pid_in(unsigned int pid, const char *dir) {
+  char p[64], line[600];
+  snprintf(p, sizeof p, "/proc/%u/cgroup", pid);
+  FILE *f = fopen(p, "r");
+  if (!f) return 0;
+  int in = 0;
+  while (!in && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    char full[700];
+    *c2 = 0;
+    if (!strcmp(c1 + 1, "memory")) snprintf(full, sizeof full, "/sys/fs/cgroup/memory%s", c2 + 1);
+    else if (!c1[1]) snprintf(full, sizeof full, "/sys/fs/cgroup%s", c2 + 1);
+    else continue;
+    size_t n = strlen(dir);
+    in = !strncmp(full, dir, n) && (full[n] == 0 || full[n] == '/');
+  }
+  fclose(f);
+  return in;
+}
+static void limits_log(const char *uuid, const set_limits_t *s) {
+  const char *path = getenv("FAKE_NVML_LIMITS_LOG");
+  FILE *f = path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  if (s->softLimit == 0 && s->hardLimit == NO_LIMIT) {
+    fprintf(f, "clear %s %s\n", uuid, s->nameSpace);
+    fclose(f);
+    return;
+  }
+  fprintf(f, "set %s %llu %llu %s procs=", uuid, s->softLimit, s->hardLimit, s->nameSpace);
+  char procs[600];
+  snprintf(procs, sizeof procs, "%s/cgroup.procs", s->nameSpace);
+  FILE *p = fopen(procs, "r");
+  unsigned int pid;
+  int first = 1;
+  while (p && fscanf(p, "%u", &pid) == 1) {
+    char comm[64] = "", cp[64];
+    snprintf(cp, sizeof cp, "/proc/%u/comm", pid);
+    FILE *c = fopen(cp, "r");
+    if (c) { if (fgets(comm, sizeof comm, c)) comm[strcspn(comm, "\n")] = 0; fclose(c); }
+    fprintf(f, "%s%s", first ? "" : ",", comm);
+    first = 0;
+  }
+  if (p) fclose(p);
+  fprintf(f, "\n");
+  fclose(f);
+}
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t d, set_limits_t *s) {
+  DEV(d);
+  if (g->limits_rc != OK) return g->limits_rc;
+  if (!s || !s->nameSpace) return INVALID;
+  if (!is_dir(s->nameSpace)) return NOT_FOUND;
+  if (s->hardLimit < s->softLimit) return INVALID;
+  limits_load();
+  struct limit *x = limit_of(g->uuid, s->nameSpace);
+  if (s->softLimit == 0 && s->hardLimit == NO_LIMIT) {
+    if (x) *x = L[--nl];
+  } else {
+    if (!x && nl < MAXL) { x = &L[nl++]; snprintf(x->uuid, sizeof x->uuid, "%s", g->uuid); snprintf(x->dir, sizeof x->dir, "%s", s->nameSpace); }
+    if (!x) return UNKNOWN;
+    x->soft = s->softLimit; x->hard = s->hardLimit;
+  }
+  limits_save();
+  limits_log(g->uuid, s);
+  return OK;
+}
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, get_limits_t *o) {
+  DEV(d);
+  if (g->limits_rc != OK) return g->limits_rc;
+  if (!o || !o->nameSpace) return INVALID;
+  if (!is_dir(o->nameSpace)) return NOT_FOUND;
+  limits_load();
+  struct limit *x = limit_of(g->uuid, o->nameSpace);
+  o->softLimit = x ? x->soft + g->limits_disagree : 0;
+  o->hardLimit = x ? x->hard : NO_LIMIT;
+  o->currentUsed = 0;
+  for (int i = 0; i < np; i++)
+    if (P[i].gpu == g - G && !P[i].na && pid_in(P[i].pid, o->nameSpace)) o->currentUsed += P[i].mem;
+  return OK;
 }
 #endif

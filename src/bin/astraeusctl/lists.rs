@@ -185,6 +185,14 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
         } else {
             Default::default()
         };
+    // One more call when any runs: whether each one's share is held.
+    let enforcement: std::collections::HashMap<String, String> =
+        if rows.iter().any(|r| r.state != "pending") {
+            let list: Vec<(String, String)> = c.call("ListEnforcement", &()).await?;
+            list.into_iter().collect()
+        } else {
+            Default::default()
+        };
     if form.json {
         let j: Vec<_> = rows
             .iter()
@@ -195,13 +203,15 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
                    "gpu_shared_gb": (r.gpu_shared_gb > 0.0).then_some(r.gpu_shared_gb),
                    // Null where nothing is read: waiting, or no reading (as the table's — and "unknown").
                    "gpu_used_gb": (r.state == "running" && r.gpu_used_gb >= 0.0).then_some(r.gpu_used_gb),
+                   // `held`, or `promised: why`; null while it waits.
+                   "enforcement": enforcement.get(&r.name),
                    "pending_reasons": pending.get(&r.name).cloned().unwrap_or_default()})
             })
             .collect();
         outln!("{}", serde_json::to_string_pretty(&j).expect("json"));
         return Ok(());
     }
-    let table: Vec<[String; 6]> = rows
+    let table: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {
             let used = if r.state != "running" {
@@ -211,29 +221,39 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
             } else {
                 format!("{} GB", gb(r.gpu_used_gb))
             };
+            // The word alone (`held`, `promised`); why, in `show` and --json.
+            let memory = enforcement
+                .get(&r.name)
+                .and_then(|e| e.split(':').next())
+                .unwrap_or("—")
+                .to_string();
             [
                 r.name.clone(),
                 r.state.clone(),
                 owner_name(r.owner_uid),
                 gpus_cell(&r.gpu_indices, r.gpu_shared_gb),
                 gpu_cell(&r.gpu_indices),
+                memory,
                 used,
             ]
         })
         .collect();
-    const HEAD: [&str; 6] = ["NAME", "STATE", "OWNER", "GPUS", "GPU", "USED"];
-    let w: Vec<usize> = (0..6)
+    const HEAD: [&str; 7] = ["NAME", "STATE", "OWNER", "GPUS", "GPU", "MEMORY", "USED"];
+    let w: Vec<usize> = (0..7)
         .map(|i| width(HEAD[i], table.iter().map(|r| r[i].as_str())))
         .collect();
-    let line = |r: [&str; 6]| {
-        let left: Vec<String> = (0..5).map(|i| pad(r[i], w[i])).collect();
-        format!("{}  {}", left.join("  "), r[5])
+    let line = |r: [&str; 7]| {
+        let left: Vec<String> = (0..6).map(|i| pad(r[i], w[i])).collect();
+        format!("{}  {}", left.join("  "), r[6])
     };
     if form.legend {
         outln!("{}", line(HEAD));
     }
     for r in &table {
-        outln!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
+        outln!(
+            "{}",
+            line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]])
+        );
         // The rows alone for scripts (--no-legend): one line a worker.
         let reasons = pending.remove(r[0].as_str()).filter(|_| form.legend);
         for why in reasons.unwrap_or_default() {

@@ -155,6 +155,7 @@ pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String
             "gpu_shared_gb": (share > 0.0).then_some(share),
             "gpu_used_gb": (used >= 0.0).then_some(used),
             "warnings": list("Warnings"), "holders": holders,
+            "enforcement": text("Enforcement"),
             "pending_reasons": list("PendingReasons"), "request": request,
             "submitted_ms": submitted, "placed_ms": placed,
         });
@@ -178,6 +179,12 @@ pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String
     }
     if used >= 0.0 && text("State") == "running" {
         outln!("  uses:     {} GB", gb(used));
+    }
+    if text("State") != "pending" && !text("Enforcement").is_empty() {
+        outln!(
+            "  memory:   {}",
+            astraeusd::text::printable(&text("Enforcement"))
+        );
     }
     let local = Local::here();
     for (label, at) in [("submitted:", submitted), ("placed:   ", placed)] {
