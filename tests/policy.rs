@@ -10,6 +10,7 @@ const READ_ONLY: &[&str] = &[
     "GetWorker",
     "ListWorkers",
     "ListPending",
+    "ListEnforcement",
     "ListEnded",
     "ListEndedMs",
     "ListGpus",

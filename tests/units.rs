@@ -2,6 +2,8 @@
 //! inside a private mount namespace (it needs root, as CI has).
 
 mod common;
+#[path = "common/fake_nvml.rs"]
+mod fake_nvml;
 
 #[test]
 fn unit_workers_on_a_real_user_manager() {
@@ -14,6 +16,7 @@ fn unit_workers_on_a_real_user_manager() {
             env!("CARGO_BIN_EXE_astraeusd"),
             env!("CARGO_BIN_EXE_astraeusctl"),
             sim.to_str().unwrap(),
+            fake_nvml::fake_lib(false).to_str().unwrap(),
         ],
         "units: OK",
     );

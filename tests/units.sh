@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Unit workers against a real systemd user manager, in a private mount
 # namespace (recipe in shared/test-environment.md). Run by tests/units.rs as:
-#   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL SIM_FILE
+#   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL SIM_FILE FAKE_NVML
 # User= cannot be tested in a user manager (it is root's own); it is set only
 # for non-root owners: tests/system_manager.sh runs a member's unit under a
 # real system manager.
 set -euo pipefail
-daemon=$1 ctl=$2 sim=$3
+daemon=$1 ctl=$2 sim=$3 fake_nvml=$4
 rt=$(mktemp -d /var/lib/astraeus-units.XXXXXX)
 mkdir -p "$rt/run-systemd/system" "$rt/state"
 mount --bind "$rt/run-systemd" /run/systemd
@@ -49,6 +49,8 @@ grep -qx "GB=2.5 CUDA=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000 NVIDIA=GPU-5c0a7d
 [ "$(systemctl --user show astraeus-worker-job.service -p MemoryMax --value)" = 268435456 ] || fail "MemoryMax"
 [ "$(systemctl --user show astraeus-worker-job.service -p CPUQuotaPerSecUSec --value)" = 500ms ] || fail "CPUQuota"
 [ "$(systemctl --user show astraeus-worker-job.service -p NoNewPrivileges --value)" = yes ] || fail "NoNewPrivileges"
+e=$(busctl --user get-property org.astraeus.Node1 /org/astraeus/Node1/worker/job org.astraeus.Node1.Worker Enforcement)
+[ "$e" = 's "promised: GPU 0: simulated GPU"' ] || fail "Enforcement on --sim: $e"
 wait_for job gone
 grep -q "worker job exited with status 4" "$rt/daemon.log" || fail "exit status not recorded"
 taken=$(busctl --user get-property org.astraeus.Node1 /org/astraeus/Node1/gpu/0 org.astraeus.Node1.Gpu TakenGb)
@@ -98,4 +100,54 @@ start_daemon
 wait_for stay 's "running"'
 grep -q "adopted the running workload of worker stay" "$rt/daemon.log" || fail "stay not adopted"
 [ "$(systemctl --user show astraeus-worker-stay.service -p MainPID --value)" = "$pid_before" ] || fail "stay started twice"
+echo "== a shared unit's GPU memory limits are on its own slice before its first line (NVML r615, the fake library)"
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true
+uuid=GPU-5c0a7d3e-4060-4b1e-9f00-000000000000
+printf 'gpu uuid=%s name=NVIDIA_L4 total=%s used=0 reserved=0 bus=00000000:01:00.0 power=60000 energy=1000 util=3\n' \
+    "$uuid" $((24 << 30)) > "$rt/gpus.txt"
+printf 'machine = "majin"\n[inventory]\nrefresh_seconds = 0.5\nwsl = false\nnvml_library = "%s"\n[runtime]\nstop_timeout_seconds = 2\n' \
+    "$fake_nvml" > "$rt/nvml.toml"
+export FAKE_NVML_FIXTURE=$rt/gpus.txt FAKE_NVML_LIMITS=$rt/limits.txt
+mkdir -p "$rt/state-nvml"
+start_nvml_daemon() {
+    "$daemon" --session --state-dir "$rt/state-nvml" --config "$rt/nvml.toml" 2>>"$rt/daemon.log" &
+    daemon_pid=$!
+    for _ in $(seq 300); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && return; sleep 0.1; done
+    cat "$rt/daemon.log"; exit 1
+}
+enforcement() { busctl --user get-property org.astraeus.Node1 "/org/astraeus/Node1/worker/$1" org.astraeus.Node1.Worker Enforcement 2>/dev/null; }
+start_nvml_daemon
+# Its first line: the limits line the driver holds for its own group's
+# slice (the memory controller's path: this host is cgroup v1 hybrid).
+cat > "$rt/held.json" <<JSON
+{"name":"heldjob","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.5}},
+ "run":{"unit":{"exec":["/bin/sh","-c","cg=\$(awk -F: '\$2 == \"memory\" {print \$3}' /proc/self/cgroup); grep -F \" /sys/fs/cgroup/memory\$(dirname \$cg)\" $rt/limits.txt > $rt/seen.txt; echo \$cg > $rt/cg.txt; exec sleep 1000"]}}}
+JSON
+"$ctl" --session submit "$rt/held.json"
+wait_for heldjob 's "running"'
+for _ in $(seq 300); do [ -s "$rt/cg.txt" ] && break; sleep 0.1; done
+cg=$(cat "$rt/cg.txt")
+slice=$(systemctl --user show 'astraeus-worker-heldjob.slice' -p ControlGroup --value)
+[ "$(dirname "$cg")" = "$slice" ] || fail "the unit ($cg) is not in its own slice ($slice)"
+[ "$(cat "$rt/seen.txt")" = "$uuid 2684354560 2684354560 /sys/fs/cgroup/memory$slice" ] \
+    || fail "its first line saw no limit on its slice: '$(cat "$rt/seen.txt")' in $(cat "$rt/limits.txt")"
+[ "$(enforcement heldjob)" = 's "held"' ] || fail "Enforcement: $(enforcement heldjob)"
+"$ctl" --session workers | grep -E '^heldjob +running .* held ' >/dev/null || fail "workers: $("$ctl" --session workers)"
+
+echo "== limits lost (a GPU reset) and the daemon killed: set again on its slice when it is adopted"
+kill -9 "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true
+: > "$rt/limits.txt"
+start_nvml_daemon
+wait_for heldjob 's "running"'
+for _ in $(seq 300); do grep -q "/sys/fs/cgroup/memory$slice\$" "$rt/limits.txt" && break; sleep 0.1; done
+grep -qx "$uuid 2684354560 2684354560 /sys/fs/cgroup/memory$slice" "$rt/limits.txt" || fail "not set again: $(cat "$rt/limits.txt")"
+for _ in $(seq 300); do [ "$(enforcement heldjob)" = 's "held"' ] && break; sleep 0.1; done
+[ "$(enforcement heldjob)" = 's "held"' ] || fail "Enforcement after the restart: $(enforcement heldjob)"
+
+echo "== stopped: its slice is gone, and its limits with it"
+"$ctl" --session stop heldjob
+wait_for heldjob gone
+for _ in $(seq 300); do [ "$(systemctl --user show 'astraeus-worker-heldjob.slice' -p ActiveState --value)" != active ] && break; sleep 0.1; done
+[ "$(systemctl --user show 'astraeus-worker-heldjob.slice' -p ActiveState --value)" != active ] || fail "its slice outlived it"
+while read -r _ _ _ d; do [ -d "$d" ] && fail "a limit left on $d"; done < "$rt/limits.txt"
 echo "units: OK"

@@ -422,6 +422,18 @@ mod tests {
     }
 
     #[test]
+    fn a_workers_slice_never_nests_in_anothers() {
+        assert_eq!(slice_name("job"), "astraeus-worker-job.slice");
+        // `astraeus-worker-a-b.slice` would be a child of worker a's slice.
+        assert_eq!(slice_name("a-b"), "astraeus-worker-a\\x2db.slice");
+        assert_eq!(
+            slice_of("astraeus-worker-a-b.service").as_deref(),
+            Some("astraeus-worker-a\\x2db.slice")
+        );
+        assert_eq!(slice_of("other.service"), None);
+    }
+
+    #[test]
     fn a_non_root_owners_unit_runs_as_that_user_with_its_environment_and_limits() {
         let p = properties(
             &launch(Some(1000)),
