@@ -793,9 +793,9 @@ fn astraeusctl_shows_the_seeds_words() {
     };
     assert_eq!(
         in_locale("C", &["--no-legend", "workers"]),
-        "listen  running  root   1 - shared 2.2 GB  0    unknown\n\
-         small   pending  root   -                  -    -\n\
-         voice   running  root   1 - shared 4.2 GB  0    unknown\n"
+        "listen  running  root   1 - shared 2.2 GB  0    promised  unknown\n\
+         small   pending  root   -                  -    -         -\n\
+         voice   running  root   1 - shared 4.2 GB  0    promised  unknown\n"
     );
     assert!(in_locale("C.UTF-8", &["workers"]).contains("1 · shared 2.2 GB"));
     assert_eq!(
@@ -821,9 +821,12 @@ fn astraeusctl_shows_the_seeds_words() {
         v[0],
         serde_json::json!({"name": "listen", "state": "running", "owner": 0,
             "owner_name": "root", "gpus": [0], "gpu_shared_gb": 2.2,
-            "gpu_used_gb": null, "pending_reasons": []})
+            "gpu_used_gb": null,
+            "enforcement": "promised: a reservation (no workload of its own to limit)",
+            "pending_reasons": []})
     );
     assert_eq!(v[1]["name"], "small");
+    assert_eq!(v[1]["enforcement"], serde_json::Value::Null, "waiting: none");
     assert_eq!(v[1]["gpus"], serde_json::json!([]));
     assert_eq!(
         v[1]["gpu_used_gb"],

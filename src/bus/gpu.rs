@@ -157,6 +157,11 @@ impl GpuObject {
         );
         d.set(warned, "Warning", n.warning);
         d.set(old.pci_bus_id != n.pci_bus_id, "PciBusId", n.pci_bus_id);
+        d.set(
+            old.share_limits != n.share_limits,
+            "ShareLimits",
+            n.share_limits,
+        );
         d
     }
 }

@@ -178,6 +178,7 @@ fn properties<'a>(
         ("SubmittedMs", v.submitted_ms.into()),
         ("PlacedMs", v.placed_ms.into()),
         ("GpuUsedGb", v.gpu_used_gb.into()),
+        ("Enforcement", v.enforcement.as_str().into()),
         ("Request", (&**request).into()),
     ])
 }
@@ -260,6 +261,7 @@ impl WorkerObject {
         d.set(old.holders != n.holders, "Holders", n.holders);
         d.set(old.warnings != n.warnings, "Warnings", n.warnings);
         d.set(old.gpu_used_gb != n.gpu_used_gb, "GpuUsedGb", n.gpu_used_gb);
+        d.set(old.enforcement != n.enforcement, "Enforcement", n.enforcement);
         d
     }
 }
