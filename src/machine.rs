@@ -41,6 +41,19 @@ pub struct Gpu {
     pub utilization_pct: Option<u32>,
     /// Whether this host can hold a share of it (per-worker memory limits).
     pub share_limits: ShareLimits,
+    /// The limits read back now on each worker whose share on it is held,
+    /// and its group's exact use there (a reading, as `own_use`).
+    pub held_use: Vec<HeldUse>,
+}
+
+/// One held worker's limits on a GPU as the driver answered them at a
+/// reading: `limits` (soft, hard bytes) None when they could not be read;
+/// `used`, its control group's memory on the GPU, when counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeldUse {
+    pub worker: String,
+    pub limits: Option<(u64, u64)>,
+    pub used: Option<u64>,
 }
 
 /// Whether a share of a GPU can be held by the driver or kernel, as its
@@ -258,6 +271,7 @@ impl Gpu {
             energy_mj: None,
             utilization_pct: None,
             own_use: None,
+            held_use: Vec::new(),
             ..g.clone()
         };
         bare(self) == bare(other)

@@ -826,7 +826,11 @@ fn astraeusctl_shows_the_seeds_words() {
             "pending_reasons": []})
     );
     assert_eq!(v[1]["name"], "small");
-    assert_eq!(v[1]["enforcement"], serde_json::Value::Null, "waiting: none");
+    assert_eq!(
+        v[1]["enforcement"],
+        serde_json::Value::Null,
+        "waiting: none"
+    );
     assert_eq!(v[1]["gpus"], serde_json::json!([]));
     assert_eq!(
         v[1]["gpu_used_gb"],

@@ -380,6 +380,43 @@ fn a_containers_limit_is_on_its_own_group_before_its_command_runs() {
         "its command ran before its limit: {set}"
     );
     workers_row_says(a, "c", "held");
+    // Its use read from its limits (the driver's count for its group,
+    // 5 GB), not from its processes (the 1 GB NVML lists for its pid): it
+    // uses more than its 4 GB share, and is told so.
+    let fx = dir.path().join("gpus.txt");
+    fake_nvml::one_l4(
+        &fx,
+        UUID,
+        5 * GIB,
+        &format!("proc gpu=0 pid={pid} mem={GIB} kind=compute\n"),
+    );
+    let text = std::fs::read_to_string(&fx).unwrap();
+    std::fs::write(
+        &fx,
+        text.replacen(" util=3", &format!(" util=3 cgused={}", 5 * GIB), 1),
+    )
+    .unwrap();
+    eventually("its exact use", || {
+        worker_prop(a, "c", "GpuUsedGb") == "d 5\n"
+    });
+    assert_eq!(
+        worker_prop(a, "c", "Warnings"),
+        "as 1 \"uses more than its 4 GB share on GPU 0 of majin (5 GB now)\"\n"
+    );
+    // Its limits lost while it runs (a GPU reset clears them): the next
+    // reading sees it, and they are set again.
+    std::fs::write(dir.path().join("limits.txt"), "").unwrap();
+    eventually("set again", || {
+        limits_in(&dir.path().join("limits.txt")).len() == 1
+    });
+    assert!(
+        d.log_text().contains("are no longer what was set"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(worker_prop(a, "c", "Enforcement"), "s \"held\"\n");
+    fake_nvml::one_l4(&fx, UUID, 0, "");
+
     let o = ctl(a, None, &["status", "c"]);
     assert!(o.stdout.contains("\n  memory:   held\n"), "{}", o.stdout);
     let o = ctl(a, None, &["show", "c"]);

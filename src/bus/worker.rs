@@ -261,7 +261,11 @@ impl WorkerObject {
         d.set(old.holders != n.holders, "Holders", n.holders);
         d.set(old.warnings != n.warnings, "Warnings", n.warnings);
         d.set(old.gpu_used_gb != n.gpu_used_gb, "GpuUsedGb", n.gpu_used_gb);
-        d.set(old.enforcement != n.enforcement, "Enforcement", n.enforcement);
+        d.set(
+            old.enforcement != n.enforcement,
+            "Enforcement",
+            n.enforcement,
+        );
         d
     }
 }

@@ -30,6 +30,10 @@ pub struct Own {
     /// GB promised to workers on each GPU (by UUID), for hosts without
     /// per-process readings (WSL2).
     pub promised: HashMap<String, Amount>,
+    /// The workers whose share is held (limits set and read back), with
+    /// the control group the limits are on: read back at each reading,
+    /// their exact use counted from them.
+    pub held: std::sync::Arc<[Group]>,
 }
 
 /// A running worker's control group (a path below the cgroup root).
@@ -69,6 +73,10 @@ pub struct OwnOn {
     /// the rest of the GPU to others).
     pub shares: Vec<Share>,
     pub promised: Amount,
+    /// By worker: its control group's exact use of the GPU, where its
+    /// limits answer it (NVML's currentUsed): counted instead of its
+    /// processes' bytes.
+    pub exact: HashMap<String, u64>,
 }
 
 impl Own {
@@ -194,11 +202,19 @@ pub fn held_outside(
     let mut whose = Vec::new();
     let outside_bytes = match processes {
         Some(procs) if procs.iter().all(|p| p.bytes.is_some()) => {
+            // A worker counted exactly: its group's figure, not its processes'.
+            let exact_pids: HashSet<u32> = own
+                .shares
+                .iter()
+                .filter(|s| own.exact.contains_key(&s.worker))
+                .flat_map(|s| s.pids.iter().copied())
+                .collect();
             let own_bytes: u64 = procs
                 .iter()
-                .filter(|p| own.pids.contains(&p.pid))
+                .filter(|p| own.pids.contains(&p.pid) && !exact_pids.contains(&p.pid))
                 .filter_map(|p| p.bytes)
-                .sum();
+                .sum::<u64>()
+                + own.exact.values().sum::<u64>();
             let mut others: Vec<&ProcessUse> = procs
                 .iter()
                 .filter(|p| !own.pids.contains(&p.pid))
@@ -210,7 +226,7 @@ pub fn held_outside(
                     detail.push(format!("{gb} GB held by pid {} ({})", p.pid, p.who));
                 }
             }
-            for (excess, over) in beyond_shares(procs, &own.shares) {
+            for (excess, over) in beyond_shares(procs, &own.shares, &own.exact) {
                 beyond += excess;
                 whose.push(over);
             }
@@ -241,7 +257,11 @@ pub fn held_outside(
 /// whose). Workers that name a process in common (one holder serving two
 /// workers) are judged together, against the sum of their shares: a
 /// process's bytes cannot be told apart between them.
-fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, Beyond)> {
+fn beyond_shares(
+    procs: &[ProcessUse],
+    shares: &[Share],
+    exact: &HashMap<String, u64>,
+) -> Vec<(u64, Beyond)> {
     // Workers linked by a process in common, as sets: each share points at
     // another of its set, or at itself when it stands for the set.
     let mut parent: Vec<usize> = (0..shares.len()).collect();
@@ -271,11 +291,15 @@ fn beyond_shares(procs: &[ProcessUse], shares: &[Share]) -> Vec<(u64, Beyond)> {
     }
     sets.into_values()
         .filter_map(|(mut names, pids, share)| {
-            let used: u64 = procs
-                .iter()
-                .filter(|p| pids.contains(&p.pid))
-                .filter_map(|p| p.bytes)
-                .sum();
+            // Counted exactly when every worker of the set is.
+            let exactly: Option<u64> = names.iter().map(|n| exact.get(*n)).sum();
+            let used: u64 = exactly.unwrap_or_else(|| {
+                procs
+                    .iter()
+                    .filter(|p| pids.contains(&p.pid))
+                    .filter_map(|p| p.bytes)
+                    .sum()
+            });
             let excess = used.checked_sub(share.bytes()).filter(|e| *e > 0)?;
             names.sort_unstable();
             let beyond = Beyond {
@@ -363,6 +387,7 @@ mod tests {
             pids: pids.clone(),
             shares: shares.to_vec(),
             promised,
+            exact: HashMap::new(),
         }
     }
 
@@ -408,6 +433,29 @@ mod tests {
             &mine(&own, &shares, Amount::whole(6)),
         );
         assert_eq!(held, Held::default());
+    }
+
+    /// A held worker's use is its group's exact count (NVML's currentUsed),
+    /// not its processes' bytes: 5 GB of a 4 GB share, though NVML lists
+    /// only 1 GB for its pid; the rest of the GPU's use is outside.
+    #[test]
+    fn a_held_workers_use_is_its_groups_exact_count() {
+        let own: HashSet<u32> = [10].into();
+        let shares = [share("a", 4, &[10])];
+        let procs = [p(10, 1, "x"), p(20, 2, "y")];
+        let mut on = mine(&own, &shares, Amount::whole(4));
+        let by_pids = held_outside(8 * GB_BYTES, 0, Some(&procs), &on);
+        assert_eq!(
+            (by_pids.outside, by_pids.beyond_shares),
+            (Amount::whole(7), Amount::ZERO)
+        );
+        on.exact.insert("a".into(), 5 * GB_BYTES);
+        let exact = held_outside(8 * GB_BYTES, 0, Some(&procs), &on);
+        assert_eq!(
+            (exact.outside, exact.beyond_shares),
+            (Amount::whole(3), Amount::whole(1))
+        );
+        assert_eq!(exact.beyond[0].used, Amount::whole(5));
     }
 
     /// Sharers with no process known on a GPU are left out of what is

@@ -4,7 +4,7 @@
 
 use super::{board_total, held_outside, host_resources, GpuSource, Own, ProcessUse};
 use crate::error::{Error, Result};
-use crate::machine::ShareLimits;
+use crate::machine::{HeldUse, ShareLimits};
 use crate::placement::{Gpu, Machine};
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -394,7 +394,8 @@ impl NvmlSource {
         // The bytes under the board's nominal size are the driver's too.
         let (total, unreported) = board_total(mem.total);
         let reserved = mem.reserved.saturating_add(unreported);
-        let mine = own.on(&uuid);
+        let mut mine = own.on(&uuid);
+        let held_use = self.read_held(own, &uuid, &pci_bus_id, &mut mine);
         let held = held_outside(mem.used, reserved, processes.as_deref(), &mine);
         let own_use = processes.as_ref().map(|procs| {
             procs
@@ -414,6 +415,7 @@ impl NvmlSource {
         let share_limits = self.share_limits(&uuid, &pci_bus_id, mig);
         Ok(Gpu {
             share_limits,
+            held_use,
             index,
             uuid,
             model,
@@ -437,6 +439,47 @@ impl NvmlSource {
 }
 
 impl NvmlSource {
+    /// The limits of each held worker on this GPU, read back; where they
+    /// are set and count its group's use, that use is its own, exactly
+    /// (`mine.exact`), in place of its processes' bytes.
+    fn read_held(&self, own: &Own, uuid: &str, pci: &str, mine: &mut super::OwnOn) -> Vec<HeldUse> {
+        let (Some(limits), Some(claims)) = (&self.limits, own.on_gpu.get(uuid)) else {
+            return Vec::new();
+        };
+        let id = super::limits::GpuId {
+            uuid: uuid.to_string(),
+            pci: pci.to_string(),
+        };
+        let mut out = Vec::new();
+        for group in own.held.iter() {
+            let Some(gb) = claims
+                .iter()
+                .find(|c| c.worker == group.worker)
+                .and_then(|c| c.share)
+            else {
+                continue;
+            };
+            let read = limits.get(&id, &group.cgroup).ok();
+            let set = read.filter(|r| r.limits != super::limits::Limits::NONE);
+            if let Some(used) = set.and_then(|r| r.used) {
+                mine.exact.insert(group.worker.clone(), used);
+                if !mine.shares.iter().any(|s| s.worker == group.worker) {
+                    mine.shares.push(super::Share {
+                        worker: group.worker.clone(),
+                        gb,
+                        pids: Vec::new(),
+                    });
+                }
+            }
+            out.push(HeldUse {
+                worker: group.worker.clone(),
+                limits: read.map(|r| (r.limits.soft, r.limits.hard)),
+                used: set.and_then(|r| r.used),
+            });
+        }
+        out
+    }
+
     /// Whether a share of this GPU can be held, and by what or why not.
     fn share_limits(&self, uuid: &str, pci: &str, mig: crate::placement::Mig) -> ShareLimits {
         if self.opts.wsl {

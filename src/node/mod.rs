@@ -138,6 +138,8 @@ pub struct Node {
     /// Workers to show again with the next reading: their control group's
     /// processes changed, or a reading that would have shown them failed.
     to_show_again: std::collections::BTreeSet<String>,
+    /// Workers whose share is held (their limits are read back at each reading).
+    held: std::collections::BTreeSet<String>,
     /// The least the pending workers ask of a GPU (ends passes early).
     needs: placement::Needs,
     store: Store,
@@ -181,6 +183,7 @@ impl Node {
             cgroups_changed: 0,
             own_cache: Default::default(),
             to_show_again: Default::default(),
+            held: Default::default(),
             needs: Default::default(),
             run: None,
             counters: Default::default(),
@@ -476,6 +479,7 @@ impl Node {
             .end_worker(w.id, at, exit_status, reason, launched)?;
         let w = self.workers.remove(name).expect("checked above");
         self.with_holders.remove(name);
+        self.held.remove(name);
         if self.with_cgroup.remove(name) {
             self.cgroups_changed += 1;
         }
@@ -709,6 +713,11 @@ impl Node {
         recorded
     }
 
+    /// The workers whose share is held now.
+    pub fn held_workers(&self) -> impl Iterator<Item = &Worker> + '_ {
+        self.held.iter().filter_map(|name| self.workers.get(name))
+    }
+
     /// Records whether worker `name` (`id`: not another that took its name
     /// since) has its share held or only promised.
     pub fn set_enforcement(
@@ -718,6 +727,11 @@ impl Node {
         e: crate::inventory::limits::Enforcement,
     ) {
         if let Some(w) = self.workers.get_mut(name).filter(|w| w.id == id) {
+            if e == crate::inventory::limits::Enforcement::Held {
+                self.held.insert(name.to_string());
+            } else {
+                self.held.remove(name);
+            }
             if w.enforcement.as_ref() != Some(&e) {
                 w.enforcement = Some(e);
                 self.to_show_again.insert(name.to_string());

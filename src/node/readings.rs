@@ -93,6 +93,7 @@ impl Node {
         Own {
             on_gpu,
             cgroups,
+            held: self.held_groups(),
             in_cgroups: Default::default(),
             promised: self
                 .book
@@ -101,6 +102,22 @@ impl Node {
                 .map(|(uuid, u)| (uuid.clone(), u.taken()))
                 .collect(),
         }
+    }
+
+    /// The workers whose share is held, and the group their limits are on
+    /// (few: shared workers on hosts that hold shares).
+    fn held_groups(&self) -> Arc<[Group]> {
+        self.held
+            .iter()
+            .filter_map(|name| self.workers.get(name))
+            .filter_map(|w| {
+                Some(Group {
+                    worker: w.name().to_string(),
+                    id: w.id,
+                    cgroup: w.cgroup.clone()?,
+                })
+            })
+            .collect()
     }
 
     /// A new reading of the machine: promises stay, pending work is re-examined.
@@ -179,6 +196,10 @@ impl Node {
             let on = used.workers();
             match (before.get(uuid.as_str()), after.get(uuid.as_str())) {
                 (Some(old), Some(new)) if old.same_but_readings(new) => {
+                    if old.held_use != new.held_use {
+                        shown.extend(on.map(str::to_string));
+                        continue;
+                    }
                     if old.own_use == new.own_use {
                         continue;
                     }
@@ -282,6 +303,16 @@ impl Node {
             .iter()
             .map(|grant| {
                 let gpu = self.machine.gpus.iter().find(|g| g.uuid == grant.gpu_uuid);
+                // Its group's exact use where its limits count it.
+                let exact = gpu.and_then(|g| {
+                    g.held_use
+                        .iter()
+                        .find(|h| h.worker == w.name())
+                        .and_then(|h| h.used)
+                });
+                if let Some(bytes) = exact {
+                    return (gpu.map_or(grant.gpu_index, |g| g.index), Some(bytes));
+                }
                 let used = gpu.and_then(|g| g.own_use.as_ref()).map(|uses| {
                     uses.iter()
                         .filter(|(pid, _)| w.own_pids().any(|p| p == *pid))

@@ -196,6 +196,7 @@ impl Service {
                 reconciling: Default::default(),
                 limits: settings.limits,
                 hard_limit: settings.hard_limit,
+                reapplying: Default::default(),
             },
             slicing,
             published,
@@ -449,6 +450,7 @@ impl Service {
                         tracing::debug!("re-read the machine ({why})");
                         self.publish(&changes);
                         self.launch_placed(&changes.placed).await;
+                        self.reapply_lost_limits();
                     }
                     Err(e) => tracing::error!("applying the new inventory failed: {e}"),
                 }

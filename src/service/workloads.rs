@@ -86,6 +86,8 @@ pub(super) struct Runtimes {
     /// What sets shared workers' GPU memory limits, and the hard limit's rule.
     pub limits: Arc<dyn crate::inventory::limits::MemoryLimits>,
     pub hard_limit: crate::config::HardLimit,
+    /// Held workers whose limits are being set again (one at a time each).
+    pub reapplying: std::collections::HashSet<String>,
 }
 
 /// The reconciling after a start, while a runtime's listing is awaited
@@ -349,8 +351,52 @@ impl Service {
         })
     }
 
+    /// A held worker whose limits a reading read back as other than set
+    /// (a GPU reset clears them; a driver may lose them): set again and
+    /// read back, off the loop; until then it stays `held` (a reading
+    /// a moment ago found it so) unless that fails.
+    pub(super) fn reapply_lost_limits(&mut self) {
+        let machine = self.node.machine();
+        let mut lost = Vec::new();
+        for w in self.node.held_workers() {
+            if self.runtimes.reapplying.contains(w.name()) {
+                continue;
+            }
+            let (Some(hold), Some(cgroup)) = (self.hold_for(w), w.cgroup.clone()) else {
+                continue;
+            };
+            let differs = hold.gpus.iter().find_map(|(index, gpu, want)| {
+                let g = machine.gpus.iter().find(|g| g.uuid == gpu.uuid)?;
+                let read = g.held_use.iter().find(|h| h.worker == w.name())?;
+                (read.limits != Some((want.soft, want.hard))).then_some(*index)
+            });
+            if let Some(index) = differs {
+                lost.push((w.name().to_string(), w.id, hold, cgroup, index));
+            }
+        }
+        for (name, id, hold, cgroup, index) in lost {
+            tracing::warn!(
+                worker = %name,
+                "worker {name}'s GPU memory limits on GPU {index} are no longer what was set \
+                 (a GPU reset clears them): setting them again"
+            );
+            self.runtimes.reapplying.insert(name.clone());
+            let tx = self.lp.tx.clone();
+            tokio::spawn(async move {
+                let enforcement = crate::runtime::apply_hold(hold, Some(cgroup)).await;
+                let cmd = Command::Enforced {
+                    name,
+                    id,
+                    enforcement,
+                };
+                let _ = tx.send(cmd).await;
+            });
+        }
+    }
+
     /// Records what a launch or check found of a worker's limits.
     pub(super) fn enforced(&mut self, name: &str, id: i64, e: Enforcement) {
+        self.runtimes.reapplying.remove(name);
         if let Enforcement::Promised(why) = &e {
             if self.node.worker(name).is_some_and(|w| w.id == id) {
                 tracing::info!(worker = %name, "worker {name}'s GPU memory share is promised, not held: {why}");

@@ -16,6 +16,9 @@
  *                                    GPUs without MIG)
  *       [limits=notsup|noperm|disagree] r615's memory limits fail so on this GPU (disagree:
  *                                    GetMemoryLimits_v1 answers a soft limit 1 byte off)
+ *       [cgused=BYTES]               GetMemoryLimits_v1's currentUsed for every group with
+ *                                    limits: the driver's own per-cgroup count, which also
+ *                                    sees memory its process list does not show
  *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
  * (one gpu line per device, in index order; '_' in name stands for a space).
  * With $FAKE_NVML_CACHE set, the file is parsed again only when it was
@@ -57,7 +60,7 @@ typedef struct { unsigned int gpu, memory; } util_t;
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
 
 /* *_rc: what the query answers (OK or an error); remap: 0 none, 1 pending, 2 failed. */
-struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc; unsigned int power, util; int fail, pending, limits_rc, limits_disagree, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid, mig_rc; unsigned int mig, mig_pending; unsigned long long xid[8]; };
+struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc, cgused; unsigned int power, util; int fail, pending, limits_rc, limits_disagree, cgused_set, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid, mig_rc; unsigned int mig, mig_pending; unsigned long long xid[8]; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
 static struct gpu G[MAXG];
 static struct proc P[MAXP];
@@ -142,6 +145,7 @@ static void load(void) {
         else if (!strcmp(v, "noperm")) g->limits_rc = NOPERM;
         else if (!strcmp(v, "disagree")) g->limits_disagree = 1;
       }
+      if ((v = val(l, "cgused"))) { g->cgused_set = 1; g->cgused = strtoull(v, NULL, 10); }
       g->procs_rc = OK;
       if ((v = val(l, "procs")))
         g->procs_rc = !strcmp(v, "notsup") ? NOTSUP : !strcmp(v, "noperm") ? NOPERM : UNKNOWN;
@@ -406,6 +410,7 @@ nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, get_limits_t *o) {
   o->currentUsed = 0;
   for (int i = 0; i < np; i++)
     if (P[i].gpu == g - G && !P[i].na && pid_in(P[i].pid, o->nameSpace)) o->currentUsed += P[i].mem;
+  if (x && g->cgused_set) o->currentUsed = g->cgused;
   return OK;
 }
 #endif
