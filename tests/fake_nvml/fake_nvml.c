@@ -20,6 +20,10 @@
  *                                    limits: the driver's own per-cgroup count, which also
  *                                    sees memory its process list does not show
  *   proc gpu=INDEX pid=PID mem=BYTES|na kind=compute|graphics
+ *   mig gpu=INDEX uuid=MIG-x name=NVIDIA_A100_MIG_1g.10gb total=BYTES used=BYTES
+ *                                    a MIG instance of GPU INDEX (its parent, in MIG mode):
+ *                                    nvmlDeviceGetMigDeviceHandleByIndex lists them in
+ *                                    order; a lost parent loses them too
  * (one gpu line per device, in index order; '_' in name stands for a space).
  * With $FAKE_NVML_CACHE set, the file is parsed again only when it was
  * replaced (inode, size or change time moved): the bench reads 64 GPUs a
@@ -48,6 +52,7 @@
 #include <unistd.h>
 
 #define MAXG 64
+#define MAXM 16
 #define MAXP 64
 typedef int nvmlReturn_t;
 typedef void *nvmlDevice_t;
@@ -62,7 +67,9 @@ typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDevi
 /* *_rc: what the query answers (OK or an error); remap: 0 none, 1 pending, 2 failed. */
 struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc, cgused; unsigned int power, util; int fail, pending, limits_rc, limits_disagree, cgused_set, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid, mig_rc; unsigned int mig, mig_pending; unsigned long long xid[8]; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
-static struct gpu G[MAXG];
+static struct gpu G[MAXG + MAXM];
+/* MIG instances follow the GPUs in G (G[ng .. ng+nm)); mig_parent[k] is instance k's GPU. */
+static int mig_parent[MAXM], nm;
 static struct proc P[MAXP];
 static int ng, np, inited;
 
@@ -95,8 +102,9 @@ static void load(void) {
     seen = now;
     cached = 1;
   }
-  ng = np = 0;
+  ng = np = nm = 0;
   FILE *f = path ? fopen(path, "r") : NULL;
+  static struct gpu M[MAXM];
   if (!f) return;
   char line[512];
   while (fgets(line, sizeof line, f)) {
@@ -149,6 +157,17 @@ static void load(void) {
       g->procs_rc = OK;
       if ((v = val(l, "procs")))
         g->procs_rc = !strcmp(v, "notsup") ? NOTSUP : !strcmp(v, "noperm") ? NOPERM : UNKNOWN;
+    } else if (!strncmp(line, "mig ", 4) && nm < MAXM) {
+      struct gpu *m = &M[nm];
+      memset(m, 0, sizeof *m);
+      mig_parent[nm] = num(l, "gpu");
+      const char *v;
+      if ((v = val(l, "uuid"))) snprintf(m->uuid, sizeof m->uuid, "%s", v);
+      if ((v = val(l, "name"))) snprintf(m->name, sizeof m->name, "%s", v);
+      for (char *c = m->name; *c; c++) if (*c == '_') *c = ' ';
+      m->total = num(l, "total"); m->used = num(l, "used");
+      m->mig_rc = NOTSUP; m->limits_rc = NOTSUP; m->events_rc = NOTSUP; m->remap_rc = NOTSUP; m->ecc_rc = NOTSUP;
+      nm++;
     } else if (!strncmp(line, "proc ", 5) && np < MAXP) {
       struct proc *p = &P[np++];
       p->gpu = num(l, "gpu"); p->pid = num(l, "pid"); p->mem = num(l, "mem");
@@ -157,13 +176,19 @@ static void load(void) {
     }
   }
   fclose(f);
+  /* Instances after the GPUs; each shares its parent's bus and fate. */
+  for (int k = 0; k < nm; k++) {
+    G[ng + k] = M[k];
+    int p = mig_parent[k];
+    if (p >= 0 && p < ng) { memcpy(G[ng + k].bus, G[p].bus, sizeof G[p].bus); G[ng + k].fail = G[p].fail; }
+  }
 }
-/* Device handles are index + 1, never NULL. */
+/* Device handles are index + 1, never NULL; a MIG instance's is ng + k + 1. */
 static struct gpu *dev(nvmlDevice_t d, nvmlReturn_t *rc) {
   load();
   intptr_t i = (intptr_t)d - 1;
   if (!inited) { *rc = UNINIT; return NULL; }
-  if (i < 0 || i >= ng) { *rc = INVALID; return NULL; }
+  if (i < 0 || i >= ng + nm) { *rc = INVALID; return NULL; }
   if (G[i].fail) { *rc = LOST; return NULL; }
   *rc = OK;
   return &G[i];
@@ -235,6 +260,22 @@ static nvmlReturn_t procs(nvmlDevice_t d, unsigned int *count, proc_t *out, int 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, proc_t *o) { return procs(d, c, o, 0); }
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, proc_t *o) { return procs(d, c, o, 1); }
 #ifndef OMIT_OPTIONAL
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count) {
+  DEV(d);
+  if (g->mig_rc != OK) return g->mig_rc;
+  *count = 7;
+  return OK;
+}
+/* The index-th instance of a GPU in MIG mode: NOT_FOUND for an empty slot. */
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *out) {
+  DEV(d);
+  if (g->mig_rc != OK) return g->mig_rc;
+  unsigned int seen = 0;
+  for (int k = 0; k < nm; k++)
+    if (mig_parent[k] == g - G && seen++ == index) { *out = (nvmlDevice_t)(intptr_t)(ng + k + 1); return OK; }
+  return NOT_FOUND;
+}
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is) { DEV(d); *is = (g - G) >= ng; return OK; }
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
   DEV(d);
   if (g->mig_rc != OK) return g->mig_rc;
