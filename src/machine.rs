@@ -26,6 +26,8 @@ pub struct Gpu {
     /// Its MIG mode: a GPU in MIG mode runs no work of its own, so it is
     /// never offered either.
     pub mig: Mig,
+    /// A MIG instance of this GPU (its parent's UUID): offered whole only.
+    pub mig_of: Option<String>,
     /// Who holds the outside memory, and who uses beyond their share, when
     /// known (`1 GB held by pid 4242 (Xorg, user gdm)`).
     pub outside_detail: Vec<String>,
@@ -98,6 +100,7 @@ impl Gpu {
     pub fn places_as(&self, o: &Gpu) -> bool {
         let figures = |g: &Gpu| (g.index, g.total, g.offered(), g.healthy, g.sliced, g.mig);
         (self.uuid == o.uuid && self.model == o.model && self.vendor == o.vendor)
+            && self.mig_of == o.mig_of
             && figures(self) == figures(o)
     }
 
@@ -106,13 +109,29 @@ impl Gpu {
         self.sliced || self.mig == Mig::On
     }
 
+    /// Whether shared (by memory) work may be placed on it: not withheld,
+    /// and no MIG instance (memory limits do not apply to MIG handles).
+    pub fn takes_shares(&self) -> bool {
+        !self.withheld() && self.mig_of.is_none()
+    }
+
     /// "GPU 0 of majin is in MIG mode: …" — why a MIG GPU takes no work.
     pub(crate) fn mig_reason(&self, m: &str) -> String {
         format!(
-            "GPU {} of {m} is in MIG mode: it runs no work of its own, and its MIG \
-             instances are not offered by astraeusd (turn MIG off to share it: \
-             nvidia-smi -i {} -mig 0, then reset the GPU)",
+            "GPU {} of {m} is in MIG mode: it runs no work of its own; its MIG \
+             instances are offered whole, each as a GPU of its own (turn MIG off \
+             to share it: nvidia-smi -i {} -mig 0, then reset the GPU)",
             self.index, self.index
+        )
+    }
+
+    /// "GPU 9 of majin is a MIG instance …" — why a shared request does not
+    /// take a MIG instance.
+    pub(crate) fn instance_reason(&self, m: &str) -> String {
+        format!(
+            "GPU {} of {m} is a MIG instance: it is offered whole only (memory \
+             limits do not apply to MIG instances)",
+            self.index
         )
     }
 

@@ -358,10 +358,11 @@ impl Needs {
         }
         let usage = book.usage(&g.uuid);
         let whole = self.whole > 0 && usage.is_none_or(GpuUse::is_free);
-        let share = self.shares.keys().next().is_some_and(|&least| {
-            let taken = usage.map(GpuUse::taken).unwrap_or_default();
-            usage.is_none_or(|u| u.whole.is_none()) && taken + least <= g.offered()
-        });
+        let share = g.takes_shares()
+            && self.shares.keys().next().is_some_and(|&least| {
+                let taken = usage.map(GpuUse::taken).unwrap_or_default();
+                usage.is_none_or(|u| u.whole.is_none()) && taken + least <= g.offered()
+            });
         whole || share
     }
 }
@@ -382,8 +383,8 @@ pub fn could_use(machine: &Machine, g: &Gpu, book: &Book, req: &GpuRequest) -> b
         }
         Some(need) => {
             // On WSL2 a sharer takes its share on every GPU, whatever the filters.
-            let eligible =
-                machine.wsl || (matches_filters(g, req) && (g.healthy || !req.healthy_only));
+            let eligible = g.takes_shares()
+                && (machine.wsl || (matches_filters(g, req) && (g.healthy || !req.healthy_only)));
             let taken = usage.map(GpuUse::taken).unwrap_or_default();
             eligible && usage.is_none_or(|u| u.whole.is_none()) && taken + need <= g.offered()
         }
@@ -482,15 +483,24 @@ fn place_gpus(
     notes: &mut Notes,
 ) -> Option<Vec<Grant>> {
     let m = &machine.name;
+    let shared = req.shared_gb.is_some();
     let candidates: Vec<&Gpu> = machine
         .gpus
         .iter()
         .filter(|g| !g.withheld() && matches_filters(g, req))
+        .filter(|g| !shared || g.takes_shares())
         .collect();
     // A MIG GPU the request names or would take is said, whatever else
-    // keeps the request waiting.
+    // keeps the request waiting; so is a MIG instance a shared one would.
     for g in (machine.gpus.iter()).filter(|g| g.mig == Mig::On && matches_filters(g, req)) {
         notes.add(|| g.mig_reason(m));
+    }
+    let instances = machine
+        .gpus
+        .iter()
+        .filter(|g| g.mig_of.is_some() && !g.withheld());
+    for g in instances.filter(|g| shared && matches_filters(g, req)) {
+        notes.add(|| g.instance_reason(m));
     }
     if candidates.is_empty() {
         notes.add(|| no_match_reason(machine, req));
@@ -542,7 +552,7 @@ fn place_gpus(
         Some(need) => {
             // On WSL2 the worker takes its share on every GPU of the pool.
             let pool: Vec<&Gpu> = if machine.wsl {
-                machine.gpus.iter().filter(|g| !g.withheld()).collect()
+                machine.gpus.iter().filter(|g| g.takes_shares()).collect()
             } else {
                 candidates.clone()
             };

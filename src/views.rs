@@ -246,9 +246,22 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
             .kept_for(&g.uuid)
             .unwrap_or_default()
             .to_string(),
-        summary: match node.book().kept_for(&g.uuid) {
-            Some(keeper) => format!("{}; draining for {keeper}", placement::sharers_line(usage)),
-            None => placement::sharers_line(usage),
+        summary: {
+            let line = match node.book().kept_for(&g.uuid) {
+                Some(keeper) => {
+                    format!("{}; draining for {keeper}", placement::sharers_line(usage))
+                }
+                None => placement::sharers_line(usage),
+            };
+            match &g.mig_of {
+                Some(parent) => {
+                    let of = node
+                        .index_now(parent)
+                        .map_or(parent.clone(), |i| format!("GPU {i}"));
+                    format!("a MIG instance of {of}, offered whole only; {line}")
+                }
+                None => line,
+            }
         },
         warning: (node.gpu_warning(g))
             .or_else(|| g.mig_warning(&node.machine().name))

@@ -639,9 +639,9 @@ fn a_mig_gpu_is_never_offered_and_a_pending_one_is_warned_of() {
         !o.ok
             && o.stderr.contains("it can never be placed on majin")
             && o.stderr.contains(
-                "GPU 1 of majin is in MIG mode: it runs no work of its own, and its MIG \
-                 instances are not offered by astraeusd (turn MIG off to share it: \
-                 nvidia-smi -i 1 -mig 0, then reset the GPU)"
+                "GPU 1 of majin is in MIG mode: it runs no work of its own; its MIG \
+                 instances are offered whole, each as a GPU of its own (turn MIG off \
+                 to share it: nvidia-smi -i 1 -mig 0, then reset the GPU)"
             ),
         "{}",
         o.stderr
@@ -666,6 +666,110 @@ fn a_mig_gpu_is_never_offered_and_a_pending_one_is_warned_of() {
     let _d = start(&bus, dir.path(), &fake_lib(true), &fx, "");
     let o = ctl(&bus.address, None, &["--no-legend", "gpus"]);
     assert!(o.stdout.contains(" free "), "{}", o.stdout);
+}
+
+/// A GPU in MIG mode offers each of its MIG instances as a GPU of its own,
+/// whole only: listed after the GPUs, with its own UUID, name and memory; a
+/// whole request takes one; a shared request never does, and says why; an
+/// instance is unhealthy when its GPU is.
+#[test]
+fn mig_instances_are_offered_whole_each_a_gpu_of_its_own() {
+    let dir = open_tempdir();
+    let fx = dir.path().join("gpus.txt");
+    let write = |parent: &str| {
+        let extra = format!("mig=1,1 {parent}");
+        fixture(
+            &fx,
+            &[Gpu {
+                extra: &extra,
+                ..l4(0)
+            }],
+            &[],
+        );
+        let mut text = std::fs::read_to_string(&fx).unwrap();
+        text.push_str(&format!(
+            "mig gpu=0 uuid=MIG-aaaa name=NVIDIA_L4_MIG_1g.6gb total={} used=0\n\
+             mig gpu=0 uuid=MIG-bbbb name=NVIDIA_L4_MIG_2g.12gb total={} used={GB}\n",
+            6 * GB,
+            12 * GB
+        ));
+        std::fs::write(&fx, text).unwrap();
+    };
+    write("");
+    let bus = Bus::session();
+    let d = start(&bus, dir.path(), &fake_lib(false), &fx, "");
+    let a = &bus.address;
+    let o = ctl(a, None, &["--no-legend", "gpus"]);
+    let lines: Vec<&str> = o.stdout.lines().filter(|l| !l.starts_with("  ")).collect();
+    assert_eq!(lines.len(), 3, "{}", o.stdout);
+    assert!(
+        lines[0].starts_with("0    NVIDIA L4 ") && lines[0].contains(" mig "),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        lines[1].starts_with("1    NVIDIA L4 MIG 1g.6gb ") && lines[1].contains(" 6 GB "),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        lines[2].starts_with("2    NVIDIA L4 MIG 2g.12gb ") && lines[2].contains(" 1 GB "),
+        "{}",
+        o.stdout
+    );
+    let gpu_prop = |i: u32, name: &str| {
+        busctl(
+            a,
+            &[
+                "get-property",
+                "org.astraeus.Node1",
+                &format!("/org/astraeus/Node1/gpu/{i}"),
+                "org.astraeus.Node1.Gpu",
+                name,
+            ],
+        )
+        .stdout
+    };
+    assert_eq!(gpu_prop(1, "Uuid"), "s \"MIG-aaaa\"\n");
+    assert!(gpu_prop(2, "ShareLimits").starts_with("s \"promised: a MIG instance"));
+    // Shared work: never on an instance, and it says so for each.
+    let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("small", "1")]);
+    assert!(
+        !o.ok
+            && o.stderr.contains(
+                "GPU 1 of majin is a MIG instance: it is offered whole only (memory limits \
+                 do not apply to MIG instances)"
+            )
+            && o.stderr.contains("GPU 2 of majin is a MIG instance"),
+        "{}",
+        o.stderr
+    );
+    // Whole work takes one, the lowest free.
+    let whole = r#"{"name":"w","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    let o = manager(a, None, "SubmitWorker", &["s", whole]);
+    assert!(o.stdout.contains("running"), "{} {}", o.stdout, o.stderr);
+    let o = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/worker/w",
+            "org.astraeus.Node1.Worker",
+            "Gpus",
+        ],
+    );
+    assert_eq!(o.stdout, "a(us) 1 1 \"MIG-aaaa\"\n");
+    // Its GPU's row remapping failed: the instances are unhealthy, saying why.
+    write("remap=failed");
+    eventually("instances unhealthy", || {
+        gpu_prop(1, "Healthy") == "b false\n"
+    });
+    let health = gpu_prop(2, "Health");
+    assert!(
+        health.starts_with("s \"its GPU 0 is unhealthy: "),
+        "{health}"
+    );
+    drop(d);
 }
 
 #[test]

@@ -258,6 +258,34 @@ fn sliced_gpus_are_never_offered() {
     assert!(r[0].starts_with("no GPU of majin is offered"), "{r:?}");
 }
 
+/// A MIG instance is a GPU of its own, offered whole only: a whole request
+/// takes it; a shared one never does, and says why.
+#[test]
+fn mig_instances_are_offered_whole_only() {
+    let mut m = machine(vec![
+        gpu(0, "A100", "80", "0"),
+        gpu(1, "A100 MIG 3g.40gb", "40", "0"),
+    ]);
+    m.gpus[0].mig = placement::Mig::On;
+    m.gpus[1].mig_of = Some(m.gpus[0].uuid.clone());
+    let r = place(
+        &m,
+        &Book::default(),
+        &shared(1, "10"),
+        &mut Evaluations::default(),
+    )
+    .unwrap_err();
+    assert!(
+        r.iter().any(|l| l
+            == "GPU 1 of majin is a MIG instance: it is offered whole only (memory limits do not \
+                apply to MIG instances)"),
+        "{r:?}"
+    );
+    let mut book = Book::default();
+    let g = run(&m, &mut book, "w", &whole(GpuCount::Exactly(1))).unwrap();
+    assert_eq!(indexes(&g), vec![1]);
+}
+
 /// A GPU in MIG mode runs no work of its own: it is never offered, by
 /// memory or whole, and a request it could have served says why; one whose
 /// MIG mode is only pending still runs work, and is offered.
@@ -274,8 +302,8 @@ fn mig_gpus_are_never_offered_and_say_why() {
     let r = place(&m, &book, &shared(1, "30"), &mut Evaluations::default()).unwrap_err();
     assert!(
         r.iter().any(|l| l.starts_with(
-            "GPU 0 of majin is in MIG mode: it runs no work of its own, and its MIG instances \
-             are not offered by astraeusd"
+            "GPU 0 of majin is in MIG mode: it runs no work of its own; its MIG instances \
+             are offered whole"
         )),
         "{r:?}"
     );
@@ -385,7 +413,8 @@ fn within_offered(m: &Machine, book: &Book, grants: &[Grant]) {
 /// grants (not the book): a shared request fits a GPU no one holds whole
 /// whose shares plus its own stay within total less outside, in bytes; a
 /// whole request fits an empty GPU; it needs `count` such GPUs (all of them
-/// for `all`). Not for WSL pools (there a share lands on every GPU).
+/// for `all`); a MIG instance takes whole work only. Not for WSL pools
+/// (there a share lands on every GPU).
 fn brute_fits(m: &Machine, running: &[(String, Resources, Vec<Grant>)], res: &Resources) -> bool {
     let Some(q) = res.gpu.as_ref() else {
         return true;
@@ -397,6 +426,7 @@ fn brute_fits(m: &Machine, running: &[(String, Resources, Vec<Grant>)], res: &Re
             .filter(|x| x.gpu_uuid == g.uuid)
             .collect();
         match q.shared_gb {
+            Some(_) if g.mig_of.is_some() => false,
             Some(need) => {
                 let shares: Option<u64> = on.iter().map(|x| x.share.map(|s| s.bytes())).sum();
                 shares.is_some_and(|taken| {
@@ -444,9 +474,16 @@ proptest! {
         sizes in prop::collection::vec(prop_oneof![Just("8"), Just("12"), Just("24")], 1..4),
         wsl in prop::bool::weighted(0.2),
         ops in prop::collection::vec(op(), 1..60),
+        instances in prop::collection::vec(prop::bool::weighted(0.25), 4),
     ) {
         let mut m = machine(sizes.iter().enumerate().map(|(i, s)| gpu(i as u32, "G", s, "0")).collect());
         m.wsl = wsl;
+        // Some GPUs are MIG instances (of a parent not listed): whole work only.
+        for (g, instance) in m.gpus.iter_mut().zip(&instances) {
+            if *instance {
+                g.mig_of = Some("GPU-parent".into());
+            }
+        }
         let mut book = Book::default();
         // (name, resources, grants) for running; (name, resources) for pending, oldest first.
         let mut running: Vec<(String, Resources, Vec<Grant>)> = Vec::new();
@@ -511,6 +548,7 @@ proptest! {
                 let u = book.usage(&g.uuid);
                 if let Some(u) = u {
                     prop_assert!(u.whole.is_none() || u.sharers().is_empty(), "whole XOR shared");
+                    prop_assert!(g.mig_of.is_none() || u.sharers().is_empty(), "no share on a MIG instance");
                     // The total kept as sharers come and go is their sum.
                     let sum = u.sharers().values().fold(Amount::ZERO, |a, &b| a + b);
                     prop_assert_eq!(u.taken(), sum, "taken is the sum of the shares");
@@ -527,7 +565,7 @@ proptest! {
                 let count_short = reasons.iter().any(|r| r.contains(" that match") || r.starts_with("it fits on"));
                 for g in &m.gpus {
                     let named = reasons.iter().any(|r| r.starts_with(&format!("GPU {} of", g.index)));
-                    let fits_alone = res.gpu.as_ref().is_some_and(|q| q.shared_gb.is_some_and(|need| book.mode(&g.uuid) != Mode::Whole && book.taken(&g.uuid) + need <= g.offered()))
+                    let fits_alone = res.gpu.as_ref().is_some_and(|q| q.shared_gb.is_some_and(|need| g.mig_of.is_none() && book.mode(&g.uuid) != Mode::Whole && book.taken(&g.uuid) + need <= g.offered()))
                         || book.usage(&g.uuid).is_none() && res.gpu.as_ref().is_some_and(|q| q.shared_gb.is_none());
                     prop_assert!(named || fits_alone || count_short, "{}: GPU {} unexplained in {:?}", name, g.index, reasons);
                 }

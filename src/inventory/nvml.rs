@@ -364,33 +364,7 @@ impl NvmlSource {
         let model = d.name().map_err(|e| err("name", e))?;
         let mem = d.memory_info().map_err(|e| err("memory", e))?;
         let pci_bus_id = d.pci_info().map(|p| p.bus_id).unwrap_or_default();
-        let mut processes = Some(Vec::new());
-        for list in [
-            d.running_compute_processes(),
-            d.running_graphics_processes(),
-        ] {
-            match (list, processes.as_mut()) {
-                (Ok(list), Some(procs)) => {
-                    for p in list {
-                        let bytes = match p.used_gpu_memory {
-                            UsedGpuMemory::Used(b) => Some(b),
-                            UsedGpuMemory::Unavailable => None,
-                        };
-                        // A process with both contexts is listed twice: count it once.
-                        if !procs.iter().any(|q: &ProcessUse| q.pid == p.pid) {
-                            procs.push(ProcessUse {
-                                pid: p.pid,
-                                bytes,
-                                who: describe_pid(p.pid),
-                            });
-                        }
-                    }
-                }
-                // Per-process readings unavailable: fall back to what is promised.
-                (Err(_), _) => processes = None,
-                (Ok(_), None) => {}
-            }
-        }
+        let processes = processes_on(&d);
         // The bytes under the board's nominal size are the driver's too.
         let (total, unreported) = board_total(mem.total);
         let reserved = mem.reserved.saturating_add(unreported);
@@ -427,6 +401,7 @@ impl NvmlSource {
             healthy: true,
             sliced,
             mig,
+            mig_of: None,
             outside_detail: held.detail,
             problem: None,
             pci_bus_id,
@@ -439,6 +414,69 @@ impl NvmlSource {
 }
 
 impl NvmlSource {
+    /// The MIG instances of a GPU in MIG mode, each offered as a GPU of
+    /// its own, whole only (memory limits do not apply to MIG handles):
+    /// its UUID, name and memory; its health, bus and fate its parent's.
+    /// Indices are given by the caller, after every physical GPU's.
+    fn mig_instances(&self, parent: &Gpu, own: &Own) -> Vec<Gpu> {
+        let Ok(d) = self.nvml.device_by_index(parent.index) else {
+            return Vec::new();
+        };
+        let slots = d.mig_device_count().unwrap_or(0);
+        let mut out = Vec::new();
+        for slot in 0..slots {
+            // An empty slot answers NOT_FOUND.
+            let Ok(m) = d.mig_device_by_index(slot) else {
+                continue;
+            };
+            let (Ok(uuid), Ok(mem)) = (m.uuid(), m.memory_info()) else {
+                continue;
+            };
+            let model = m
+                .name()
+                .unwrap_or_else(|_| format!("{} MIG instance", parent.model));
+            let (total, unreported) = board_total(mem.total);
+            let processes = processes_on(&m);
+            let mine = own.on(&uuid);
+            let held = held_outside(
+                mem.used,
+                mem.reserved.saturating_add(unreported),
+                processes.as_deref(),
+                &mine,
+            );
+            let own_use = processes.as_ref().map(|procs| {
+                procs
+                    .iter()
+                    .filter(|p| mine.pids.contains(&p.pid))
+                    .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
+                    .collect()
+            });
+            out.push(Gpu {
+                index: 0,
+                uuid,
+                model,
+                vendor: "nvidia".into(),
+                total,
+                outside: held.outside.min(total),
+                healthy: parent.healthy,
+                problem: parent
+                    .problem
+                    .as_ref()
+                    .map(|p| format!("its GPU {} is unhealthy: {p}", parent.index)),
+                outside_detail: held.detail,
+                pci_bus_id: parent.pci_bus_id.clone(),
+                mig_of: Some(parent.uuid.clone()),
+                own_use,
+                share_limits: ShareLimits::Not(
+                    "a MIG instance (memory limits do not apply to MIG instances; offered whole)"
+                        .into(),
+                ),
+                ..Gpu::default()
+            });
+        }
+        out
+    }
+
     /// The limits of each held worker on this GPU, read back; where they
     /// are set and count its group's use, that use is its own, exactly
     /// (`mine.exact`), in place of its processes' bytes.
@@ -600,6 +638,22 @@ impl GpuSource for NvmlSource {
             gpu.problem = Some("NVML no longer lists it (fallen off the bus?)".into());
             gpus.push(gpu);
         }
+        // MIG instances after every GPU listed or kept, in their parents'
+        // order; not remembered as GPUs are (a MIG layout changed goes
+        // with its instances, and their workers are told they are gone).
+        let mut next = gpus.iter().map(|g| g.index + 1).max().unwrap_or(0);
+        let parents: Vec<Gpu> = gpus
+            .iter()
+            .filter(|g| g.mig == crate::placement::Mig::On && listed.contains(&g.uuid))
+            .cloned()
+            .collect();
+        for parent in parents {
+            for mut instance in self.mig_instances(&parent, own) {
+                instance.index = next;
+                next += 1;
+                gpus.push(instance);
+            }
+        }
         let (cpu_cores, memory_bytes) = host_resources();
         Ok(Machine {
             name: self.opts.machine.clone(),
@@ -609,6 +663,39 @@ impl GpuSource for NvmlSource {
             gpus,
         })
     }
+}
+
+/// The processes using a GPU (or a MIG instance) and their memory; None
+/// when the driver gives no per-process readings.
+fn processes_on(d: &Device) -> Option<Vec<ProcessUse>> {
+    let mut processes = Some(Vec::new());
+    for list in [
+        d.running_compute_processes(),
+        d.running_graphics_processes(),
+    ] {
+        match (list, processes.as_mut()) {
+            (Ok(list), Some(procs)) => {
+                for p in list {
+                    let bytes = match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => Some(b),
+                        UsedGpuMemory::Unavailable => None,
+                    };
+                    // A process with both contexts is listed twice: count it once.
+                    if !procs.iter().any(|q: &ProcessUse| q.pid == p.pid) {
+                        procs.push(ProcessUse {
+                            pid: p.pid,
+                            bytes,
+                            who: describe_pid(p.pid),
+                        });
+                    }
+                }
+            }
+            // Per-process readings unavailable: fall back to what is promised.
+            (Err(_), _) => processes = None,
+            (Ok(_), None) => {}
+        }
+    }
+    processes
 }
 
 /// `Xorg, user gdm` for a pid, as far as /proc tells. Another user names

@@ -336,6 +336,18 @@ impl Runtime for Libvirt {
             };
             let mut gpus = Vec::new();
             for (uuid, pci) in launch.gpu_uuids.iter().zip(&launch.gpu_pci) {
+                // Its PCI device is its parent GPU, whole: passing that
+                // through would take every instance of it.
+                if uuid.starts_with("MIG-") {
+                    return Err(Error::field(
+                        "gpu_requests",
+                        format!(
+                            "GPU {uuid} is a MIG instance: a VM takes whole PCI devices, \
+                             and its device is the GPU it is part of; ask for a whole GPU \
+                             not in MIG mode"
+                        ),
+                    ));
+                }
                 gpus.push(PciAddress::parse(pci).ok_or_else(|| {
                     Error::Backend(format!(
                         "GPU {uuid} has no PCI address ({pci:?}) to pass through"
