@@ -17,6 +17,7 @@ fn unit_workers_on_a_real_user_manager() {
             env!("CARGO_BIN_EXE_astraeusctl"),
             sim.to_str().unwrap(),
             fake_nvml::fake_lib(false).to_str().unwrap(),
+            fake_nvml::fake_lib(true).to_str().unwrap(),
         ],
         "units: OK",
     );

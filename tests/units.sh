@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Unit workers against a real systemd user manager, in a private mount
 # namespace (recipe in shared/test-environment.md). Run by tests/units.rs as:
-#   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL SIM_FILE FAKE_NVML
+#   unshare --mount --propagation private bash tests/units.sh ASTRAEUSD ASTRAEUSCTL SIM_FILE FAKE_NVML FAKE_NVML_OLD
 # User= cannot be tested in a user manager (it is root's own); it is set only
 # for non-root owners: tests/system_manager.sh runs a member's unit under a
 # real system manager.
 set -euo pipefail
-daemon=$1 ctl=$2 sim=$3 fake_nvml=$4
+daemon=$1 ctl=$2 sim=$3 fake_nvml=$4 fake_nvml_old=$5
 rt=$(mktemp -d /var/lib/astraeus-units.XXXXXX)
 mkdir -p "$rt/run-systemd/system" "$rt/state"
 mount --bind "$rt/run-systemd" /run/systemd
@@ -150,4 +150,32 @@ wait_for heldjob gone
 for _ in $(seq 300); do [ "$(systemctl --user show 'astraeus-worker-heldjob.slice' -p ActiveState --value)" != active ] && break; sleep 0.1; done
 [ "$(systemctl --user show 'astraeus-worker-heldjob.slice' -p ActiveState --value)" != active ] || fail "its slice outlived it"
 while read -r _ _ _ d; do [ -d "$d" ] && fail "a limit left on $d"; done < "$rt/limits.txt"
+echo "== dmem: a driver without NVML's calls, a kernel whose dmem controller lists the GPU (a tree laid out here, as 6.14 would)"
+kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true
+group=$rt/dmem/astraeus.slice/astraeus-worker.slice/astraeus-worker-dmjob.slice
+region=nvidia/0000:01:00.0/vidmem
+mkdir -p "$group"
+printf '%s %s\n' "$region" $((24 << 30)) > "$rt/dmem/dmem.capacity"
+printf '%s 0\n' "$region" > "$group/dmem.min"
+printf '%s max\n' "$region" > "$group/dmem.max"
+printf 'machine = "majin"\n[inventory]\nrefresh_seconds = 0.5\nwsl = false\nnvml_library = "%s"\n[runtime]\nstop_timeout_seconds = 2\n[sharing]\ncgroup_root = "%s"\n' \
+    "$fake_nvml_old" "$rt/dmem" > "$rt/nvml.toml"
+start_nvml_daemon
+gpu_limits=$(busctl --user get-property org.astraeus.Node1 /org/astraeus/Node1/gpu/0 org.astraeus.Node1.Gpu ShareLimits)
+[ "$gpu_limits" = 's "held: by the kernel'"'"'s dmem controller"' ] || fail "ShareLimits: $gpu_limits"
+cat > "$rt/dm.json" <<JSON
+{"name":"dmjob","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.5}},
+ "run":{"unit":{"exec":["/bin/sh","-c","cat $group/dmem.min $group/dmem.max > $rt/dm-seen.txt; exec sleep 1000"]}}}
+JSON
+"$ctl" --session submit "$rt/dm.json"
+wait_for dmjob 's "running"'
+for _ in $(seq 300); do [ -s "$rt/dm-seen.txt" ] && break; sleep 0.1; done
+[ "$(cat "$rt/dm-seen.txt")" = "$(printf '%s 2684354560\n%s 2684354560' "$region" "$region")" ] \
+    || fail "its first line saw: $(cat "$rt/dm-seen.txt")"
+[ "$(enforcement dmjob)" = 's "held"' ] || fail "Enforcement with dmem: $(enforcement dmjob)"
+"$ctl" --session stop dmjob
+wait_for dmjob gone
+for _ in $(seq 300); do grep -qx "$region max" "$group/dmem.max" 2>/dev/null && break; sleep 0.1; done
+grep -qx "$region max" "$group/dmem.max" || fail "dmem.max not cleared: $(cat "$group/dmem.max")"
+grep -qx "$region 0" "$group/dmem.min" || fail "dmem.min not cleared: $(cat "$group/dmem.min")"
 echo "units: OK"
