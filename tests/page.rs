@@ -272,6 +272,13 @@ fn chromium_without_javascript_reads_the_servers_first_paint() {
             .any(|r| r.starts_with("listen") && r.contains("1 · shared 2.2 GB")),
         "{rows:?}"
     );
+    // Its Memory cell: the claim's first word, why on hover.
+    let held = "#workers tbody tr[data-name='listen'] td.held";
+    assert_eq!(browser.texts(held), ["promised"]);
+    assert_eq!(
+        browser.execute(&format!("return document.querySelector(\"{held}\").title;")),
+        "promised: a reservation (no workload of its own to limit)"
+    );
     assert_eq!(
         browser.texts("#pending li"),
         ["GPU 0 of majin: 6.4 of 7 GB taken by shared work; it needs 3"]
@@ -323,6 +330,10 @@ fn chromium_shows_the_page_and_it_follows_a_stop_without_a_reload() {
     let rows = browser.texts("#workers tbody tr");
     let listen = rows.iter().find(|r| r.starts_with("listen")).unwrap();
     assert!(listen.contains("1 · shared 2.2 GB"), "{rows:?}");
+    assert_eq!(
+        browser.texts("#workers tbody tr[data-name='listen'] td.held"),
+        ["promised"]
+    );
     // The memory bar: each sharer, the desktop's part, what is free.
     assert_eq!(
         browser.texts(".gpu .seg"),
