@@ -1503,14 +1503,16 @@ fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
     assert!(!d.log_text().contains("applied only by a restart"));
     // Draining on (live), and the page's address changed (needs a restart).
     let text = "[inventory]\nrefresh_seconds = 0.2\n[placement]\ndrain_after_seconds = 1\n\
-                [http]\nlisten = \"127.0.0.1:9\"\n";
+                [http]\nlisten = \"127.0.0.1:9\"\n[sharing]\nhard_limit = \"offered\"\n\
+                cgroup_root = \"/elsewhere\"\n";
     std::fs::write(dir.path().join("node.toml"), text).unwrap();
     d.signal(libc::SIGHUP);
     eventually("GPU 0 drains for big", || draining_for() == "s \"big\"\n");
     assert!(
         d.log_text().contains(
-            "node.toml reloaded: applied [placement] drain_after_seconds; changed but applied \
-             only by a restart (systemctl restart astraeusd): [http]"
+            "node.toml reloaded: applied [placement] drain_after_seconds, [sharing] hard_limit \
+             (for workers started from now on); changed but applied only by a restart \
+             (systemctl restart astraeusd): [http], [sharing] cgroup_root"
         ),
         "{}",
         d.log_text()

@@ -69,6 +69,11 @@ impl Service {
             self.machine_name = new.machine.clone();
             applied.push("machine");
         }
+        // Read at each launch: a worker started from now on gets it.
+        if new.sharing.hard_limit != old.sharing.hard_limit {
+            self.runtimes.hard_limit = new.sharing.hard_limit;
+            applied.push("[sharing] hard_limit (for workers started from now on)");
+        }
         if format!("{:?}", new.history) != format!("{:?}", old.history) {
             self.retention.set_keep(new.history.keep());
             let floor = new.history.min_free_mb.saturating_mul(1_000_000);
@@ -114,6 +119,9 @@ impl Service {
         .collect();
         if new.access.group != old.access.group {
             restart.push("[access] group");
+        }
+        if new.sharing.cgroup_root != old.sharing.cgroup_root {
+            restart.push("[sharing] cgroup_root");
         }
         let applied = if applied.is_empty() {
             "nothing to apply".to_string()
