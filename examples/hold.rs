@@ -18,11 +18,13 @@ fn main() {
         std::process::exit(2);
     };
     let root = std::path::PathBuf::from("/sys/fs/cgroup");
-    let (nvml, nvml_missing) =
-        match NvmlLimits::open(std::path::Path::new(lib), Cgroups::of_this_host(root.clone())) {
-            Ok(n) => (Some(n), String::new()),
-            Err(e) => (None, e),
-        };
+    let (nvml, nvml_missing) = match NvmlLimits::open(
+        std::path::Path::new(lib),
+        Cgroups::of_this_host(root.clone()),
+    ) {
+        Ok(n) => (Some(n), String::new()),
+        Err(e) => (None, e),
+    };
     let backend = HostLimits {
         nvml,
         dmem: DmemLimits { root },
@@ -32,10 +34,21 @@ fn main() {
         uuid: uuid.clone(),
         pci: pci.clone(),
     };
-    let share = if what == "clear" { 0 } else { what.parse().expect("SHARE_BYTES") };
+    let share = if what == "clear" {
+        0
+    } else {
+        what.parse().expect("SHARE_BYTES")
+    };
     let hold = Hold {
         backend: Arc::new(backend),
-        gpus: vec![(0, gpu, Limits { soft: share, hard: share })],
+        gpus: vec![(
+            0,
+            gpu,
+            Limits {
+                soft: share,
+                hard: share,
+            },
+        )],
     };
     if what == "clear" {
         hold.clear(cgroup);

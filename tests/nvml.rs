@@ -398,7 +398,7 @@ fn a_reservations_holder_is_its_own_use_not_outside() {
     let o = ctl(a, None, &["workers"]);
     assert!(
         o.stdout
-            .contains("listen  running  root   1 · shared 2.5 GB  0    3 GB"),
+            .contains("listen  running  root   1 · shared 2.5 GB  0    promised  3 GB"),
         "{}",
         o.stdout
     );
