@@ -257,7 +257,7 @@ pub enum Command {
     /// off the loop: a late STOPPED of an earlier run must not end a new one).
     Lifecycle {
         domain: String,
-        event: u32,
+        event: crate::runtime::vm_host::VmEvent,
         on: bool,
         at: EpochMs,
     },

@@ -165,7 +165,7 @@ async fn container_engine(
     // Best effort: a start on a full disk must still open the ledger and
     // take stops; unrecorded, the next start probes again.
     if recorded.as_deref() != Some(engine.as_str()) {
-        if let Err(e) = node.store_mut().set_container_engine(engine.as_str()) {
+        if let Err(e) = node.set_container_engine(engine.as_str()) {
             tracing::warn!("recording the container engine in the ledger failed: {e}");
         }
     }

@@ -372,3 +372,29 @@ fn no_file_is_too_long_but_a_cohesive_pure_core() {
         }
     }
 }
+
+/// Time-slicing's loop reads typed events and writes the ledger through
+/// the node (#52): libvirt's own codes stay in the runtime (and the helper
+/// binary that links libvirt), and nothing outside node/ and store/ holds
+/// the store to write it.
+#[test]
+fn libvirts_codes_and_the_store_stay_in_their_rooms() {
+    let mut all = Vec::new();
+    files(Path::new(SRC), &mut all);
+    for p in &all {
+        let name = rel(p);
+        let text = code(&std::fs::read_to_string(p).unwrap());
+        if !name.starts_with("runtime/") && !name.starts_with("bin/") {
+            assert!(
+                !text.contains("virt::sys") && !text.contains("VIR_DOMAIN_EVENT"),
+                "{name} reads libvirt's event codes: map them in runtime/ (VmEvent)"
+            );
+        }
+        if !name.starts_with("node/") && !name.starts_with("store/") {
+            assert!(
+                !text.contains("store_mut") && !text.contains(".store.write("),
+                "{name} writes the ledger past the node"
+            );
+        }
+    }
+}

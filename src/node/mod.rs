@@ -16,6 +16,7 @@ mod counting;
 mod drain;
 mod group;
 mod history;
+mod ledger;
 mod owners;
 mod workloads;
 pub use group::GroupEnd;
@@ -339,13 +340,6 @@ impl Node {
     pub fn pending_count(&self) -> usize {
         self.pending.len()
     }
-    /// The ledger's records the node does not mirror in memory (templates,
-    /// slices, handoff steps, weights, events): the service writes and reads
-    /// them here directly, each call one transaction.
-    pub fn store_mut(&mut self) -> &mut Store {
-        &mut self.store
-    }
-
     pub fn store(&self) -> &Store {
         &self.store
     }

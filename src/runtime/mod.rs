@@ -8,6 +8,7 @@ mod http;
 pub mod libvirt;
 pub mod podman;
 pub mod unit;
+pub mod vm_host;
 
 use crate::error::Result;
 use std::future::Future;

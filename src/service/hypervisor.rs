@@ -6,8 +6,7 @@
 use crate::command::Command;
 use crate::domain_xml::PciAddress;
 use crate::error::Result;
-use crate::runtime::libvirt::{Libvirt, Lifecycle};
-use crate::runtime::BoxFuture;
+use crate::runtime::vm_host::VmHost;
 use crate::slicing::handoff::{self, Action, Event};
 use crate::slicing::meter::{GpuSample, GuestGate, GPU_CHANNEL, MAX_LINE_BYTES};
 use crate::slicing::template::{Defined, Readiness, Template};
@@ -15,87 +14,7 @@ use crate::time::EpochMs;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc, oneshot};
-
-/// What time-slicing asks of a hypervisor: libvirt in production
-/// ([`Libvirt`]). Any method may wait as long as the hypervisor does, so
-/// they are called only from tasks, never from the loop.
-pub trait VmHost: Send + Sync {
-    fn is_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<bool>>;
-    /// An existing domain's XML.
-    fn definition<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<String>>;
-    /// Defines a persistent domain; its name.
-    fn define(&self, xml: String) -> BoxFuture<'_, Result<String>>;
-    fn power_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<()>>;
-    fn power_off<'a>(&'a self, domain: &'a str, hard: bool) -> BoxFuture<'a, Result<()>>;
-    /// (CPU time in ns, vCPUs).
-    fn cpu_time<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<(u64, u32)>>;
-    /// Active domains that hold any of these PCI devices.
-    fn holders(&self, devices: Vec<PciAddress>) -> BoxFuture<'_, Result<Vec<String>>>;
-    fn guest_addresses<'a>(
-        &'a self,
-        domain: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<std::net::IpAddr>>>;
-    /// Whether the guest agent answers (Ok(Err(why)) when it does not).
-    fn agent_answers<'a>(
-        &'a self,
-        domain: &'a str,
-    ) -> BoxFuture<'a, Result<std::result::Result<(), String>>>;
-    /// The host end of a virtio channel, once the domain runs.
-    fn channel_path<'a>(
-        &'a self,
-        domain: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>>>;
-    /// Every domain's lifecycle events.
-    fn lifecycle_events(&self) -> broadcast::Receiver<Lifecycle>;
-}
-
-impl VmHost for Libvirt {
-    fn is_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Libvirt::is_on(self, domain))
-    }
-    fn definition<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<String>> {
-        Box::pin(Libvirt::definition(self, domain))
-    }
-    fn define(&self, xml: String) -> BoxFuture<'_, Result<String>> {
-        Box::pin(Libvirt::define(self, xml))
-    }
-    fn power_on<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Libvirt::power_on(self, domain))
-    }
-    fn power_off<'a>(&'a self, domain: &'a str, hard: bool) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Libvirt::power_off(self, domain, hard))
-    }
-    fn cpu_time<'a>(&'a self, domain: &'a str) -> BoxFuture<'a, Result<(u64, u32)>> {
-        Box::pin(Libvirt::cpu_time(self, domain))
-    }
-    fn holders(&self, devices: Vec<PciAddress>) -> BoxFuture<'_, Result<Vec<String>>> {
-        Box::pin(Libvirt::holders(self, devices))
-    }
-    fn guest_addresses<'a>(
-        &'a self,
-        domain: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<std::net::IpAddr>>> {
-        Box::pin(Libvirt::guest_addresses(self, domain))
-    }
-    fn agent_answers<'a>(
-        &'a self,
-        domain: &'a str,
-    ) -> BoxFuture<'a, Result<std::result::Result<(), String>>> {
-        Box::pin(Libvirt::agent_answers(self, domain))
-    }
-    fn channel_path<'a>(
-        &'a self,
-        domain: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>>> {
-        Box::pin(Libvirt::channel_path(self, domain, target))
-    }
-    fn lifecycle_events(&self) -> broadcast::Receiver<Lifecycle> {
-        crate::runtime::libvirt::events().subscribe()
-    }
-}
+use tokio::sync::{mpsc, oneshot};
 
 /// The hypervisor, driven from tasks that report back to the loop.
 pub struct Hypervisor {
@@ -147,8 +66,8 @@ impl Hypervisor {
                     Err(_) => !ev.stopped(),
                 };
                 let cmd = Command::Lifecycle {
+                    event: ev.kind(),
                     domain: ev.domain,
-                    event: ev.event,
                     on,
                     at: EpochMs::now(),
                 };
@@ -656,6 +575,9 @@ async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
 mod tests {
     use super::*;
     use crate::error::Error;
+    use crate::runtime::libvirt::Lifecycle;
+    use crate::runtime::BoxFuture;
+    use tokio::sync::broadcast;
 
     /// A guest's lines are kept up to [`MAX_LINE_BYTES`] each: a longer one
     /// (a guest that never writes a newline) is read past, not into memory.

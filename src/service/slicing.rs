@@ -261,7 +261,13 @@ impl Service {
 
     /// A libvirt event about a template VM, as a handoff event (a late
     /// STOPPED of an earlier run must not end the VM created after it).
-    pub(super) async fn lifecycle(&mut self, domain: &str, event: u32, on: bool, at_ms: EpochMs) {
+    pub(super) async fn lifecycle(
+        &mut self,
+        domain: &str,
+        event: crate::runtime::vm_host::VmEvent,
+        on: bool,
+        at_ms: EpochMs,
+    ) {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
@@ -276,9 +282,10 @@ impl Service {
             s.missed.insert(template, on);
             return;
         }
+        use crate::runtime::vm_host::VmEvent;
         let event = match event {
-            virt::sys::VIR_DOMAIN_EVENT_STOPPED if !on => Event::Stopped { template, at_ms },
-            virt::sys::VIR_DOMAIN_EVENT_STARTED if on => Event::Started { template, at_ms },
+            VmEvent::Stopped if !on => Event::Stopped { template, at_ms },
+            VmEvent::Started if on => Event::Started { template, at_ms },
             _ => return,
         };
         let _ = self.slice(event).await;
@@ -432,7 +439,7 @@ impl Service {
         Defined::check_new(&defined.template, &s.others(), Some(&defined.domain))?;
         let name = defined.template.name.clone();
         let now = EpochMs::now();
-        self.node.store_mut().insert_template(&name, spec, now)?;
+        self.node.insert_template(&name, spec, now)?;
         let s = self.slicing.as_mut().expect("checked above");
         s.hv.watch_events();
         s.templates.insert(name.clone(), defined);
@@ -514,7 +521,7 @@ impl Service {
                     // one VM fewer on is what any convergence would do, and
                     // none may stay on beside another while the disk is
                     // full. A person's hard power-off is not one of them.
-                    if let Err(e) = self.node.store_mut().record_step(r) {
+                    if let Err(e) = self.node.record_step(r) {
                         if let Some(s) = self.slicing.as_mut() {
                             for destroy in actions[i..].iter().filter(|a| {
                                 matches!(a, Action::Destroy { template } if Some(template.as_str()) != on)
@@ -613,7 +620,6 @@ impl Service {
                     tracing::info!(template = %template, "slice of {template} ready after {start_to_ready_ms} ms");
                     if let Err(e) = self
                         .node
-                        .store_mut()
                         .slice_ready_of(template, *start_to_ready_ms as i64)
                     {
                         tracing::error!("recording the slice of {template} ready: {e}");
@@ -653,7 +659,7 @@ impl Service {
         if let Some(ms) = dead_time_ms {
             s.dead_times.insert(template.to_string(), ms);
         }
-        if let Err(e) = self.node.store_mut().open_slice_once(
+        if let Err(e) = self.node.open_slice_once(
             template,
             &user,
             &board.join(" "),
@@ -681,11 +687,7 @@ impl Service {
             },
             None => Default::default(),
         };
-        if let Err(e) = self
-            .node
-            .store_mut()
-            .close_slice_of(template, at, &measures, error)
-        {
+        if let Err(e) = self.node.close_slice_of(template, at, &measures, error) {
             tracing::error!("closing the slice of {template}: {e}");
         }
     }

@@ -44,9 +44,28 @@ pub const CONNECTION_CLOSED: u32 = u32::MAX;
 pub const HELPER_INSTALLED: &str = "/usr/libexec/astraeusd/astraeus-libvirt";
 const HELPER_NAME: &str = "astraeus-libvirt";
 
+/// A domain's lifecycle event as time-slicing reads it: libvirt's codes
+/// mapped here, so that nothing above the runtime matches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmEvent {
+    Started,
+    Stopped,
+    /// Defined, undefined, suspended, resumed…: nothing a handoff waits for.
+    Other,
+}
+
 impl Lifecycle {
     pub fn stopped(&self) -> bool {
         self.event == sys::VIR_DOMAIN_EVENT_STOPPED
+    }
+
+    /// What kind of event it is.
+    pub fn kind(&self) -> VmEvent {
+        match self.event {
+            sys::VIR_DOMAIN_EVENT_STARTED => VmEvent::Started,
+            sys::VIR_DOMAIN_EVENT_STOPPED => VmEvent::Stopped,
+            _ => VmEvent::Other,
+        }
     }
 
     /// How a STOPPED event ends a worker, in libvirt's own terms.

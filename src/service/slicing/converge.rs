@@ -181,11 +181,7 @@ impl Service {
                         a.action.as_str()
                     );
                     tracing::warn!(template = %template, "{what}");
-                    if let Err(e) =
-                        self.node
-                            .store_mut()
-                            .record_event("skipped", &what, EpochMs::now())
-                    {
+                    if let Err(e) = self.node.record_event("skipped", &what, EpochMs::now()) {
                         tracing::error!("recording a skipped action: {e}");
                     }
                 }

@@ -112,7 +112,6 @@ impl Service {
         let result = result.and_then(|(sum, changed)| {
             if changed {
                 self.node
-                    .store_mut()
                     .set_weights(&template, &sum, &image, EpochMs::now())
                     .map_err(|e| {
                         // Built in place: the image holds content the ledger
