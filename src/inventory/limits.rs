@@ -480,6 +480,12 @@ impl MemoryLimits for DmemLimits {
                 std::io::ErrorKind::PermissionDenied => {
                     format!("not permitted to write {}", path.display())
                 }
+                // The packaged system unit's ProtectControlGroups=yes.
+                std::io::ErrorKind::ReadOnlyFilesystem => format!(
+                    "{} is on a read-only mount (a unit with ProtectControlGroups=yes: \
+                     allow it with ReadWritePaths=/sys/fs/cgroup in a drop-in)",
+                    path.display()
+                ),
                 _ => format!("{}: {e}", path.display()),
             })
         };
