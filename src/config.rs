@@ -35,9 +35,9 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SharingConfig {
-    /// The hard limit a shared worker gets on each GPU: its share, or the
-    /// GPU's offered memory (it may borrow what no one was promised; its
-    /// soft limit, its share, is still guaranteed to each).
+    /// The hard limit a shared worker gets on each GPU: its share, or its
+    /// share and what no one was promised as it starts (it may borrow that;
+    /// its soft limit, its share, is still guaranteed to each).
     pub hard_limit: HardLimit,
     /// Where control groups are mounted (the dmem controller's files, and
     /// the paths NVML is given).

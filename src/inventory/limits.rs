@@ -135,8 +135,9 @@ impl Hold {
         Enforcement::Held
     }
 
-    /// Reads the limits back without setting them (a check after a restart
-    /// or a GPU reset): held when every GPU still answers what is wanted.
+    /// Reads the limits back without setting them: held when every GPU
+    /// still answers what is wanted (tests/held_shares.rs; the daemon's
+    /// own checks read back through each reading, `Gpu::held_use`).
     pub fn check(&self, cgroup: &str) -> Enforcement {
         for (index, gpu, want) in &self.gpus {
             match self.backend.get(gpu, cgroup) {
@@ -268,12 +269,24 @@ impl NvmlLimits {
             if rc != NVML_SUCCESS {
                 return Err(format!("nvmlInit_v2 answered {rc}"));
             }
-            let handle_by_uuid = *lib
+            let needed = lib
                 .get::<HandleByUuid>(b"nvmlDeviceGetHandleByUUID\0")
-                .map_err(|e| format!("nvmlDeviceGetHandleByUUID: {e}"))?;
-            let error_string = *lib
-                .get::<ErrorString>(b"nvmlErrorString\0")
-                .map_err(|e| format!("nvmlErrorString: {e}"))?;
+                .map(|f| *f)
+                .and_then(|h| {
+                    lib.get::<ErrorString>(b"nvmlErrorString\0")
+                        .map(|f| (h, *f))
+                });
+            let (handle_by_uuid, error_string) = match needed {
+                Ok(both) => both,
+                Err(e) => {
+                    // Balanced here: no NvmlLimits is made to drop.
+                    let shutdown = lib.get::<unsafe extern "C" fn() -> c_int>(b"nvmlShutdown\0");
+                    if let Ok(shutdown) = shutdown {
+                        shutdown();
+                    }
+                    return Err(format!("the driver's library lacks a call: {e}"));
+                }
+            };
             let set = lib.get::<SetFn>(b"nvmlDeviceSetMemoryLimits_v1\0").ok();
             let get = lib.get::<GetFn>(b"nvmlDeviceGetMemoryLimits_v1\0").ok();
             let calls = set.zip(get).map(|(s, g)| (*s, *g));
@@ -325,6 +338,7 @@ impl NvmlLimits {
         let rc = unsafe { (self.handle_by_uuid)(uuid.as_ptr(), &mut device) };
         match rc {
             NVML_SUCCESS => Ok(device),
+            NVML_ERROR_NOT_FOUND => Err(format!("NVML lists no GPU {}", gpu.uuid)),
             rc => Err(format!(
                 "NVML does not find it ({})",
                 self.words(rc, Path::new(""))
@@ -361,7 +375,7 @@ impl MemoryLimits for NvmlLimits {
             hard_limit: limits.hard,
         };
         // SAFETY: the layout of nvidia-ml-py's c_nvmlSetMemoryLimits_v1_t
-        // (checked against it by tests/nvml_limits.rs); `name` outlives the call.
+        // (checked against it by tests/held_shares.rs); `name` outlives the call.
         match unsafe { set(device, &mut arg) } {
             NVML_SUCCESS => Ok(()),
             rc => Err(self.words(rc, &dir)),
@@ -391,6 +405,10 @@ impl MemoryLimits for NvmlLimits {
 
     fn can_hold(&self, gpu: &GpuId) -> Result<&'static str, String> {
         self.calls.ok_or_else(|| self.too_old())?;
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(self.words(NVML_ERROR_NO_PERMISSION, Path::new("")));
+        }
         self.device(gpu)?;
         Ok("NVML memory limits")
     }

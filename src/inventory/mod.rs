@@ -74,9 +74,11 @@ pub struct OwnOn {
     pub shares: Vec<Share>,
     pub promised: Amount,
     /// By worker: its control group's exact use of the GPU, where its
-    /// limits answer it (NVML's currentUsed): counted instead of its
-    /// processes' bytes.
+    /// limits answer it (NVML's currentUsed): counted instead of the bytes
+    /// of the processes in that group (`exact_pids`). Its holders outside
+    /// the group still count by their own bytes.
     pub exact: HashMap<String, u64>,
+    pub exact_pids: HashSet<u32>,
 }
 
 impl Own {
@@ -202,16 +204,11 @@ pub fn held_outside(
     let mut whose = Vec::new();
     let outside_bytes = match processes {
         Some(procs) if procs.iter().all(|p| p.bytes.is_some()) => {
-            // A worker counted exactly: its group's figure, not its processes'.
-            let exact_pids: HashSet<u32> = own
-                .shares
-                .iter()
-                .filter(|s| own.exact.contains_key(&s.worker))
-                .flat_map(|s| s.pids.iter().copied())
-                .collect();
+            // A worker counted exactly: its group's figure, not the bytes
+            // of the processes in its group.
             let own_bytes: u64 = procs
                 .iter()
-                .filter(|p| own.pids.contains(&p.pid) && !exact_pids.contains(&p.pid))
+                .filter(|p| own.pids.contains(&p.pid) && !own.exact_pids.contains(&p.pid))
                 .filter_map(|p| p.bytes)
                 .sum::<u64>()
                 + own.exact.values().sum::<u64>();
@@ -226,7 +223,7 @@ pub fn held_outside(
                     detail.push(format!("{gb} GB held by pid {} ({})", p.pid, p.who));
                 }
             }
-            for (excess, over) in beyond_shares(procs, &own.shares, &own.exact) {
+            for (excess, over) in beyond_shares(procs, own) {
                 beyond += excess;
                 whose.push(over);
             }
@@ -257,11 +254,8 @@ pub fn held_outside(
 /// whose). Workers that name a process in common (one holder serving two
 /// workers) are judged together, against the sum of their shares: a
 /// process's bytes cannot be told apart between them.
-fn beyond_shares(
-    procs: &[ProcessUse],
-    shares: &[Share],
-    exact: &HashMap<String, u64>,
-) -> Vec<(u64, Beyond)> {
+fn beyond_shares(procs: &[ProcessUse], own: &OwnOn) -> Vec<(u64, Beyond)> {
+    let shares = &own.shares;
     // Workers linked by a process in common, as sets: each share points at
     // another of its set, or at itself when it stands for the set.
     let mut parent: Vec<usize> = (0..shares.len()).collect();
@@ -291,15 +285,15 @@ fn beyond_shares(
     }
     sets.into_values()
         .filter_map(|(mut names, pids, share)| {
-            // Counted exactly when every worker of the set is.
-            let exactly: Option<u64> = names.iter().map(|n| exact.get(*n)).sum();
-            let used: u64 = exactly.unwrap_or_else(|| {
-                procs
+            // Its exactly counted groups, and the bytes of its processes
+            // outside them (holders, workers not counted exactly).
+            let exactly: u64 = names.iter().filter_map(|n| own.exact.get(*n)).sum();
+            let used: u64 = exactly
+                + procs
                     .iter()
-                    .filter(|p| pids.contains(&p.pid))
+                    .filter(|p| pids.contains(&p.pid) && !own.exact_pids.contains(&p.pid))
                     .filter_map(|p| p.bytes)
-                    .sum()
-            });
+                    .sum::<u64>();
             let excess = used.checked_sub(share.bytes()).filter(|e| *e > 0)?;
             names.sort_unstable();
             let beyond = Beyond {
@@ -388,6 +382,7 @@ mod tests {
             shares: shares.to_vec(),
             promised,
             exact: HashMap::new(),
+            exact_pids: HashSet::new(),
         }
     }
 
@@ -450,12 +445,26 @@ mod tests {
             (Amount::whole(7), Amount::ZERO)
         );
         on.exact.insert("a".into(), 5 * GB_BYTES);
+        on.exact_pids.insert(10);
         let exact = held_outside(8 * GB_BYTES, 0, Some(&procs), &on);
         assert_eq!(
             (exact.outside, exact.beyond_shares),
             (Amount::whole(3), Amount::whole(1))
         );
         assert_eq!(exact.beyond[0].used, Amount::whole(5));
+        // A holder of its own outside the group (pid 11, 1 GB) is still its
+        // use, by its own bytes: 6 GB in all, none of it outside.
+        let own: HashSet<u32> = [10, 11].into();
+        let mut on = mine(&own, &[share("a", 4, &[10, 11])], Amount::whole(4));
+        on.exact.insert("a".into(), 5 * GB_BYTES);
+        on.exact_pids.insert(10);
+        let procs = [p(10, 1, "x"), p(11, 1, "x"), p(20, 2, "y")];
+        let held = held_outside(9 * GB_BYTES, 0, Some(&procs), &on);
+        assert_eq!(
+            (held.outside, held.beyond_shares),
+            (Amount::whole(3), Amount::whole(2))
+        );
+        assert_eq!(held.beyond[0].used, Amount::whole(6));
     }
 
     /// Sharers with no process known on a GPU are left out of what is

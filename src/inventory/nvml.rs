@@ -501,6 +501,15 @@ impl NvmlSource {
             let set = read.filter(|r| r.limits != super::limits::Limits::NONE);
             if let Some(used) = set.and_then(|r| r.used) {
                 mine.exact.insert(group.worker.clone(), used);
+                let in_group = own
+                    .in_cgroups
+                    .get(&group.worker)
+                    .filter(|(id, _)| *id == group.id);
+                mine.exact_pids.extend(
+                    in_group
+                        .into_iter()
+                        .flat_map(|(_, pids)| pids.iter().copied()),
+                );
                 if !mine.shares.iter().any(|s| s.worker == group.worker) {
                     mine.shares.push(super::Share {
                         worker: group.worker.clone(),

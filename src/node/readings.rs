@@ -311,7 +311,20 @@ impl Node {
                         .and_then(|h| h.used)
                 });
                 if let Some(bytes) = exact {
-                    return (gpu.map_or(grant.gpu_index, |g| g.index), Some(bytes));
+                    // And its holders outside its group, by their own bytes.
+                    let holders: u64 = gpu
+                        .and_then(|g| g.own_use.as_ref())
+                        .into_iter()
+                        .flatten()
+                        .filter(|(pid, _)| {
+                            w.holders.iter().any(|h| h.pid == *pid) && !w.cgroup_pids.contains(pid)
+                        })
+                        .map(|(_, b)| b)
+                        .sum();
+                    return (
+                        gpu.map_or(grant.gpu_index, |g| g.index),
+                        Some(bytes + holders),
+                    );
                 }
                 let used = gpu.and_then(|g| g.own_use.as_ref()).map(|uses| {
                     uses.iter()

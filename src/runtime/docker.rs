@@ -261,6 +261,10 @@ impl Docker {
     }
 }
 
+/// Why a shared worker under Docker is promised, never held.
+pub const NO_INIT_STEP: &str = "Docker starts a container's command as it creates its \
+    control group; no limit can be set before it runs (podman can)";
+
 impl Runtime for Docker {
     fn start<'a>(&'a self, l: &'a Launch) -> BoxFuture<'a, Result<Started>> {
         Box::pin(async move {
@@ -305,11 +309,7 @@ impl Runtime for Docker {
                     // command in one step (no `init`): nothing can be set
                     // on its control group before the command's first line.
                     let enforcement = l.hold.as_ref().map(|_| {
-                        crate::inventory::limits::Enforcement::Promised(
-                            "Docker starts a container's command as it creates its control group; \
-                             no limit can be set before it runs (podman can)"
-                                .into(),
-                        )
+                        crate::inventory::limits::Enforcement::Promised(NO_INIT_STEP.into())
                     });
                     return Ok(Started {
                         gpus_by: gpus.map(|g| self.gpus_by(l, g)),

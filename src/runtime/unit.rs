@@ -247,9 +247,17 @@ impl Runtime for Units {
                 props.push(("Slice", v));
             }
             let aux: Vec<(String, Vec<(String, OwnedVariant)>)> = Vec::new();
-            self.manager("StartTransientUnit", &(name.as_str(), "fail", props, aux))
-                .await
-                .map_err(|e| backend("StartTransientUnit", e))?;
+            let started = self
+                .manager("StartTransientUnit", &(name.as_str(), "fail", props, aux))
+                .await;
+            if let Err(e) = started {
+                // Its slice goes with it (and the limits on it).
+                if l.hold.is_some() {
+                    let slice = slice_name(&l.worker);
+                    let _ = self.manager("StopUnit", &(slice.as_str(), "replace")).await;
+                }
+                return Err(backend("StartTransientUnit", e));
+            }
             Ok(Started {
                 enforcement,
                 ..Started::id(name)

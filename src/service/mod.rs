@@ -197,6 +197,8 @@ impl Service {
                 limits: settings.limits,
                 hard_limit: settings.hard_limit,
                 reapplying: Default::default(),
+                holds: Default::default(),
+                containers_docker: settings.containers_by.starts_with("Docker"),
             },
             slicing,
             published,

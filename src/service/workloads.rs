@@ -83,11 +83,18 @@ pub(super) struct Runtimes {
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
     pub reconciling: Reconciling,
+    /// Whether container workers run through Docker (no init step: never held).
+    pub containers_docker: bool,
     /// What sets shared workers' GPU memory limits, and the hard limit's rule.
     pub limits: Arc<dyn crate::inventory::limits::MemoryLimits>,
     pub hard_limit: crate::config::HardLimit,
+    /// The limits each shared worker (name, id) was given, as set: what
+    /// readings are compared with and what is cleared at its end (not
+    /// worked out again: `hard_limit = "offered"` moves with outside use,
+    /// and a reload may change the rule for later launches only).
+    pub holds: std::collections::HashMap<String, (i64, Hold)>,
     /// Held workers whose limits are being set again (one at a time each).
-    pub reapplying: std::collections::HashSet<String>,
+    pub reapplying: std::collections::HashMap<String, i64>,
 }
 
 /// The reconciling after a start, while a runtime's listing is awaited
@@ -185,6 +192,10 @@ impl Service {
             return;
         };
         launch.hold = self.hold_for(w);
+        if let Some(hold) = &launch.hold {
+            let kept = (w.id, hold.clone());
+            self.runtimes.holds.insert(name.to_string(), kept);
+        }
         if w.phase == Phase::Stopping {
             // Asked to stop after it was placed and before this launch (in
             // the same group): its caller was told it stops, so it never runs.
@@ -313,8 +324,8 @@ impl Service {
     }
 
     /// The GPU memory limits a shared worker gets on each GPU it holds:
-    /// soft its share, hard its share or the GPU's offered memory
-    /// (`sharing.hard_limit`). None for whole GPUs, VMs (a passed-through
+    /// soft its share, hard its share or that and what no one is promised
+    /// (`sharing.hard_limit`), as it starts. None for whole GPUs, VMs (a passed-through
     /// GPU is the guest's), reservations and workers without GPUs.
     pub(super) fn hold_for(&self, w: &crate::worker::Worker) -> Option<Hold> {
         let share = w.spec.shared_gb()?;
@@ -327,9 +338,13 @@ impl Service {
             .iter()
             .map(|g| {
                 let now = machine.gpus.iter().find(|m| m.uuid == g.gpu_uuid);
+                // "offered": its share and what no one is promised on the
+                // GPU as it starts (others' soft limits still guarantee
+                // theirs: a borrower is the one evicted under pressure).
                 let hard = match (self.runtimes.hard_limit, now) {
                     (crate::config::HardLimit::Offered, Some(m)) => {
-                        m.total.saturating_sub(m.outside).max(share)
+                        let taken = self.node.book().taken(&g.gpu_uuid);
+                        share + m.offered().saturating_sub(taken)
                     }
                     _ => share,
                 };
@@ -359,12 +374,18 @@ impl Service {
         let machine = self.node.machine();
         let mut lost = Vec::new();
         for w in self.node.held_workers() {
-            if self.runtimes.reapplying.contains(w.name()) {
+            if self.runtimes.reapplying.contains_key(w.name()) {
                 continue;
             }
-            let (Some(hold), Some(cgroup)) = (self.hold_for(w), w.cgroup.clone()) else {
+            let hold = self
+                .runtimes
+                .holds
+                .get(w.name())
+                .filter(|(id, _)| *id == w.id);
+            let (Some((_, hold)), Some(cgroup)) = (hold, w.cgroup.clone()) else {
                 continue;
             };
+            let hold = hold.clone();
             let differs = hold.gpus.iter().find_map(|(index, gpu, want)| {
                 let g = machine.gpus.iter().find(|g| g.uuid == gpu.uuid)?;
                 let read = g.held_use.iter().find(|h| h.worker == w.name())?;
@@ -380,7 +401,7 @@ impl Service {
                 "worker {name}'s GPU memory limits on GPU {index} are no longer what was set \
                  (a GPU reset clears them): setting them again"
             );
-            self.runtimes.reapplying.insert(name.clone());
+            self.runtimes.reapplying.insert(name.clone(), id);
             let tx = self.lp.tx.clone();
             tokio::spawn(async move {
                 let enforcement = crate::runtime::apply_hold(hold, Some(cgroup)).await;
@@ -396,7 +417,9 @@ impl Service {
 
     /// Records what a launch or check found of a worker's limits.
     pub(super) fn enforced(&mut self, name: &str, id: i64, e: Enforcement) {
-        self.runtimes.reapplying.remove(name);
+        if self.runtimes.reapplying.get(name) == Some(&id) {
+            self.runtimes.reapplying.remove(name);
+        }
         if let Enforcement::Promised(why) = &e {
             if self.node.worker(name).is_some_and(|w| w.id == id) {
                 tracing::info!(worker = %name, "worker {name}'s GPU memory share is promised, not held: {why}");
@@ -419,6 +442,16 @@ impl Service {
         let (Some(hold), id) = (self.hold_for(w), w.id) else {
             return;
         };
+        // Docker's containers run their command as they are made: one found
+        // running after a restart was never held, and is not now.
+        if w.kind() == Some(Kind::Container) && self.runtimes.containers_docker {
+            let why = crate::runtime::docker::NO_INIT_STEP.to_string();
+            self.enforced(name, id, Enforcement::Promised(why));
+            return;
+        }
+        self.runtimes
+            .holds
+            .insert(name.to_string(), (id, hold.clone()));
         let (tx, name) = (self.lp.tx.clone(), name.to_string());
         tokio::spawn(async move {
             let enforcement = crate::runtime::apply_hold(hold, Some(cgroup)).await;
@@ -443,9 +476,11 @@ impl Service {
         let at = at.unwrap_or_else(EpochMs::now);
         // Its limits go with it (removing its group clears them too; this
         // clears them where the group outlives it).
+        let kept = self.runtimes.holds.remove(name);
         let held = self.node.worker(name).and_then(|w| {
             let held = w.enforcement == Some(Enforcement::Held);
-            held.then(|| self.hold_for(w).zip(w.cgroup.clone()))?
+            let hold = kept.filter(|(id, _)| *id == w.id).map(|(_, h)| h);
+            held.then(|| hold.zip(w.cgroup.clone()))?
         });
         if let Some((hold, cgroup)) = held {
             tokio::task::spawn_blocking(move || hold.clear(&cgroup));
