@@ -731,6 +731,12 @@ fn mig_instances_are_offered_whole_each_a_gpu_of_its_own() {
         .stdout
     };
     assert_eq!(gpu_prop(1, "Uuid"), "s \"MIG-aaaa\"\n");
+    // Its summary (the page's line under it) says what it is.
+    assert!(
+        gpu_prop(1, "Summary").starts_with("s \"a MIG instance of GPU 0, offered whole only; "),
+        "{}",
+        gpu_prop(1, "Summary")
+    );
     assert!(gpu_prop(2, "ShareLimits").starts_with("s \"promised: a MIG instance"));
     // Shared work: never on an instance, and it says so for each.
     let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("small", "1")]);
