@@ -22,6 +22,7 @@ mod workloads;
 pub use group::GroupEnd;
 mod readings;
 mod schedules;
+pub mod time_slicing;
 pub use schedules::ScheduleChange;
 use std::collections::BTreeMap;
 

@@ -261,7 +261,9 @@ impl Service {
             // Time-slicing's wake-ups: the handoff's timer and the next
             // scheduled action (timers, not polling).
             let (handoff_in, due) = match &self.slicing {
-                Some(s) => s.wake_ups(&self.node.rotation(), &self.slice_rules.tz),
+                Some(s) => s
+                    .engine
+                    .wake_ups(&self.node.rotation(), &self.slice_rules.tz),
                 None => (None, None),
             };
             let due_in = due

@@ -182,13 +182,19 @@ impl Service {
         let Some(s) = &self.slicing else {
             return Vec::new();
         };
-        s.templates
+        s.engine
+            .templates
             .values()
             .map(|d| TemplateRow {
                 name: d.template.name.clone(),
                 user: d.user(),
                 domain: d.domain.clone(),
-                state: s.state.state_of(&d.template.name).as_str().to_string(),
+                state: s
+                    .engine
+                    .state
+                    .state_of(&d.template.name)
+                    .as_str()
+                    .to_string(),
             })
             .collect()
     }

@@ -15,104 +15,47 @@ use crate::bus::BASE_PATH;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal;
-use crate::schedule::{self, ScheduledAction};
-use crate::slicing::handoff::{self, Action, Event, Signal, State, Step, VmState};
+use crate::node::time_slicing::{Rules, TimeSlicing, RELEARN_AFTER};
+use crate::schedule;
+use crate::slicing::handoff::{Action, Event, Signal, Step, VmState};
 use crate::slicing::meter::{GpuSample, Meter};
 use crate::slicing::template::{self, Defined, Template};
 use crate::time::EpochMs;
 use crate::views::SlicingView;
-use converge::RELEARN_AFTER;
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-/// The loop's time-slicing state.
+/// The loop's time-slicing: the engine ([`TimeSlicing`]: templates, the
+/// handoff's state, timer, cursor, convergence and pausing), and what the
+/// loop does for it that is I/O: the hypervisor, the running slice's meter
+/// and the task reading its guest.
 pub(super) struct Slicing {
+    pub engine: TimeSlicing,
     hv: Hypervisor,
-    pub templates: BTreeMap<String, Defined>,
-    pub state: State,
-    settings: handoff::Settings,
-    /// The handoff machine's wake-up.
-    timer: Option<EpochMs>,
-    /// Scheduled actions have fired up to here.
-    cursor: jiff::Timestamp,
-    /// Whether the state has been converged to what runs after the start
-    /// (libvirt answered): until then no action fires and no person's
-    /// request is taken, since the handoff would start from a guess.
-    converged: bool,
-    /// Paused (the ledger refused a step, or could not say the last one):
-    /// when to learn what runs again and start from the ledger afresh.
-    relearn_at: Option<std::time::Instant>,
-    /// How long the next pause waits: doubled while the ledger keeps
-    /// refusing (a disk that stays full), back to the least once it takes
-    /// a step again.
-    relearn_after: Duration,
-    /// Paused, and not converged since (requests are told so; the journal
-    /// is told when it resumes).
-    paused: bool,
-    /// Converged once since the start: actions missed while the daemon was
-    /// down are recorded as skipped only then.
-    started: bool,
-    /// Accept weights disks on networked filesystems (config).
-    allow_networked_weights: bool,
-    /// Accept templates with an empty baseboard (config).
-    allow_no_baseboard: bool,
     /// The running slice's measurements, and the task reading its guest.
     meter: Option<Meter>,
     guest_reader: Option<tokio::task::AbortHandle>,
     /// A CPU reading asked of libvirt and not answered yet (no pile-up
     /// of calls while libvirt is slow).
     cpu_asked: bool,
-    /// Each template's last handoff dead time (ms), for the metrics.
-    dead_times: BTreeMap<String, u64>,
-    /// Templates whose weights are being staged (their VM may not start).
-    staging: BTreeSet<String>,
-    /// While not converged, whether each template's VM runs by its last
-    /// lifecycle event: libvirt's answer to "what runs" may be older.
-    missed: BTreeMap<String, bool>,
 }
 
 impl Slicing {
     /// With the templates the ledger holds (no libvirt call).
     pub fn new(hv: Hypervisor, settings: &Settings, stored: Vec<(String, String)>) -> Slicing {
-        let mut s = Slicing {
-            hv,
-            templates: BTreeMap::new(),
-            state: State::Idle { released_ms: None },
-            settings: handoff::Settings {
-                buffer_ms: settings.slice_rules.buffer.as_millis() as u64,
-                poll_ms: 1000,
-                limits: handoff::Limits {
-                    stop_timeout_ms: settings.stop_timeout.as_millis() as u64,
-                    start_retries: handoff::DEFAULT_START_RETRIES,
-                },
-                per_template: Default::default(),
-            },
-            timer: None,
-            cursor: jiff::Timestamp::now(),
-            converged: false,
-            relearn_at: None,
-            relearn_after: RELEARN_AFTER,
-            paused: false,
-            started: false,
+        let rules = Rules {
+            buffer_ms: settings.slice_rules.buffer.as_millis() as u64,
+            stop_timeout_ms: settings.stop_timeout.as_millis() as u64,
             allow_networked_weights: settings.allow_networked_weights,
             allow_no_baseboard: settings.allow_no_baseboard,
+        };
+        let engine = TimeSlicing::new(rules, stored, jiff::Timestamp::now());
+        let mut s = Slicing {
+            engine,
+            hv,
             meter: None,
             guest_reader: None,
             cpu_asked: false,
-            dead_times: BTreeMap::new(),
-            staging: BTreeSet::new(),
-            missed: BTreeMap::new(),
         };
-        for (name, spec) in stored {
-            match Defined::restore(&spec) {
-                Ok(d) => {
-                    s.templates.insert(name, d);
-                }
-                Err(e) => tracing::error!(template = %name, "template {name} unreadable: {e}"),
-            }
-        }
-        s.refresh_limits();
-        if !s.templates.is_empty() {
+        if !s.engine.templates.is_empty() {
             s.hv.watch_events();
         }
         s
@@ -120,98 +63,25 @@ impl Slicing {
 
     /// What template objects and the page show of it.
     pub fn view(&self) -> SlicingView {
+        let e = &self.engine;
         SlicingView {
-            state: self.state.clone(),
-            info: self
+            state: e.state.clone(),
+            info: e
                 .templates
                 .iter()
                 .map(|(name, d)| (name.clone(), (d.user(), d.domain.clone())))
                 .collect(),
-            dead_times: self.dead_times.clone(),
+            dead_times: e.dead_times.clone(),
         }
-    }
-
-    /// The handoff timer, and the next scheduled actions due after the cursor.
-    #[allow(clippy::type_complexity)]
-    pub fn wake_ups(
-        &self,
-        rotation: &[(String, Vec<ScheduledAction>)],
-        tz: &jiff::tz::TimeZone,
-    ) -> (
-        Option<Duration>,
-        Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)>,
-    ) {
-        if !self.converged {
-            return (None, None);
-        }
-        let timer = self.timer.map(EpochMs::from_now);
-        (timer, next_due(self.cursor, rotation, tz))
-    }
-
-    /// Per-template limits, from the templates' overrides.
-    fn refresh_limits(&mut self) {
-        let base = self.settings.limits;
-        self.settings.per_template = self
-            .templates
-            .values()
-            .filter(|d| {
-                d.template.stop_timeout_seconds.is_some() || d.template.start_retries.is_some()
-            })
-            .map(|d| {
-                let limits = handoff::Limits {
-                    stop_timeout_ms: d
-                        .template
-                        .stop_timeout_seconds
-                        .map_or(base.stop_timeout_ms, |s| s * 1000),
-                    start_retries: d.template.start_retries.unwrap_or(base.start_retries),
-                };
-                (d.template.name.clone(), limits)
-            })
-            .collect();
-    }
-
-    /// The template whose VM this domain is.
-    fn template_of(&self, domain: &str) -> Option<&str> {
-        self.templates
-            .values()
-            .find(|d| d.domain == domain)
-            .map(|d| d.template.name.as_str())
     }
 
     /// Carries out an action of the handoff machine that is not the loop's own.
     fn execute(&mut self, action: &Action) {
         match action {
-            Action::SetTimer { at_ms } => self.timer = Some(*at_ms),
-            other => self.hv.execute(other, &self.templates),
+            Action::SetTimer { at_ms } => self.engine.timer = Some(*at_ms),
+            other => self.hv.execute(other, &self.engine.templates),
         }
     }
-
-    fn others(&self) -> Vec<&Defined> {
-        self.templates.values().collect()
-    }
-}
-
-/// The earliest scheduled action after `cursor`: (when, [(template, action)]).
-#[allow(clippy::type_complexity)]
-fn next_due(
-    cursor: jiff::Timestamp,
-    rotation: &[(String, Vec<ScheduledAction>)],
-    tz: &jiff::tz::TimeZone,
-) -> Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)> {
-    let mut best: Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)> = None;
-    for (template, actions) in rotation {
-        for a in actions {
-            let Some(t) = a.next_after(cursor, tz) else {
-                continue;
-            };
-            match &mut best {
-                Some((bt, list)) if *bt == t => list.push((template.clone(), a.action)),
-                Some((bt, _)) if *bt < t => {}
-                _ => best = Some((t, vec![(template.clone(), a.action)])),
-            }
-        }
-    }
-    best
 }
 
 const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
@@ -219,7 +89,7 @@ const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
 impl Service {
     pub(super) async fn handoff_timer(&mut self) {
         if let Some(s) = self.slicing.as_mut() {
-            s.timer = None;
+            s.engine.timer = None;
         }
         let at_ms = EpochMs::now();
         let _ = self.slice(Event::Timer { at_ms }).await;
@@ -231,7 +101,7 @@ impl Service {
         list: Vec<(String, schedule::Action)>,
     ) {
         if let Some(s) = self.slicing.as_mut() {
-            s.cursor = at;
+            s.engine.cursor = at;
         }
         // A sign of life at each fired action: after a crash, only actions
         // past it count as skipped.
@@ -239,7 +109,7 @@ impl Service {
         for (template, action) in list {
             // Paused by the one before (its step refused): the rest is not
             // fired from a state the ledger does not hold.
-            if !self.slicing.as_ref().is_some_and(|s| s.converged) {
+            if !self.slicing.as_ref().is_some_and(|s| s.engine.converged) {
                 let what = format!(
                     "{} of {template} due at {at} skipped: time-slicing is paused",
                     action.as_str()
@@ -271,15 +141,15 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
-        let Some(template) = s.template_of(domain).map(str::to_string) else {
+        let Some(template) = s.engine.template_of(domain).map(str::to_string) else {
             return;
         };
         // Not converged (starting, or paused): the state is a guess, so
         // the event waits for the convergence. Only whether the VM runs is
         // kept, the last word of each VM (a STOPPED then an UNDEFINED must
         // not leave it unsaid).
-        if !s.converged {
-            s.missed.insert(template, on);
+        if !s.engine.converged {
+            s.engine.missed.insert(template, on);
             return;
         }
         use crate::runtime::vm_host::VmEvent;
@@ -299,7 +169,7 @@ impl Service {
         let Some(template) = s.meter.as_ref().map(|m| m.template.clone()) else {
             return;
         };
-        let Some(domain) = s.templates.get(&template).map(|d| d.domain.clone()) else {
+        let Some(domain) = s.engine.templates.get(&template).map(|d| d.domain.clone()) else {
             return;
         };
         if !s.cpu_asked {
@@ -334,20 +204,20 @@ impl Service {
         self.access.may(caller, Act::DriveTemplate)?;
         match &self.slicing {
             None => Err(Error::Conflict(NO_LIBVIRT.into())),
-            Some(s) if !s.templates.contains_key(template) => {
+            Some(s) if !s.engine.templates.contains_key(template) => {
                 // The caller's text, made printable before it is echoed.
                 Err(Error::NotFound(format!(
                     "no template named {}",
                     crate::text::printable(template)
                 )))
             }
-            Some(s) if s.paused => Err(Error::Conflict(
+            Some(s) if s.engine.paused => Err(Error::Conflict(
                 "time-slicing is paused: the ledger refused a handoff step or could not read \
                  the last one (the daemon's log says which); it starts again from the last step \
                  recorded, try again shortly"
                     .into(),
             )),
-            Some(s) if !s.converged => Err(Error::Conflict(
+            Some(s) if !s.engine.converged => Err(Error::Conflict(
                 "time-slicing is still learning which VMs run (libvirt has not answered yet); \
                  try again shortly"
                     .into(),
@@ -362,7 +232,12 @@ impl Service {
         as_handoff: bool,
         caller: &Caller,
     ) -> Result<()> {
-        if self.manual(caller, &template)?.staging.contains(&template) {
+        if self
+            .manual(caller, &template)?
+            .engine
+            .staging
+            .contains(&template)
+        {
             return Err(Error::Conflict(format!(
                 "the weights of {template} are being staged; it starts when they are done"
             )));
@@ -406,12 +281,12 @@ impl Service {
                 .as_ref()
                 .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
             let t = Template::parse(&spec)?;
-            template::check_has_baseboard(&t, s.allow_no_baseboard)?;
-            Defined::check_new(&t, &s.others(), None)?;
+            template::check_has_baseboard(&t, s.engine.allow_no_baseboard)?;
+            Defined::check_new(&t, &s.engine.others(), None)?;
             if let Some(weights) = &t.weights_disk {
                 let fs = super::hypervisor::fs_type_of(std::path::Path::new(weights))
                     .unwrap_or_default();
-                template::check_weights_local(weights, &fs, s.allow_networked_weights)?;
+                template::check_weights_local(weights, &fs, s.engine.allow_networked_weights)?;
             }
             Ok(t)
         });
@@ -436,21 +311,21 @@ impl Service {
             .slicing
             .as_ref()
             .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
-        Defined::check_new(&defined.template, &s.others(), Some(&defined.domain))?;
+        Defined::check_new(&defined.template, &s.engine.others(), Some(&defined.domain))?;
         let name = defined.template.name.clone();
         let now = EpochMs::now();
         self.node.insert_template(&name, spec, now)?;
         let s = self.slicing.as_mut().expect("checked above");
         s.hv.watch_events();
-        s.templates.insert(name.clone(), defined);
-        s.refresh_limits();
+        s.engine.templates.insert(name.clone(), defined);
+        s.engine.refresh_limits();
         tracing::info!(template = %name, "template {name} defined");
         self.publish_templates();
         Ok(name)
     }
 
     pub(super) async fn remove_template(&mut self, name: &str, caller: &Caller) -> Result<()> {
-        let state = self.manual(caller, name)?.state.state_of(name);
+        let state = self.manual(caller, name)?.engine.state.state_of(name);
         // Off, or failed to start (nothing of it runs): either may go.
         if !matches!(state, VmState::Off | VmState::Failed) {
             return Err(Error::Conflict(format!(
@@ -459,9 +334,9 @@ impl Service {
         }
         self.node.remove_template(name)?;
         let s = self.slicing.as_mut().expect("manual() checked");
-        s.templates.remove(name);
-        s.state = s.state.without(name);
-        s.refresh_limits();
+        s.engine.templates.remove(name);
+        s.engine.state = s.engine.state.without(name);
+        s.engine.refresh_limits();
         tracing::info!(template = %name, "template {name} removed (its libvirt domain is kept)");
         self.publish_rotation();
         Ok(())
@@ -474,16 +349,13 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return Ok(());
         };
-        // Not converged (starting, or paused): the state in memory is a
-        // guess or past what the ledger holds, and answers of tasks begun
+        // Not converged (starting, or paused): answers of tasks begun
         // before may be stale. What happened meanwhile is read from libvirt
         // at the convergence (lifecycle events are kept for it).
-        if !s.converged {
+        let Some((before, actions)) = s.engine.step(&event) else {
             tracing::debug!("time-slicing not converged: {event:?} is left to the convergence");
             return Ok(());
-        }
-        let (state, actions) = handoff::step(&s.state, &event, &s.settings);
-        let before = std::mem::replace(&mut s.state, state);
+        };
         let on_before = before.on().map(str::to_string);
         let carried = self.carry_out(&actions, true, on_before.as_deref());
         if let Err(e) = &carried {
@@ -538,7 +410,7 @@ impl Service {
                     }
                     // The ledger takes steps again: a later pause waits the least.
                     if let Some(s) = self.slicing.as_mut() {
-                        s.relearn_after = RELEARN_AFTER;
+                        s.engine.relearn_after = RELEARN_AFTER;
                     }
                     if crash_points {
                         // Crash tests kill the daemon right after a step is recorded.
@@ -641,7 +513,7 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
-        let Some(d) = s.templates.get(template) else {
+        let Some(d) = s.engine.templates.get(template) else {
             return;
         };
         let user = d.user();
@@ -657,7 +529,7 @@ impl Service {
         }
         s.meter = Some(Meter::new(template));
         if let Some(ms) = dead_time_ms {
-            s.dead_times.insert(template.to_string(), ms);
+            s.engine.dead_times.insert(template.to_string(), ms);
         }
         if let Err(e) = self.node.open_slice_once(
             template,

@@ -12,8 +12,7 @@ use crate::time::EpochMs;
 use std::time::Duration;
 
 /// A paused time-slicing (the ledger refused a step) tries again after
-/// the first, doubled each time it is refused again, up to the second.
-pub(super) const RELEARN_AFTER: Duration = Duration::from_secs(5);
+/// RELEARN_AFTER, doubled each time it is refused again, up to this.
 const RELEARN_AT_MOST: Duration = Duration::from_secs(60);
 
 impl Service {
@@ -22,6 +21,7 @@ impl Service {
     pub(in crate::service) fn learn_what_runs(&self) {
         if let Some(s) = &self.slicing {
             let domains = s
+                .engine
                 .templates
                 .iter()
                 .map(|(t, d)| (t.clone(), d.domain.clone()))
@@ -36,7 +36,7 @@ impl Service {
         let Some(slicer) = self.slicing.as_ref() else {
             return;
         };
-        if slicer.converged {
+        if slicer.engine.converged {
             return;
         }
         let rotation = self.node.rotation();
@@ -57,7 +57,7 @@ impl Service {
         let scheduled = rotation.iter().any(|(_, a)| !a.is_empty());
         let want = if scheduled {
             crate::rotation::owner_now(&rotation, now, &tz)
-                .filter(|t| slicer.templates.contains_key(t))
+                .filter(|t| slicer.engine.templates.contains_key(t))
         } else {
             handoff::wanted_without_schedule(last.as_ref(), &on)
         };
@@ -80,7 +80,7 @@ impl Service {
             &on,
             last.as_ref(),
             EpochMs::now(),
-            &slicer.settings,
+            &slicer.engine.settings,
         );
         // Never a line ending "on: " with nothing after it (#54).
         let running = if on.is_empty() {
@@ -94,9 +94,9 @@ impl Service {
         }
         let slicer = self.slicing.as_mut().expect("checked");
         // Missed while the daemon was down (at its start), or while paused.
-        let (since, why) = if slicer.started {
+        let (since, why) = if slicer.engine.started {
             (
-                Some(slicer.cursor.as_millisecond()),
+                Some(slicer.engine.cursor.as_millisecond()),
                 "time-slicing was paused",
             )
         } else {
@@ -107,10 +107,7 @@ impl Service {
         };
         self.record_skipped(&rotation, since, now, why);
         let slicer = self.slicing.as_mut().expect("checked");
-        let before = std::mem::replace(&mut slicer.state, state);
-        slicer.cursor = now;
-        slicer.converged = true;
-        slicer.started = true;
+        let before = slicer.engine.converge_to(state, now);
         // Through the same path as events' actions: a slice whose end was
         // recorded before the restart is closed, one the handoff ends or
         // starts now is recorded, and every step is told. (Only the
@@ -119,7 +116,7 @@ impl Service {
             Err(e) => self.pause_slicing(e.message().to_string(), Some(before)),
             Ok(_) => {
                 let slicer = self.slicing.as_mut().expect("checked");
-                if std::mem::take(&mut slicer.paused) {
+                if std::mem::take(&mut slicer.engine.paused) {
                     tracing::info!(
                         message_id = journal::SLICING_PAUSED,
                         "time-slicing resumes after its pause, from the ledger's last step"
@@ -138,10 +135,10 @@ impl Service {
     /// differs from the answer, it is fed now as a start or a stop; were it
     /// the older of the two, the event that made the answer true follows.
     async fn replay_missed(&mut self, on: &[String]) {
-        let Some(s) = self.slicing.as_mut().filter(|s| s.converged) else {
+        let Some(s) = self.slicing.as_mut().filter(|s| s.engine.converged) else {
             return; // paused again: kept for the next convergence
         };
-        for (template, runs) in std::mem::take(&mut s.missed) {
+        for (template, runs) in std::mem::take(&mut s.engine.missed) {
             if runs != on.contains(&template) {
                 let what = if runs { "started" } else { "stopped" };
                 tracing::info!(
@@ -205,11 +202,11 @@ impl Service {
             return;
         };
         if let Some(state) = back_to {
-            s.state = state;
+            s.engine.state = state;
         }
-        s.converged = false;
-        s.paused = true;
-        s.timer = None;
+        s.engine.converged = false;
+        s.engine.paused = true;
+        s.engine.timer = None;
         if self.node.store().refuses_until_restart() {
             let e = Error::Backend(format!(
                 "time-slicing: {why}; the ledger refuses every write until a restart: stopping, \
@@ -222,9 +219,9 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
-        let wait = s.relearn_after;
-        s.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
-        s.relearn_at = Some(std::time::Instant::now() + wait);
+        let wait = s.engine.relearn_after;
+        s.engine.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
+        s.engine.relearn_at = Some(std::time::Instant::now() + wait);
         tracing::error!(
             message_id = journal::SLICING_PAUSED,
             "time-slicing: {why}; paused: it starts again from the ledger's last step and \
@@ -237,11 +234,14 @@ impl Service {
     /// ([`Service::converge_slices`] takes the answer).
     pub(in crate::service) fn relearn_if_due(&mut self) {
         let due = self.slicing.as_ref().is_some_and(|s| {
-            !s.converged && s.relearn_at.is_some_and(|t| std::time::Instant::now() >= t)
+            !s.engine.converged
+                && s.engine
+                    .relearn_at
+                    .is_some_and(|t| std::time::Instant::now() >= t)
         });
         if due {
             if let Some(s) = self.slicing.as_mut() {
-                s.relearn_at = None;
+                s.engine.relearn_at = None;
             }
             self.learn_what_runs();
         }

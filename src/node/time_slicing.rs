@@ -1,0 +1,209 @@
+//! The time-slicing engine (#52): synchronous, with no I/O and no clock of
+//! its own — the templates and the handoff's state, the settings each
+//! handoff runs by, its timer and the scheduled actions' cursor,
+//! convergence and pausing. The service feeds it events
+//! ([`TimeSlicing::step`]) and carries out the actions it returns (ledger
+//! steps through the node, libvirt calls in tasks); tests drive it directly
+//! (tests/time_slicing.rs), as tests/engine.rs drives [`super::Node`].
+
+use crate::schedule::{self, ScheduledAction};
+use crate::slicing::handoff::{self, Action, Event, State};
+use crate::slicing::template::Defined;
+use crate::time::EpochMs;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// A paused time-slicing (the ledger refused a step) tries again after
+/// this, doubled each time it is refused again (up to a minute).
+pub const RELEARN_AFTER: Duration = Duration::from_secs(5);
+
+/// What the configuration says of time-slicing.
+#[derive(Clone, Copy, Debug)]
+pub struct Rules {
+    /// At least this long between one slice's power-off and the next resume.
+    pub buffer_ms: u64,
+    /// A power-off is forced after this long (templates may say otherwise).
+    pub stop_timeout_ms: u64,
+    /// Accept weights disks on networked filesystems.
+    pub allow_networked_weights: bool,
+    /// Accept templates with an empty baseboard.
+    pub allow_no_baseboard: bool,
+}
+
+pub struct TimeSlicing {
+    pub templates: BTreeMap<String, Defined>,
+    pub state: State,
+    pub settings: handoff::Settings,
+    /// The handoff machine's wake-up.
+    pub timer: Option<EpochMs>,
+    /// Scheduled actions have fired up to here.
+    pub cursor: jiff::Timestamp,
+    /// Whether the state has been converged to what runs after the start
+    /// (libvirt answered): until then no action fires and no person's
+    /// request is taken, since the handoff would start from a guess.
+    pub converged: bool,
+    /// Paused (the ledger refused a step, or could not say the last one):
+    /// when to learn what runs again and start from the ledger afresh.
+    pub relearn_at: Option<std::time::Instant>,
+    /// How long the next pause waits: doubled while the ledger keeps
+    /// refusing (a disk that stays full), back to the least once it takes
+    /// a step again.
+    pub relearn_after: Duration,
+    /// Paused, and not converged since (requests are told so; the journal
+    /// is told when it resumes).
+    pub paused: bool,
+    /// Converged once since the start: actions missed while the daemon was
+    /// down are recorded as skipped only then.
+    pub started: bool,
+    /// Accept weights disks on networked filesystems (config).
+    pub allow_networked_weights: bool,
+    /// Accept templates with an empty baseboard (config).
+    pub allow_no_baseboard: bool,
+    /// Each template's last handoff dead time (ms), for the metrics.
+    pub dead_times: BTreeMap<String, u64>,
+    /// Templates whose weights are being staged (their VM may not start).
+    pub staging: BTreeSet<String>,
+    /// While not converged, whether each template's VM runs by its last
+    /// lifecycle event: libvirt's answer to "what runs" may be older.
+    pub missed: BTreeMap<String, bool>,
+}
+
+impl TimeSlicing {
+    /// With the templates the ledger holds (`stored`: name and spec);
+    /// not converged: nothing fires until what runs is learned.
+    pub fn new(rules: Rules, stored: Vec<(String, String)>, now: jiff::Timestamp) -> TimeSlicing {
+        let mut s = TimeSlicing {
+            templates: BTreeMap::new(),
+            state: State::Idle { released_ms: None },
+            settings: handoff::Settings {
+                buffer_ms: rules.buffer_ms,
+                poll_ms: 1000,
+                limits: handoff::Limits {
+                    stop_timeout_ms: rules.stop_timeout_ms,
+                    start_retries: handoff::DEFAULT_START_RETRIES,
+                },
+                per_template: Default::default(),
+            },
+            timer: None,
+            cursor: now,
+            converged: false,
+            relearn_at: None,
+            relearn_after: RELEARN_AFTER,
+            paused: false,
+            started: false,
+            allow_networked_weights: rules.allow_networked_weights,
+            allow_no_baseboard: rules.allow_no_baseboard,
+            dead_times: BTreeMap::new(),
+            staging: BTreeSet::new(),
+            missed: BTreeMap::new(),
+        };
+        for (name, spec) in stored {
+            match Defined::restore(&spec) {
+                Ok(d) => {
+                    s.templates.insert(name, d);
+                }
+                Err(e) => tracing::error!(template = %name, "template {name} unreadable: {e}"),
+            }
+        }
+        s.refresh_limits();
+        s
+    }
+
+    /// Converged: from now on, `state` (what the schedule wants, from what
+    /// runs and the ledger's last step), with scheduled actions counted
+    /// from `now`; the state before is returned (the ledger's, should the
+    /// convergence's steps be refused).
+    pub fn converge_to(&mut self, state: State, now: jiff::Timestamp) -> State {
+        self.cursor = now;
+        self.converged = true;
+        self.started = true;
+        std::mem::replace(&mut self.state, state)
+    }
+
+    /// One event into the handoff machine: the new state is taken, and the
+    /// state before and the actions to carry out are returned — None, and
+    /// nothing changed, while not converged (starting, or paused: the
+    /// state in memory is a guess or past what the ledger holds; what
+    /// happened meanwhile is read at the convergence).
+    pub fn step(&mut self, event: &Event) -> Option<(State, Vec<Action>)> {
+        if !self.converged {
+            return None;
+        }
+        let (state, actions) = handoff::step(&self.state, event, &self.settings);
+        Some((std::mem::replace(&mut self.state, state), actions))
+    }
+
+    /// The handoff timer, and the next scheduled actions due after the cursor.
+    #[allow(clippy::type_complexity)]
+    pub fn wake_ups(
+        &self,
+        rotation: &[(String, Vec<ScheduledAction>)],
+        tz: &jiff::tz::TimeZone,
+    ) -> (
+        Option<Duration>,
+        Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)>,
+    ) {
+        if !self.converged {
+            return (None, None);
+        }
+        let timer = self.timer.map(EpochMs::from_now);
+        (timer, next_due(self.cursor, rotation, tz))
+    }
+
+    /// Per-template limits, from the templates' overrides.
+    pub fn refresh_limits(&mut self) {
+        let base = self.settings.limits;
+        self.settings.per_template = self
+            .templates
+            .values()
+            .filter(|d| {
+                d.template.stop_timeout_seconds.is_some() || d.template.start_retries.is_some()
+            })
+            .map(|d| {
+                let limits = handoff::Limits {
+                    stop_timeout_ms: d
+                        .template
+                        .stop_timeout_seconds
+                        .map_or(base.stop_timeout_ms, |s| s * 1000),
+                    start_retries: d.template.start_retries.unwrap_or(base.start_retries),
+                };
+                (d.template.name.clone(), limits)
+            })
+            .collect();
+    }
+
+    /// The template whose VM this domain is.
+    pub fn template_of(&self, domain: &str) -> Option<&str> {
+        self.templates
+            .values()
+            .find(|d| d.domain == domain)
+            .map(|d| d.template.name.as_str())
+    }
+
+    pub fn others(&self) -> Vec<&Defined> {
+        self.templates.values().collect()
+    }
+}
+
+/// The earliest scheduled action after `cursor`: (when, [(template, action)]).
+#[allow(clippy::type_complexity)]
+pub fn next_due(
+    cursor: jiff::Timestamp,
+    rotation: &[(String, Vec<ScheduledAction>)],
+    tz: &jiff::tz::TimeZone,
+) -> Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)> {
+    let mut best: Option<(jiff::Timestamp, Vec<(String, schedule::Action)>)> = None;
+    for (template, actions) in rotation {
+        for a in actions {
+            let Some(t) = a.next_after(cursor, tz) else {
+                continue;
+            };
+            match &mut best {
+                Some((bt, list)) if *bt == t => list.push((template.clone(), a.action)),
+                Some((bt, _)) if *bt < t => {}
+                _ => best = Some((t, vec![(template.clone(), a.action)])),
+            }
+        }
+    }
+    best
+}

@@ -1,0 +1,153 @@
+//! The time-slicing engine (src/node/time_slicing.rs) driven directly, with
+//! no bus, no libvirt and no ledger (#52), as tests/engine.rs drives the
+//! worker engine: templates restored from their specs, nothing steps until
+//! it has converged, and a handoff asked of it is one VM at a time —
+//! power-off, the release checked, then the next VM's create.
+
+use astraeusd::node::time_slicing::{Rules, TimeSlicing};
+use astraeusd::slicing::handoff::{Action, Event, State, VmState};
+use astraeusd::time::EpochMs;
+
+fn spec(name: &str) -> (String, String) {
+    // The baseboard passed through, as the seed's premise is.
+    let xml = format!(
+        "<domain type='test'><name>tmpl-{name}</name><memory>65536</memory>\
+         <os><type>hvm</type></os><devices><hostdev mode='subsystem' type='pci' managed='yes'>\
+         <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>\
+         </hostdev></devices></domain>"
+    );
+    let spec = serde_json::json!({
+        "name": name,
+        "workload": {"model": "m", "runtime": "vllm"},
+        "user": {"kind": "internal", "name": format!("team-{name}")},
+        "vm": {"domain_xml": xml},
+        "baseboard": ["0000:41:00.0"],
+    });
+    (name.to_string(), spec.to_string())
+}
+
+fn engine() -> TimeSlicing {
+    let rules = Rules {
+        buffer_ms: 0,
+        stop_timeout_ms: 10_000,
+        allow_networked_weights: false,
+        allow_no_baseboard: false,
+    };
+    let stored = vec![spec("a"), spec("b"), ("bad".to_string(), "{".to_string())];
+    TimeSlicing::new(rules, stored, jiff::Timestamp::UNIX_EPOCH)
+}
+
+fn at(ms: i64) -> EpochMs {
+    EpochMs::from_i64(1_800_000_000_000 + ms)
+}
+
+fn creates(actions: &[Action]) -> Vec<&str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Create { template } => Some(template.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Answers what the engine asks (a release check: nothing holds the
+/// baseboard; a timer: it fires) until it asks for a create; the time then
+/// and what it creates.
+fn until_created(e: &mut TimeSlicing, mut actions: Vec<Action>, mut t: i64) -> (i64, Vec<String>) {
+    loop {
+        let asked: Vec<String> = creates(&actions).iter().map(|s| s.to_string()).collect();
+        if !asked.is_empty() {
+            return (t, asked);
+        }
+        t += 1000;
+        assert!(t < 600_000, "nothing is ever created: {:?}", e.state);
+        let ev = if actions.iter().any(|a| matches!(a, Action::CheckRelease)) {
+            Event::Released { at_ms: at(t) }
+        } else {
+            Event::Timer { at_ms: at(t) }
+        };
+        actions = e.step(&ev).unwrap().1;
+    }
+}
+
+#[test]
+fn templates_are_restored_and_nothing_steps_before_convergence() {
+    let mut e = engine();
+    // The unreadable one is left out (and said in the log).
+    assert_eq!(e.templates.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(e.template_of("tmpl-b"), Some("b"));
+    assert_eq!(e.template_of("tmpl-c"), None);
+    let resume = Event::ManualResume {
+        template: "a".into(),
+        as_handoff: false,
+        at_ms: at(0),
+    };
+    assert!(e.step(&resume).is_none(), "not converged: nothing steps");
+    assert_eq!(e.state, State::Idle { released_ms: None });
+    assert_eq!(e.wake_ups(&[], &jiff::tz::TimeZone::UTC), (None, None));
+}
+
+#[test]
+fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
+    let mut e = engine();
+    let before = e.converge_to(
+        State::Idle { released_ms: None },
+        jiff::Timestamp::UNIX_EPOCH,
+    );
+    assert_eq!(before, State::Idle { released_ms: None });
+    assert!(e.converged && e.started);
+
+    // a on, from nothing: its create comes once the baseboard is checked free.
+    let (_, actions) = e
+        .step(&Event::ManualResume {
+            template: "a".into(),
+            as_handoff: false,
+            at_ms: at(0),
+        })
+        .unwrap();
+    let (t, asked) = until_created(&mut e, actions, 0);
+    assert_eq!(asked, ["a"]);
+    e.step(&Event::Started {
+        template: "a".into(),
+        at_ms: at(t + 1),
+    })
+    .unwrap();
+    assert_eq!(e.state.on(), Some("a"));
+
+    // b asked to take over: a is powered off first, and b is not created
+    // until a has stopped and nothing holds the baseboard.
+    let (_, actions) = e
+        .step(&Event::ManualResume {
+            template: "b".into(),
+            as_handoff: true,
+            at_ms: at(t + 2),
+        })
+        .unwrap();
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::Shutdown { template } | Action::Destroy { template } if template == "a")),
+        "{actions:?}"
+    );
+    assert!(
+        creates(&actions).is_empty(),
+        "b created while a is on: {actions:?}"
+    );
+    assert_eq!(e.state.state_of("b"), VmState::Waiting, "b waits its turn");
+    let (_, actions) = e
+        .step(&Event::Stopped {
+            template: "a".into(),
+            at_ms: at(t + 3),
+        })
+        .unwrap();
+    assert!(
+        creates(&actions).is_empty(),
+        "b created before the release: {actions:?}"
+    );
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::CheckRelease)),
+        "{actions:?}"
+    );
+    let (_, asked) = until_created(&mut e, actions, t + 4);
+    assert_eq!(asked, ["b"]);
+    assert_eq!(e.state.state_of("a"), VmState::Off);
+}
