@@ -151,3 +151,38 @@ fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
     assert_eq!(asked, ["b"]);
     assert_eq!(e.state.state_of("a"), VmState::Off);
 }
+
+/// A pause (the ledger refused a step): back to the ledger's state, no
+/// event steps, and it learns what runs again after a back-off that doubles
+/// while the ledger keeps refusing (5 s, 10 s, … up to a minute) and is the
+/// least again once a step is recorded.
+#[test]
+fn a_pause_stops_every_step_and_backs_off() {
+    use std::time::{Duration, Instant};
+    let mut e = engine();
+    e.converge_to(
+        State::Idle { released_ms: None },
+        jiff::Timestamp::UNIX_EPOCH,
+    );
+    e.timer = Some(at(5));
+    let ledgers = State::Idle {
+        released_ms: Some(at(1)),
+    };
+    e.pause(Some(ledgers.clone()));
+    assert_eq!(e.state, ledgers);
+    assert!(e.paused && !e.converged && e.timer.is_none());
+    let resume = Event::ManualResume {
+        template: "a".into(),
+        as_handoff: false,
+        at_ms: at(2),
+    };
+    assert!(e.step(&resume).is_none(), "paused: nothing steps");
+    let t0 = Instant::now();
+    let waits: Vec<u64> = (0..6).map(|_| e.relearn_later(t0).as_secs()).collect();
+    assert_eq!(waits, [5, 10, 20, 40, 60, 60]);
+    assert!(!e.relearn_due(t0), "not before its time");
+    assert!(e.relearn_due(t0 + Duration::from_secs(61)));
+    assert!(!e.relearn_due(t0 + Duration::from_secs(62)), "asked once");
+    e.step_recorded();
+    assert_eq!(e.relearn_later(t0).as_secs(), 5);
+}

@@ -14,8 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// A paused time-slicing (the ledger refused a step) tries again after
-/// this, doubled each time it is refused again (up to a minute).
+/// this, doubled each time it is refused again, up to RELEARN_AT_MOST.
 pub const RELEARN_AFTER: Duration = Duration::from_secs(5);
+pub const RELEARN_AT_MOST: Duration = Duration::from_secs(60);
 
 /// What the configuration says of time-slicing.
 #[derive(Clone, Copy, Debug)]
@@ -118,6 +119,41 @@ impl TimeSlicing {
         self.converged = true;
         self.started = true;
         std::mem::replace(&mut self.state, state)
+    }
+
+    /// Paused (the ledger refused a step, or could not say the last one):
+    /// back to `back_to` (the state the ledger holds) when given, and not
+    /// converged: no event steps, no action fires, no timer runs.
+    pub fn pause(&mut self, back_to: Option<State>) {
+        if let Some(state) = back_to {
+            self.state = state;
+        }
+        self.converged = false;
+        self.paused = true;
+        self.timer = None;
+    }
+
+    /// When a pause learns what runs again: after the back-off, doubled
+    /// each time (a disk that stays full), up to a minute; the wait.
+    pub fn relearn_later(&mut self, now: std::time::Instant) -> Duration {
+        let wait = self.relearn_after;
+        self.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
+        self.relearn_at = Some(now + wait);
+        wait
+    }
+
+    /// Whether a pause's time is up (taken: it is asked once).
+    pub fn relearn_due(&mut self, now: std::time::Instant) -> bool {
+        let due = !self.converged && self.relearn_at.is_some_and(|t| now >= t);
+        if due {
+            self.relearn_at = None;
+        }
+        due
+    }
+
+    /// The ledger took a step again: a later pause waits the least.
+    pub fn step_recorded(&mut self) {
+        self.relearn_after = RELEARN_AFTER;
     }
 
     /// One event into the handoff machine: the new state is taken, and the

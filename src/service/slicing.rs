@@ -15,7 +15,7 @@ use crate::bus::BASE_PATH;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal;
-use crate::node::time_slicing::{Rules, TimeSlicing, RELEARN_AFTER};
+use crate::node::time_slicing::{Rules, TimeSlicing};
 use crate::schedule;
 use crate::slicing::handoff::{Action, Event, Signal, Step, VmState};
 use crate::slicing::meter::{GpuSample, Meter};
@@ -410,7 +410,7 @@ impl Service {
                     }
                     // The ledger takes steps again: a later pause waits the least.
                     if let Some(s) = self.slicing.as_mut() {
-                        s.engine.relearn_after = RELEARN_AFTER;
+                        s.engine.step_recorded();
                     }
                     if crash_points {
                         // Crash tests kill the daemon right after a step is recorded.

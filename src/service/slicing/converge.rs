@@ -9,11 +9,6 @@ use crate::journal;
 use crate::schedule::ScheduledAction;
 use crate::slicing::handoff::{self, Event, State, Step};
 use crate::time::EpochMs;
-use std::time::Duration;
-
-/// A paused time-slicing (the ledger refused a step) tries again after
-/// RELEARN_AFTER, doubled each time it is refused again, up to this.
-const RELEARN_AT_MOST: Duration = Duration::from_secs(60);
 
 impl Service {
     /// After a start: asks libvirt (in a task) which templates' VMs run;
@@ -201,12 +196,7 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
-        if let Some(state) = back_to {
-            s.engine.state = state;
-        }
-        s.engine.converged = false;
-        s.engine.paused = true;
-        s.engine.timer = None;
+        s.engine.pause(back_to);
         if self.node.store().refuses_until_restart() {
             let e = Error::Backend(format!(
                 "time-slicing: {why}; the ledger refuses every write until a restart: stopping, \
@@ -219,9 +209,7 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
-        let wait = s.engine.relearn_after;
-        s.engine.relearn_after = (wait * 2).min(RELEARN_AT_MOST);
-        s.engine.relearn_at = Some(std::time::Instant::now() + wait);
+        let wait = s.engine.relearn_later(std::time::Instant::now());
         tracing::error!(
             message_id = journal::SLICING_PAUSED,
             "time-slicing: {why}; paused: it starts again from the ledger's last step and \
@@ -233,16 +221,12 @@ impl Service {
     /// Each refresh: a pause whose time is up learns what runs again
     /// ([`Service::converge_slices`] takes the answer).
     pub(in crate::service) fn relearn_if_due(&mut self) {
-        let due = self.slicing.as_ref().is_some_and(|s| {
-            !s.engine.converged
-                && s.engine
-                    .relearn_at
-                    .is_some_and(|t| std::time::Instant::now() >= t)
-        });
-        if due {
-            if let Some(s) = self.slicing.as_mut() {
-                s.engine.relearn_at = None;
-            }
+        let now = std::time::Instant::now();
+        if self
+            .slicing
+            .as_mut()
+            .is_some_and(|s| s.engine.relearn_due(now))
+        {
             self.learn_what_runs();
         }
     }
