@@ -186,3 +186,32 @@ fn a_pause_stops_every_step_and_backs_off() {
     e.step_recorded();
     assert_eq!(e.relearn_later(t0).as_secs(), 5);
 }
+
+/// A convergence, planned by the engine from what runs and the ledger's
+/// last step: with no schedule and nothing recorded, the VM that runs stays
+/// on; two found on at once (one started behind the daemon's back) leave
+/// one — never two on.
+#[test]
+fn a_convergence_keeps_what_runs_and_never_two_on() {
+    let e = engine();
+    let now = (jiff::Timestamp::UNIX_EPOCH, &jiff::tz::TimeZone::UTC);
+    let (want, state, _) = e.plan_convergence(&[], now, &["a".to_string()], None, None, at(0));
+    assert_eq!(want.as_deref(), Some("a"));
+    assert_eq!(state.on(), Some("a"));
+    let two = ["a".to_string(), "b".to_string()];
+    let (_, state, actions) = e.plan_convergence(&[], now, &two, None, None, at(0));
+    let destroyed: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Destroy { template } | Action::Shutdown { template } => Some(template.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(destroyed.len(), 1, "{actions:?}");
+    assert_ne!(
+        state.on(),
+        Some(destroyed[0]),
+        "the one kept is not the one destroyed"
+    );
+    assert!(!e.converged, "planning changes nothing");
+}

@@ -110,6 +110,35 @@ impl TimeSlicing {
         s
     }
 
+    /// What a convergence would do, from what runs (`on`) and the ledger's
+    /// last step (`last`; `state_step`, the last step that changed the
+    /// state, when `last` was a request or a destroy beside the holder):
+    /// the template that should be on (with a schedule, the one it says
+    /// now; without, what a person last asked for, or what runs), the state
+    /// to take and the actions to carry out. Nothing changes until
+    /// [`TimeSlicing::converge_to`].
+    #[allow(clippy::type_complexity)]
+    pub fn plan_convergence(
+        &self,
+        rotation: &[(String, Vec<ScheduledAction>)],
+        (now, tz): (jiff::Timestamp, &jiff::tz::TimeZone),
+        on: &[String],
+        last: Option<&handoff::Record>,
+        state_step: Option<Option<&handoff::Record>>,
+        now_ms: EpochMs,
+    ) -> (Option<String>, State, Vec<Action>) {
+        let scheduled = rotation.iter().any(|(_, a)| !a.is_empty());
+        let want = if scheduled {
+            crate::rotation::owner_now(rotation, now, tz).filter(|t| self.templates.contains_key(t))
+        } else {
+            handoff::wanted_without_schedule(last, on)
+        };
+        let resume_from = state_step.unwrap_or(last);
+        let (state, actions) =
+            handoff::converge(want.as_deref(), on, resume_from, now_ms, &self.settings);
+        (want, state, actions)
+    }
+
     /// Converged: from now on, `state` (what the schedule wants, from what
     /// runs and the ledger's last step), with scheduled actions counted
     /// from `now`; the state before is returned (the ledger's, should the

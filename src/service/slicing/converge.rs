@@ -7,7 +7,7 @@ use super::super::Service;
 use crate::error::Error;
 use crate::journal;
 use crate::schedule::ScheduledAction;
-use crate::slicing::handoff::{self, Event, State, Step};
+use crate::slicing::handoff::{Event, State, Step};
 use crate::time::EpochMs;
 
 impl Service {
@@ -46,36 +46,27 @@ impl Service {
                 return self.pause_slicing(format!("reading the last handoff step: {e}"), None)
             }
         };
-        // With a schedule, the state it says now; without one, what a person
-        // last asked for (a request, or a handoff under way, finishes) or,
-        // after a failed slice or on a fresh ledger, what runs.
-        let scheduled = rotation.iter().any(|(_, a)| !a.is_empty());
-        let want = if scheduled {
-            crate::rotation::owner_now(&rotation, now, &tz)
-                .filter(|t| slicer.engine.templates.contains_key(t))
-        } else {
-            handoff::wanted_without_schedule(last.as_ref(), &on)
-        };
         // Requests only say who is next, and a VM destroyed beside the
-        // holder changes nothing: the handoff resumes from its last step.
-        let last = match &last {
+        // holder changes nothing: the handoff resumes from its last state step.
+        let state_step = match &last {
             Some(r) if matches!(r.step, Step::Requested | Step::Destroyed) => {
                 match self.node.store().last_state_step() {
-                    Ok(last) => last,
+                    Ok(last) => Some(last),
                     Err(e) => {
                         let why = format!("reading the last handoff step: {e}");
                         return self.pause_slicing(why, None);
                     }
                 }
             }
-            _ => last,
+            _ => None,
         };
-        let (state, actions) = handoff::converge(
-            want.as_deref(),
+        let (want, state, actions) = slicer.engine.plan_convergence(
+            &rotation,
+            (now, &tz),
             &on,
             last.as_ref(),
+            state_step.as_ref().map(Option::as_ref),
             EpochMs::now(),
-            &slicer.engine.settings,
         );
         // Never a line ending "on: " with nothing after it (#54).
         let running = if on.is_empty() {
