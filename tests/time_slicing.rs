@@ -215,3 +215,128 @@ fn a_convergence_keeps_what_runs_and_never_two_on() {
     );
     assert!(!e.converged, "planning changes nothing");
 }
+
+/// A ledger that takes steps until it is full.
+struct Ledger {
+    steps: Vec<astraeusd::slicing::handoff::Step>,
+    full_after: usize,
+}
+
+impl astraeusd::node::time_slicing::StepLedger for Ledger {
+    fn record_step(
+        &mut self,
+        r: &astraeusd::slicing::handoff::Record,
+    ) -> astraeusd::error::Result<()> {
+        if self.steps.len() >= self.full_after {
+            return Err(astraeusd::error::Error::Backend("the disk is full".into()));
+        }
+        self.steps.push(r.step);
+        Ok(())
+    }
+}
+
+/// The engine records its own steps, each before what follows it is done;
+/// a refused one stops the handoff there (the caller pauses) and, of what
+/// follows, lets only the interlock's destroys of VMs other than the one
+/// on run. A step taken again brings the pause's back-off down.
+#[test]
+fn the_engine_records_its_steps_and_a_refused_one_lets_only_the_interlock_through() {
+    use astraeusd::node::time_slicing::interlock_after_refusal;
+    let mut e = engine();
+    e.converge_to(
+        State::Idle { released_ms: None },
+        jiff::Timestamp::UNIX_EPOCH,
+    );
+    let (_, actions) = e
+        .step(&Event::ManualResume {
+            template: "a".into(),
+            as_handoff: false,
+            at_ms: at(0),
+        })
+        .unwrap();
+    let mut ledger = Ledger {
+        steps: Vec::new(),
+        full_after: 1,
+    };
+    let mut recorded = 0;
+    let mut refused = None;
+    for (i, a) in actions.iter().enumerate() {
+        if let Action::Record(r) = a {
+            match e.record(&mut ledger, r) {
+                Ok(()) => recorded += 1,
+                Err(err) => {
+                    refused = Some((i, err));
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(recorded, ledger.steps.len());
+    let records = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Record(_)))
+        .count();
+    assert_eq!(refused.is_some(), records > 1, "{actions:?}");
+    // A full ledger refuses the next step whenever one comes.
+    let r = astraeusd::slicing::handoff::Record {
+        step: astraeusd::slicing::handoff::Step::Requested,
+        from: None,
+        to: Some("b".into()),
+        at_ms: at(1),
+        detail: None,
+    };
+    let mut full = Ledger {
+        steps: Vec::new(),
+        full_after: 0,
+    };
+    e.relearn_later(std::time::Instant::now());
+    assert!(e.record(&mut full, &r).is_err());
+    assert!(full.steps.is_empty());
+    assert_eq!(
+        e.relearn_later(std::time::Instant::now()).as_secs(),
+        10,
+        "refused: no reset"
+    );
+    assert!(e.record(&mut ledger_with_room(), &r).is_ok());
+    assert_eq!(
+        e.relearn_later(std::time::Instant::now()).as_secs(),
+        5,
+        "taken: reset"
+    );
+    let _ = refused;
+
+    // After a refusal: only destroys of VMs other than the one on.
+    let rest = [
+        Action::Destroy {
+            template: "b".into(),
+        },
+        Action::Create {
+            template: "a".into(),
+        },
+        Action::Shutdown {
+            template: "b".into(),
+        },
+        Action::Destroy {
+            template: "a".into(),
+        },
+        Action::CheckRelease,
+    ];
+    assert_eq!(
+        interlock_after_refusal(&rest, Some("a")),
+        [&Action::Destroy {
+            template: "b".into()
+        }]
+    );
+    assert_eq!(
+        interlock_after_refusal(&rest, None).len(),
+        2,
+        "none on: every destroy"
+    );
+}
+
+fn ledger_with_room() -> Ledger {
+    Ledger {
+        steps: Vec::new(),
+        full_after: usize::MAX,
+    }
+}

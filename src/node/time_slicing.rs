@@ -31,6 +31,18 @@ pub struct Rules {
     pub allow_no_baseboard: bool,
 }
 
+/// Where the engine records its handoff steps: the ledger (the node), or
+/// a test's stand-in.
+pub trait StepLedger {
+    fn record_step(&mut self, r: &handoff::Record) -> crate::error::Result<()>;
+}
+
+impl StepLedger for super::Node {
+    fn record_step(&mut self, r: &handoff::Record) -> crate::error::Result<()> {
+        super::Node::record_step(self, r)
+    }
+}
+
 pub struct TimeSlicing {
     pub templates: BTreeMap<String, Defined>,
     pub state: State,
@@ -185,6 +197,19 @@ impl TimeSlicing {
         self.relearn_after = RELEARN_AFTER;
     }
 
+    /// Records one handoff step, before anything that follows it is done.
+    /// Refused (a full disk), nothing after it may be done but what
+    /// [`interlock_after_refusal`] keeps, and the caller pauses.
+    pub fn record(
+        &mut self,
+        ledger: &mut dyn StepLedger,
+        r: &handoff::Record,
+    ) -> crate::error::Result<()> {
+        ledger.record_step(r)?;
+        self.step_recorded();
+        Ok(())
+    }
+
     /// One event into the handoff machine: the new state is taken, and the
     /// state before and the actions to carry out are returned — None, and
     /// nothing changed, while not converged (starting, or paused: the
@@ -248,6 +273,20 @@ impl TimeSlicing {
     pub fn others(&self) -> Vec<&Defined> {
         self.templates.values().collect()
     }
+}
+
+/// Of the actions after a step the ledger refused, those that still run:
+/// the interlock's destroys of VMs other than the one the state had on
+/// (`on`: an extra found at convergence, one started behind the daemon's
+/// back). One VM fewer on is what any convergence would do, and none may
+/// stay on beside another while the disk is full; a person's hard
+/// power-off is not one of them, nor anything else (libvirt's calls would
+/// leave the VMs where a restart, resuming from the last recorded step,
+/// does not expect them).
+pub fn interlock_after_refusal<'a>(rest: &'a [Action], on: Option<&str>) -> Vec<&'a Action> {
+    rest.iter()
+        .filter(|a| matches!(a, Action::Destroy { template } if Some(template.as_str()) != on))
+        .collect()
 }
 
 /// The earliest scheduled action after `cursor`: (when, [(template, action)]).

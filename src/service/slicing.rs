@@ -15,7 +15,7 @@ use crate::bus::BASE_PATH;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::journal;
-use crate::node::time_slicing::{Rules, TimeSlicing};
+use crate::node::time_slicing::{interlock_after_refusal, Rules, TimeSlicing};
 use crate::schedule;
 use crate::slicing::handoff::{Action, Event, Signal, Step, VmState};
 use crate::slicing::meter::{GpuSample, Meter};
@@ -383,23 +383,15 @@ impl Service {
         for (i, a) in actions.iter().enumerate() {
             match a {
                 Action::Record(r) => {
-                    // A step the ledger refused is not acted on: what follows
-                    // it (libvirt's calls above all) would leave the VMs
-                    // where a restart, resuming from the last recorded step,
-                    // does not expect them. The caller pauses time-slicing.
-                    // Only the interlock's destroys still run, of VMs other
-                    // than the one the state had on (an extra found at
-                    // convergence, one started behind the daemon's back):
-                    // one VM fewer on is what any convergence would do, and
-                    // none may stay on beside another while the disk is
-                    // full. A person's hard power-off is not one of them.
-                    if let Err(e) = self.node.record_step(r) {
-                        if let Some(s) = self.slicing.as_mut() {
-                            for destroy in actions[i..].iter().filter(|a| {
-                                matches!(a, Action::Destroy { template } if Some(template.as_str()) != on)
-                            }) {
-                                s.execute(destroy);
-                            }
+                    // The engine records it through the node, in order; a
+                    // refused step is not acted on (the caller pauses), and
+                    // of what follows only the interlock's destroys run.
+                    let Some(s) = self.slicing.as_mut() else {
+                        return Ok(None);
+                    };
+                    if let Err(e) = s.engine.record(&mut self.node, r) {
+                        for destroy in interlock_after_refusal(&actions[i..], on) {
+                            s.execute(destroy);
                         }
                         return Err(Error::Backend(format!(
                             "the ledger refused handoff step {} ({}); nothing after it was done \
@@ -407,10 +399,6 @@ impl Service {
                             r.step.as_str(),
                             e.message()
                         )));
-                    }
-                    // The ledger takes steps again: a later pause waits the least.
-                    if let Some(s) = self.slicing.as_mut() {
-                        s.engine.step_recorded();
                     }
                     if crash_points {
                         // Crash tests kill the daemon right after a step is recorded.
