@@ -390,9 +390,10 @@ fn libvirts_codes_and_the_store_stay_in_their_rooms() {
                 "{name} reads libvirt's event codes: map them in runtime/ (VmEvent)"
             );
         }
+        // The node hands out the store only to read (`Node::store` is &Store).
         if !name.starts_with("node/") && !name.starts_with("store/") {
             assert!(
-                !text.contains("store_mut") && !text.contains(".store.write("),
+                !text.contains("store_mut"),
                 "{name} writes the ledger past the node"
             );
         }

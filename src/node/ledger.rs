@@ -1,7 +1,7 @@
 //! The ledger's records the node does not mirror in memory — templates,
 //! handoff steps, slices, weights, events, the container engine — written
-//! through the node, each call one transaction: the service never holds
-//! the store itself (#52).
+//! through the node, each call one transaction: the service never writes
+//! the store itself (it reads through `Node::store`) (#52).
 
 use super::Node;
 use crate::error::Result;

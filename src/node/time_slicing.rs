@@ -1,10 +1,13 @@
-//! The time-slicing engine (#52): synchronous, with no I/O and no clock of
-//! its own — the templates and the handoff's state, the settings each
-//! handoff runs by, its timer and the scheduled actions' cursor,
-//! convergence and pausing. The service feeds it events
-//! ([`TimeSlicing::step`]) and carries out the actions it returns (ledger
-//! steps through the node, libvirt calls in tasks); tests drive it directly
-//! (tests/time_slicing.rs), as tests/engine.rs drives [`super::Node`].
+//! The time-slicing engine (#52): synchronous and without I/O — the
+//! templates and the handoff's state, the settings each handoff runs by,
+//! its timer and the scheduled actions' cursor, convergence and pausing.
+//! Time comes in with each event (only `wake_ups` reads the clock, for how
+//! long until the timer). The service feeds it events
+//! ([`TimeSlicing::step`]), has it record each handoff step
+//! ([`TimeSlicing::record`], through the node) and carries out the other
+//! actions it returns, in order (signals, libvirt calls in tasks); tests
+//! drive it directly (tests/time_slicing.rs), as tests/engine.rs drives
+//! [`super::Node`].
 
 use crate::schedule::{self, ScheduledAction};
 use crate::slicing::handoff::{self, Action, Event, State};
@@ -123,8 +126,10 @@ impl TimeSlicing {
     }
 
     /// What a convergence would do, from what runs (`on`) and the ledger's
-    /// last step (`last`; `state_step`, the last step that changed the
-    /// state, when `last` was a request or a destroy beside the holder):
+    /// last step (`last`), and `state_step`: None when `last` is the step to
+    /// resume from; Some(the last step that changed the state) when `last`
+    /// was a request or a destroy beside the holder (Some(None): there is
+    /// no such step). Returns
     /// the template that should be on (with a schedule, the one it says
     /// now; without, what a person last asked for, or what runs), the state
     /// to take and the actions to carry out. Nothing changes until
@@ -276,13 +281,14 @@ impl TimeSlicing {
 }
 
 /// Of the actions after a step the ledger refused, those that still run:
-/// the interlock's destroys of VMs other than the one the state had on
-/// (`on`: an extra found at convergence, one started behind the daemon's
-/// back). One VM fewer on is what any convergence would do, and none may
-/// stay on beside another while the disk is full; a person's hard
-/// power-off is not one of them, nor anything else (libvirt's calls would
-/// leave the VMs where a restart, resuming from the last recorded step,
-/// does not expect them).
+/// the interlock's destroys of VMs other than `on`, the one the state had
+/// on before the event (None at a convergence: every destroy runs) — an
+/// extra found at convergence, one started behind the daemon's back. One
+/// VM fewer on is what any convergence would do, and none may stay on
+/// beside another while the disk is full; a person's hard power-off (a
+/// destroy of the one on) is not one of them, nor anything else (libvirt's
+/// calls would leave the VMs where a restart, resuming from the last
+/// recorded step, does not expect them).
 pub fn interlock_after_refusal<'a>(rest: &'a [Action], on: Option<&str>) -> Vec<&'a Action> {
     rest.iter()
         .filter(|a| matches!(a, Action::Destroy { template } if Some(template.as_str()) != on))

@@ -386,9 +386,7 @@ impl Service {
                     // The engine records it through the node, in order; a
                     // refused step is not acted on (the caller pauses), and
                     // of what follows only the interlock's destroys run.
-                    let Some(s) = self.slicing.as_mut() else {
-                        return Ok(None);
-                    };
+                    let s = self.slicing.as_mut().expect("actions come from the engine");
                     if let Err(e) = s.engine.record(&mut self.node, r) {
                         for destroy in interlock_after_refusal(&actions[i..], on) {
                             s.execute(destroy);
