@@ -154,7 +154,14 @@ async fn container_engine(
     node: &mut Node,
     config: &Config,
     wsl: bool,
-) -> Result<(std::sync::Arc<dyn astraeusd::runtime::Runtime>, String), Error> {
+) -> Result<
+    (
+        std::sync::Arc<dyn astraeusd::runtime::Runtime>,
+        String,
+        astraeusd::runtime::Engine,
+    ),
+    Error,
+> {
     use astraeusd::runtime::{Engine, Kind};
     let live = node.workers().any(|w| {
         w.kind() == Some(Kind::Container) && w.state() != astraeusd::worker::State::Pending
@@ -169,7 +176,7 @@ async fn container_engine(
             tracing::warn!("recording the container engine in the ledger failed: {e}");
         }
     }
-    Ok((rt, by))
+    Ok((rt, by, engine))
 }
 
 /// Opens NVML for the inventory and, from the same library, what holds
@@ -340,7 +347,7 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
     // One libvirt connection (and event loop) for VM workers and templates.
     let libvirt = (!config.runtime.libvirt_uri.is_empty())
         .then(|| std::sync::Arc::new(Libvirt::new(&config.runtime.libvirt_uri)));
-    let (containers, containers_by) = container_engine(&mut node, &config, wsl).await?;
+    let (containers, containers_by, engine) = container_engine(&mut node, &config, wsl).await?;
     let settings = Settings {
         limits,
         hard_limit: config.sharing.hard_limit,
@@ -363,6 +370,7 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         usage_interval: std::time::Duration::from_secs(config.usage.interval_seconds.max(1)),
         containers: Some(containers),
         containers_by,
+        containers_engine: Some(engine),
         units: Some(std::sync::Arc::new(Units {
             conn: conn.clone(),
             stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),

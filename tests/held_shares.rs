@@ -311,6 +311,18 @@ fn workers_row_says(a: &str, name: &str, word: &str) {
     assert!(cells.contains(&word), "{}", o.stdout);
 }
 
+/// A private podman, a session bus, and the fake's one L4, idle; None
+/// (skipped) without podman.
+fn podman_and_an_l4() -> Option<(tempfile::TempDir, Podman, Bus)> {
+    if !available() {
+        return None;
+    }
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    fake_nvml::one_l4(&dir.path().join("gpus.txt"), UUID, 0, "");
+    Some((dir, pm, Bus::session()))
+}
+
 fn submit(a: &str, name: &str, gb: &str) {
     let spec = format!(
         r#"{{"name":"{name}","requested_resources":{{"gpu_requests":{{"shared":true,"memory_gb":{gb}}}}},
@@ -330,13 +342,9 @@ fn submit(a: &str, name: &str, gb: &str) {
 /// restart sets them again; stopped, they are gone.
 #[test]
 fn a_containers_limit_is_on_its_own_group_before_its_command_runs() {
-    if !available() {
+    let Some((dir, pm, bus)) = podman_and_an_l4() else {
         return;
-    }
-    let dir = open_tempdir();
-    let pm = Podman::start(dir.path());
-    let bus = Bus::session();
-    fake_nvml::one_l4(&dir.path().join("gpus.txt"), UUID, 0, "");
+    };
     let lib = fake_nvml::fake_lib(false);
     // hard_limit = "offered": soft its 4 GB share, hard the L4's 24 GB.
     let d = start(
@@ -462,13 +470,9 @@ fn a_containers_limit_is_on_its_own_group_before_its_command_runs() {
 /// promised, and every surface says why; the GPU says it cannot hold shares.
 #[test]
 fn on_an_older_driver_a_share_is_promised_and_says_why() {
-    if !available() {
+    let Some((dir, pm, bus)) = podman_and_an_l4() else {
         return;
-    }
-    let dir = open_tempdir();
-    let pm = Podman::start(dir.path());
-    let bus = Bus::session();
-    fake_nvml::one_l4(&dir.path().join("gpus.txt"), UUID, 0, "");
+    };
     let port = free_port();
     let d = start(
         &bus,

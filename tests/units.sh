@@ -25,12 +25,14 @@ trap cleanup EXIT
 for _ in $(seq 300); do systemctl --user is-system-running >/dev/null 2>&1 && break; sleep 0.1; done
 cp "$sim" "$rt/majin.toml"
 printf '[runtime]\nstop_timeout_seconds = 2\n' > "$rt/node.toml"
-start_daemon() {
-    "$daemon" --session --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml" 2>>"$rt/daemon.log" &
+# The daemon with these arguments (after --session), once it answers.
+start_with() {
+    "$daemon" --session "$@" 2>>"$rt/daemon.log" &
     daemon_pid=$!
     for _ in $(seq 300); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && return; sleep 0.1; done
     cat "$rt/daemon.log"; exit 1
 }
+start_daemon() { start_with --sim "$rt/majin.toml" --state-dir "$rt/state" --config "$rt/node.toml"; }
 state() { busctl --user get-property org.astraeus.Node1 "/org/astraeus/Node1/worker/$1" org.astraeus.Node1.Worker State 2>/dev/null || echo gone; }
 wait_for() { for _ in $(seq 300); do [ "$(state "$1")" = "$2" ] && return; sleep 0.1; done; echo "worker $1: wanted $2, is $(state "$1")"; cat "$rt/daemon.log"; exit 1; }
 fail() { echo "FAIL: $*"; cat "$rt/daemon.log"; exit 1; }
@@ -109,12 +111,7 @@ printf 'machine = "majin"\n[inventory]\nrefresh_seconds = 0.5\nwsl = false\nnvml
     "$fake_nvml" > "$rt/nvml.toml"
 export FAKE_NVML_FIXTURE=$rt/gpus.txt FAKE_NVML_LIMITS=$rt/limits.txt
 mkdir -p "$rt/state-nvml"
-start_nvml_daemon() {
-    "$daemon" --session --state-dir "$rt/state-nvml" --config "$rt/nvml.toml" 2>>"$rt/daemon.log" &
-    daemon_pid=$!
-    for _ in $(seq 300); do busctl --user status org.astraeus.Node1 >/dev/null 2>&1 && return; sleep 0.1; done
-    cat "$rt/daemon.log"; exit 1
-}
+start_nvml_daemon() { start_with --state-dir "$rt/state-nvml" --config "$rt/nvml.toml"; }
 enforcement() { busctl --user get-property org.astraeus.Node1 "/org/astraeus/Node1/worker/$1" org.astraeus.Node1.Worker Enforcement 2>/dev/null; }
 start_nvml_daemon
 # Its first line: the limits line the driver holds for its own group's

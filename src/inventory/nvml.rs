@@ -371,13 +371,7 @@ impl NvmlSource {
         let mut mine = own.on(&uuid);
         let held_use = self.read_held(own, &uuid, &pci_bus_id, &mut mine);
         let held = held_outside(mem.used, reserved, processes.as_deref(), &mine);
-        let own_use = processes.as_ref().map(|procs| {
-            procs
-                .iter()
-                .filter(|p| mine.pids.contains(&p.pid))
-                .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
-                .collect()
-        });
+        let own_use = own_use(processes.as_deref(), &mine);
         let sliced = super::on_baseboard(&self.opts.baseboard, &uuid, &pci_bus_id);
         // Not supported (a GPU without MIG) or absent (an older driver):
         // off. NVML's MIG modes: 0 disabled, 1 enabled.
@@ -444,13 +438,7 @@ impl NvmlSource {
                 processes.as_deref(),
                 &mine,
             );
-            let own_use = processes.as_ref().map(|procs| {
-                procs
-                    .iter()
-                    .filter(|p| mine.pids.contains(&p.pid))
-                    .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
-                    .collect()
-            });
+            let own_use = own_use(processes.as_deref(), &mine);
             out.push(Gpu {
                 index: 0,
                 uuid,
@@ -705,6 +693,18 @@ fn processes_on(d: &Device) -> Option<Vec<ProcessUse>> {
         }
     }
     processes
+}
+
+/// What the workers' own processes use on a device (pid, bytes); None
+/// without per-process readings.
+fn own_use(processes: Option<&[ProcessUse]>, mine: &super::OwnOn) -> Option<Vec<(u32, u64)>> {
+    processes.map(|procs| {
+        procs
+            .iter()
+            .filter(|p| mine.pids.contains(&p.pid))
+            .filter_map(|p| p.bytes.map(|b| (p.pid, b)))
+            .collect()
+    })
 }
 
 /// `Xorg, user gdm` for a pid, as far as /proc tells. Another user names

@@ -198,7 +198,8 @@ impl Service {
                 hard_limit: settings.hard_limit,
                 reapplying: Default::default(),
                 holds: Default::default(),
-                containers_docker: settings.containers_by.starts_with("Docker"),
+                containers_docker: settings.containers_engine
+                    == Some(crate::runtime::Engine::Docker),
             },
             slicing,
             published,

@@ -34,6 +34,8 @@ pub struct Settings {
     /// Which engine that is, and where: "Docker at /var/run/docker.sock"
     /// (the log, the started event, the Manager's ContainerRuntime).
     pub containers_by: String,
+    /// Which engine that is (None: no container runtime).
+    pub containers_engine: Option<crate::runtime::Engine>,
     /// The service manager, for unit workers.
     pub units: Option<Arc<dyn Runtime>>,
     /// libvirt, for VM workers.
