@@ -655,13 +655,57 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
         .and_then(|c| c.execute_batch("VACUUM"))
         .unwrap();
     let vacuum_s = t.elapsed().as_secs_f64();
-    let (mut child, _) = start_daemon(&bus, dir.path(), &sim_file);
+    let (report, rows, bytes, submit, median) =
+        time_reports(&bus, dir.path(), &sim_file, from_day, now);
+    // After a close, whose checkpoint truncates the file.
+    let (kept_ms, kept_rows) = in_process(&db);
+    let rolled_size = size(&db);
+    if let Ok(keep) = std::env::var("ASTRAEUS_BENCH_KEEP") {
+        std::fs::copy(&db, keep).unwrap();
+    }
+    assert_eq!(
+        kept_rows, raw_rows,
+        "the rolled-up report differs from the raw one"
+    );
+    out.push(format!(
+        "## A year of ledger at {workers} workers ({days} days, 8 GPUs)"
+    ));
+    out.push(format!(
+        "{intervals} usage intervals (one a minute per GPU) and {holds} holds ({workers} workers at a time, \
+         each replaced daily), filled in {:.0} s; READY=1 after {:.0} ms. UsageReport over the whole window \
+         by worker: **{report:.0} ms** the first time, alone (the median of five: {median:.0} ms), {rows} rows ({:.2} MB). A SubmitWorker sent 20 ms into the second waited \
+         **{submit:.0} ms**. Counting a closed minute into the metrics' counters (on the loop, once a \
+         sampling interval): **{count:.2} ms** (median of 5). Usage rollups (#50): the daemon's first \
+         retention pass rolled every day up in {roll_s:.1} s (a VACUUM after it took {vacuum_s:.1} s); the ledger went from {:.0} MB to {:.0} MB. \
+         The report in-process (no bus) from the intervals: **{raw_ms:.0} ms**; from the rolled-up days: \
+         **{kept_ms:.0} ms** ({:.0}× less), the same rows to the ms and mJ.\n",
+        filled.as_secs_f64(),
+        ready.as_secs_f64() * 1e3,
+        bytes as f64 / 1e6,
+        raw_size as f64 / 1e6,
+        rolled_size as f64 / 1e6,
+        raw_ms / kept_ms.max(1e-3)
+    ));
+}
+
+/// Starts the daemon on the ledger in `dir` and times UsageReport over
+/// [from_ms, to_ms) by worker: the first call alone (a cold reader: its
+/// pages, its heap), one with a SubmitWorker sent 20 ms into it, three more.
+/// (first ms, rows, reply bytes, the submit's wait in ms, the median of five ms)
+fn time_reports(
+    bus: &Bus,
+    dir: &Path,
+    sim_file: &Path,
+    from_day: i64,
+    now: i64,
+) -> (f64, usize, usize, f64, f64) {
+    let (mut child, _) = start_daemon(bus, dir, sim_file);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let (report, rows, bytes, submit, median) = rt.block_on(async {
+    let times = rt.block_on(async {
         let c = zbus::connection::Builder::address(bus.address.as_str())
             .build()
             .await
@@ -699,7 +743,12 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
         // submit waits (the loop must not wait on the report).
         let report = tokio::spawn(call("UsageReport", c.clone(), "worker".into()));
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let (submit, _) = call("SubmitWorker", c.clone(), shared("probe", 100)).await;
+        let (submit, _) = call(
+            "SubmitWorker",
+            c.clone(),
+            shared(&format!("probe{now}"), 100),
+        )
+        .await;
         let mut times = vec![first, report.await.unwrap().0];
         // Three more, one after the other: the median of the five.
         for _ in 0..3 {
@@ -710,34 +759,31 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
     });
     let _ = child.kill();
     let _ = child.wait();
-    // After a close, whose checkpoint truncates the file.
-    let (kept_ms, kept_rows) = in_process(&db);
-    let rolled_size = size(&db);
-    if let Ok(keep) = std::env::var("ASTRAEUS_BENCH_KEEP") {
-        std::fs::copy(&db, keep).unwrap();
-    }
-    assert_eq!(
-        kept_rows, raw_rows,
-        "the rolled-up report differs from the raw one"
-    );
+    times
+}
+
+/// `--part usage-kept PATH`: the report's timings alone, on a copy of a
+/// ledger a `--part usage` run kept (ASTRAEUS_BENCH_KEEP=PATH): seconds
+/// instead of minutes, to try a change to the report.
+fn usage_kept(ledger: &Path, out: &mut Vec<String>) {
+    let (dir, sim_file) = daemon_dir(8);
+    std::fs::create_dir_all(dir.path().join("state")).unwrap();
+    std::fs::copy(ledger, dir.path().join("state/ledger.db")).unwrap();
+    let (from_day, now): (i64, i64) = rusqlite::Connection::open(ledger)
+        .unwrap()
+        .query_row(
+            "SELECT min(day_ms), (SELECT max(alive_ms) FROM daemon_runs) FROM usage_days",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let bus = Bus::start();
+    let (first, rows, bytes, submit, median) =
+        time_reports(&bus, dir.path(), &sim_file, from_day, now);
     out.push(format!(
-        "## A year of ledger at {workers} workers ({days} days, 8 GPUs)"
-    ));
-    out.push(format!(
-        "{intervals} usage intervals (one a minute per GPU) and {holds} holds ({workers} workers at a time, \
-         each replaced daily), filled in {:.0} s; READY=1 after {:.0} ms. UsageReport over the whole window \
-         by worker: **{report:.0} ms** the first time, alone (the median of five: {median:.0} ms), {rows} rows ({:.2} MB). A SubmitWorker sent 20 ms into the second waited \
-         **{submit:.0} ms**. Counting a closed minute into the metrics' counters (on the loop, once a \
-         sampling interval): **{count:.2} ms** (median of 5). Usage rollups (#50): the daemon's first \
-         retention pass rolled every day up in {roll_s:.1} s (a VACUUM after it took {vacuum_s:.1} s); the ledger went from {:.0} MB to {:.0} MB. \
-         The report in-process (no bus) from the intervals: **{raw_ms:.0} ms**; from the rolled-up days: \
-         **{kept_ms:.0} ms** ({:.0}× less), the same rows to the ms and mJ.\n",
-        filled.as_secs_f64(),
-        ready.as_secs_f64() * 1e3,
-        bytes as f64 / 1e6,
-        raw_size as f64 / 1e6,
-        rolled_size as f64 / 1e6,
-        raw_ms / kept_ms.max(1e-3)
+        "UsageReport by worker over the kept ledger: **{first:.0} ms** the first time, alone; the median of five {median:.0} ms; \
+         {rows} rows ({:.2} MB); a SubmitWorker sent 20 ms into the second waited {submit:.0} ms.",
+        bytes as f64 / 1e6
     ));
 }
 
@@ -1624,6 +1670,10 @@ fn main() {
             "schedules" => schedule_check(400, &mut out),
             "scale" => scale(&[0, 10_000, 100_000], calls.unwrap_or(200), Duration::from_secs(10), &mut out),
             "usage" => usage_year(100, 365, &mut out),
+            "usage-kept" => usage_kept(
+                Path::new(args.iter().skip_while(|a| *a != "usage-kept").nth(1).expect("--part usage-kept PATH")),
+                &mut out,
+            ),
             "refresh" => moving_readings(&[0, 10_000, 100_000], Duration::from_secs(10), &mut out),
             other => panic!("--part: no figure named {other}; one of placement, restart, round-trips, idle, handoff, throughput, schedules, scale, refresh, usage"),
         }

@@ -11,9 +11,7 @@ use crate::slicing::meter::GpuSample;
 use crate::slicing::template::Defined;
 use crate::time::EpochMs;
 use crate::views::Snapshot;
-use crate::wire::{
-    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
-};
+use crate::wire::{EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, WhyNot};
 use tokio::sync::oneshot;
 
 pub type Reply<T> = oneshot::Sender<T>;
@@ -124,7 +122,7 @@ pub enum Command {
     UsageReport {
         window: Window,
         group_by: crate::report::GroupBy,
-        reply: Reply<Result<Vec<UsageRow>>>,
+        reply: Reply<Result<Vec<crate::report::Row>>>,
     },
     /// Everything the machine page shows, in one go.
     Snapshot {

@@ -364,41 +364,49 @@ pub fn report(
         from: from_ms,
         to: to_ms,
     };
+    // Each GPU's raw facts summed first: the parts below borrow their keys
+    // from these sums and from the rolled-up days, so that a year's tens of
+    // thousands of parts copy no string (only the rows made of them do).
+    let mut seen: HashSet<&str> = HashSet::new();
+    let accounts: Vec<GpuAccount<'_>> = ledger
+        .gpus
+        .iter()
+        // A uuid listed twice is one GPU; the first listing counts.
+        .filter(|gpu| seen.insert(gpu.uuid.as_str()))
+        .map(|gpu| GpuAccount::of(window, gpu, ledger))
+        .collect();
     // Sort key: the GPU for per-GPU rows (None when merged), kind, key.
     // Gathered, then sorted and merged once: a year holds tens of
     // thousands of rows, and a map's search per part cost more.
-    type SortKey = (Option<(u32, String)>, RowKind, String);
-    let mut parts: Vec<(SortKey, Part)> = Vec::new();
-    let mut seen: HashSet<&str> = HashSet::new();
-    for gpu in ledger.gpus {
-        // A uuid listed twice is one GPU; the first listing counts.
-        if !seen.insert(gpu.uuid.as_str()) {
-            continue;
-        }
-        account_gpu(window, gpu, ledger, |base, part| {
+    type SortKey<'k> = (Option<(u32, &'k str)>, RowKind, &'k str);
+    // Room for a part per base row of every rolled-up day (most of a long
+    // window's), and a few more: growing it showed in a year's report.
+    let rolled_rows: usize = ledger.rolled.iter().map(|d| d.sums.len()).sum();
+    let mut parts: Vec<(SortKey<'_>, Part)> = Vec::with_capacity(rolled_rows + 64);
+    for account in &accounts {
+        let gpu = account.gpu;
+        account.split(|base, part| {
             let (kind, key) = group(base, gpu, by);
-            let sort = (by == GroupBy::Gpu).then(|| (gpu.index, gpu.uuid.clone()));
+            let sort = (by == GroupBy::Gpu).then_some((gpu.index, gpu.uuid.as_str()));
             parts.push(((sort, kind, key), part));
         });
     }
     // Stable: a key's parts add up in the order the GPUs gave them.
     parts.sort_by(|a, b| a.0.cmp(&b.0));
     let mut rows: Vec<Row> = Vec::new();
-    let mut last: Option<SortKey> = None;
-    for ((sort, kind, key), part) in parts {
-        let same = last
-            .as_ref()
-            .is_some_and(|l| l.0 == sort && l.1 == kind && l.2 == key);
-        if !same {
+    let mut last: Option<SortKey<'_>> = None;
+    for (sort, part) in parts {
+        if last != Some(sort) {
+            let (gpu, kind, key) = sort;
             rows.push(Row {
-                key: key.clone(),
+                key: key.to_string(),
                 kind,
-                gpu_uuid: sort.as_ref().map_or_else(String::new, |(_, u)| u.clone()),
+                gpu_uuid: gpu.map_or_else(String::new, |(_, u)| u.to_string()),
                 gpu_ms: 0,
                 energy_mj: 0,
                 busy_gpu_ms: None,
             });
-            last = Some((sort, kind, key));
+            last = Some(sort);
         }
         let row = rows.last_mut().expect("pushed above");
         row.gpu_ms = row.gpu_ms.saturating_add(part.gpu_ms);
@@ -528,7 +536,7 @@ pub struct RolledDay {
 }
 
 /// A row's kind and key under `by`.
-fn group(base: &Base, gpu: &GpuFacts, by: GroupBy) -> (RowKind, String) {
+fn group<'k>(base: &'k Base, gpu: &'k GpuFacts, by: GroupBy) -> (RowKind, &'k str) {
     let key = match (base, by) {
         (_, GroupBy::Gpu) => gpu.uuid.as_str(),
         (Base::Worker { worker, .. }, GroupBy::Worker) => worker,
@@ -540,7 +548,7 @@ fn group(base: &Base, gpu: &GpuFacts, by: GroupBy) -> (RowKind, String) {
         (Base::Downtime, _) => "downtime",
         (Base::Unrecorded, _) => "unrecorded",
     };
-    (base.kind(), key.to_string())
+    (base.kind(), key)
 }
 
 /// A holding or slice on one GPU, clipped to the window.
@@ -583,73 +591,99 @@ struct Part {
     busy_gpu_ms: Option<u64>,
 }
 
-/// Splits one GPU's window among its base rows: its rolled-up days whole
-/// inside the window as they were kept, the rest from the raw facts, then
-/// the window's one rounding. Each base row's part goes to `emit`, in the
-/// base rows' order.
-fn account_gpu(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>, mut emit: impl FnMut(&Base, Part)) {
-    let mut raw: BTreeMap<Base, Sums> = BTreeMap::new();
-    let mut energy: u128 = 0;
-    let mut days: Vec<&RolledDay> = ledger
-        .rolled
-        .iter()
-        .filter(|d| {
-            d.gpu_uuid == gpu.uuid && d.day_ms >= w.from && d.day_ms.saturating_add(DAY_MS) <= w.to
-        })
-        .collect();
-    days.sort_by_key(|d| d.day_ms);
-    // A day listed twice is one day; the first listing counts.
-    days.dedup_by_key(|d| d.day_ms);
-    let mut at = w.from;
-    for d in &days {
-        if at < d.day_ms {
-            let gap = Window {
-                from: at,
-                to: d.day_ms,
-            };
-            energy += sweep(gap, gpu, ledger, &mut raw);
+/// One GPU's window before it is split among its base rows: its
+/// rolled-up days whole inside the window, as they were kept, and the sums
+/// of its raw facts over the rest.
+struct GpuAccount<'a> {
+    gpu: &'a GpuFacts,
+    window: Window,
+    days: Vec<&'a RolledDay>,
+    raw: BTreeMap<Base, Sums>,
+    /// The energy measured in the window, in mJ.
+    energy: u128,
+}
+
+impl<'a> GpuAccount<'a> {
+    fn of(w: Window, gpu: &'a GpuFacts, ledger: &Ledger<'a>) -> GpuAccount<'a> {
+        let mut raw: BTreeMap<Base, Sums> = BTreeMap::new();
+        let mut energy: u128 = 0;
+        let mut days: Vec<&RolledDay> = ledger
+            .rolled
+            .iter()
+            .filter(|d| {
+                d.gpu_uuid == gpu.uuid
+                    && d.day_ms >= w.from
+                    && d.day_ms.saturating_add(DAY_MS) <= w.to
+            })
+            .collect();
+        days.sort_by_key(|d| d.day_ms);
+        // A day listed twice is one day; the first listing counts.
+        days.dedup_by_key(|d| d.day_ms);
+        let mut at = w.from;
+        for d in &days {
+            if at < d.day_ms {
+                let gap = Window {
+                    from: at,
+                    to: d.day_ms,
+                };
+                energy += sweep(gap, gpu, ledger, &mut raw);
+            }
+            energy += u128::from(d.energy_mj);
+            at = d.day_ms + DAY_MS;
         }
-        energy += u128::from(d.energy_mj);
-        at = d.day_ms + DAY_MS;
-    }
-    if at < w.to {
-        let rest = Window { from: at, to: w.to };
-        energy += sweep(rest, gpu, ledger, &mut raw);
-    }
-    // Every day's sums (each sorted) and the raw ones, sorted by base row
-    // (a stable sort merges the sorted runs) and added up: a year holds
-    // tens of thousands, and neither a key is cloned nor a map searched.
-    let mut all: Vec<(&Base, &Sums)> = days
-        .iter()
-        .flat_map(|d| d.sums.iter().map(|(b, s)| (b, s)))
-        .chain(raw.iter())
-        .collect();
-    all.sort_by(|a, b| a.0.cmp(b.0));
-    let mut sums: Vec<(&Base, Sums)> = Vec::with_capacity(all.len());
-    for (base, s) in all {
-        match sums.last_mut() {
-            Some((kept, sum)) if *kept == base => sum.add(s),
-            _ => sums.push((base, s.clone())),
+        if at < w.to {
+            let rest = Window { from: at, to: w.to };
+            energy += sweep(rest, gpu, ledger, &mut raw);
+        }
+        GpuAccount {
+            gpu,
+            window: w,
+            days,
+            raw,
+            energy,
         }
     }
 
-    // The only rounding to whole units; exact totals by construction: the
-    // window's ms and the energy measured in it, split by the sums.
-    let ms = apportion(
-        span(w.from, w.to),
-        &sums.iter().map(|(_, s)| s.ms).collect::<Vec<_>>(),
-    );
-    let mj = apportion(
-        energy,
-        &sums.iter().map(|(_, s)| s.energy).collect::<Vec<_>>(),
-    );
-    for ((base, s), (ms, mj)) in sums.into_iter().zip(ms.into_iter().zip(mj)) {
-        let part = Part {
-            gpu_ms: to_u64(ms),
-            energy_mj: to_u64(mj),
-            busy_gpu_ms: s.busy.map(|b| to_u64(b / (100 * SCALE))),
-        };
-        emit(base, part);
+    /// Splits the GPU's window among its base rows, with the window's one
+    /// rounding; each base row's part goes to `emit`, in the base rows' order.
+    fn split<'s>(&'s self, mut emit: impl FnMut(&'s Base, Part)) {
+        // Every day's sums (each sorted) and the raw ones, sorted by base row
+        // (a stable sort merges the sorted runs) and added up: a year holds
+        // tens of thousands, and neither a key is cloned nor a map searched.
+        let mut all: Vec<(&Base, &Sums)> = self
+            .days
+            .iter()
+            .flat_map(|d| d.sums.iter().map(|(b, s)| (b, s)))
+            .chain(self.raw.iter())
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        let mut sums: Vec<(&Base, Sums)> = Vec::with_capacity(all.len());
+        for (base, s) in all {
+            match sums.last_mut() {
+                Some((kept, sum)) if *kept == base => sum.add(s),
+                _ => sums.push((base, s.clone())),
+            }
+        }
+
+        // The only rounding to whole units; exact totals by construction: the
+        // window's ms and the energy measured in it, split by the sums.
+        let w = self.window;
+        let ms = apportion(
+            span(w.from, w.to),
+            &sums.iter().map(|(_, s)| s.ms).collect::<Vec<_>>(),
+        );
+        let mj = apportion(
+            self.energy,
+            &sums.iter().map(|(_, s)| s.energy).collect::<Vec<_>>(),
+        );
+        for ((base, s), (ms, mj)) in sums.into_iter().zip(ms.into_iter().zip(mj)) {
+            let part = Part {
+                gpu_ms: to_u64(ms),
+                energy_mj: to_u64(mj),
+                busy_gpu_ms: s.busy.map(|b| to_u64(b / (100 * SCALE))),
+            };
+            emit(base, part);
+        }
     }
 }
 
@@ -766,6 +800,10 @@ fn sweep(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>, sums: &mut BTreeMap<Bas
     let (mut held, mut measuring): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
     let mut acc = vec![Sums::default(); bases.len()];
     let mut parts: Vec<(usize, u128)> = Vec::new();
+    let mut energy_edges: Vec<(u128, u128)> = Vec::new();
+    // Per base row: the edge, weight and total of its last segment, and
+    // its running total of time units there.
+    let mut until_end: Vec<Option<(i64, u128, u128, i128)>> = vec![None; bases.len()];
     for seg in cuts.windows(2) {
         let (a, b) = (seg[0], seg[1]);
         while next_h < holders.len() && holders[next_h].from <= a {
@@ -822,16 +860,32 @@ fn sweep(w: Window, gpu: &GpuFacts, ledger: &Ledger<'_>, sums: &mut BTreeMap<Bas
         });
         let total: u128 = parts.iter().map(|&(_, wt)| wt).sum();
         let util = measuring.iter().filter_map(|&i| meas[i].util).max();
+        // Each measured interval's energy up to both edges, once per
+        // segment rather than once per part.
+        energy_edges.clear();
+        energy_edges.extend(
+            measuring
+                .iter()
+                .map(|&m| (meas[m].energy_until(a), meas[m].energy_until(b))),
+        );
         for &(i, weight) in parts.iter() {
             // Each part's units up to each edge, rounded down there: the
             // floors telescope, so a segment cut in two (at a rolled-up
             // day's edge) gives each part exactly what it gives uncut.
             let upto = |units: u128| mul_div(units, weight, total).0;
+            // The part's running total at `a` is usually the one worked out
+            // at the end of the segment before.
+            let until_a = match until_end[i] {
+                Some((t, w, sum, units)) if (t, w, sum) == (a, weight, total) => units,
+                _ => ms_until(a, weight, total),
+            };
+            let until_b = ms_until(b, weight, total);
+            until_end[i] = Some((b, weight, total, until_b));
             // Non-negative: the running total grows with time.
-            let ms = (ms_until(b, weight, total) - ms_until(a, weight, total)) as u128;
-            let energy: u128 = measuring
+            let ms = (until_b - until_a) as u128;
+            let energy: u128 = energy_edges
                 .iter()
-                .map(|&m| upto(meas[m].energy_until(b)) - upto(meas[m].energy_until(a)))
+                .map(|&(until_a, until_b)| upto(until_b) - upto(until_a))
                 .sum();
             let row = &mut acc[i];
             row.ms += ms;
@@ -884,6 +938,15 @@ fn apportion(total: u128, weights: &[u128]) -> Vec<u128> {
 /// overflows. Requires `d > 0` and a quotient that fits u128 (true whenever
 /// `b <= d`, as in every call here).
 fn mul_div(a: u128, b: u128, d: u128) -> (u128, u128) {
+    // The common cases of a sweep, without a division: a segment that is
+    // its measured interval whole (b = d) or starts it (a = 0), a part
+    // that is the whole GPU.
+    if b == d {
+        return (a, 0);
+    }
+    if a == 0 || b == 0 {
+        return (0, 0);
+    }
     if let Some(p) = a.checked_mul(b) {
         return (p / d, p % d);
     }

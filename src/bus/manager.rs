@@ -5,7 +5,8 @@ use super::{bounded, object_path as path, template_path, worker_path, BusError, 
 use crate::command::{Command, Window};
 use crate::views::{ManagerView, Shared};
 use crate::wire::{
-    seconds, EndedRow, GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow, WorkerRow,
+    seconds, EndedRow, GpuRow, Sharer, SliceReportRow, SliceRow, TemplateRow, UsageRow,
+    UsageRowRef, WorkerRow,
 };
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -374,7 +375,7 @@ impl Manager {
         from_ms: i64,
         to_ms: i64,
         group_by: String,
-    ) -> Result<Vec<UsageRow>, BusError> {
+    ) -> Result<UsageRows, BusError> {
         self.usage(&hdr, conn, (from_ms, to_ms), 1, group_by).await
     }
 
@@ -387,7 +388,7 @@ impl Manager {
         from: i64,
         to: i64,
         group_by: String,
-    ) -> Result<Vec<UsageRow>, BusError> {
+    ) -> Result<UsageRows, BusError> {
         self.usage(&hdr, conn, (from, to), 1000, group_by).await
     }
 
@@ -757,7 +758,7 @@ impl Manager {
         (from, to): (i64, i64),
         ms_each: i64,
         group_by: String,
-    ) -> Result<Vec<UsageRow>, BusError> {
+    ) -> Result<UsageRows, BusError> {
         // Checked before the caller's turn: a malformed report waits for nothing.
         bounded(&[("group_by", &group_by)])?;
         let group_by = group_by
@@ -777,8 +778,11 @@ impl Manager {
             })
             .await??;
         let instead = "ask for a shorter window, or group by owner or gpu";
-        super::tree::fits_the_bus(&rows, "the report", instead)?;
-        Ok(rows)
+        let texts = rows
+            .iter()
+            .map(|r| [r.key.as_str(), r.kind.as_str(), r.gpu_uuid.as_str()]);
+        super::tree::too_big(UsageRow::wire_size(texts), "the report", instead)?;
+        Ok(UsageRows(rows))
     }
 
     async fn slice_rows(
@@ -805,4 +809,84 @@ impl Manager {
 /// The `*Ms` methods' rows as the first methods send them.
 fn in_seconds<T, U: From<T>>(rows: Vec<T>) -> Vec<U> {
     rows.into_iter().map(U::from).collect()
+}
+
+/// A report's rows as UsageReport sends them, `a(sssttx)`: each
+/// serialised as the [`UsageRow`] it stands for, borrowed from the report's
+/// own row (a year's report is tens of thousands; copying them into
+/// UsageRows first cost an allocation each).
+pub struct UsageRows(Vec<crate::report::Row>);
+
+impl zbus::Type for UsageRows {
+    const SIGNATURE: &'static zbus::Signature = <Vec<UsageRow> as zbus::Type>::SIGNATURE;
+}
+
+impl serde::Serialize for UsageRows {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|r| {
+            UsageRowRef {
+                key: &r.key,
+                kind: r.kind.as_str(),
+                gpu_uuid: &r.gpu_uuid,
+                gpu_ms: r.gpu_ms,
+                energy_mj: r.energy_mj,
+                busy_gpu_ms: r
+                    .busy_gpu_ms
+                    .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)),
+            }
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Row, RowKind};
+
+    /// The rows go out as the documented UsageRows would (zbus's own
+    /// serialisation of them is the oracle), and are counted as they go.
+    #[test]
+    fn report_rows_are_sent_as_the_usage_rows_they_stand_for() {
+        let rows = vec![
+            Row {
+                key: "stt".into(),
+                kind: RowKind::Worker,
+                gpu_uuid: "GPU-1".into(),
+                gpu_ms: 3_600_000,
+                energy_mj: 7,
+                busy_gpu_ms: Some(12),
+            },
+            Row {
+                key: "idle".into(),
+                kind: RowKind::Idle,
+                gpu_uuid: String::new(),
+                gpu_ms: 1,
+                energy_mj: 0,
+                busy_gpu_ms: None,
+            },
+        ];
+        let documented: Vec<UsageRow> = rows
+            .iter()
+            .map(|r| UsageRow {
+                key: r.key.clone(),
+                kind: r.kind.as_str().into(),
+                gpu_uuid: r.gpu_uuid.clone(),
+                gpu_ms: r.gpu_ms,
+                energy_mj: r.energy_mj,
+                busy_gpu_ms: r.busy_gpu_ms.map_or(-1, |b| b as i64),
+            })
+            .collect();
+        let ctxt = zbus::wire::serialized::Context::new(zbus::wire::LE, 0);
+        let sent = zbus::wire::to_bytes(ctxt, &UsageRows(rows.clone())).unwrap();
+        let oracle = zbus::wire::to_bytes(ctxt, &documented).unwrap();
+        assert_eq!(sent.bytes(), oracle.bytes());
+        let texts = rows
+            .iter()
+            .map(|r| [r.key.as_str(), r.kind.as_str(), r.gpu_uuid.as_str()]);
+        assert_eq!(UsageRow::wire_size(texts), oracle.len());
+        assert_eq!(
+            <UsageRows as zbus::Type>::SIGNATURE,
+            <Vec<UsageRow> as zbus::Type>::SIGNATURE
+        );
+    }
 }

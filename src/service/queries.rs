@@ -6,9 +6,7 @@ use crate::command::{Reply, Window};
 use crate::error::{Error, Result};
 use crate::time::EpochMs;
 use crate::views::{self, RotationView, SlicingView};
-use crate::wire::{
-    EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, UsageRow, WhyNot,
-};
+use crate::wire::{EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, WhyNot};
 
 /// One slice as ListSlicesMs and PreviewScheduleMs send it (the first
 /// methods' rows are made from it by the adaptor: `wire::seconds`).
@@ -95,7 +93,7 @@ impl Service {
         &self,
         window: Window,
         by: crate::report::GroupBy,
-        reply: Reply<Result<Vec<UsageRow>>>,
+        reply: Reply<Result<Vec<crate::report::Row>>>,
     ) {
         let (from, to) = (window.from().as_millisecond(), window.to().as_millisecond());
         let now = EpochMs::now().as_i64();
@@ -105,9 +103,7 @@ impl Service {
         let report = move |store: &crate::store::Store| {
             // A test holds a report here, as a year of rows would.
             crate::failpoint::hit("usage.report");
-            store
-                .usage_report(from, to, by, current, gpus, crate::auth::user_name_or_uid)
-                .map(|rows| rows.into_iter().map(usage_row).collect())
+            store.usage_report(from, to, by, current, gpus, crate::auth::user_name_or_uid)
         };
         self.read_off_the_loop("usage report", report, reply);
     }
@@ -234,18 +230,6 @@ impl Service {
         } else {
             idx.join(", ")
         }
-    }
-}
-
-/// A user's name for reports and the page (NSS), or the uid when unknown.
-fn usage_row(r: crate::report::Row) -> UsageRow {
-    UsageRow {
-        busy_gpu_ms: r.busy_gpu_ms.map_or(-1, |b| b as i64),
-        kind: r.kind.as_str().to_string(),
-        key: r.key,
-        gpu_uuid: r.gpu_uuid,
-        gpu_ms: r.gpu_ms,
-        energy_mj: r.energy_mj,
     }
 }
 

@@ -344,7 +344,11 @@ fn decode(bytes: &[u8]) -> std::result::Result<Vec<(Base, Sums)>, String> {
     }
     let mut r = Bytes(rest);
     let count = u32::from_le_bytes(r.take(4)?.try_into().expect("4 bytes"));
-    let mut out = Vec::new();
+    // Room for them all at once (growing it showed in a year's report),
+    // but never more than the bytes can hold: a base row takes at least
+    // its kind, two lengths, two sums and the busy flag.
+    const SMALLEST_ROW: usize = 1 + 4 + 4 + 16 + 16 + 1;
+    let mut out = Vec::with_capacity((count as usize).min(r.0.len() / SMALLEST_ROW));
     for _ in 0..count {
         let kind = *KINDS
             .get(r.take(1)?[0] as usize)
