@@ -624,7 +624,8 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
                 gpus.clone(),
                 |uid| uid.to_string(),
             )
-            .unwrap();
+            .unwrap()
+            .0;
         (t.elapsed().as_secs_f64() * 1e3, rows)
     };
     let (raw_ms, raw_rows) = in_process(&db);

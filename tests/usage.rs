@@ -617,7 +617,8 @@ fn an_interval_closed_after_the_facts_were_taken_counts_once() {
         .usage_report(0, 60 * MIN, GroupBy::Gpu, Some(current), gpus, |u| {
             u.to_string()
         })
-        .unwrap();
+        .unwrap()
+        .0;
     let energy: u64 = rows.iter().map(|r| r.energy_mj).sum();
     assert_eq!(energy, 3_601_000, "{rows:#?}");
     let time: u64 = rows.iter().map(|r| r.gpu_ms).sum();

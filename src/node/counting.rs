@@ -20,6 +20,7 @@ impl Node {
         let (current, gpus) = self.report_facts(now_ms, live.to_vec());
         self.store
             .usage_report(from_ms, to_ms, by, current, gpus, owner_name)
+            .map(|(rows, _facts)| rows)
     }
 
     /// What a usage report needs of the live daemon besides the ledger: this

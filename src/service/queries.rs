@@ -40,11 +40,8 @@ impl Service {
         let read = move |store: &crate::store::Store| {
             // A test holds a listing here, as a long history would.
             crate::failpoint::hit("ended.list");
-            Ok(store
-                .ended_workers(since_ms, limit)?
-                .into_iter()
-                .map(ended_row)
-                .collect())
+            let rows = store.ended_workers(since_ms, limit)?;
+            Ok((rows.into_iter().map(ended_row).collect(), ()))
         };
         self.read_off_the_loop("listing of ended workers", read, reply);
     }
@@ -111,24 +108,32 @@ impl Service {
     /// Runs `read` on the ledger's second connection, on a thread of the
     /// blocking pool, and replies from there: a report's cost grows with the
     /// ledger's rows (and the window a caller names), and the loop must not
-    /// wait on it.
-    fn read_off_the_loop<T: Send + 'static>(
+    /// wait on it. `read` answers with the reply and what it was worked out
+    /// from, which is freed after the reply is sent (a year's report's facts
+    /// took milliseconds to free, ahead of its reply).
+    fn read_off_the_loop<T: Send + 'static, Spent: Send + 'static>(
         &self,
         what: &'static str,
-        read: impl FnOnce(&crate::store::Store) -> Result<T> + Send + 'static,
+        read: impl FnOnce(&crate::store::Store) -> Result<(T, Spent)> + Send + 'static,
         reply: Reply<Result<T>>,
     ) {
         let Some(reader) = self.report_reader.clone() else {
             // A ledger in memory (tests) has no second connection.
-            let _ = reply.send(read(self.node.store()));
+            let _ = reply.send(read(self.node.store()).map(|(answer, _)| answer));
             return;
         };
         tokio::spawn(async move {
             let reader = reader.lock_owned().await;
-            let rows = tokio::task::spawn_blocking(move || read(&reader))
-                .await
-                .unwrap_or_else(|e| Err(Error::Backend(format!("the {what} failed: {e}"))));
-            let _ = reply.send(rows);
+            tokio::task::spawn_blocking(move || {
+                let read = std::panic::AssertUnwindSafe(|| read(&reader));
+                let (answer, spent) = match std::panic::catch_unwind(read) {
+                    Ok(Ok((answer, spent))) => (Ok(answer), Some(spent)),
+                    Ok(Err(e)) => (Err(e), None),
+                    Err(_) => (Err(Error::Backend(format!("the {what} failed"))), None),
+                };
+                let _ = reply.send(answer);
+                drop(spent);
+            });
         });
     }
 
@@ -208,11 +213,12 @@ impl Service {
             // A test holds a report here, as years of slices would.
             crate::failpoint::hit("slice.report");
             let rows = store.slices(from, to)?;
-            Ok(rows
+            let rows = rows
                 .into_iter()
                 .filter(|r| template.is_empty() || r.template == template)
                 .map(slice_report_row)
-                .collect())
+                .collect();
+            Ok((rows, ()))
         };
         self.read_off_the_loop("slice report", report, reply);
     }

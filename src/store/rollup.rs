@@ -540,6 +540,7 @@ mod tests {
                 format!("user{uid}")
             })
             .unwrap()
+            .0
     }
 
     fn intervals(store: &Store) -> i64 {

@@ -306,6 +306,9 @@ impl Store {
     /// restart loses nothing). `current`: this run and now (it counts as up
     /// until now); `gpus`: the GPUs the machine has now. A window edge
     /// inside a rolled-up day covers that whole day (`report::covered`).
+    /// With the rows come the facts they were computed from, for the caller
+    /// to free once the rows are on their way: a year's facts are tens of
+    /// thousands of rolled-up rows, milliseconds to free.
     pub fn usage_report(
         &self,
         from_ms: i64,
@@ -314,7 +317,7 @@ impl Store {
         current: Option<CurrentRun>,
         gpus: Vec<crate::report::GpuFacts>,
         owner_name: impl Fn(u32) -> String,
-    ) -> Result<Vec<crate::report::Row>> {
+    ) -> Result<(Vec<crate::report::Row>, ReportFacts)> {
         // One read transaction: every table as of the same commit.
         let read = self.conn.unchecked_transaction()?;
         let rolled = self.rolled_in(from_ms, to_ms)?;
@@ -345,7 +348,10 @@ impl Store {
         }
         facts.rolled = rolled.days;
         let rows = crate::report::report(from, to, &facts.ledger(), by)?;
-        Ok(name_owners(rows, by, owner_name))
+        Ok((
+            name_owners(rows, by, owner_name),
+            ReportFacts { _facts: facts },
+        ))
     }
 
     /// What a report over [from_ms, to_ms) reads besides the rolled-up
@@ -480,6 +486,12 @@ impl Store {
 pub(super) struct Folded<'a> {
     pub spans: Vec<(String, i64, i64)>,
     pub counted: Vec<&'a str>,
+}
+
+/// What a usage report was computed from, handed back to be freed later
+/// ([`Store::usage_report`]).
+pub struct ReportFacts {
+    _facts: Facts,
 }
 
 /// A report's facts, owned; `report::Ledger` borrows them.
