@@ -364,46 +364,30 @@ pub fn report(
         from: from_ms,
         to: to_ms,
     };
-    // A long window's GPUs are accounted for side by side (they are
-    // independent); a short one's are not worth a thread.
-    let rolled_rows: usize = ledger.rolled.iter().map(|d| d.sums.len()).sum();
-    let threads = if rolled_rows >= SIDE_BY_SIDE_FROM {
-        2
-    } else {
-        1
-    };
-    Ok(report_on(threads, window, ledger, by))
-}
-
-/// The report over `window` (already covering whole rolled-up days), its
-/// GPUs accounted for on `threads` threads (1 or 2).
-fn report_on(threads: usize, window: Window, ledger: &Ledger<'_>, by: GroupBy) -> Vec<Row> {
     // Each GPU's raw facts summed first: the parts below borrow their keys
     // from these sums and from the rolled-up days, so that a year's tens of
     // thousands of parts copy no string (only the rows made of them do).
     let mut seen: HashSet<&str> = HashSet::new();
-    // A uuid listed twice is one GPU; the first listing counts.
-    let gpus: Vec<&GpuFacts> = (ledger.gpus.iter())
+    let accounts: Vec<GpuAccount<'_>> = (ledger.gpus.iter())
+        // A uuid listed twice is one GPU; the first listing counts.
         .filter(|gpu| seen.insert(gpu.uuid.as_str()))
+        .map(|gpu| GpuAccount::of(window, gpu, ledger))
         .collect();
-    let accounts = in_order_on(threads, &gpus, |gpu| GpuAccount::of(window, gpu, ledger));
     // Sort key: the GPU for per-GPU rows (None when merged), kind, key.
     // Gathered, then sorted and merged once: a year holds tens of
     // thousands of rows, and a map's search per part cost more.
     type SortKey<'k> = (Option<(u32, &'k str)>, RowKind, &'k str);
-    let split = in_order_on(threads, &accounts, |account| {
+    // Room for a part per base row of every rolled-up day (most of a long
+    // window's), and a few more: growing it showed in a year's report.
+    let rolled_rows: usize = ledger.rolled.iter().map(|d| d.sums.len()).sum();
+    let mut parts: Vec<(SortKey<'_>, Part)> = Vec::with_capacity(rolled_rows + 64);
+    for account in &accounts {
         let gpu = account.gpu;
-        let mut parts: Vec<(SortKey<'_>, Part)> = Vec::new();
         account.split(|base, part| {
             let (kind, key) = group(base, gpu, by);
             let sort = (by == GroupBy::Gpu).then_some((gpu.index, gpu.uuid.as_str()));
             parts.push(((sort, kind, key), part));
         });
-        parts
-    });
-    let mut parts: Vec<(SortKey<'_>, Part)> = Vec::with_capacity(split.iter().map(Vec::len).sum());
-    for gpu_parts in split {
-        parts.extend(gpu_parts);
     }
     // Stable: a key's parts add up in the order the GPUs gave them.
     parts.sort_by(|a, b| a.0.cmp(&b.0));
@@ -431,33 +415,7 @@ fn report_on(threads: usize, window: Window, ledger: &Ledger<'_>, by: GroupBy) -
         };
     }
     rows.retain(|r| r.gpu_ms > 0 || r.energy_mj > 0);
-    rows
-}
-
-/// From how many rolled-up base rows a report accounts for its GPUs on
-/// two threads: a year at 100 workers has about 48,000 (docs/benchmarks.md).
-const SIDE_BY_SIDE_FROM: usize = 10_000;
-
-/// `f` of each item, in the items' order, worked out on `threads` threads
-/// (1 or 2): the first half on this one, the rest on a scoped thread.
-fn in_order_on<'i, T: Sync, R: Send>(
-    threads: usize,
-    items: &'i [T],
-    f: impl Fn(&'i T) -> R + Sync,
-) -> Vec<R> {
-    if threads < 2 || items.len() < 2 {
-        return items.iter().map(&f).collect();
-    }
-    let (here, there) = items.split_at(items.len() / 2);
-    std::thread::scope(|scope| {
-        let other = scope.spawn(|| there.iter().map(&f).collect::<Vec<R>>());
-        let mut out: Vec<R> = here.iter().map(&f).collect();
-        match other.join() {
-            Ok(rest) => out.extend(rest),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-        out
-    })
+    Ok(rows)
 }
 
 /// The report's window, `from < to`.
@@ -1640,72 +1598,6 @@ mod tests {
                 (RowKind::Idle, "idle", 2_700_000, 0),
             ]
         );
-    }
-
-    /// Two threads give the report one thread gives, to the unit, for
-    /// every grouping: three GPUs (an odd split), one listed twice, days
-    /// rolled up and raw hours after them, workers on several GPUs.
-    #[test]
-    fn a_report_on_two_threads_is_the_report_on_one() {
-        let gpus = [
-            gpu("GPU-a", 0, 8),
-            gpu("GPU-b", 1, 8),
-            gpu("GPU-c", 2, 24),
-            gpu("GPU-a", 0, 8),
-        ];
-        let mut holds = Vec::new();
-        let mut meas = Vec::new();
-        for h in 0..(3 * 24 + 5) {
-            let at = h * HOUR;
-            for (i, g) in ["GPU-a", "GPU-b", "GPU-c"].iter().enumerate() {
-                let worker = format!("w{}", (h as usize * 7 + i) % 11);
-                let owner = ["ana", "bo", "cy"][(h as usize + i) % 3];
-                holds.push(hold(
-                    &worker,
-                    owner,
-                    g,
-                    Some(1 + (h as u64 + i as u64) % 3),
-                    at,
-                    Some(at + HOUR),
-                ));
-                meas.push(measured(
-                    g,
-                    at,
-                    at + HOUR,
-                    1_000 + h as u64 * 37,
-                    Some((h % 100) as u32),
-                    i as u64,
-                ));
-            }
-        }
-        let ups = [up(0, 30 * HOUR), up(31 * HOUR, 100 * HOUR)];
-        let raw = Ledger {
-            records_from: None,
-            gpus: &gpus,
-            holds: &holds,
-            measured: &meas,
-            up: &ups,
-            ..Default::default()
-        };
-        let rolled: Vec<RolledDay> = (0..3)
-            .flat_map(|d| gpus[..3].iter().map(move |g| (d, g)))
-            .map(|(d, g)| roll_day(d * DAY_MS, g, &raw))
-            .collect();
-        let ledger = Ledger {
-            rolled: &rolled,
-            ..raw
-        };
-        let window = Window {
-            from: 0,
-            to: 3 * DAY_MS + 5 * HOUR,
-        };
-        for by in [GroupBy::Worker, GroupBy::Owner, GroupBy::User, GroupBy::Gpu] {
-            let one = report_on(1, window, &ledger, by);
-            assert!(one.len() > 5, "{by}: {one:?}");
-            assert_eq!(report_on(2, window, &ledger, by), one, "{by}");
-            // And both are the report from the raw facts alone.
-            assert_eq!(report_on(1, window, &raw, by), one, "{by}");
-        }
     }
 
     #[test]
