@@ -635,13 +635,20 @@ fn usage_year(workers: usize, days: i64, out: &mut Vec<String>) {
     // day ago (store/rollup.rs), a day per batch between its other work.
     let t = Instant::now();
     let last_day = astraeusd::report::day_start(now - 86_400_000) - 86_400_000;
+    // Every GPU's last day: the pass rolls a GPU-day at a time, and a
+    // daemon stopped at the first GPU's left the next start seven to roll
+    // while its first report ran (it cost that call 10 to 15 ms).
     let rolled = |db: &Path| -> Option<i64> {
         rusqlite::Connection::open(db)
             .ok()?
-            .query_row("SELECT max(day_ms) FROM usage_days", [], |r| r.get(0))
-            .ok()?
+            .query_row(
+                "SELECT count(*) FROM usage_days WHERE day_ms = ?1",
+                [last_day],
+                |r| r.get(0),
+            )
+            .ok()
     };
-    while rolled(&db) < Some(last_day) && t.elapsed() < Duration::from_secs(600) {
+    while rolled(&db) < Some(m.gpus.len() as i64) && t.elapsed() < Duration::from_secs(600) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let roll_s = t.elapsed().as_secs_f64();

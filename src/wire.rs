@@ -1,7 +1,9 @@
 //! What travels on the bus as rows: named structs whose D-Bus signature is the
 //! tuple the introspection XML documents (a struct of fields in this order).
 //! The loop answers with them, the adaptors send them, and `astraeusctl`
-//! reads them back: this file imports nothing else of the crate.
+//! reads them back: this file imports nothing else of the crate. (A usage
+//! report is the exception on the way out: the loop answers with the
+//! report's own rows, and the adaptor sends each as a [`UsageRowRef`].)
 
 use serde::{Deserialize, Serialize};
 use zbus::Type;
