@@ -89,7 +89,47 @@ pub struct Worker {
     /// back on its control group) or only promised; None until its launch
     /// or, after a restart, its check reports.
     pub enforcement: Option<crate::inventory::limits::Enforcement>,
+    /// Its stop, once acknowledged (kept in the ledger): carried out until
+    /// its workload is gone, and it never runs again.
+    pub stop_asked: Option<StopAsked>,
 }
+
+/// Who asked a worker to stop, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StopAsked {
+    pub by_uid: u32,
+    pub at: crate::time::EpochMs,
+}
+
+impl StopAsked {
+    /// How the ledger's history says the end of a worker stopped so:
+    /// "stopped" by its owner, "stopped by uid N" by anyone else (root),
+    /// and "; killed after N s" when its workload had to be killed (it
+    /// ended by SIGKILL: status 137, as engines report a kill). A uid, not
+    /// a name: the name service is never asked on the loop's behalf (a
+    /// slow directory would stall it), and every surface that shows a
+    /// reason resolves no more than it is given.
+    pub fn reason(
+        &self,
+        owner_uid: u32,
+        exit_status: Option<i32>,
+        ended: crate::time::EpochMs,
+    ) -> String {
+        let mut reason = if self.by_uid == owner_uid {
+            "stopped".to_string()
+        } else {
+            format!("stopped by uid {}", self.by_uid)
+        };
+        if exit_status == Some(KILLED) {
+            let secs = (ended.as_i64() - self.at.as_i64()).max(0) as f64 / 1000.0;
+            reason.push_str(&format!("; killed after {} s", secs.round() as i64));
+        }
+        reason
+    }
+}
+
+/// The status a workload killed by SIGKILL ends with (128 + 9).
+pub const KILLED: i32 = 137;
 
 /// A placed worker's workload: a reservation is simply `Held`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,5 +236,31 @@ impl Worker {
             Status::Running { grants } => grants,
             Status::Pending => &[],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::EpochMs;
+
+    #[test]
+    fn a_stop_says_who_and_whether_it_had_to_kill() {
+        let asked = |by_uid| StopAsked {
+            by_uid,
+            at: EpochMs::from_i64(10_000),
+        };
+        let at = EpochMs::from_i64(14_400);
+        assert_eq!(asked(1000).reason(1000, Some(0), at), "stopped");
+        assert_eq!(asked(0).reason(1000, Some(143), at), "stopped by uid 0");
+        assert_eq!(asked(0).reason(1000, None, at), "stopped by uid 0");
+        assert_eq!(
+            asked(1000).reason(1000, Some(KILLED), at),
+            "stopped; killed after 4 s"
+        );
+        assert_eq!(
+            asked(0).reason(1000, Some(137), EpochMs::from_i64(5)),
+            "stopped by uid 0; killed after 0 s"
+        );
     }
 }

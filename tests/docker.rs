@@ -17,6 +17,8 @@
 mod common;
 #[path = "common/fake_nvml.rs"]
 mod fake_nvml;
+#[path = "common/hanging_stop.rs"]
+mod hanging_stop;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -686,4 +688,64 @@ fn a_docker_containers_gpu_memory_is_its_own_not_held_outside() {
     );
     assert!(manager(a, None, "StopWorker", &["s", "one"]).ok);
     eventually("one gone", || gone(a, "one"));
+}
+
+/// #63: dockerd takes the stop call and never answers it, and the daemon
+/// is killed -9 while the stop hangs: the acknowledged stop is the
+/// ledger's, so the restarted daemon carries it out (tried again as
+/// Docker's kill once the stop's timeout passed); the worker never runs
+/// again, its share frees, and history says it was stopped and killed.
+#[test]
+fn a_stop_dockerd_never_answers_survives_a_kill_9() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let dk = Dockerd::start(dir.path(), true);
+    let hang = hanging_stop::HangingStop::start(&dir.path().join("hang.sock"), &dk.socket());
+    let bus = Bus::session();
+    let runtime = format!(
+        "containers = \"docker\"\ndocker_socket = \"{}\"\ndocker_timeout_seconds = 2\n",
+        hang.socket.display()
+    );
+    let mut d = daemon(dir.path(), &bus, &runtime);
+    let a = &bus.address;
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &container("one", "2", "trap '' TERM; sleep 1000")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("one running", || state(a, "one") == "s \"running\"\n");
+
+    assert!(manager(a, None, "StopWorker", &["s", "one"]).ok);
+    assert_eq!(state(a, "one"), "s \"stopping\"\n");
+    eventually("the stop call taken", || hang.stops() >= 1);
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    assert!(dk
+        .run(&["ps", "--format", "{{.Names}}"])
+        .contains("astraeus-one"));
+
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    eventually("one stopped", || {
+        assert_ne!(
+            state(a, "one"),
+            "s \"running\"\n",
+            "one runs again after its stop"
+        );
+        gone(a, "one")
+    });
+    assert!(
+        hang.kills() >= 1,
+        "the stop was never tried again as a kill"
+    );
+    assert!(!dk
+        .run(&["ps", "--format", "{{.Names}}"])
+        .contains("astraeus-one"));
+    let reason = ended_by(a, "one");
+    assert!(reason.starts_with("stopped; killed after "), "{reason}");
+    assert_eq!(taken_gb(a), "d 0\n");
+    assert!(d.log_text().contains("trying again in"), "{}", d.log_text());
 }

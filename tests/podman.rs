@@ -6,6 +6,8 @@
 mod common;
 #[path = "common/fake_nvml.rs"]
 mod fake_nvml;
+#[path = "common/hanging_stop.rs"]
+mod hanging_stop;
 #[path = "common/podman.rs"]
 mod podman;
 use common::*;
@@ -636,4 +638,142 @@ fn a_container_stopped_in_the_group_that_placed_it_never_runs() {
         "{}",
         pm.run(&["ps", "-a"])
     );
+}
+
+/// GPU 0's TakenGb as busctl prints it (`d 2\n`).
+fn taken_gb(a: &str) -> String {
+    let gpu = "/org/astraeus/Node1/gpu/0";
+    let args = [
+        "get-property",
+        "org.astraeus.Node1",
+        gpu,
+        "org.astraeus.Node1.Gpu",
+        "TakenGb",
+    ];
+    busctl(a, &args).stdout
+}
+
+/// The ledger's record of a worker's stop and end: (stop_asked_by, end_reason).
+fn stop_record(state: &Path, name: &str) -> (Option<u32>, Option<String>) {
+    rusqlite::Connection::open(state.join("ledger.db"))
+        .unwrap()
+        .query_row(
+            "SELECT stop_asked_by, end_reason FROM workers WHERE name = ?1 ORDER BY id DESC",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+/// Waits until worker `name` is gone, failing the moment it reads
+/// `running`: a stop once acknowledged is never undone.
+fn gone_never_running(a: &str, name: &str) {
+    eventually("the stopped worker ended", || {
+        let s = state(a, name);
+        assert_ne!(s, "s \"running\"\n", "{name} runs again after its stop");
+        gone(a, name)
+    });
+}
+
+/// #63: a stop acknowledged while podman's API is away, then the daemon
+/// killed -9 before it could be carried out: after both come back the
+/// container is stopped, the share freed, and the worker never read as
+/// running again; history says it was stopped.
+#[test]
+fn a_stop_acknowledged_while_podman_is_away_survives_a_kill_9() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let mut pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let mut d = setup(dir.path(), &pm, &bus);
+    let a = &bus.address;
+    run_sleeper(a, "held", "2");
+    let _ = pm.service.kill();
+    let _ = pm.service.wait();
+
+    let o = manager(a, None, "StopWorker", &["s", "held"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(state(a, "held"), "s \"stopping\"\n");
+    // In the ledger before the reply: who asked (root).
+    assert_eq!(stop_record(&d.state, "held"), (Some(0), None));
+    // The call fails while podman is away, and is tried again.
+    eventually("the stop tried again", || {
+        d.log_text().contains("trying again in")
+    });
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    assert!(
+        pm.run(&["ps", "--format", "{{.Names}}"])
+            .contains("astraeus-held"),
+        "the container runs on while both are down"
+    );
+
+    pm.service = pm.serve();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    gone_never_running(a, "held");
+    eventually("the container stopped", || {
+        !pm.run(&["ps", "--format", "{{.Names}}"])
+            .contains("astraeus-held")
+    });
+    let (_, reason) = stop_record(&d.state, "held");
+    let reason = reason.unwrap();
+    // sh as PID 1 ignores SIGTERM: podman kills it after the stop's timeout.
+    assert!(reason.starts_with("stopped"), "{reason}");
+    assert!(!reason.contains("exited with status"), "{reason}");
+    assert_eq!(taken_gb(a), "d 0\n", "its share freed");
+}
+
+/// #63: podman takes the stop call and never answers it: the call's own
+/// deadline ends it, and the stop is tried again as podman's kill once
+/// the stop's timeout has passed; the container ends, and history says
+/// it was stopped and killed.
+#[test]
+fn a_stop_podman_never_answers_is_tried_again_as_a_kill() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    let hang = hanging_stop::HangingStop::start(&dir.path().join("hang.sock"), &pm.socket());
+    let bus = Bus::session();
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "[inventory]\nrefresh_seconds = 0.5\n[runtime]\npodman_socket = \"{}\"\n\
+             stop_timeout_seconds = 1\npodman_timeout_seconds = 2\n",
+            hang.socket.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &[
+            "s",
+            &container("deaf", Some("1"), "trap '' TERM; sleep 1000"),
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("running", || state(a, "deaf") == "s \"running\"\n");
+
+    assert!(manager(a, None, "StopWorker", &["s", "deaf"]).ok);
+    gone_never_running(a, "deaf");
+    assert!(hang.stops() >= 1, "the stop call was never made");
+    assert!(
+        hang.kills() >= 1,
+        "the stop was never tried again as a kill"
+    );
+    let (_, reason) = stop_record(&d.state, "deaf");
+    let reason = reason.unwrap();
+    assert!(reason.starts_with("stopped; killed after "), "{reason}");
+    assert!(d.log_text().contains("trying again in"), "{}", d.log_text());
+    assert!(!pm
+        .run(&["ps", "--format", "{{.Names}}"])
+        .contains("astraeus-deaf"));
 }

@@ -96,7 +96,17 @@ impl Node {
             match self.workers.get_mut(name) {
                 Some(w) if w.id == old.id && same_place(&w.status, &old.status) => {
                     w.status = old.status.clone();
-                    w.phase = old.phase;
+                    // A stop the group asked is undone with it (its caller
+                    // is told the error); one the ledger holds stands
+                    // (loaded as Stopping).
+                    w.phase = match (old.phase, w.stop_asked) {
+                        (super::Phase::Stopping, None) if old.runtime_id.is_some() => {
+                            super::Phase::Running
+                        }
+                        (super::Phase::Stopping, None) => super::Phase::Starting,
+                        (_, Some(_)) => super::Phase::Stopping,
+                        (phase, None) => phase,
+                    };
                     w.cgroup_pids = old.cgroup_pids.clone();
                     // Its workload runs whatever the ledger says: an id the
                     // ledger refused to record (a full disk) is memory's
@@ -115,13 +125,10 @@ impl Node {
                         changes.updated.push(name.clone());
                     }
                 }
-                // The group placed it and the ledger has it waiting again:
-                // Held, unless a stop was asked meanwhile (its caller was
-                // told it stops; its launch, when placed again, ends it).
+                // The group placed it and the ledger has it waiting again,
+                // stopping only if the ledger holds its stop (a stop in the
+                // undone group is undone: its caller is told the error).
                 Some(w) if w.id == old.id => {
-                    if old.phase == super::Phase::Stopping {
-                        w.phase = old.phase;
-                    }
                     changes.updated.push(name.clone());
                 }
                 _ => changes.removed.push(name.clone()),

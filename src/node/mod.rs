@@ -10,7 +10,7 @@ use crate::rotation;
 use crate::schedule::{self, ScheduledAction};
 use crate::store::{Store, WorkerState};
 use crate::time::EpochMs;
-pub use crate::worker::{Holder, Phase, State, Status, Worker};
+pub use crate::worker::{Holder, Phase, State, Status, StopAsked, Worker};
 
 mod counting;
 mod drain;
@@ -265,11 +265,21 @@ impl Node {
                     submitted: EpochMs::from_i64(row.submitted_ms),
                     placed: row.started_ms.map(EpochMs::from_i64),
                     status,
-                    phase: Phase::Held,
+                    // A stop acknowledged before the crash is carried out
+                    // (its launch, or its adoption, stops it).
+                    phase: if row.stop_asked.is_some() {
+                        Phase::Stopping
+                    } else {
+                        Phase::Held
+                    },
                     runtime_id: row.runtime_id,
                     cgroup: row.cgroup,
                     cgroup_pids: Vec::new(),
                     enforcement: None,
+                    stop_asked: row.stop_asked.map(|(at, by_uid)| StopAsked {
+                        by_uid,
+                        at: EpochMs::from_i64(at),
+                    }),
                 },
             );
         }
@@ -421,6 +431,7 @@ impl Node {
                 cgroup: None,
                 cgroup_pids: Vec::new(),
                 enforcement: None,
+                stop_asked: None,
             },
         );
         self.mark_starting(&changes.placed);
@@ -439,6 +450,28 @@ impl Node {
             format!("stopped by uid {caller_uid}")
         };
         self.end(name, None, &reason)
+    }
+
+    /// A placed worker with a workload is asked to stop: the ask (who,
+    /// when) goes into the ledger, in the caller's group, before the caller
+    /// is told, and the worker is `stopping` from now on, across restarts,
+    /// until its workload is gone. Asked again, the first ask stands.
+    pub fn ask_stop(&mut self, name: &str, caller_uid: u32) -> Result<Changes> {
+        let w = self.check_stop(name, caller_uid)?;
+        if w.stop_asked.is_none() {
+            let asked = StopAsked {
+                by_uid: caller_uid,
+                at: EpochMs::now(),
+            };
+            self.store.ask_stop(w.id, caller_uid, asked.at)?;
+            let w = self.workers.get_mut(name).expect("checked above");
+            w.stop_asked = Some(asked);
+        }
+        self.set_phase(name, Phase::Stopping);
+        Ok(Changes {
+            updated: vec![name.to_string()],
+            ..Changes::default()
+        })
     }
 
     /// Whether `caller_uid` may stop the worker: its owner or root.

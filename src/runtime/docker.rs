@@ -369,6 +369,18 @@ impl Runtime for Docker {
         })
     }
 
+    fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let path = format!("/containers/{id}/kill?signal=KILL");
+            let r = self.call("kill", "POST", &path, None).await?;
+            // 404: gone; 409: not running. Either way, nothing runs.
+            match r.status {
+                200 | 204 | 304 | 404 | 409 => Ok(()),
+                _ => Err(api_error("kill", &r)),
+            }
+        })
+    }
+
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let path = format!("/containers/{id}?force=true");

@@ -133,6 +133,12 @@ pub trait Runtime: Send + Sync {
     fn wait<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Exit>;
     /// Graceful stop, forced after `timeout`.
     fn stop<'a>(&'a self, id: &'a str, timeout: Duration) -> BoxFuture<'a, Result<()>>;
+    /// Kills the workload now: what a stop comes to when its graceful
+    /// call was not answered within its timeout. By default, a stop with
+    /// no grace.
+    fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        self.stop(id, Duration::ZERO)
+    }
     /// Forgets an ended workload (removes the container).
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>>;
     /// Every workload this daemon started, by the worker it belongs to.

@@ -125,6 +125,9 @@ struct Held {
     replies: Vec<HeldReply>,
     shown: Vec<Shown>,
     placed: Vec<String>,
+    /// Workers whose stop the group records: their workloads are stopped
+    /// once it is durable.
+    stops: Vec<String>,
 }
 
 impl Service {
@@ -198,6 +201,7 @@ impl Service {
                 hard_limit: settings.hard_limit,
                 reapplying: Default::default(),
                 holds: Default::default(),
+                stopping: Default::default(),
                 containers_docker: settings.containers_engine
                     == Some(crate::runtime::Engine::Docker),
             },
@@ -549,6 +553,9 @@ impl Service {
             self.announce(shown);
         }
         self.launch_placed(&held.placed).await;
+        for name in held.stops {
+            self.stop_workload(&name).await;
+        }
     }
 
     /// A group's replies, told its error if any, through the outbox: behind
@@ -835,9 +842,19 @@ impl Service {
             Ok(w) => w.launches() && w.state() != crate::worker::State::Pending,
         };
         if launched {
-            // The share frees when the runtime reports the workload gone.
-            self.stop_workload(&name).await;
-            let _ = reply.send(Ok(()));
+            // Acknowledged once the ledger holds it; carried out after
+            // (and again after a crash) until the workload is gone. The
+            // share frees when the runtime reports it gone.
+            match self.node.ask_stop(&name, caller.uid) {
+                Ok(changes) => {
+                    let shown = self.show(&changes);
+                    self.hold(reply, (), shown, Vec::new());
+                    self.held.stops.push(name);
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            }
             return;
         }
         match self.node.stop(&name, caller.uid) {

@@ -95,6 +95,45 @@ pub(super) struct Runtimes {
     pub holds: std::collections::HashMap<String, (i64, Hold)>,
     /// Held workers whose limits are being set again (one at a time each).
     pub reapplying: std::collections::HashMap<String, i64>,
+    /// Workers (name, id) whose workload is being stopped: one task each,
+    /// trying until the runtime says it is done.
+    pub stopping: std::collections::HashMap<String, (i64, tokio::task::JoinHandle<()>)>,
+}
+
+/// A stop that fails or is not answered is tried again after this, then
+/// twice as long each time, up to the most.
+const STOP_AGAIN_FIRST: Duration = Duration::from_secs(1);
+const STOP_AGAIN_MOST: Duration = Duration::from_secs(30);
+
+/// Stops a workload until its runtime says it is done: graceful at first;
+/// a call that fails or is not answered (an engine away, or one that
+/// takes the call and never replies) is tried again with back-off, and
+/// once the stop's timeout has passed, as the engine's kill. Ends when a
+/// call succeeds (the watcher then reports the end) or the worker ends.
+async fn stop_until_done(rt: Arc<dyn Runtime>, id: String, timeout: Duration) {
+    let asked = tokio::time::Instant::now();
+    let mut pause = STOP_AGAIN_FIRST;
+    loop {
+        let kill = asked.elapsed() >= timeout;
+        let result = if kill {
+            rt.kill(&id).await
+        } else {
+            rt.stop(&id, timeout).await
+        };
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                let how = if kill { "killing" } else { "stopping" };
+                tracing::warn!(
+                    "{how} {id}: {e}; trying again in {} s (a stop is carried out until it \
+                     is done)",
+                    pause.as_secs()
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(STOP_AGAIN_MOST);
+            }
+        }
+    }
 }
 
 /// The reconciling after a start, while a runtime's listing is awaited
@@ -198,9 +237,19 @@ impl Service {
         }
         if w.phase == Phase::Stopping {
             // Asked to stop after it was placed and before this launch (in
-            // the same group): its caller was told it stops, so it never runs.
+            // the same group, or before a crash): its caller was told it
+            // stops, so it never runs; a stale one never started goes too.
+            let reason = match w.stop_asked {
+                Some(asked) => asked.reason(w.owner_uid, None, EpochMs::now()),
+                None => "stopped".to_string(),
+            };
+            if let Some(id) = stale {
+                tokio::spawn(async move {
+                    let _ = rt.remove(&id).await;
+                });
+            }
             // Boxed: ending it frees a share, which launches what it places.
-            Box::pin(self.end_worker(name, None, "stopped", None)).await;
+            Box::pin(self.end_worker(name, None, &reason, None)).await;
             return;
         }
         // Allowed when it was submitted; the switch that allowed it may have
@@ -474,6 +523,9 @@ impl Service {
         at: Option<EpochMs>,
     ) {
         let at = at.unwrap_or_else(EpochMs::now);
+        if let Some((_, stopping)) = self.runtimes.stopping.remove(name) {
+            stopping.abort();
+        }
         // Its limits go with it (removing its group clears them too; this
         // clears them where the group outlives it).
         let kept = self.runtimes.holds.remove(name);
@@ -551,30 +603,49 @@ impl Service {
         if !ours {
             return;
         }
-        let (status, reason) = match &exit {
+        let (status, mut reason) = match &exit {
             Exit::Exited(code) => (Some(*code), format!("exited with status {code}")),
             Exit::Failed(why) => (None, reason_text(&format!("failed: {why}"))),
         };
+        // Its stop was asked: the stop is why it ended (and whether it had
+        // to be killed), not the status its workload's end happened to give.
+        let stopped = self
+            .node
+            .worker(&name)
+            .and_then(|w| Some((w.stop_asked?, w.owner_uid)));
+        if let (Some((asked, owner)), Exit::Exited(_)) = (stopped, &exit) {
+            reason = asked.reason(owner, status, at.unwrap_or_else(EpochMs::now));
+        }
         tracing::info!(message_id = journal::EXITED, worker = %name, "worker {name} {reason}");
         self.end_worker(&name, status, &reason, at).await;
     }
 
-    /// Graceful stop, then forced; the watcher reports the end.
+    /// Graceful stop, then forced, tried until the runtime says it is
+    /// done; the watcher reports the end. A stop already under way for
+    /// this worker is not started twice.
     pub(super) async fn stop_workload(&mut self, name: &str) {
         self.node.set_phase(name, Phase::Stopping);
         self.publish_worker(name);
-        let w = self.node.worker(name);
-        let rt = w.and_then(|w| w.kind()).and_then(|k| self.runtimes.get(k));
-        let id = w.and_then(|w| w.runtime_id.clone());
-        let (Some(rt), Some(id)) = (rt, id) else {
+        let Some(w) = self.node.worker(name) else {
+            return;
+        };
+        let rt = w.kind().and_then(|k| self.runtimes.get(k));
+        let (Some(rt), Some(id)) = (rt, w.runtime_id.clone()) else {
             return; // still starting: stopped when its launch reports back
         };
-        let timeout = self.runtimes.stop_timeout;
-        tokio::spawn(async move {
-            if let Err(e) = rt.stop(&id, timeout).await {
-                tracing::warn!("stopping {id}: {e}");
-            }
-        });
+        let worker_id = w.id;
+        let under_way = self
+            .runtimes
+            .stopping
+            .get(name)
+            .is_some_and(|(id, task)| *id == worker_id && !task.is_finished());
+        if under_way {
+            return;
+        }
+        let task = tokio::spawn(stop_until_done(rt, id, self.runtimes.stop_timeout));
+        self.runtimes
+            .stopping
+            .insert(name.to_string(), (worker_id, task));
     }
 
     /// Placed workers of this kind (their workloads should exist).

@@ -312,6 +312,13 @@ DROP TABLE usage_days;
 ALTER TABLE usage_days_new RENAME TO usage_days;
 CREATE INDEX usage_days_gpu ON usage_days(gpu_uuid, day_ms);
 "#,
+    // 20: an acknowledged stop is the ledger's before its reply (#63): who
+    // asked and when, carried out at every start and adoption until the
+    // workload is gone, so that a stopped worker never runs again.
+    r#"
+ALTER TABLE workers ADD COLUMN stop_asked_ms INTEGER;
+ALTER TABLE workers ADD COLUMN stop_asked_by INTEGER;
+"#,
 ];
 
 #[cfg(test)]

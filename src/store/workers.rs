@@ -74,6 +74,8 @@ pub struct WorkerRow {
     pub runtime_id: Option<String>,
     /// Its workload's control group, once known.
     pub cgroup: Option<String>,
+    /// A stop acknowledged and not yet carried out: (when, by which uid).
+    pub stop_asked: Option<(i64, u32)>,
 }
 
 fn insert_grants(tx: &Connection, id: i64, grants: &[Grant], at: EpochMs) -> Result<()> {
@@ -105,7 +107,7 @@ pub(super) const ENDED_LAUNCHED: &str = r#"{"run":{}}"#;
 // costs what is live, not what the ledger has kept (store/usage.rs test).
 // Without INDEXED BY, SQLite reads every worker ever to keep the id order.
 pub(super) const LIVE_WORKERS: &str = "SELECT id, name, spec, owner_uid, holders, state,
-        submitted_ms, runtime_id, cgroup, started_ms
+        submitted_ms, runtime_id, cgroup, started_ms, stop_asked_ms, stop_asked_by
     FROM workers INDEXED BY workers_live_name
     WHERE state != 'stopped' ORDER BY id";
 pub(super) const LIVE_HOLDS: &str = "SELECT h.worker_id, h.gpu_uuid, h.gpu_index,
@@ -264,6 +266,20 @@ impl Store {
         Ok(())
     }
 
+    /// Records that a live worker's stop was asked (by `by`, at `at`):
+    /// before the caller is told, so that a crash or a lost call to the
+    /// runtime cannot undo it (the stop is carried out again from here).
+    /// The first ask is kept.
+    pub fn ask_stop(&mut self, id: i64, by: u32, at: EpochMs) -> Result<()> {
+        self.write(
+            "UPDATE workers SET stop_asked_ms = ?2, stop_asked_by = ?3
+             WHERE id = ?1 AND state != 'stopped' AND stop_asked_ms IS NULL",
+            params![id, at.as_i64(), by],
+        )?;
+        failpoint::hit("store.ask-stop.after-write");
+        Ok(())
+    }
+
     pub fn set_cgroup(&mut self, id: i64, cgroup: &str) -> Result<()> {
         self.write(
             "UPDATE workers SET cgroup = ?2 WHERE id = ?1 AND state = 'running'",
@@ -288,6 +304,8 @@ impl Store {
                     r.get::<_, Option<String>>(7)?,
                     r.get::<_, Option<String>>(8)?,
                     r.get::<_, Option<i64>>(9)?,
+                    r.get::<_, Option<i64>>(10)?
+                        .zip(r.get::<_, Option<u32>>(11)?),
                 ))
             })?
             .map(|row| {
@@ -302,6 +320,7 @@ impl Store {
                     runtime_id,
                     cgroup,
                     started_ms,
+                    stop_asked,
                 ) = row?;
                 Ok(WorkerRow {
                     id,
@@ -317,6 +336,7 @@ impl Store {
                     grants: Vec::new(),
                     runtime_id,
                     cgroup,
+                    stop_asked,
                 })
             })
             .collect::<Result<_>>()?;
