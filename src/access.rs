@@ -247,6 +247,45 @@ impl Rules {
     }
 }
 
+/// Environment variables a GPU runtime reads as a request for devices or
+/// driver features, not as the workload's own settings: NVIDIA's container
+/// toolkit reads every `NVIDIA_*` (`NVIDIA_VISIBLE_DEVICES=all` asks for
+/// every GPU, `NVIDIA_DRIVER_CAPABILITIES=all` for every driver feature);
+/// AMD's, Habana's and Ascend's container runtimes their
+/// `*_VISIBLE_DEVICES`. `ASTRAEUS_*` is the daemon's own, refused to
+/// everyone (request.rs). docs/security.md lists them.
+pub fn is_device_request_env(key: &str) -> bool {
+    const KEYS: &[&str] = &[
+        "AMD_VISIBLE_DEVICES",
+        "HABANA_VISIBLE_DEVICES",
+        "ASCEND_VISIBLE_DEVICES",
+    ];
+    key.starts_with("NVIDIA_") || KEYS.contains(&key)
+}
+
+/// Only root (and a session daemon's own user) may set a variable a GPU
+/// runtime takes as a device request: the daemon gives a worker its GPUs.
+/// `field` is the env's path (`run.container.env`); keys were checked to
+/// be letters, digits and `_` when the request was read.
+pub fn may_set_env<'a>(
+    caller: &Caller,
+    daemon_owner: Option<u32>,
+    field: &str,
+    mut keys: impl Iterator<Item = &'a String>,
+) -> Result<()> {
+    if caller.is_root() || daemon_owner == Some(caller.uid) {
+        return Ok(());
+    }
+    match keys.find(|k| is_device_request_env(k)) {
+        Some(key) => Err(Error::AccessDenied(format!(
+            "{field}.{key}: uid {}: a GPU runtime reads {key} as a request for devices, so only \
+             root may set it (the daemon gives a worker its GPUs: gpu_requests)",
+            caller.uid
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A non-root caller names as holders only its own processes (their GPU
 /// memory would otherwise stop counting as held outside: a lie that lets a
 /// share be placed on memory another user's process holds): every uid of
@@ -287,6 +326,38 @@ pub fn sees_env(caller_uid: Option<u32>, owner_uid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_root_sets_what_a_gpu_runtime_reads_as_a_device_request() {
+        let member = Caller {
+            uid: 1003,
+            pid: None,
+            member: true,
+        };
+        let root = Caller { uid: 0, ..member };
+        let env = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        for key in [
+            "NVIDIA_VISIBLE_DEVICES",
+            "NVIDIA_DRIVER_CAPABILITIES",
+            "NVIDIA_REQUIRE_CUDA",
+            "AMD_VISIBLE_DEVICES",
+        ] {
+            let keys = env(&["TOKEN", key]);
+            let e = may_set_env(&member, None, "run.container.env", keys.iter()).unwrap_err();
+            assert_eq!(e.kind(), "AccessDenied");
+            assert!(
+                e.message()
+                    .starts_with(&format!("run.container.env.{key}: uid 1003")),
+                "{e}"
+            );
+            assert!(may_set_env(&root, None, "run.container.env", keys.iter()).is_ok());
+            // A session daemon's own user is its root.
+            assert!(may_set_env(&member, Some(1003), "run.container.env", keys.iter()).is_ok());
+        }
+        // What narrows what a process sees inside the container is its own.
+        let keys = env(&["CUDA_VISIBLE_DEVICES", "NVIDIAX", "MY_NVIDIA_HOME"]);
+        assert!(may_set_env(&member, None, "run.unit.env", keys.iter()).is_ok());
+    }
 
     fn caller(uid: u32, member: bool) -> Caller {
         Caller {

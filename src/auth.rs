@@ -102,6 +102,21 @@ pub fn user_name_or_uid(uid: u32) -> String {
 
 /// The user name of a uid, when NSS knows it.
 pub fn user_name(uid: u32) -> Option<String> {
+    passwd(uid, |pw| {
+        // SAFETY: getpwuid_r filled pw_name with a C string in our buffer.
+        unsafe { CStr::from_ptr(pw.pw_name) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+/// The primary group of a uid, when NSS knows it.
+pub fn primary_gid(uid: u32) -> Option<u32> {
+    passwd(uid, |pw| pw.pw_gid)
+}
+
+/// What `read` takes of uid's passwd entry, when NSS has one.
+fn passwd<T>(uid: u32, read: impl FnOnce(&libc::passwd) -> T) -> Option<T> {
     let mut buf = vec![0u8; 16384];
     // SAFETY: getpwuid_r writes only into our buffer, whose size we pass.
     unsafe {
@@ -112,7 +127,7 @@ pub fn user_name(uid: u32) -> Option<String> {
         {
             return None;
         }
-        Some(CStr::from_ptr(pw.pw_name).to_string_lossy().into_owned())
+        Some(read(&pw))
     }
 }
 

@@ -189,6 +189,8 @@ pub struct RuntimeConfig {
     pub podman_timeout_seconds: u64,
     /// The same for Docker's API.
     pub docker_timeout_seconds: u64,
+    /// A member's container runs with at most this many processes.
+    pub member_max_processes: u64,
     /// libvirt, for VM workers; "" turns VM workers off.
     pub libvirt_uri: String,
     /// CPU cores and memory (GB) a unit worker is capped at when its request
@@ -207,6 +209,7 @@ impl Default for RuntimeConfig {
             stop_timeout_seconds: 10,
             podman_timeout_seconds: 120,
             docker_timeout_seconds: 120,
+            member_max_processes: 4096,
             libvirt_uri: "qemu:///system".into(),
             unit_default_cpu_cores: 0,
             unit_default_memory_gb: 0,
@@ -479,6 +482,12 @@ impl Config {
             "1 to 3600 seconds",
         )?;
         within(
+            "runtime.member_max_processes",
+            self.runtime.member_max_processes,
+            16..=4_194_304,
+            "16 to 4194304 processes",
+        )?;
+        within(
             "history.keep_days",
             u64::from(self.history.keep_days),
             0..=36_500,
@@ -660,6 +669,10 @@ mod tests {
         assert_eq!(
             example.runtime.podman_timeout_seconds,
             d.runtime.podman_timeout_seconds
+        );
+        assert_eq!(
+            example.runtime.member_max_processes,
+            d.runtime.member_max_processes
         );
         assert_eq!(example.history.keep_days, d.history.keep_days);
         assert_eq!(example.history.min_free_mb, d.history.min_free_mb);

@@ -32,8 +32,108 @@ pub fn parse_text(text: &str, label: &str, max_bytes: usize) -> Result<Value> {
             text.len()
         )));
     }
-    serde_json::from_str(text)
-        .map_err(|e| Error::InvalidRequest(format!("{label}: not valid JSON ({e})")))
+    let value = serde_json::from_str(text)
+        .map_err(|e| Error::InvalidRequest(format!("{label}: not valid JSON ({e})")))?;
+    if let Some(path) = duplicate_key(text) {
+        return Err(Error::field(
+            &path,
+            "given twice in one object; each field once (JSON readers disagree on which one counts)",
+        ));
+    }
+    Ok(value)
+}
+
+/// The path of the first key an object of `text` (valid JSON) names twice.
+/// serde_json keeps the last of them: `"image":"a", "image":"b"` would run
+/// `b` while whoever reads the text sees `a`.
+fn duplicate_key(text: &str) -> Option<String> {
+    use serde::de::DeserializeSeed;
+    let found = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let _ = Keys {
+        path: String::new(),
+        found: &found,
+    }
+    .deserialize(&mut de);
+    found.into_inner()
+}
+
+/// Walks a document for [`duplicate_key`], keeping nothing but keys.
+struct Keys<'a> {
+    path: String,
+    found: &'a std::cell::RefCell<Option<String>>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Keys<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Keys<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut a: A,
+    ) -> std::result::Result<(), A::Error> {
+        let mut i = 0;
+        loop {
+            let item = Keys {
+                path: format!("{}[{i}]", self.path),
+                found: self.found,
+            };
+            if a.next_element_seed(item)?.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut a: A,
+    ) -> std::result::Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = a.next_key::<std::borrow::Cow<'de, str>>()? {
+            // A caller's key reaches the error only when short and printable.
+            let shown = if key.len() > 64 || key.chars().any(crate::text::unseen) {
+                "(a field name)"
+            } else {
+                &key
+            };
+            let path = join(&self.path, shown);
+            if !seen.insert(key.clone()) {
+                *self.found.borrow_mut() = Some(path);
+                return Err(serde::de::Error::custom("duplicate key"));
+            }
+            a.next_value_seed(Keys {
+                path,
+                found: self.found,
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// The document's root: an object with only `allowed` keys; `label` names
@@ -151,6 +251,29 @@ pub fn clip(text: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_it() {
+        let refused = |text: &str| {
+            parse_text(text, "request", 1 << 20)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = refused(r#"{"run":{"container":{"image":"localhost/bb","image":"x"}}}"#);
+        assert!(e.contains("run.container.image: given twice"), "{e}");
+        let e = refused(r#"{"actions":[{"time":1},{"time":2,"time":3}]}"#);
+        assert!(e.contains("actions[1].time: given twice"), "{e}");
+        // Told apart after their escapes are read: the same key.
+        let e = refused(r#"{"name":"a","n\u0061me":"b"}"#);
+        assert!(e.contains("name: given twice"), "{e}");
+        // A hostile key is not echoed.
+        let e = refused(r#"{"a\u202eb":1,"a\u202eb":2}"#);
+        assert!(e.contains("(a field name): given twice"), "{e}");
+        assert!(!e.contains('\u{202e}'), "{e}");
+        // The same key in different objects, numbers of any form: accepted.
+        let ok = r#"{"a":{"x":1.25},"b":{"x":[{"x":1e3}]},"x":-0}"#;
+        assert!(parse_text(ok, "request", 1 << 20).is_ok());
+    }
 
     #[test]
     fn errors_name_the_path_and_what_is_accepted() {

@@ -389,6 +389,7 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
             .map(|l| l as std::sync::Arc<dyn astraeusd::runtime::Runtime>),
         templates: libvirt,
         stop_timeout: std::time::Duration::from_secs(config.runtime.stop_timeout_seconds),
+        member_max_processes: config.runtime.member_max_processes,
         containers_for_group: config.access.containers_for_group,
         max_workers_per_user: config.access.max_workers_per_user,
         max_pending_per_user: config.access.max_pending_per_user,

@@ -198,6 +198,8 @@ impl Worker {
             cpu_cores: self.spec.resources.cpu_cores,
             memory_bytes: self.spec.resources.memory_bytes,
             user: Some(self.owner_uid),
+            group: None,
+            max_processes: None,
             hold: None,
         })
     }

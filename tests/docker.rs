@@ -749,3 +749,76 @@ fn a_stop_dockerd_never_answers_survives_a_kill_9() {
     assert_eq!(taken_gb(a), "d 0\n");
     assert!(d.log_text().contains("trying again in"), "{}", d.log_text());
 }
+
+/// #63: a member's request may not set what a GPU runtime reads as a
+/// device request (NVIDIA_VISIBLE_DEVICES=all would be every GPU): refused
+/// naming the key; root may. A member's container runs as the member's uid
+/// and primary group, with no group of root's, and a process limit.
+#[test]
+fn a_members_container_reaches_no_gpu_through_its_environment_nor_roots_group() {
+    if !available() {
+        return;
+    }
+    let user = "astraeus-test-dk";
+    let uid = ensure_user(user);
+    let gid = astraeusd::auth::primary_gid(uid).unwrap();
+    let dir = open_tempdir();
+    let dk = Dockerd::start(dir.path(), true);
+    let bus = Bus::system_like(dir.path(), Some(&careless_policy(dir.path())));
+    let runtime = format!(
+        "containers = \"docker\"\ndocker_socket = \"{}\"\nmember_max_processes = 300\n\
+         [access]\ncontainers_for_group = true\n",
+        dk.socket().display()
+    );
+    let _d = daemon(dir.path(), &bus, &runtime);
+    let a = &bus.address;
+    let with_env = |name: &str, key: &str| {
+        container(name, "1", "sleep 1").replace(
+            r#""TOKEN":"s3cret""#,
+            &format!(r#""TOKEN":"s3cret","{key}":"all""#),
+        )
+    };
+    for key in ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"] {
+        let o = manager(
+            a,
+            Some(user),
+            "SubmitWorker",
+            &["s", &with_env("greedy", key)],
+        );
+        assert!(!o.ok, "{}", o.stdout);
+        assert!(
+            o.stderr
+                .contains(&format!("run.container.env.{key}: uid {uid}")),
+            "{}",
+            o.stderr
+        );
+    }
+    assert!(gone(a, "greedy"), "nothing of the refused request is kept");
+    // Root may.
+    let o = manager(
+        a,
+        None,
+        "SubmitWorker",
+        &["s", &with_env("two", "NVIDIA_DRIVER_CAPABILITIES")],
+    );
+    assert!(o.ok, "{}", o.stderr);
+
+    let script = "echo ID=$(id) PIDS=$(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || \
+                  cat /sys/fs/cgroup/pids.max); sleep 2";
+    let o = manager(
+        a,
+        Some(user),
+        "SubmitWorker",
+        &["s", &container("one", "1", script)],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let mut logs = String::new();
+    eventually("its output", || {
+        logs = dk.run(&["logs", "astraeus-one"]);
+        logs.contains("PIDS=")
+    });
+    assert!(
+        logs.contains(&format!("ID=uid={uid} gid={gid} groups={gid} PIDS=300")),
+        "{logs}"
+    );
+}

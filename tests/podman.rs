@@ -777,3 +777,49 @@ fn a_stop_podman_never_answers_is_tried_again_as_a_kill() {
         .run(&["ps", "--format", "{{.Names}}"])
         .contains("astraeus-deaf"));
 }
+
+/// #63: a member's podman container runs as the member's uid and primary
+/// group, with no group of root's, and a process limit (the refusal of a
+/// member's NVIDIA_* keys is the same check as Docker's: tests/docker.rs).
+#[test]
+fn a_members_container_runs_with_its_own_group_and_a_process_limit() {
+    if !available() {
+        return;
+    }
+    let user = "astraeus-test-pm";
+    let uid = ensure_user(user);
+    let gid = astraeusd::auth::primary_gid(uid).unwrap();
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    let bus = Bus::system_like(dir.path(), Some(&careless_policy(dir.path())));
+    std::fs::write(
+        dir.path().join("node.toml"),
+        format!(
+            "[runtime]\npodman_socket = \"{}\"\nmember_max_processes = 300\n\
+             [access]\ncontainers_for_group = true\n",
+            pm.socket().display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let script = "echo ID=$(id) PIDS=$(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || \
+                  cat /sys/fs/cgroup/pids.max); sleep 2";
+    let o = manager(
+        a,
+        Some(user),
+        "SubmitWorker",
+        &["s", &container("mine", Some("1"), script)],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let mut logs = String::new();
+    eventually("its output", || {
+        logs = pm.run(&["logs", "astraeus-mine"]);
+        logs.contains("PIDS=")
+    });
+    assert!(
+        logs.contains(&format!("ID=uid={uid} gid={gid} groups={gid} PIDS=300")),
+        "{logs}"
+    );
+}

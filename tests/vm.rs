@@ -25,6 +25,8 @@ fn launch(worker: &str, source: VmSource) -> Launch {
         cpu_cores: Default::default(),
         memory_bytes: 0,
         user: None,
+        group: None,
+        max_processes: None,
         hold: None,
     }
 }

@@ -218,6 +218,9 @@ impl Docker {
         // As unit workers' NoNewPrivileges=yes: no setuid program of the
         // image raises what its processes may do.
         host.insert("SecurityOpt".into(), json!(["no-new-privileges"]));
+        if let Some(most) = l.max_processes {
+            host.insert("PidsLimit".into(), json!(most));
+        }
         let mut body = json!({
             "Image": image,
             "Env": vars,
@@ -229,8 +232,13 @@ impl Docker {
         }
         // A member's container runs as that member, not as root; the
         // daemon's own (a session's rootless Docker) as its image says.
+        // With its primary group, and no group but that (Docker gives a
+        // bare uid root's group: `uid=1003 gid=0 groups=0`).
         if let Some(uid) = l.user.filter(|u| *u != 0 && *u != self.own_uid) {
-            body["User"] = json!(uid.to_string());
+            body["User"] = json!(match l.group {
+                Some(gid) => format!("{uid}:{gid}"),
+                None => uid.to_string(),
+            });
         }
         Ok(body)
     }
@@ -484,6 +492,8 @@ mod tests {
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,
             user,
+            group: None,
+            max_processes: None,
             hold: None,
         }
     }

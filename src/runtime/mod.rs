@@ -32,6 +32,12 @@ pub struct Launch {
     pub memory_bytes: u64,
     /// Run as this uid (units of non-root owners); None: as the runtime decides.
     pub user: Option<u32>,
+    /// A member's container runs with this primary group and no other
+    /// (looked up at its launch); None: as the runtime decides.
+    pub group: Option<u32>,
+    /// At most this many processes (a member's container: its pids
+    /// limit, `runtime.member_max_processes`); None: no limit of ours.
+    pub max_processes: Option<u64>,
     /// A shared worker's GPU memory limits, set on its control group after
     /// the group exists and before its command runs; None for whole GPUs,
     /// VMs and workers without GPUs.

@@ -110,6 +110,9 @@ impl Podman {
         if l.memory_bytes > 0 {
             limits.insert("memory".into(), json!({ "limit": l.memory_bytes }));
         }
+        if let Some(most) = l.max_processes {
+            limits.insert("pids".into(), json!({ "limit": most }));
+        }
         let mut body = json!({
             "name": container_name(&l.worker),
             "image": image,
@@ -125,8 +128,13 @@ impl Podman {
             body["command"] = json!(command);
         }
         // A member's container runs as that member, not as root.
+        // With its primary group, and no group but that (an engine gives a
+        // bare uid root's group).
         if let Some(uid) = l.user.filter(|u| *u != 0 && *u != self.own_uid) {
-            body["user"] = json!(uid.to_string());
+            body["user"] = json!(match l.group {
+                Some(gid) => format!("{uid}:{gid}"),
+                None => uid.to_string(),
+            });
         }
         Ok(body)
     }
@@ -412,6 +420,8 @@ mod tests {
             cpu_cores: Amount::ZERO,
             memory_bytes: 0,
             user: None,
+            group: None,
+            max_processes: None,
             hold: None,
         };
         let limit = Duration::from_secs(10);
@@ -466,6 +476,8 @@ mod tests {
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,
             user: None,
+            group: None,
+            max_processes: None,
             hold: None,
         };
         let b = p.create_body(&l).unwrap();
@@ -482,6 +494,8 @@ mod tests {
         // the image says.
         let as_member = Launch {
             user: Some(1001),
+            group: None,
+            max_processes: None,
             hold: None,
             ..l.clone()
         };
@@ -495,6 +509,8 @@ mod tests {
         for own in [0, 1000] {
             let l = Launch {
                 user: Some(own),
+                group: None,
+                max_processes: None,
                 hold: None,
                 ..l.clone()
             };
@@ -524,6 +540,8 @@ mod tests {
             cpu_cores: Amount::parse("0").unwrap(),
             memory_bytes: 0,
             user: None,
+            group: None,
+            max_processes: None,
             hold: None,
         };
         let paths = |p: &Podman| p.create_body(&l).unwrap()["devices"].clone();

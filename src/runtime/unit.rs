@@ -421,6 +421,8 @@ mod tests {
             cpu_cores: Amount::parse("1.5").unwrap(),
             memory_bytes: 1 << 30,
             user,
+            group: None,
+            max_processes: None,
             hold: None,
         }
     }

@@ -196,6 +196,7 @@ impl Service {
                 units: settings.units,
                 vms: settings.vms,
                 stop_timeout: settings.stop_timeout,
+                member_max_processes: settings.member_max_processes,
                 reconciling: Default::default(),
                 limits: settings.limits,
                 hard_limit: settings.hard_limit,

@@ -49,6 +49,8 @@ pub struct Settings {
     pub templates: Option<Arc<crate::runtime::libvirt::Libvirt>>,
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
+    /// A member's container runs with at most this many processes.
+    pub member_max_processes: u64,
     /// Whether members of the access group may run containers (root-equivalent).
     pub containers_for_group: bool,
     /// Whether members of the access group may run VMs (root-equivalent).

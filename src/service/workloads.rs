@@ -68,6 +68,25 @@ async fn still_member(uid: u32, group: String) -> Result<()> {
     }
 }
 
+/// The primary group of `uid` from the name service (off the loop, within
+/// its deadline): a member's container runs with it. Unknown, the launch
+/// is refused (fail closed: never root's group by default).
+async fn primary_group(uid: u32) -> Result<u32> {
+    let lookup = tokio::task::spawn_blocking(move || crate::auth::primary_gid(uid));
+    let limit = crate::deadline::of(crate::deadline::NSS);
+    match tokio::time::timeout(limit, lookup).await {
+        Ok(Ok(Some(gid))) => Ok(gid),
+        Ok(_) => Err(Error::AccessDenied(format!(
+            "uid {uid} has no entry in the user database, so the group its container would \
+             run with is unknown"
+        ))),
+        Err(_) => Err(Error::AccessDenied(format!(
+            "the name service did not say uid {uid}'s primary group within {} s",
+            limit.as_secs_f64()
+        ))),
+    }
+}
+
 /// When a runtime's listing failed after a start, the first pause before
 /// it is asked again; each failure doubles it, up to the second.
 const RELIST_FIRST: Duration = Duration::from_secs(2);
@@ -82,6 +101,8 @@ pub(super) struct Runtimes {
     pub vms: Option<Arc<dyn Runtime>>,
     /// Graceful stop, then forced after this long.
     pub stop_timeout: Duration,
+    /// A member's container runs with at most this many processes.
+    pub member_max_processes: u64,
     pub reconciling: Reconciling,
     /// Whether container workers run through Docker (no init step: never held).
     pub containers_docker: bool,
@@ -204,6 +225,14 @@ impl Service {
             ),
         };
         self.access.may_run(caller, workload)?;
+        let env = match &spec.run {
+            Some(Run::Container { env, .. }) => Some(("run.container.env", env)),
+            Some(Run::Unit { env, .. }) => Some(("run.unit.env", env)),
+            _ => None,
+        };
+        if let Some((field, env)) = env {
+            crate::access::may_set_env(caller, self.access.owner, field, env.keys())?;
+        }
         match missing {
             Some((field, why)) => Err(Error::field(field, why)),
             None => Ok(()),
@@ -231,6 +260,10 @@ impl Service {
             return;
         };
         launch.hold = self.hold_for(w);
+        let member = w.owner_uid != 0 && self.access.owner != Some(w.owner_uid);
+        if kind == Kind::Container && member {
+            launch.max_processes = Some(self.runtimes.member_max_processes);
+        }
         if let Some(hold) = &launch.hold {
             let kept = (w.id, hold.clone());
             self.runtimes.holds.insert(name.to_string(), kept);
@@ -287,6 +320,14 @@ impl Service {
                 Ok(()) if owner_is_daemons => Ok(()),
                 Ok(()) => still_member(uid, group).await,
                 refused => refused,
+            };
+            // A member's container runs with the member's primary group
+            // (not root's, an engine's default for a bare uid).
+            let allowed = match allowed {
+                Ok(()) if kind == Kind::Container && uid != 0 && !owner_is_daemons => {
+                    primary_group(uid).await.map(|gid| launch.group = Some(gid))
+                }
+                other => other,
             };
             // Refused, it ends as a launch that failed, in a turn of its own
             // (ended here, the next it frees room for would be launched
