@@ -115,6 +115,31 @@ pub fn primary_gid(uid: u32) -> Option<u32> {
     passwd(uid, |pw| pw.pw_gid)
 }
 
+/// A uid's primary group and every group it is in (the primary among
+/// them), as a login of that user would have them; None when NSS does not
+/// know the uid.
+pub fn groups_of(uid: u32) -> Option<(u32, Vec<u32>)> {
+    let (name, gid) = passwd(uid, |pw| {
+        // SAFETY: getpwuid_r filled pw_name with a C string in our buffer.
+        (unsafe { CStr::from_ptr(pw.pw_name) }.to_owned(), pw.pw_gid)
+    })?;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut n = groups.len() as libc::c_int;
+        // SAFETY: a C string, and a buffer whose length we pass and which
+        // getgrouplist writes at most n entries of.
+        let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        if r >= 0 {
+            groups.truncate(n.max(0) as usize);
+            return Some((gid, groups));
+        }
+        if groups.len() >= 65536 {
+            return None;
+        }
+        groups.resize((n.max(0) as usize).max(groups.len() * 2), 0);
+    }
+}
+
 /// What `read` takes of uid's passwd entry, when NSS has one.
 fn passwd<T>(uid: u32, read: impl FnOnce(&libc::passwd) -> T) -> Option<T> {
     let mut buf = vec![0u8; 16384];

@@ -29,6 +29,111 @@ use sha2::{Digest, Sha256};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+/// Whose rights the source is read with: its owner's uid, primary group
+/// and groups. The daemon reads as root; a source another user owns is
+/// read as that user (filesystem ids and groups of the reading thread
+/// alone), so the image holds exactly what they could read: not a file
+/// of someone else's they moved in from a shared directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reader {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+impl Reader {
+    /// The reader for the source at `path`: its owner, when the daemon
+    /// runs as root and the owner is not root; None reads as the daemon.
+    /// An owner the name service does not know is refused (fail closed).
+    pub fn of_source(path: &Path) -> Result<Option<Reader>> {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Ok(None);
+        }
+        let owner = std::fs::symlink_metadata(path)
+            .map_err(|e| Error::field("source", format!("{}: {e}", path.display())))?
+            .uid();
+        if owner == 0 {
+            return Ok(None);
+        }
+        let (gid, groups) = crate::auth::groups_of(owner).ok_or_else(|| {
+            Error::field(
+                "source",
+                format!(
+                    "{} belongs to uid {owner}, whom the name service does not know, so what \
+                     they may read is unknown",
+                    path.display()
+                ),
+            )
+        })?;
+        Ok(Some(Reader {
+            uid: owner,
+            gid,
+            groups,
+        }))
+    }
+}
+
+thread_local! {
+    /// The reader the source's opens on this thread switch to ([`read_as`]).
+    static READER: std::cell::RefCell<Option<Reader>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (the passes over a source) with its opens of the source made
+/// as `reader` ([`as_reader`]); None: as the daemon.
+pub fn read_as<T>(reader: Option<&Reader>, f: impl FnOnce() -> T) -> T {
+    let before = READER.with(|r| r.replace(reader.cloned()));
+    let out = f();
+    READER.with(|r| *r.borrow_mut() = before);
+    out
+}
+
+/// One open of the source, with the reader's rights when there is one:
+/// the thread's filesystem uid and gid and its groups switched (raw
+/// system calls: glibc's setgroups would switch every thread) and
+/// switched back. The kernel checks the open against them, as for that
+/// user's own process; what is read after goes through the descriptor.
+fn as_reader<T>(open: impl FnOnce() -> T) -> T {
+    let Some(reader) = READER.with(|r| r.borrow().clone()) else {
+        return open();
+    };
+    /// Root's ids and groups back, whatever `open` did (or a panic).
+    struct Back(Vec<libc::gid_t>);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            // SAFETY: per-thread id changes back to root's, and the groups
+            // read before; each only sets this thread's credentials.
+            unsafe {
+                libc::syscall(libc::SYS_setfsuid, 0);
+                libc::syscall(libc::SYS_setfsgid, 0);
+                libc::syscall(libc::SYS_setgroups, self.0.len(), self.0.as_ptr());
+            }
+        }
+    }
+    // SAFETY: getgroups into a buffer of the size it said.
+    let saved = unsafe {
+        let n = libc::getgroups(0, std::ptr::null_mut()).max(0) as usize;
+        let mut g = vec![0; n];
+        let n = libc::getgroups(n as libc::c_int, g.as_mut_ptr()).max(0) as usize;
+        g.truncate(n);
+        g
+    };
+    let _back = Back(saved);
+    // SAFETY: per-thread credential changes (raw syscalls): the groups
+    // first, while this thread still has root's capabilities.
+    unsafe {
+        libc::syscall(
+            libc::SYS_setgroups,
+            reader.groups.len(),
+            reader.groups.as_ptr(),
+        );
+        libc::syscall(libc::SYS_setfsgid, reader.gid);
+        libc::syscall(libc::SYS_setfsuid, reader.uid);
+    }
+    open()
+}
+
 /// Every regular file below `root`, relative and sorted; symlinks and
 /// special files are refused (the guest would see something else).
 pub fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>> {
@@ -48,11 +153,13 @@ pub fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>> {
 /// The directory at `path`, opened (the root of a walk; named `.` in
 /// errors, as `path` may be a /proc/self/fd path).
 fn open_dir(path: &Path) -> Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| Error::field("source", format!("{}: {e}", shown(Path::new("")))))
+    as_reader(|| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(path)
+    })
+    .map_err(|e| Error::field("source", format!("{}: {e}", shown(Path::new("")))))
 }
 
 /// Directories below the source a walk goes into at most: one descriptor
@@ -76,11 +183,13 @@ impl Bare {
     /// fail at once rather than wait for the lease to break (45 s a time).
     fn open(&self, here: &Path) -> Result<std::fs::File> {
         use std::os::unix::io::AsRawFd;
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
-            .map_err(|e| Error::field("source", format!("{}: {e}", shown(here))))
+        as_reader(|| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
+        })
+        .map_err(|e| Error::field("source", format!("{}: {e}", shown(here))))
     }
 }
 
@@ -91,18 +200,14 @@ impl Bare {
 /// a directory is then opened through that descriptor, whatever its name
 /// leads to by then, and a file when it is read ([`Bare::open`]).
 fn open_entry(dir: &std::fs::File, name: &std::ffi::OsStr, here: &Path) -> Result<Entry> {
-    use std::os::unix::io::{AsRawFd, FromRawFd};
+    use std::os::unix::io::AsRawFd;
     let refused = |why: String| Error::field("source", format!("{}: {why}", shown(here)));
     let c_name = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
         .map_err(|_| refused("a name with a NUL".into()))?;
     let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: a valid directory descriptor and a NUL-terminated name.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(refused(std::io::Error::last_os_error().to_string()));
-    }
-    // SAFETY: a descriptor just opened, owned from here on.
-    let bare = unsafe { std::fs::File::from_raw_fd(fd) };
+    let bare = as_reader(|| openat(dir.as_raw_fd(), &c_name, flags))
+        .map_err(|e| refused(e.to_string()))?;
     let meta = bare.metadata().map_err(|e| refused(e.to_string()))?;
     if meta.is_file() {
         return Ok(Entry::File(Bare(bare), meta.len()));
@@ -113,11 +218,13 @@ fn open_entry(dir: &std::fs::File, name: &std::ffi::OsStr, here: &Path) -> Resul
     if !meta.is_dir() {
         return Err(refused("not a regular file or directory".into()));
     }
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(format!("/proc/self/fd/{}", bare.as_raw_fd()))
-        .map_err(|e| refused(e.to_string()))?;
+    let opened = as_reader(|| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(format!("/proc/self/fd/{}", bare.as_raw_fd()))
+    })
+    .map_err(|e| refused(e.to_string()))?;
     Ok(Entry::Dir(opened))
 }
 
@@ -136,7 +243,7 @@ fn walk(
     let refused = |why: String| Error::field("source", format!("{}: {why}", shown(rel)));
     // The open directory's entries (its /proc link names the directory
     // itself, whatever its path now leads to).
-    let listed = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+    let listed = as_reader(|| std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())))
         .map_err(|e| refused(e.to_string()))?;
     let mut names = Vec::new();
     for entry in listed {
@@ -237,7 +344,7 @@ pub fn pinned(source: &Path, image: &Path) -> Result<(std::fs::File, PathBuf)> {
 /// (the daemon's own state, say), and the daemon reads as root.
 fn open_without_links(path: &Path) -> Result<std::fs::File> {
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::io::{AsRawFd, FromRawFd};
+    use std::os::unix::io::AsRawFd;
     use std::path::Component;
     let refused = |why: String| Error::field("source", format!("{}: {why}", path.display()));
     if !path.is_absolute() {
@@ -259,10 +366,15 @@ fn open_without_links(path: &Path) -> Result<std::fs::File> {
         walked.push(name);
         let c_name = std::ffi::CString::new(name.as_bytes())
             .map_err(|_| refused("a name with a NUL".into()))?;
-        // SAFETY: a valid directory descriptor and a NUL-terminated name.
-        let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
+        let opened = as_reader(|| openat(dir.as_raw_fd(), &c_name, flags));
+        let e = match opened {
+            Ok(opened) => {
+                dir = opened;
+                continue;
+            }
+            Err(e) => e,
+        };
+        {
             let is_link =
                 std::fs::symlink_metadata(&walked).is_ok_and(|m| m.file_type().is_symlink());
             return Err(if is_link {
@@ -274,10 +386,24 @@ fn open_without_links(path: &Path) -> Result<std::fs::File> {
                 refused(format!("{}: {e}", walked.display()))
             });
         }
-        // SAFETY: a descriptor just opened, owned from here on.
-        dir = unsafe { std::fs::File::from_raw_fd(fd) };
     }
     Ok(dir)
+}
+
+/// `openat(dir, name, flags)`, the descriptor owned.
+fn openat(
+    dir: libc::c_int,
+    name: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> std::io::Result<std::fs::File> {
+    use std::os::unix::io::FromRawFd;
+    // SAFETY: a directory descriptor the caller holds and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened, owned from here on.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// `path` with links resolved, as far as it exists (the rest as written).

@@ -535,6 +535,74 @@ fn staging_follows_no_link_and_widens_no_mode() {
     assert!(stat.contains("Mode:  0600"), "{stat}");
 }
 
+/// #63: staging reads as the source's owner. Member A's source holds a
+/// file of member B's that A cannot read (moved in from a shared
+/// directory): staging it as root is refused, naming the file, and no
+/// image is made; a file A may read through a group of theirs is staged;
+/// the same tree owned by root stays root's (every file read).
+#[test]
+fn staging_copies_only_what_the_sources_owner_could_read() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    let (a_user, b_user, team) = ("astraeus-test-a", "astraeus-test-b", "astraeus-test-team");
+    ensure_user(a_user);
+    ensure_user(b_user);
+    let run = |cmd: &str, args: &[&str]| {
+        let st = std::process::Command::new(cmd).args(args).status().unwrap();
+        assert!(st.success(), "{cmd} {args:?}");
+    };
+    run("groupadd", &["-f", team]);
+    run("gpasswd", &["-a", a_user, team]);
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = on_test_driver(&bus, dir.path(), "");
+    let a = &bus.address;
+    let (image, _) = weights_template(a, dir.path(), "w");
+    let source = dir.path().join("model");
+    std::fs::create_dir_all(&source).unwrap();
+    let file = |name: &str, text: &str, owner: &str, mode: &str| {
+        let path = source.join(name);
+        std::fs::write(&path, text).unwrap();
+        run("chown", &[owner, path.to_str().unwrap()]);
+        run("chmod", &[mode, path.to_str().unwrap()]);
+    };
+    file("own.txt", "mine", a_user, "600");
+    file("team.txt", "ours", &format!("{b_user}:{team}"), "640");
+    file("b-private.txt", "b's secret", b_user, "600");
+    run("chown", &[a_user, source.to_str().unwrap()]);
+    run("chmod", &["700", source.to_str().unwrap()]);
+    let src = source.to_str().unwrap();
+
+    let o = ctl(a, None, &["template", "stage", "w", src]);
+    assert!(!o.ok, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("b-private.txt: Permission denied"),
+        "{}",
+        o.stderr
+    );
+    assert!(!image.exists(), "an image was made with b's file in it");
+
+    let cat = |name: &str| {
+        let out = std::process::Command::new("debugfs")
+            .args(["-R", &format!("cat /{name}")])
+            .arg(&image)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    std::fs::remove_file(source.join("b-private.txt")).unwrap();
+    let o = ctl(a, None, &["template", "stage", "w", src]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(cat("own.txt"), "mine");
+    assert_eq!(cat("team.txt"), "ours", "read through A's group");
+
+    // Root's own tree: root's rights, every file.
+    file("b-private.txt", "b's secret", b_user, "600");
+    run("chown", &["root", src]);
+    let o = ctl(a, None, &["template", "stage", "w", src]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(cat("b-private.txt"), "b's secret");
+}
+
 /// New weights whose checksum the ledger refuses (a full disk) are not
 /// reported staged: astraeusctl says why, and the image the ledger has no
 /// checksum for is removed (staging the old content again would otherwise

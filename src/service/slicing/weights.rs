@@ -59,13 +59,23 @@ impl Service {
             let mut last = std::time::Instant::now();
             // The source opened once: both passes read what it was now, even
             // if its owner swaps the path for a link to elsewhere meanwhile.
-            let result = crate::weights::pinned(&source, std::path::Path::new(&image));
-            let result = result.and_then(|(_dir, source)| {
-                crate::weights::checksum(&source, |done, total| {
-                    if last.elapsed() > Duration::from_millis(200) || done == total {
-                        last = std::time::Instant::now();
-                        progress("checksum", done as f64 / total.max(1) as f64);
-                    }
+            // Read with the rights of the source's owner: the image holds
+            // what they could read, not what root can (weights.rs, Reader).
+            let reader = crate::weights::Reader::of_source(&source);
+            let result = reader.and_then(|reader| {
+                let pinned = crate::weights::read_as(reader.as_ref(), || {
+                    crate::weights::pinned(&source, std::path::Path::new(&image))
+                });
+                pinned.map(|(dir, source)| (reader, dir, source))
+            });
+            let result = result.and_then(|(reader, _dir, source)| {
+                crate::weights::read_as(reader.as_ref(), || {
+                    crate::weights::checksum(&source, |done, total| {
+                        if last.elapsed() > Duration::from_millis(200) || done == total {
+                            last = std::time::Instant::now();
+                            progress("checksum", done as f64 / total.max(1) as f64);
+                        }
+                    })
                 })
                 .and_then(|sum| {
                     let image_path = std::path::Path::new(&image);
@@ -76,7 +86,10 @@ impl Service {
                     // snapshot, which nobody else can change (see weights.rs).
                     progress("snapshot", 0.0);
                     let snapshot = crate::weights::snapshot_path(image_path);
-                    let staged = crate::weights::snapshot(&source, &snapshot).and_then(|()| {
+                    let staged = crate::weights::read_as(reader.as_ref(), || {
+                        crate::weights::snapshot(&source, &snapshot)
+                    });
+                    let staged = staged.and_then(|()| {
                         crate::failpoint::hit("weights.snapshot-taken");
                         let sum = crate::weights::checksum(&snapshot, |_, _| {})?;
                         progress("image", 0.0);
