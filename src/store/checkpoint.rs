@@ -60,6 +60,7 @@ impl Checkpointer {
         let fail =
             |e: String| Error::Backend(format!("ledger {}: checkpoints: {e}", path.display()));
         let conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+        super::room::persist_wal(&conn);
         // Its passes sync the log before copying and the database after.
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| fail(e.to_string()))?;

@@ -91,15 +91,16 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store> {
-        // First: on a disk all but full the reserve makes room to open.
         let room = room::Room::beside(path);
         private_files(path)?;
         let conn = Connection::open(path)
             .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
+        room::persist_wal(&conn);
         let mut store = Store::setup(conn)?;
         store.path = Some(path.to_path_buf());
         store.checkpoints = Some(checkpoint::Checkpointer::start(path)?);
         store.room = Some(room);
+        store.keep_reserve();
         Ok(store)
     }
 
@@ -111,22 +112,59 @@ impl Store {
         }
     }
 
+    /// Tops up the room the ledger's files hold (room.rs), where the disk
+    /// has it: beyond the log's end, and free pages in the database (a
+    /// transaction of its own, outside any group, that adds a blob and
+    /// deletes it: its pages stay on the free list).
+    fn keep_reserve(&self) {
+        let Some(room) = &self.room else {
+            return;
+        };
+        if self.in_group || !self.conn.is_autocommit() || !room.room_for_reserve() {
+            return;
+        }
+        // Free pages first: their blob passes through the log, which then
+        // gets its reserve beyond what it grew to.
+        if let Err(e) = self.keep_free_pages() {
+            if !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            tracing::debug!("ledger: keeping free pages: {e}");
+        }
+        room.keep_log_reserve();
+    }
+
+    fn keep_free_pages(&self) -> Result<()> {
+        let free: i64 = self
+            .conn
+            .pragma_query_value(None, "freelist_count", |r| r.get(0))?;
+        let want = room::FREE_PAGES_BYTES as i64 / self.page_size()?;
+        if free >= want / 2 {
+            return Ok(());
+        }
+        let pad = (want - free) * self.page_size()?;
+        self.conn.execute_batch(&format!(
+            "BEGIN; INSERT INTO ledger_room (pad) VALUES (zeroblob({pad})); \
+             DELETE FROM ledger_room; COMMIT;"
+        ))?;
+        self.after_commit();
+        Ok(())
+    }
+
+    fn page_size(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .pragma_query_value(None, "page_size", |r| r.get(0))?)
+    }
+
+    /// Free pages the ledger keeps as its room (room.rs): a shrink leaves them.
+    pub fn pages_kept_free(&self) -> Result<u64> {
+        Ok((room::FREE_PAGES_BYTES as i64 / self.page_size()?) as u64)
+    }
+
     /// Whether the ledger's disk has room for new work (above the floor).
     pub fn room_for_new_work(&self) -> Result<()> {
         self.room.as_ref().map_or(Ok(()), room::Room::for_new_work)
-    }
-
-    /// Before a commit, and after a write that found the disk full.
-    fn before_commit(&self) {
-        if let Some(r) = &self.room {
-            r.before_commit();
-        }
-    }
-
-    fn found_disk_full(&self, e: &rusqlite::Error) {
-        if let (Some(r), true) = (&self.room, disk_full(e)) {
-            r.disk_full();
-        }
     }
 
     /// A second, read-only connection to the same ledger (None for one in
@@ -144,6 +182,7 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| Error::Backend(format!("ledger {}: {e}", path.display())))?;
+        room::persist_wal(&conn);
         conn.set_prepared_statement_cache_capacity(64);
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Room for a year's report in its cache (SQLite's default is 2 MiB):
@@ -190,7 +229,6 @@ impl Store {
         }
         self.in_group = false;
         crate::failpoint::hit("store.group.before-commit");
-        self.before_commit();
         // SQLite rolls a whole transaction back on some I/O errors (FULL,
         // IOERR, NOMEM) in a statement; every change after that was refused
         // (`Store::change`), so the ledger is as before the group.
@@ -238,13 +276,15 @@ impl Store {
                     how: Failure::Unsynced,
                 });
             }
-            self.found_disk_full(&e);
             return Err(GroupFailed {
                 error: e.into(),
                 how: Failure::RolledBack,
             });
         }
         self.after_commit();
+        if self.room.as_ref().is_some_and(room::Room::due) {
+            self.keep_reserve();
+        }
         Ok(())
     }
 
@@ -269,12 +309,8 @@ impl Store {
                     .into(),
             ));
         }
-        if !self.in_group {
-            self.before_commit();
-        }
         exec(&self.conn, "SAVEPOINT change", [])?;
         Ok(Change {
-            room: self.room.as_ref(),
             conn: &self.conn,
             alone: !self.in_group,
             broken: &self.broken,
@@ -287,11 +323,7 @@ impl Store {
     /// its own transaction, COMMIT and fsync included, so it can leave a
     /// commit of unknown fate as well ([`fate_unknown`]).
     fn write(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize> {
-        if !self.in_group {
-            self.before_commit();
-        }
         let n = exec(&self.conn, sql, params)
-            .inspect_err(|e| self.found_disk_full(e))
             .map_err(|e| failed_write(e, !self.in_group, &self.broken))?;
         if !self.in_group {
             self.after_commit();
@@ -441,8 +473,6 @@ impl Store {
 /// lone call's CPU).
 struct Change<'a> {
     conn: &'a Connection,
-    /// Told when the change's own commit finds the disk full.
-    room: Option<&'a room::Room>,
     alone: bool,
     broken: &'a std::sync::atomic::AtomicBool,
     /// Asked after the commit of a change alone, as a group's is after its.
@@ -460,11 +490,6 @@ impl std::ops::Deref for Change<'_> {
 impl Change<'_> {
     fn commit(mut self) -> Result<()> {
         exec(self.conn, "RELEASE change", [])
-            .inspect_err(|e| {
-                if let (Some(r), true) = (self.room, disk_full(e)) {
-                    r.disk_full();
-                }
-            })
             .map_err(|e| failed_write(e, self.alone, self.broken))?;
         self.released = true;
         if let Some(c) = self.checkpoints {
@@ -495,11 +520,6 @@ fn failed_write(e: rusqlite::Error, alone: bool, broken: &std::sync::atomic::Ato
     } else {
         e.into()
     }
-}
-
-/// Whether a write failed on a full disk.
-fn disk_full(e: &rusqlite::Error) -> bool {
-    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
 /// Whether a failed COMMIT may have left its transaction in the log.

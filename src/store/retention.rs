@@ -159,15 +159,28 @@ impl Store {
         Ok(out)
     }
 
-    /// Gives up to `pages` free pages back to the filesystem; how many
-    /// free pages are left.
+    /// Gives up to `pages` free pages back to the filesystem, keeping
+    /// those the ledger holds as its room (room.rs); how many more free
+    /// pages are left to give.
     pub fn shrink(&mut self, pages: u32) -> Result<u64> {
-        self.before_commit();
+        let keep = if self.room.is_some() {
+            self.pages_kept_free()?
+        } else {
+            0
+        };
+        let free = |s: &Store| -> Result<u64> {
+            Ok(s.conn
+                .pragma_query_value(None, "freelist_count", |r| r.get::<_, i64>(0))?
+                as u64)
+        };
+        let spare = free(self)?.saturating_sub(keep);
+        if spare == 0 {
+            return Ok(0);
+        }
+        let pages = u64::from(pages).min(spare);
         self.conn
             .execute_batch(&format!("PRAGMA incremental_vacuum({pages})"))?;
-        Ok(self
-            .conn
-            .pragma_query_value(None, "freelist_count", |r| r.get::<_, i64>(0))? as u64)
+        Ok(free(self)?.saturating_sub(keep))
     }
 
     /// The ledger's size in bytes (pages in use and free).
@@ -294,7 +307,16 @@ mod tests {
             })
             .collect();
         s.insert_intervals(&rows, None, EpochMs(0)).unwrap();
-        let before = s.size_bytes().unwrap();
+        // Pages in use: the file less its free pages (it keeps some as its
+        // room, store/room.rs, which a shrink leaves).
+        let used = |s: &Store| {
+            let free: i64 = s
+                .conn
+                .pragma_query_value(None, "freelist_count", |r| r.get(0))
+                .unwrap();
+            s.size_bytes().unwrap() - free as u64 * s.page_size().unwrap() as u64
+        };
+        let before = used(&s);
 
         let cutoff = 10 * DAY;
         let mut batches = Vec::new();
@@ -348,7 +370,13 @@ mod tests {
         );
         assert_eq!(s.records_from().unwrap(), Some(cutoff));
         while s.shrink(2).unwrap() > 0 {}
-        let after = s.size_bytes().unwrap();
+        let after = used(&s);
         assert!(after * 10 < before * 6, "{before} -> {after}");
+        let kept = s.pages_kept_free().unwrap() * s.page_size().unwrap() as u64;
+        let size = s.size_bytes().unwrap();
+        assert!(
+            size <= after + kept && size >= after + kept / 2,
+            "only the room is kept free: {size} = {after} in use + {kept} kept?"
+        );
     }
 }

@@ -1,33 +1,51 @@
 //! Room on the ledger's disk. A member churning submits, or anything else
 //! on the same filesystem, must not leave the host where no share can be
 //! freed: below a floor of free space new submits are refused (saying so),
-//! and a reserve file beside the ledger is given back when the disk is all
-//! but full, so that stops, exits, readings and handoff steps still commit,
-//! and a restart can still open the ledger (SQLite makes its log and
-//! shared-memory files anew at each start).
+//! and room for stops, exits, readings and handoff steps is held inside the
+//! ledger's own files, where nothing else on the filesystem can take it.
+//!
+//! That room is of two kinds. The write-ahead log's: its file is kept
+//! when the daemon closes (`SQLITE_FCNTL_PERSIST_WAL`) and never
+//! truncated (SQLite rewinds it after each checkpoint), and blocks are
+//! allocated beyond its end (`fallocate` with `FALLOC_FL_KEEP_SIZE`: its
+//! size and content unchanged), so a commit's frames go into blocks the log
+//! already owns. The database's: pages kept free inside the file (SQLite
+//! takes new pages from its free list before it grows the file), in a file
+//! whose size is whole chunks of allocated blocks
+//! (`SQLITE_FCNTL_CHUNK_SIZE`: never a sparse hole a checkpoint would have
+//! to fill). So on a disk another user keeps full (a `dd` loop taking every
+//! block freed) stops, exits, readings and handoff steps still commit, and
+//! a start opens the ledger without making a file. A reserve given back to
+//! the filesystem instead (a file freed a piece at a time, until #63) went
+//! to whoever wrote next.
 
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// The reserve's size: thousands of stops' pages, and a start's log and
-/// shared-memory index.
-pub const RESERVE_BYTES: u64 = 8 * 1024 * 1024;
+/// Room kept beyond the log's end: thousands of stops' frames.
+pub const RESERVE_BYTES: u64 = 4 * 1024 * 1024;
 
-/// What one release gives back. A piece at a time, not the whole: whatever
-/// else is filling the disk takes what is freed, and a whole reserve given
-/// at once went to the filler before the next stop could use it (seen in
-/// tests/faults.rs, one run in two).
-const RELEASE_STEP: u64 = 1024 * 1024;
-/// Below this much free space a piece of the reserve is given back before
-/// a commit: a commit's pages and log fit in it many times over.
-const RELEASE_BELOW: u64 = RELEASE_STEP;
+/// Room kept in the database's free pages: a stop changes pages that
+/// exist; what grows the file (readings, new workers) finds this much.
+/// Made by writing it through the log once, so no more than needed.
+pub const FREE_PAGES_BYTES: u64 = 1024 * 1024;
+
+/// The database file grows (and is truncated) in whole chunks of this,
+/// allocated when it grows.
+const CHUNK_BYTES: libc::c_int = 1024 * 1024;
+
+/// The reserve is topped up at most this often (a system call per file).
+const KEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(super) struct Room {
     /// The ledger's directory, whose filesystem is measured.
     dir: PathBuf,
-    reserve: PathBuf,
+    /// The write-ahead log.
+    wal: PathBuf,
     /// New work is refused below this many free bytes (`history.min_free_mb`).
     min_free: u64,
+    /// When the reserve was last topped up.
+    kept: std::cell::Cell<Option<std::time::Instant>>,
 }
 
 /// Bytes an unprivileged writer may still use on `dir`'s filesystem.
@@ -44,92 +62,102 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     Ok(u64::from(s.f_bavail).saturating_mul(u64::from(s.f_frsize)))
 }
 
+/// The write-ahead log's path beside `ledger`.
+pub fn wal_of(ledger: &Path) -> PathBuf {
+    let mut wal = ledger.as_os_str().to_owned();
+    wal.push("-wal");
+    wal.into()
+}
+
+/// Keeps the connection's write-ahead log when it closes (SQLite deletes
+/// it otherwise, and makes it anew at the next open): its blocks are the
+/// ledger's room. Every connection that opens the ledger sets it, since
+/// the last one to close decides.
+/// The database grows in allocated chunks ([`CHUNK_BYTES`]): set on every
+/// connection too (each checkpoints through its own file handle).
+pub(super) fn persist_wal(conn: &rusqlite::Connection) {
+    for (op, mut value) in [
+        (rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL, 1 as libc::c_int),
+        (rusqlite::ffi::SQLITE_FCNTL_CHUNK_SIZE, CHUNK_BYTES),
+    ] {
+        // SAFETY: a valid connection handle, the main database's name as a
+        // C string, and an int the file control reads (and may write).
+        unsafe {
+            rusqlite::ffi::sqlite3_file_control(
+                conn.handle(),
+                c"main".as_ptr(),
+                op,
+                (&mut value as *mut libc::c_int).cast(),
+            );
+        }
+    }
+}
+
 impl Room {
-    /// The room beside `ledger`; at a start on a disk all but full the
-    /// reserve is given back first, so that the ledger can be opened.
+    /// The room of `ledger`. A reserve file an older daemon kept beside it
+    /// is removed (its space is what opening the ledger may need now).
     pub(super) fn beside(ledger: &Path) -> Room {
         let dir = ledger
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        let mut reserve = ledger.as_os_str().to_owned();
-        reserve.push(".reserve");
-        let room = Room {
+        let mut old_reserve = ledger.as_os_str().to_owned();
+        old_reserve.push(".reserve");
+        let _ = std::fs::remove_file(PathBuf::from(old_reserve));
+        Room {
             dir,
-            reserve: reserve.into(),
+            wal: wal_of(ledger),
             min_free: 0,
-        };
-        room.before_commit();
-        room
+            kept: std::cell::Cell::new(None),
+        }
     }
 
     pub(super) fn set_min_free(&mut self, bytes: u64) {
         self.min_free = bytes;
-        self.keep_reserve();
     }
 
-    /// The reserve's bytes now (0: none).
-    fn reserve_len(&self) -> u64 {
-        std::fs::metadata(&self.reserve).map_or(0, |m| m.len())
+    /// Whether the reserve is due to be topped up ([`KEEP_EVERY`]).
+    pub(super) fn due(&self) -> bool {
+        self.kept.get().is_none_or(|t| t.elapsed() >= KEEP_EVERY)
     }
 
-    /// Before a commit: a disk all but full gets a piece of the reserve back.
-    pub(super) fn before_commit(&self) {
-        match free_bytes(&self.dir) {
-            Ok(free) if free < RELEASE_BELOW => self.release(free),
-            _ => {}
-        }
+    /// Whether the disk has room for the reserve: the floor and as much
+    /// again free (on a small disk the reserve must not be what fills it).
+    pub(super) fn room_for_reserve(&self) -> bool {
+        self.kept.set(Some(std::time::Instant::now()));
+        free_bytes(&self.dir)
+            .is_ok_and(|free| free >= self.min_free.max(RESERVE_BYTES) + 2 * RESERVE_BYTES)
     }
 
-    /// A write found the disk full: a piece of the reserve goes, for the next try.
-    pub(super) fn disk_full(&self) {
-        self.release(free_bytes(&self.dir).unwrap_or(0));
-    }
-
-    fn release(&self, free: u64) {
-        let len = self.reserve_len();
-        if len == 0 {
-            return;
-        }
-        let keep = len.saturating_sub(RELEASE_STEP);
-        let done = if keep == 0 {
-            std::fs::remove_file(&self.reserve)
-        } else {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&self.reserve)
-                .and_then(|f| f.set_len(keep))
+    /// Tops up the room beyond the log's end to [`RESERVE_BYTES`]: what it
+    /// grew into since is allocated again. Without `fallocate` (a
+    /// filesystem that has none) there is none: said at debug.
+    pub(super) fn keep_log_reserve(&self) {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::io::AsRawFd;
+        let Ok(f) = std::fs::OpenOptions::new().write(true).open(&self.wal) else {
+            return; // no log yet: the first commit makes it
         };
-        match done {
-            Ok(()) => tracing::warn!(
-                "the ledger's disk ({}) is all but full ({} KiB free): {} KiB of its reserve \
-                 was given back ({} KiB left) so that stops, exits and readings still commit; \
-                 new work is refused until space is freed",
-                self.dir.display(),
-                free / 1024,
-                (len - keep) / 1024,
-                keep / 1024
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::error!("giving back {}: {e}", self.reserve.display()),
-        }
-    }
-
-    /// Makes the reserve again once there is room for it above the floor.
-    pub(super) fn keep_reserve(&self) {
-        if self.reserve_len() >= RESERVE_BYTES {
-            return;
-        }
-        let Ok(free) = free_bytes(&self.dir) else {
+        let Ok(meta) = f.metadata() else {
             return;
         };
-        if free < self.min_free.max(RESERVE_BYTES) + RESERVE_BYTES {
+        if (meta.blocks() * 512).saturating_sub(meta.len()) >= RESERVE_BYTES {
             return;
         }
-        if let Err(e) = allocate(&self.reserve, RESERVE_BYTES) {
-            let _ = std::fs::remove_file(&self.reserve);
-            tracing::warn!("the ledger's reserve {}: {e}", self.reserve.display());
+        // SAFETY: an open descriptor; KEEP_SIZE changes neither the file's
+        // size nor its content.
+        let r = unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                meta.len() as libc::off_t,
+                RESERVE_BYTES as libc::off_t,
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            tracing::debug!("the ledger's reserve beyond {}: {e}", self.wal.display());
         }
     }
 
@@ -147,80 +175,46 @@ impl Room {
                 self.min_free / 1_000_000
             )));
         }
-        self.keep_reserve();
         Ok(())
     }
-}
-
-/// A file of `bytes` whose blocks are allocated (not sparse), written to a
-/// temporary name and renamed, so a half-made reserve is never taken for one.
-fn allocate(path: &Path, bytes: u64) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".new");
-    let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    // SAFETY: an open file descriptor.
-    let r = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, bytes as libc::off_t) };
-    if r != 0 {
-        if r != libc::EOPNOTSUPP && r != libc::EINVAL {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(std::io::Error::from_raw_os_error(r));
-        }
-        // A filesystem without fallocate: zeros, written.
-        let zeros = vec![0u8; 1 << 20];
-        for _ in 0..bytes.div_ceil(1 << 20) {
-            f.write_all(&zeros)
-                .inspect_err(|_| drop(std::fs::remove_file(&tmp)))?;
-        }
-    }
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The reserve is made where there is room, its blocks allocated (not
-    /// a sparse file), and given back a piece at a time when a write finds
-    /// the disk full; new work is refused under the floor, naming the key.
+    /// The log's reserve is blocks beyond its end, its size and content
+    /// unchanged, topped up after it grew into it; new work is refused
+    /// under the floor, naming the key.
     #[test]
-    fn the_reserve_is_real_and_given_back_and_the_floor_names_its_key() {
+    fn the_logs_reserve_lies_beyond_its_end_and_the_floor_names_its_key() {
+        use std::os::unix::fs::MetadataExt;
+        let reserved = |p: &Path| {
+            let m = std::fs::metadata(p).unwrap();
+            (m.blocks() * 512).saturating_sub(m.len())
+        };
         let dir = tempfile::tempdir().unwrap();
         let ledger = dir.path().join("ledger.db");
+        let wal = wal_of(&ledger);
+        std::fs::write(&wal, vec![2u8; 4096]).unwrap();
         let mut room = Room::beside(&ledger);
         room.set_min_free(0);
-        let meta = std::fs::metadata(&room.reserve).unwrap();
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(meta.len(), RESERVE_BYTES);
-        assert!(
-            meta.blocks() * 512 >= RESERVE_BYTES,
-            "allocated, not sparse"
+        assert!(room.room_for_reserve());
+        room.keep_log_reserve();
+        assert!(reserved(&wal) >= RESERVE_BYTES);
+        assert_eq!(
+            std::fs::read(&wal).unwrap(),
+            vec![2u8; 4096],
+            "size and content kept"
         );
-        assert_eq!(meta.mode() & 0o777, 0o600);
-        room.for_new_work().unwrap();
-        room.disk_full();
-        assert_eq!(room.reserve_len(), RESERVE_BYTES - RELEASE_STEP);
-        for _ in 0..RESERVE_BYTES / RELEASE_STEP {
-            room.disk_full();
-        }
-        assert_eq!(room.reserve_len(), 0);
-        assert!(!room.reserve.exists());
-        // Made again, whole, at the next new work there is room for.
-        room.for_new_work().unwrap();
-        assert_eq!(room.reserve_len(), RESERVE_BYTES);
-        room.disk_full();
-        room.for_new_work().unwrap();
-        assert_eq!(room.reserve_len(), RESERVE_BYTES, "topped up");
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&wal).unwrap();
+        f.write_all(&vec![3u8; 1 << 20]).unwrap();
+        assert!(reserved(&wal) < RESERVE_BYTES);
+        room.keep_log_reserve();
+        assert!(reserved(&wal) >= RESERVE_BYTES, "topped up");
         room.set_min_free(u64::MAX / 2);
+        assert!(!room.room_for_reserve(), "not under the floor");
         let e = room.for_new_work().unwrap_err();
         assert_eq!(e.kind(), "Conflict");
         assert!(e.message().contains("history.min_free_mb"), "{e}");
