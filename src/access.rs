@@ -65,6 +65,27 @@ pub struct SubmitRate {
 impl SubmitRate {
     const WINDOW_MS: i64 = 60_000;
 
+    /// The window as the ledger has it at a start: each submit `(uid, at)`
+    /// of the minute before `now_ms` (a restart gives no one a fresh
+    /// minute), oldest first.
+    pub fn from_recent(submits: impl IntoIterator<Item = (u32, i64)>, now_ms: i64) -> SubmitRate {
+        let mut rate = SubmitRate::default();
+        let mut recent: Vec<_> = submits
+            .into_iter()
+            .filter(|&(_, at)| at > now_ms - Self::WINDOW_MS && at <= now_ms)
+            .collect();
+        recent.sort_by_key(|&(_, at)| at);
+        for (uid, at) in recent {
+            rate.recent.entry(uid).or_default().push_back(at);
+        }
+        rate
+    }
+
+    /// Submits since this many ms before now the window needs at a start.
+    pub fn window_ms() -> i64 {
+        Self::WINDOW_MS
+    }
+
     /// Counts a submit of `uid` at `now_ms` if fewer than `max` came in the
     /// minute before; otherwise counts nothing and says how long until one
     /// more would be allowed.
@@ -326,6 +347,29 @@ pub fn sees_env(caller_uid: Option<u32>, owner_uid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_submit_window_read_back_at_a_start_counts_as_before() {
+        let now = 1_000_000;
+        let mut rate = SubmitRate::from_recent(
+            [
+                (7, now - 61_000),
+                (7, now - 30_000),
+                (7, now - 10_000),
+                (8, now - 5_000),
+            ],
+            now,
+        );
+        // Two of 7's submits are in the window: one more at 3 a minute.
+        assert_eq!(rate.take(7, now, 3), None);
+        assert_eq!(
+            rate.take(7, now, 3),
+            Some(30_000),
+            "the oldest leaves in 30 s"
+        );
+        assert_eq!(rate.take(8, now, 1), Some(55_000));
+        assert_eq!(rate.take(9, now, 1), None, "no one else is held");
+    }
 
     #[test]
     fn only_root_sets_what_a_gpu_runtime_reads_as_a_device_request() {

@@ -89,10 +89,12 @@ impl PciAddress {
     }
 }
 
-/// Whether the domain XML passes any of `devices` through as a PCI hostdev.
+/// Whether the domain XML passes any of `devices` through: a PCI
+/// `<hostdev>`, or an `<interface type='hostdev'>` (a network function
+/// passed through: its host address is a PCI address just the same).
 /// Err (saying why) when that cannot be told: the XML does not parse, or
-/// a PCI hostdev's address is missing or not a number. The interlock takes
-/// such a domain as a holder: it fails closed.
+/// such a device's address is missing or not a number. The interlock
+/// takes such a domain as a holder: it fails closed.
 pub fn passes_through(xml: &str, devices: &[PciAddress]) -> Result<bool, String> {
     let doc =
         roxmltree::Document::parse(xml).map_err(|e| format!("its XML could not be parsed: {e}"))?;
@@ -116,10 +118,11 @@ pub fn passes_through(xml: &str, devices: &[PciAddress]) -> Result<bool, String>
             )
         })
     };
-    for hostdev in doc
-        .descendants()
-        .filter(|n| n.has_tag_name("hostdev") && n.attribute("type") == Some("pci"))
-    {
+    let passed = |n: &roxmltree::Node<'_, '_>| {
+        (n.has_tag_name("hostdev") && n.attribute("type") == Some("pci"))
+            || (n.has_tag_name("interface") && n.attribute("type") == Some("hostdev"))
+    };
+    for hostdev in doc.descendants().filter(passed) {
         let address = hostdev
             .children()
             .find(|n| n.has_tag_name("source"))
@@ -290,6 +293,28 @@ mod tests {
         // libvirt leaves out a zero domain.
         let no_domain = hostdev("bus='0x42' slot='0x00' function='0x1'");
         assert_eq!(passes_through(&no_domain, &board()), Ok(true));
+    }
+
+    /// #63: a network function passed through as `<interface
+    /// type='hostdev'>` holds its PCI device as a hostdev does (a foreign
+    /// domain passing the baseboard so was not seen by the interlock).
+    #[test]
+    fn an_interface_of_type_hostdev_passes_its_device_through() {
+        let xml = "<domain><devices><interface type='hostdev' managed='yes'><source>\
+            <address type='pci' domain='0x0000' bus='0x41' slot='0x00' function='0x0'/>\
+            </source><mac address='52:54:00:6d:90:02'/></interface></devices></domain>";
+        assert_eq!(passes_through(xml, &board()), Ok(true));
+        let other = xml.replace("0x41", "0x43");
+        assert_eq!(passes_through(&other, &board()), Ok(false));
+        let bridge = "<domain><devices><interface type='bridge'><source bridge='br0'/>\
+            </interface></devices></domain>";
+        assert_eq!(passes_through(bridge, &board()), Ok(false));
+        let unreadable = "<domain><devices><interface type='hostdev'><source/>\
+            </interface></devices></domain>";
+        assert!(
+            passes_through(unreadable, &board()).is_err(),
+            "fails closed"
+        );
     }
 
     #[test]

@@ -59,6 +59,20 @@ impl Error {
         }
     }
 
+    /// The same error, its message made printable for a terminal, a log
+    /// or a page: every character that hides or turns text around (bidi
+    /// overrides such as U+202E, the line separators U+2028 and U+2029,
+    /// control characters but line breaks and tabs) replaced by `?`. What
+    /// a caller wrote may be quoted in a message (a schedule's text, a
+    /// name): this is the one place every error passes on its way out.
+    pub fn printable(self) -> Error {
+        if !self.message().chars().any(crate::text::unseen) {
+            return self;
+        }
+        let shown = crate::text::printable_lines(self.message());
+        Error::from_kind(self.kind(), shown)
+    }
+
     pub fn message(&self) -> &str {
         match self {
             Error::InvalidRequest(m)

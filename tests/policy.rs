@@ -422,6 +422,37 @@ fn members_are_held_to_a_submit_rate_and_to_the_bytes_they_keep_live() {
     }
 }
 
+/// #63: the submit rate's window survives a restart (read back from the
+/// ledger): a member at access.max_submits_per_minute is refused after a
+/// kill -9 and a start as before it (a fresh 60 a restart, until now).
+#[test]
+fn a_restart_gives_no_member_a_fresh_minute_of_submits() {
+    let (dir, bus, mut d) = member_and_daemon("[access]\nmax_submits_per_minute = 3\n");
+    let a = &bus.address;
+    let submit = |name: &str| {
+        gdbus_as(
+            Some("astraeus-test-a"),
+            a,
+            "/org/astraeus/Node1",
+            "org.astraeus.Node1.Manager.SubmitWorker",
+            &[&shared_spec(name, "0.1")],
+        )
+    };
+    for i in 0..3 {
+        assert!(submit(&format!("r{i}")).ok);
+    }
+    let refused = |o: &Out| {
+        o.stderr.contains("org.astraeus.Node1.Error.QuotaExceeded")
+            && o.stderr.contains("access.max_submits_per_minute")
+    };
+    assert!(refused(&submit("r3")));
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &sim(dir.path()), &[]);
+    let o = submit("r4");
+    assert!(refused(&o), "{}", o.stderr);
+}
+
 /// The figure docs/reliability.md gives (#50): how far one member churning
 /// as hard as it can moves the ledger, in bytes per hour. Four callers of
 /// one member loop submit + stop of a 120 KB request (the most gdbus passes

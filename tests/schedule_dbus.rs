@@ -822,3 +822,26 @@ fn open_nebulas_own_text_and_json_set_the_same_schedule_as_ours() {
     // Refused atomically: the schedule stays.
     assert_eq!(get(), ours);
 }
+
+/// #63: what a caller wrote reaches an error only made printable: a
+/// bidi override (U+202E) or a line separator (U+2028) in a schedule's
+/// text comes back as `?` (SetSchedule echoed both raw).
+#[test]
+fn a_schedules_error_echoes_no_bidi_override_or_line_separator() {
+    let (_dir, bus, _d) = berlin_daemon();
+    let a = &bus.address;
+    define_template(a, "alpha");
+    for bad in [
+        "[{\"action\":\"resume\u{202e}fdp.exe\",\"time\":1}]",
+        "SCHED_ACTION=[ACTION=\"resume\u{2028}forged line\",TIME=\"1\"]",
+    ] {
+        let o = manager(a, None, "SetSchedule", &["ss", "alpha", bad]);
+        assert!(!o.ok, "{}", o.stdout);
+        assert!(
+            !o.stderr.contains('\u{202e}') && !o.stderr.contains('\u{2028}'),
+            "{:?}",
+            o.stderr
+        );
+        assert!(o.stderr.contains("resume?"), "{:?}", o.stderr);
+    }
+}

@@ -40,8 +40,10 @@ const ERROR_PREFIX: &str = "org.astraeus.Node1.Error";
 pub struct BusError(pub Error);
 
 impl From<Error> for BusError {
+    /// Its message made printable (bidi and line separators from what a
+    /// caller wrote never reach a terminal or a log): [`Error::printable`].
     fn from(e: Error) -> BusError {
-        BusError(e)
+        BusError(e.printable())
     }
 }
 

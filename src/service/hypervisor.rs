@@ -26,6 +26,27 @@ pub struct Hypervisor {
     /// The last reason each starting template was not ready, so the journal
     /// gets a line when it changes, not one a second.
     not_ready: Arc<Mutex<BTreeMap<String, String>>>,
+    /// Who held the baseboard when that was last said, and when: the
+    /// journal gets a line when the holders change or a minute passed,
+    /// not one a check (a second).
+    held_said: Arc<Mutex<Option<(String, std::time::Instant)>>>,
+}
+
+/// How often the same holders of the baseboard are said again.
+const HELD_SAID_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether holders `now` are to be said, given what was said last: when
+/// they differ, or [`HELD_SAID_EVERY`] passed. Records it when so.
+fn say_held(last: &Mutex<Option<(String, std::time::Instant)>>, now: &str) -> bool {
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    let due = match &*last {
+        Some((said, at)) => said != now || at.elapsed() >= HELD_SAID_EVERY,
+        None => true,
+    };
+    if due {
+        *last = Some((now.to_string(), std::time::Instant::now()));
+    }
+    due
 }
 
 impl Hypervisor {
@@ -35,6 +56,7 @@ impl Hypervisor {
             tx,
             watching: false,
             not_ready: Default::default(),
+            held_said: Default::default(),
         }
     }
 
@@ -239,9 +261,11 @@ impl Hypervisor {
                     .values()
                     .flat_map(|d| d.template.baseboard.iter().copied())
                     .collect();
+                let held_said = self.held_said.clone();
                 tokio::spawn(async move {
                     match vms.holders(devices).await {
                         Ok(h) if h.is_empty() => {
+                            *held_said.lock().unwrap_or_else(|p| p.into_inner()) = None;
                             send(
                                 tx,
                                 Event::Released {
@@ -250,7 +274,13 @@ impl Hypervisor {
                             )
                             .await
                         }
-                        Ok(h) => tracing::info!("baseboard still held by {}", h.join(", ")),
+                        Ok(h) => {
+                            // Foreign domains' names: printable.
+                            let who = crate::text::printable(&h.join(", "));
+                            if say_held(&held_said, &who) {
+                                tracing::info!("baseboard still held by {who}");
+                            }
+                        }
                         Err(e) => tracing::warn!("checking the baseboard's release: {e}"),
                     }
                 });
@@ -574,6 +604,19 @@ async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The interlock's wait is said when its holders change, not at every
+    /// check (#63: a line a second).
+    #[test]
+    fn the_same_holders_are_said_once_a_minute() {
+        let last = Mutex::new(None);
+        assert!(say_held(&last, "tmpl-a"));
+        assert!(!say_held(&last, "tmpl-a"), "the same, a moment later");
+        assert!(say_held(&last, "tmpl-a, foreign"), "changed");
+        *last.lock().unwrap() =
+            Some(("tmpl-a".into(), std::time::Instant::now() - HELD_SAID_EVERY));
+        assert!(say_held(&last, "tmpl-a"), "a minute on");
+    }
     use crate::error::Error;
     use crate::runtime::libvirt::Lifecycle;
     use crate::runtime::BoxFuture;

@@ -140,6 +140,10 @@ impl Service {
         settings: Settings,
     ) -> Result<Service> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        // A restart gives no member a fresh minute of submits.
+        let now = EpochMs::now().as_i64();
+        let since = now - access::SubmitRate::window_ms();
+        let submit_rate = access::SubmitRate::from_recent(node.store().submits_since(since)?, now);
         let lp = Loop {
             tx,
             group: settings.group.clone(),
@@ -185,7 +189,7 @@ impl Service {
                 max_request_bytes: settings.max_request_mib_per_user as usize * 1024 * 1024,
                 owner: settings.owner,
             },
-            submit_rate: Default::default(),
+            submit_rate,
             retention: retention::Retention::new(settings.keep_history, settings.retention_every),
             sampler: Sampler::new(settings.usage_interval.as_millis() as i64, SAMPLES_KEPT),
             slice_rules: settings.slice_rules,

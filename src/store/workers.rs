@@ -288,6 +288,27 @@ impl Store {
         Ok(())
     }
 
+    /// Each submit (its owner, when) since `since_ms`, live or ended: a
+    /// start reads the submit rate's window back from them. Newest first,
+    /// by id (submits are numbered as they come), read until 10 s older
+    /// than `since_ms` (a clock set back meanwhile) so that a start reads
+    /// the last minute, not the ledger.
+    pub fn submits_since(&self, since_ms: i64) -> Result<Vec<(u32, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT owner_uid, submitted_ms FROM workers ORDER BY id DESC")?;
+        let mut rows = stmt.query([])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let (uid, at): (u32, i64) = (r.get(0)?, r.get(1)?);
+            if at < since_ms - 10_000 {
+                break;
+            }
+            out.push((uid, at));
+        }
+        Ok(out)
+    }
+
     /// Every live worker with its allocations, oldest first.
     pub fn live_workers(&self) -> Result<Vec<WorkerRow>> {
         let mut stmt = self.conn.prepare_cached(LIVE_WORKERS)?;

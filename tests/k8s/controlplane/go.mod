@@ -1,8 +1,9 @@
-// Test-support only: pins the real Kubernetes control plane (kube-apiserver,
-// kube-scheduler) v1.37.2 so scripts/k8s-build can build it from the module proxy.
-// k8s.io/kubernetes requires its staging modules at v0.0.0 (served only as
-// local ./staging replaces upstream), so each one is replaced by its published
-// v0.37.2 tag. The list mirrors the replace block of k8s.io/kubernetes@v1.37.2/go.mod.
+// Test support only (not part of astraeusd): pins the real Kubernetes control
+// plane, kube-apiserver and kube-scheduler v1.37.2, for scripts/k8s-build.
+// k8s.io/kubernetes requires its staging modules (k8s.io/api, client-go, ...)
+// at v0.0.0 and resolves them through ./staging replaces that do not apply to
+// a dependent module, so every one of them is replaced here by its published
+// v0.37.2 tag. The list is the replace block of k8s.io/kubernetes@v1.37.2/go.mod.
 module astraeus.test/k8s/controlplane
 
 go 1.26.0
