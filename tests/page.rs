@@ -488,6 +488,9 @@ fn the_page_survives_slow_clients_and_answers_only_to_its_names() {
         }
     }
     assert!(slow.len() >= 200, "opened {}", slow.len());
+    // Slow by now (a head unfinished after half a second gives its place
+    // to a newcomer of the same address; a burst's heads on their way do not).
+    std::thread::sleep(Duration::from_millis(700));
     for i in 0..5 {
         let (status, _, body) = http(
             port,
@@ -525,10 +528,11 @@ fn page_on_a_free_port(dir: &Path) -> u16 {
     port
 }
 
-/// While the loop is held (a failpoint, 6 s), 40 page requests at once:
-/// those beyond the page's share of the loop's queue (16) are answered 503
-/// at once rather than queued (they took up to 64 of its 256 places, which
-/// bus callers then lacked); those within it are answered when it goes on.
+/// While the loop is held (a failpoint, 6 s), 40 page requests at once
+/// from one address: those beyond its share of the loop's queue (8, half
+/// the page's 16) are answered 503 at once rather than queued (they took
+/// up to 64 of its 256 places, which bus callers then lacked); those
+/// within it are answered when it goes on.
 #[test]
 fn the_page_takes_no_more_of_the_loops_queue_than_a_client() {
     let dir = open_tempdir();
@@ -563,7 +567,7 @@ fn the_page_takes_no_more_of_the_loops_queue_than_a_client() {
     let busy = answers.iter().filter(|(s, _)| *s == 503).count();
     let served = answers.iter().filter(|(s, _)| *s == 200).count();
     assert_eq!(busy + served, 40, "{answers:?}");
-    assert_eq!(served, 16, "{answers:?}");
+    assert_eq!(served, 8, "{answers:?}");
     // The refused were told at once, not after the hold.
     assert!(
         answers
@@ -684,4 +688,53 @@ fn a_draining_gpu_is_shown_on_the_page_and_in_metrics() {
         let v: Value = serde_json::from_str(&body).unwrap();
         v["gpus"][0]["draining_for"].is_null() && v["gpus"][0]["held_whole_by"] == "big"
     });
+}
+
+/// #63: 80 connections from one address, each waiting for the workers'
+/// page (held 2 s a turn by a failpoint, as 20,000 pending workers
+/// would), and slow to read: a request from another address is still
+/// answered after at most one turn of theirs, not 503 nor after all. Each address
+/// has its share of the connections (16 of 64), of the places waiting for
+/// the loop (8 of 16) and its own turn in the rotation of costly reads.
+#[test]
+fn eighty_slow_readers_from_one_address_hold_no_other_address() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let port = page_on_a_free_port(dir.path());
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let _d = Daemon::start(
+        &bus,
+        dir.path(),
+        &dir.path().join("majin.toml"),
+        &[("ASTRAEUS_FAILPOINTS", "page.workers=pause2000@all")],
+    );
+    let a = std::net::Ipv4Addr::LOCALHOST;
+    let b = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let mut flood = Vec::new();
+    for _ in 0..80 {
+        use std::io::Write;
+        let mut s = connect_from(a, port);
+        s.write_all(b"GET /machines/majin/workers HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .unwrap();
+        flood.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..3 {
+        let started = std::time::Instant::now();
+        let (status, _, body) = http_from(
+            b,
+            port,
+            "GET /machines/majin/workers HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        );
+        let took = started.elapsed();
+        assert_eq!(status, 200, "probe {i} from another address: {body}");
+        // The turn running now and the flood's next (2 s each, the rotation
+        // goes round the addresses waiting), then its own: not the 16
+        // turns the flood has waiting.
+        assert!(
+            took < Duration::from_millis(6500),
+            "probe {i} took {took:?}"
+        );
+    }
+    drop(flood);
 }

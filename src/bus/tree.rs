@@ -134,15 +134,16 @@ impl Objects {
     /// behind NSS) delays this page, not the other listings.
     pub async fn worker_snaps(
         &self,
+        client: std::net::IpAddr,
         owner_name: impl Fn(u32) -> String + Send + 'static,
     ) -> Option<Vec<WorkerSnap>> {
         let mut out = Vec::new();
         {
-            // The page is one more user in the rotation: None when as many
-            // of its requests wait as a user's may.
+            // Each of the page's client addresses is one more user in the
+            // rotation: None when as many of its requests wait as a user's may.
             let _turn = match self.turns.try_take() {
                 Some(turn) => turn,
-                None => self.turns.take(Who::Page).await.ok()?,
+                None => self.turns.take(Who::Page(client)).await.ok()?,
             };
             // A test holds the page here, as 100,000 workers would.
             crate::failpoint::hit_in_task("page.workers");

@@ -14,8 +14,10 @@ use tokio::sync::oneshot;
 pub enum Who {
     /// A bus caller, by the uid the bus daemon vouches for.
     Uid(u32),
-    /// The machine page (anonymous; its requests are bounded on their own).
-    Page,
+    /// The machine page, by the client's address (anonymous; its
+    /// requests are bounded on their own): each address is a user of its
+    /// own, so one address's flood waits behind itself, not others.
+    Page(std::net::IpAddr),
 }
 
 /// At most this many calls of one user wait for a turn; more are refused
@@ -170,13 +172,15 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LOCAL: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
     use std::time::Duration;
 
     /// The order in which the calls below get their turns, each call
     /// named by (who, its number among that user's calls).
     async fn order(turns: Arc<FairTurns>, calls: &[(Who, u32)]) -> Vec<(Who, u32)> {
         let done = Arc::new(Mutex::new(Vec::new()));
-        let first = turns.take(Who::Page).await.unwrap();
+        let first = turns.take(Who::Page(LOCAL)).await.unwrap();
         let mut tasks = Vec::new();
         for &(who, n) in calls {
             let (turns, done) = (turns.clone(), done.clone());
@@ -237,11 +241,11 @@ mod tests {
         let running = turns.take(Who::Uid(9)).await.unwrap();
         // The page: as many requests as it may keep waiting, all gone.
         for _ in 0..WAITING_PER_USER {
-            let mut left = Box::pin(turns.take(Who::Page));
+            let mut left = Box::pin(turns.take(Who::Page(LOCAL)));
             assert!(futures_poll(&mut left).is_none());
         }
         // They neither fill the page's share...
-        let mut page = Box::pin(turns.take(Who::Page));
+        let mut page = Box::pin(turns.take(Who::Page(LOCAL)));
         assert!(
             futures_poll(&mut page).is_none(),
             "refused for callers gone"
@@ -250,7 +254,7 @@ mod tests {
         // its requests that leaves while queued before the page's next.
         let mut other = Box::pin(turns.take(Who::Uid(2)));
         assert!(futures_poll(&mut other).is_none());
-        let mut next = Box::pin(turns.take(Who::Page));
+        let mut next = Box::pin(turns.take(Who::Page(LOCAL)));
         assert!(futures_poll(&mut next).is_none());
         drop(page);
         drop(running);

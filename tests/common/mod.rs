@@ -714,8 +714,44 @@ pub fn monitor(address: &str, rule: &str, log: &Path) -> Child {
 
 /// One raw HTTP request to 127.0.0.1:`port`: (status, head, body).
 pub fn http(port: u16, request: &str) -> (u16, String, String) {
+    http_from(std::net::Ipv4Addr::LOCALHOST, port, request)
+}
+
+/// A connection to 127.0.0.1:`port` from the loopback address `from`
+/// (127.0.0.2 is another client to the daemon: the kernel answers all of
+/// 127/8 on lo).
+pub fn connect_from(from: std::net::Ipv4Addr, port: u16) -> std::net::TcpStream {
+    use std::os::unix::io::FromRawFd;
+    // SAFETY: a socket made, bound and connected with valid addresses of
+    // the sizes given; owned by the stream returned.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let addr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(ip).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let local = addr(from, 0);
+        assert_eq!(
+            libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), size),
+            0
+        );
+        let remote = addr(std::net::Ipv4Addr::LOCALHOST, port);
+        let r = libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), size);
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        std::net::TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// [`http`] from the loopback address `from`.
+pub fn http_from(from: std::net::Ipv4Addr, port: u16, request: &str) -> (u16, String, String) {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut s = connect_from(from, port);
     s.write_all(request.as_bytes()).unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
