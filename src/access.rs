@@ -29,6 +29,8 @@ pub enum Act {
     DefineTemplate,
     /// Resume, power off, stage weights, remove: the baseboard's VMs.
     DriveTemplate,
+    /// Prepare or unprepare a Kubernetes claim: the kubelet plugin's.
+    PrepareClaim,
 }
 
 /// What kind of workload a worker asks to run.
@@ -232,6 +234,9 @@ impl Rules {
             Act::DefineTemplate => {
                 format!("uid {uid}: templates own the GPU baseboard; only root may define them")
             }
+            Act::PrepareClaim => format!(
+                "uid {uid}: Kubernetes claims are prepared by the kubelet plugin, which runs as root"
+            ),
             Act::DriveTemplate => {
                 format!("uid {uid}: the GPU baseboard's VMs are root's to start and stop")
             }

@@ -103,6 +103,24 @@ pub enum Command {
         name: String,
         reply: Reply<Result<String>>,
     },
+    // ---- from the bus: Kubernetes claims (the kubelet plugin, claim.rs) ----
+    /// A claim's device booked as a worker: its name and its share's text
+    /// (`ASTRAEUS_GPU_MEMORY_GB`), or the GPU's whole memory.
+    PrepareClaim {
+        claim: crate::claim::Claim,
+        caller: Caller,
+        reply: Reply<Result<(String, String)>>,
+    },
+    /// A claim's worker ended (none: nothing to do).
+    UnprepareClaim {
+        uid: String,
+        caller: Caller,
+        reply: Reply<Result<()>>,
+    },
+    /// What each GPU offers the cluster now.
+    ClusterOffers {
+        reply: Reply<Vec<crate::node::ClusterOffer>>,
+    },
     ListEnded {
         since_ms: i64,
         limit: u32,

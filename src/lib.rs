@@ -4,7 +4,7 @@
 //! map and the rules, which tests/architecture.rs checks):
 //! - pure cores, no I/O and no clock: [`quantity`], [`json_fields`], [`request`],
 //!   [`placement`], [`schedule`], [`rotation`], [`usage`], [`report`], [`slicing`],
-//!   [`domain_xml`], [`access`], [`time`], [`error`];
+//!   [`domain_xml`], [`access`], [`claim`], [`time`], [`error`];
 //! - state: [`worker`], [`node`] (the engine, one owner) and [`store`] (the SQLite
 //!   ledger, the only place that touches the database);
 //! - the loop: [`service`] owns the node and runs [`command`]s one at a time;
@@ -17,6 +17,7 @@
 pub mod access;
 pub mod auth;
 pub mod bus;
+pub mod claim;
 pub mod cli;
 pub mod command;
 pub mod config;

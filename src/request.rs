@@ -33,6 +33,9 @@ pub struct WorkerSpec {
     /// Pids whose GPU memory counts as this worker's (reservations); empty
     /// means none (the caller's own pid is never a default holder).
     pub holders: Vec<u32>,
+    /// The Kubernetes claim it books (a worker PrepareClaim made: claim.rs);
+    /// SubmitWorker refuses a request that names one.
+    pub claim: Option<crate::claim::Origin>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -115,7 +118,7 @@ impl WorkerSpec {
         let top = document(
             value,
             "request",
-            &["name", "requested_resources", "run", "holders"],
+            &["name", "requested_resources", "run", "holders", "claim"],
         )?;
         let name = string(required(top, "", "name")?, "name")?;
         validate_name("name", &name)?;
@@ -162,11 +165,24 @@ impl WorkerSpec {
                 ));
             }
         }
+        let claim = match top.get("claim") {
+            None => None,
+            Some(v) => {
+                let c = object(v, "claim", &["namespace", "name", "uid"])?;
+                let part = |k: &str| short(required(c, "claim", k)?, &format!("claim.{k}"));
+                Some(crate::claim::Origin {
+                    namespace: part("namespace")?,
+                    name: part("name")?,
+                    uid: part("uid")?,
+                })
+            }
+        };
         Ok(WorkerSpec {
             name,
             resources,
             run,
             holders,
+            claim,
         })
     }
 
@@ -470,6 +486,20 @@ pub fn redact_env(spec: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A claim's worker reads back as the claim it books (claim.rs).
+    #[test]
+    fn a_claims_request_reads_back_pinned_to_its_gpu() {
+        let gpu = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000";
+        let uid = "5f0c1e2a-8b3d-4c6e-9f10-1a2b3c4d5e6f";
+        let c = crate::claim::Claim::new(uid, "team-a", "voice", gpu, 6 << 28).unwrap();
+        let spec = WorkerSpec::parse(&c.spec()).unwrap();
+        assert_eq!(spec.name, format!("claim-{uid}"));
+        assert_eq!(spec.shared_gb().unwrap().to_string(), "1.5");
+        assert_eq!(spec.claim.as_ref(), Some(&c.origin));
+        let whole = crate::claim::Claim::new(uid, "team-a", "train", gpu, 0).unwrap();
+        assert_eq!(WorkerSpec::parse(&whole.spec()).unwrap().shared_gb(), None);
+    }
 
     /// What a request may hold is checked again at every start: an older
     /// build's ledger must parse (a zero-width space is shown as `?`, not

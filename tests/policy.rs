@@ -8,6 +8,7 @@ use std::path::Path;
 /// Manager methods anyone may call; every other method must be denied to nobody.
 const READ_ONLY: &[&str] = &[
     "GetWorker",
+    "ListClusterOffers",
     "ListWorkers",
     "ListPending",
     "ListEnforcement",
@@ -113,6 +114,7 @@ fn nobody_may_read_but_every_mutation_is_denied_by_the_bus() {
                 ("GetSchedule", "s") => "t".to_string(),
                 (_, "s") => "x".to_string(),
                 (_, "u") => "0".to_string(),
+                ("PrepareClaim", "t") => "268435456".to_string(),
                 (m, t) => panic!("{m}: add a probe value for type {t}"),
             })
             .collect();

@@ -1,6 +1,7 @@
 //! `org.astraeus.Node1.Manager` at the base path: submit and stop workers,
 //! list what the machine holds, and drive the time-slicing rotation.
 
+use super::pairs::{self, in_seconds};
 use super::{bounded, object_path as path, template_path, worker_path, BusError, Delta, Loop};
 use crate::command::{Command, Window};
 use crate::views::{ManagerView, Shared};
@@ -84,6 +85,84 @@ impl Manager {
             .await??)
     }
 
+    /// Books a device the Kubernetes scheduler allocated to a claim (the
+    /// kubelet plugin's call): a worker `claim-UID` pinned to the GPU by
+    /// UUID, with `memory_bytes` of it (a multiple of 256 MiB) or, with 0,
+    /// the GPU whole. Placed now or refused with the daemon's own reason
+    /// (`Conflict`); asked again, the same answer. Returns the worker and
+    /// what its containers are told in ASTRAEUS_GPU_MEMORY_GB.
+    #[zbus(out_args("worker", "memory_gb"))]
+    #[allow(clippy::too_many_arguments)] // the call's D-Bus arguments, as they come
+    async fn prepare_claim(
+        &self,
+        claim_uid: String,
+        namespace: String,
+        name: String,
+        gpu_uuid: String,
+        memory_bytes: u64,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(OwnedObjectPath, String), BusError> {
+        bounded(&[
+            ("claim_uid", &claim_uid),
+            ("namespace", &namespace),
+            ("name", &name),
+            ("gpu_uuid", &gpu_uuid),
+        ])?;
+        let claim =
+            crate::claim::Claim::new(&claim_uid, &namespace, &name, &gpu_uuid, memory_bytes)?;
+        let (worker, memory_gb) = self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::PrepareClaim {
+                claim,
+                caller,
+                reply,
+            })
+            .await??;
+        Ok((path(worker_path(&worker))?, memory_gb))
+    }
+
+    /// Ends a claim's worker (the kubelet plugin's call); a claim not
+    /// prepared is no error (the kubelet asks again after a restart).
+    async fn unprepare_claim(
+        &self,
+        claim_uid: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        bounded(&[("claim_uid", &claim_uid)])?;
+        crate::claim::check_uid(&claim_uid)?;
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::UnprepareClaim {
+                uid: claim_uid,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
+    /// (index, UUID, model, bytes, healthy) of each GPU that takes shares:
+    /// the memory it offers the Kubernetes cluster now (what it offers
+    /// shared work less what the host's own workers take, in 256 MiB
+    /// steps; 0 when held whole, kept for a whole request or unhealthy).
+    /// The plugin reads it again when a Gpu's properties change.
+    #[zbus(out_args("offers"))]
+    async fn list_cluster_offers(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(u32, String, String, u64, bool)>, BusError> {
+        let offers = self
+            .lp
+            .ask_from(&hdr, conn, |reply| Command::ClusterOffers { reply })
+            .await?;
+        Ok(offers
+            .into_iter()
+            .map(|o| (o.index, o.uuid, o.model, o.memory_bytes, o.healthy))
+            .collect())
+    }
+
     #[zbus(out_args("worker"))]
     async fn get_worker(
         &self,
@@ -156,7 +235,7 @@ impl Manager {
         since_ms: i64,
         limit: u32,
     ) -> Result<Vec<EndedRow>, BusError> {
-        self.ended(&hdr, conn, since_ms, limit).await
+        pairs::ended(&self.lp, &hdr, conn, since_ms, limit).await
     }
 
     /// ListEndedMs with `since` in epoch seconds; kept for one release.
@@ -168,8 +247,7 @@ impl Manager {
         since: i64,
         limit: u32,
     ) -> Result<Vec<EndedRow>, BusError> {
-        self.ended(&hdr, conn, since.saturating_mul(1000), limit)
-            .await
+        pairs::ended(&self.lp, &hdr, conn, since.saturating_mul(1000), limit).await
     }
 
     /// (index, uuid, model, mode, total GB, offered GB, held outside GB, taken GB,
@@ -250,7 +328,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(Vec<SliceRow>, Vec<String>), BusError> {
-        self.preview(&hdr, conn, template, actions).await
+        pairs::preview(&self.lp, &hdr, conn, template, actions).await
     }
 
     /// PreviewScheduleMs in epoch seconds; kept for one release.
@@ -262,7 +340,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(Vec<seconds::SliceRow>, Vec<String>), BusError> {
-        let (rows, notes) = self.preview(&hdr, conn, template, actions).await?;
+        let (rows, notes) = pairs::preview(&self.lp, &hdr, conn, template, actions).await?;
         Ok((in_seconds(rows), notes))
     }
 
@@ -292,8 +370,7 @@ impl Manager {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<SliceRow>, BusError> {
-        self.slices(&hdr, conn, Window::checked_ms(from_ms, to_ms)?)
-            .await
+        pairs::slices(&self.lp, &hdr, conn, Window::checked_ms(from_ms, to_ms)?).await
     }
 
     /// ListSlicesMs in epoch seconds; kept for one release.
@@ -305,7 +382,7 @@ impl Manager {
         from: i64,
         to: i64,
     ) -> Result<Vec<seconds::SliceRow>, BusError> {
-        let rows = self.slices(&hdr, conn, Window::checked(from, to)?).await?;
+        let rows = pairs::slices(&self.lp, &hdr, conn, Window::checked(from, to)?).await?;
         Ok(in_seconds(rows))
     }
 
@@ -320,7 +397,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
         count: u32,
     ) -> Result<Vec<SliceRow>, BusError> {
-        self.next_slices(&hdr, conn, count).await
+        pairs::next_slices(&self.lp, &hdr, conn, count).await
     }
 
     /// ListNextSlicesMs in epoch seconds; kept for one release.
@@ -331,7 +408,9 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
         count: u32,
     ) -> Result<Vec<seconds::SliceRow>, BusError> {
-        Ok(in_seconds(self.next_slices(&hdr, conn, count).await?))
+        Ok(in_seconds(
+            pairs::next_slices(&self.lp, &hdr, conn, count).await?,
+        ))
     }
 
     /// What the slice preview must say besides the slices in [from_ms,
@@ -345,8 +424,7 @@ impl Manager {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<String>, BusError> {
-        self.notes(&hdr, conn, Window::checked_ms(from_ms, to_ms)?)
-            .await
+        pairs::notes(&self.lp, &hdr, conn, Window::checked_ms(from_ms, to_ms)?).await
     }
 
     /// ListSliceNotesMs with its window in epoch seconds; kept for one release.
@@ -358,7 +436,7 @@ impl Manager {
         from: i64,
         to: i64,
     ) -> Result<Vec<String>, BusError> {
-        self.notes(&hdr, conn, Window::checked(from, to)?).await
+        pairs::notes(&self.lp, &hdr, conn, Window::checked(from, to)?).await
     }
 
     /// Who used how much of each GPU in [from_ms, to_ms) (epoch ms), grouped
@@ -376,7 +454,9 @@ impl Manager {
         to_ms: i64,
         group_by: String,
     ) -> Result<UsageRows, BusError> {
-        self.usage(&hdr, conn, (from_ms, to_ms), 1, group_by).await
+        pairs::usage(&self.lp, &hdr, conn, (from_ms, to_ms), 1, group_by)
+            .await
+            .map(UsageRows)
     }
 
     /// UsageReportMs with its window in epoch seconds; kept for one release.
@@ -389,7 +469,9 @@ impl Manager {
         to: i64,
         group_by: String,
     ) -> Result<UsageRows, BusError> {
-        self.usage(&hdr, conn, (from, to), 1000, group_by).await
+        pairs::usage(&self.lp, &hdr, conn, (from, to), 1000, group_by)
+            .await
+            .map(UsageRows)
     }
 
     /// Defines a time-slicing template and its persistent VM (JSON). Root only.
@@ -502,7 +584,7 @@ impl Manager {
     ) -> Result<Vec<SliceReportRow>, BusError> {
         bounded(&[("template", &template)])?;
         let window = Window::checked_ms(from_ms, to_ms)?;
-        self.slice_rows(&hdr, conn, template, window).await
+        pairs::slice_rows(&self.lp, &hdr, conn, template, window).await
     }
 
     /// SliceReportMs in epoch seconds and its energy in Wh (-1 = not
@@ -518,7 +600,7 @@ impl Manager {
     ) -> Result<Vec<seconds::SliceReportRow>, BusError> {
         bounded(&[("template", &template)])?;
         let window = Window::checked(from, to)?;
-        let rows = self.slice_rows(&hdr, conn, template, window).await?;
+        let rows = pairs::slice_rows(&self.lp, &hdr, conn, template, window).await?;
         Ok(in_seconds(rows))
     }
 
@@ -660,155 +742,6 @@ impl Manager {
         d.set(old.pending != new.pending, "WorkersPending", new.pending);
         d
     }
-}
-
-/// What each pair of methods (`X` and `XMs`) asks of the loop, once: the
-/// pair differ only in the units they translate.
-impl Manager {
-    async fn ended(
-        &self,
-        hdr: &Header<'_>,
-        conn: &Connection,
-        since_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<EndedRow>, BusError> {
-        if !(1..=10_000).contains(&limit) {
-            return Err(BusError::from(crate::error::Error::InvalidRequest(
-                format!("limit: 1 to 10000 workers; got {limit}"),
-            )));
-        }
-        let rows = self
-            .lp
-            .ask_in_turn(hdr, conn, |reply| Command::ListEnded {
-                since_ms,
-                limit,
-                reply,
-            })
-            .await??;
-        let instead = "ask for fewer (limit) or a later since";
-        super::tree::fits_the_bus(&rows, "the list of ended workers", instead)?;
-        Ok(rows)
-    }
-
-    async fn preview(
-        &self,
-        hdr: &Header<'_>,
-        conn: &Connection,
-        template: String,
-        actions: String,
-    ) -> Result<(Vec<SliceRow>, Vec<String>), BusError> {
-        bounded(&[("template", &template), ("actions", &actions)])?;
-        Ok(self
-            .lp
-            .ask_as(hdr, conn, |caller, reply| Command::PreviewSchedule {
-                template,
-                actions,
-                caller,
-                reply,
-            })
-            .await??)
-    }
-
-    async fn slices(
-        &self,
-        hdr: &Header<'_>,
-        conn: &Connection,
-        window: Window,
-    ) -> Result<Vec<SliceRow>, BusError> {
-        Ok(self
-            .lp
-            .ask_from(hdr, conn, |reply| Command::ListSlices { window, reply })
-            .await??)
-    }
-
-    async fn next_slices(
-        &self,
-        hdr: &Header<'_>,
-        conn: &Connection,
-        count: u32,
-    ) -> Result<Vec<SliceRow>, BusError> {
-        if !(1..=1000).contains(&count) {
-            return Err(BusError::from(crate::error::Error::InvalidRequest(
-                format!("count: 1 to 1000 slices; got {count}"),
-            )));
-        }
-        Ok(self
-            .lp
-            .ask_from(hdr, conn, |reply| Command::ListNextSlices { count, reply })
-            .await??)
-    }
-
-    async fn notes(
-        &self,
-        hdr: &Header<'_>,
-        conn: &Connection,
-        window: Window,
-    ) -> Result<Vec<String>, BusError> {
-        Ok(self
-            .lp
-            .ask_from(hdr, conn, |reply| Command::ListSliceNotes { window, reply })
-            .await??)
-    }
-
-    /// `window` in units of `ms_each` milliseconds (1 or 1000).
-    async fn usage(
-        &self,
-        hdr: &Header<'_>,
-        conn: &Connection,
-        (from, to): (i64, i64),
-        ms_each: i64,
-        group_by: String,
-    ) -> Result<UsageRows, BusError> {
-        // Checked before the caller's turn: a malformed report waits for nothing.
-        bounded(&[("group_by", &group_by)])?;
-        let group_by = group_by
-            .parse::<crate::report::GroupBy>()
-            .map_err(crate::error::Error::from)?;
-        let window = if ms_each == 1 {
-            Window::checked_ms(from, to)?
-        } else {
-            Window::checked(from, to)?
-        };
-        let rows = self
-            .lp
-            .ask_in_turn(hdr, conn, |reply| Command::UsageReport {
-                window,
-                group_by,
-                reply,
-            })
-            .await??;
-        let instead = "ask for a shorter window, or group by owner or gpu";
-        let texts = rows
-            .iter()
-            .map(|r| [r.key.as_str(), r.kind.as_str(), r.gpu_uuid.as_str()]);
-        super::tree::too_big(UsageRow::wire_size(texts), "the report", instead)?;
-        Ok(UsageRows(rows))
-    }
-
-    async fn slice_rows(
-        &self,
-        hdr: &Header<'_>,
-        conn: &Connection,
-        template: String,
-        window: Window,
-    ) -> Result<Vec<SliceReportRow>, BusError> {
-        let rows = self
-            .lp
-            .ask_in_turn(hdr, conn, |reply| Command::SliceReport {
-                template,
-                window,
-                reply,
-            })
-            .await??;
-        let instead = "ask for a shorter window or one template";
-        super::tree::fits_the_bus(&rows, "the report", instead)?;
-        Ok(rows)
-    }
-}
-
-/// The `*Ms` methods' rows as the first methods send them.
-fn in_seconds<T, U: From<T>>(rows: Vec<T>) -> Vec<U> {
-    rows.into_iter().map(U::from).collect()
 }
 
 /// A report's rows as UsageReport sends them, `a(sssttx)`: each

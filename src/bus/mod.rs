@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod manager;
 pub mod offload;
 pub mod outbox;
+mod pairs;
 pub mod template;
 pub mod tree;
 pub mod turns;

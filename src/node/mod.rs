@@ -12,6 +12,7 @@ use crate::store::{Store, WorkerState};
 use crate::time::EpochMs;
 pub use crate::worker::{Holder, Phase, State, Status, StopAsked, Worker};
 
+mod claims;
 mod counting;
 mod drain;
 mod group;
@@ -19,6 +20,7 @@ mod history;
 mod ledger;
 mod owners;
 mod workloads;
+pub use claims::ClusterOffer;
 pub use group::GroupEnd;
 mod readings;
 mod schedules;

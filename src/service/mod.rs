@@ -16,6 +16,7 @@
 //! - [`slicing`]: time-slicing (slice events, metering, converge, templates,
 //!   staging), with [`hypervisor`] running its libvirt calls in tasks.
 
+mod claims;
 mod holders;
 mod hypervisor;
 mod publish;
@@ -27,11 +28,12 @@ mod schedules;
 mod settings;
 mod slicing;
 mod ticker;
+mod worker_calls;
 mod workloads;
 
-use crate::access::{self, Act, Caller};
+use crate::access;
 use crate::bus::Loop;
-use crate::command::{Command, Reply, Submitted};
+use crate::command::{Command, Reply};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::inventory::GpuSource;
@@ -480,7 +482,15 @@ impl Service {
     /// commit fails (a full disk) is undone in memory too, and each caller
     /// told why. Any other command is handled on its own.
     async fn handle_group(&mut self, first: Command) {
-        let groups = |c: &Command| matches!(c, Command::Submit { .. } | Command::Stop { .. });
+        let groups = |c: &Command| {
+            matches!(
+                c,
+                Command::Submit { .. }
+                    | Command::Stop { .. }
+                    | Command::PrepareClaim { .. }
+                    | Command::UnprepareClaim { .. }
+            )
+        };
         if !groups(&first) {
             return self.handle(first).await;
         }
@@ -630,6 +640,17 @@ impl Service {
                 caller,
                 reply,
             } => self.stop(name, caller, reply).await,
+            Command::PrepareClaim {
+                claim,
+                caller,
+                reply,
+            } => self.prepare_claim(claim, caller, reply),
+            Command::UnprepareClaim { uid, caller, reply } => {
+                self.unprepare_claim(uid, caller, reply).await
+            }
+            Command::ClusterOffers { reply } => {
+                let _ = reply.send(self.node.offered_to_cluster());
+            }
             Command::GetWorker { name, reply } => {
                 let _ = reply.send(self.get_worker(&name));
             }
@@ -795,81 +816,6 @@ impl Service {
                 exit,
             } => self.exited(name, kind, id, exit).await,
             Command::Listed { kind, found, tries } => self.reconcile_kind(kind, found, tries).await,
-        }
-    }
-
-    async fn submit(&mut self, spec: String, caller: Caller, reply: Reply<Result<Submitted>>) {
-        let r = self.access.may(&caller, Act::SubmitWorker).and_then(|()| {
-            let held = self.node.held_by(caller.uid);
-            self.access.within_quota(&caller, held, spec.len())?;
-            // Before anything is written: a disk near full takes no new work
-            // (stops, exits and readings still commit: store/room.rs).
-            self.node.store().room_for_new_work()?;
-            let now = EpochMs::now().as_i64();
-            self.access
-                .within_rate(&caller, &mut self.submit_rate, now)?;
-            let parsed = crate::request::WorkerSpec::parse(&spec)?;
-            self.may_run(&parsed, &caller)?;
-            let holders = holders::holders_of(&parsed, &caller)?;
-            self.node.submit_parsed(parsed, &spec, caller.uid, holders)
-        });
-        match r {
-            Ok((name, changes)) => {
-                let w = self.node.worker(&name).expect("just submitted");
-                let out = Submitted {
-                    name: name.clone(),
-                    state: w.state(),
-                    reasons: self.node.reasons(&name),
-                };
-                // Objects and views now (a caller reads them after the
-                // reply); the reply, signals and launches once durable.
-                let shown = self.show(&changes);
-                self.hold(reply, out, shown, changes.placed);
-            }
-            Err(e) => {
-                let _ = reply.send(Err(e));
-            }
-        }
-    }
-
-    async fn stop(&mut self, name: String, caller: Caller, reply: Reply<Result<()>>) {
-        // A name no worker could have is told as such, and never echoed.
-        let may = self.access.may(&caller, Act::StopWorker);
-        if let Err(e) = may.and_then(|()| crate::request::validate_name("name", &name)) {
-            let _ = reply.send(Err(e));
-            return;
-        }
-        let launched = match self.node.check_stop(&name, caller.uid) {
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-            Ok(w) => w.launches() && w.state() != crate::worker::State::Pending,
-        };
-        if launched {
-            // Acknowledged once the ledger holds it; carried out after
-            // (and again after a crash) until the workload is gone. The
-            // share frees when the runtime reports it gone.
-            match self.node.ask_stop(&name, caller.uid) {
-                Ok(changes) => {
-                    let shown = self.show(&changes);
-                    self.hold(reply, (), shown, Vec::new());
-                    self.held.stops.push(name);
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            }
-            return;
-        }
-        match self.node.stop(&name, caller.uid) {
-            Ok(changes) => {
-                let shown = self.show(&changes);
-                self.hold(reply, (), shown, changes.placed);
-            }
-            Err(e) => {
-                let _ = reply.send(Err(e));
-            }
         }
     }
 }

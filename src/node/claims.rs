@@ -1,0 +1,102 @@
+//! Kubernetes claims in the node (#64): what each GPU offers the cluster,
+//! and a claim booked as a worker only where it fits now. The rules are
+//! claim.rs's and placement's; this room reads the book and the machine.
+
+use super::{Changes, Node};
+use crate::claim::Claim;
+use crate::error::{Error, Result};
+
+/// What one GPU offers the cluster, for the kubelet plugin's slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterOffer {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    /// Bytes, in whole steps (claim::STEP_BYTES); 0: nothing now.
+    pub memory_bytes: u64,
+    pub healthy: bool,
+}
+
+impl Node {
+    /// Each GPU that takes shares, with what it offers the cluster now:
+    /// what it offers shared work less what the host's own workers (not
+    /// claims: the scheduler counts those) take on it.
+    pub fn offered_to_cluster(&self) -> Vec<ClusterOffer> {
+        self.machine
+            .gpus
+            .iter()
+            .filter(|g| g.takes_shares())
+            .map(|g| {
+                let usage = self.book.usage(&g.uuid);
+                let local = usage
+                    .map(|u| {
+                        u.sharers()
+                            .iter()
+                            .filter(|(w, _)| !self.is_claim(w))
+                            .map(|(_, share)| *share)
+                            .sum()
+                    })
+                    .unwrap_or_default();
+                let held_whole = usage.is_some_and(|u| u.whole.is_some());
+                ClusterOffer {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    model: g.model.clone(),
+                    memory_bytes: crate::claim::offered_to_cluster(
+                        g.takes_shares(),
+                        g.healthy,
+                        held_whole,
+                        self.book.kept_for(&g.uuid).is_some(),
+                        g.offered(),
+                        local,
+                    ),
+                    healthy: g.healthy,
+                }
+            })
+            .collect()
+    }
+
+    fn is_claim(&self, worker: &str) -> bool {
+        self.workers
+            .get(worker)
+            .is_some_and(|w| w.spec.claim.is_some())
+    }
+
+    /// Books a claim's device as a worker owned by `caller_uid` (the
+    /// plugin), placed now on its GPU or refused with placement's reason:
+    /// a claim never waits in the ledger (the kubelet asks again). Asked
+    /// again for the same claim and device, the same answer (the kubelet
+    /// retries); for the same claim and another device or memory,
+    /// Conflict. Returns the worker's name and whether it is new.
+    pub fn prepare_claim(&mut self, claim: &Claim, caller_uid: u32) -> Result<(String, Changes)> {
+        let name = claim.worker_name();
+        if let Some(w) = self.workers.get(&name) {
+            let on = w.grants().first().map(|g| g.gpu_uuid.as_str());
+            let same = w.spec.claim.as_ref() == Some(&claim.origin)
+                && on == Some(claim.gpu_uuid.as_str())
+                && w.spec.shared_gb() == claim.share();
+            if same {
+                return Ok((name, Changes::default()));
+            }
+            return Err(Error::Conflict(format!(
+                "claim {} is prepared already, on {} with {}: unprepare it first",
+                claim.origin.uid,
+                on.unwrap_or("no GPU yet"),
+                w.spec
+                    .shared_gb()
+                    .map_or("the GPU whole".to_string(), |s| format!("{s} GB")),
+            )));
+        }
+        let spec_text = claim.spec();
+        if let Err(reasons) = self.why_not(&spec_text)? {
+            return Err(Error::Conflict(format!(
+                "claim {}/{} does not fit now: {}",
+                claim.origin.namespace,
+                claim.origin.name,
+                reasons.join("; ")
+            )));
+        }
+        let spec = crate::request::WorkerSpec::parse(&spec_text)?;
+        self.submit_parsed(spec, &spec_text, caller_uid, Vec::new())
+    }
+}

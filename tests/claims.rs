@@ -1,0 +1,165 @@
+//! Kubernetes claims through the daemon's D-Bus API (#64, the daemon's
+//! side of the DRA driver): what each GPU offers the cluster, a claim's
+//! device booked in the ledger where it fits now or refused with the
+//! daemon's own reason, idempotent prepares and unprepares, and claims
+//! kept across a kill -9. The real daemon on a real dbus-daemon, with
+//! busctl as the kubelet plugin would call it.
+
+mod common;
+use common::*;
+
+const UUID: &str = "GPU-5c0a7d3e-4060-4b1e-9f00-000000000000";
+const UID1: &str = "11111111-2222-3333-4444-555555555555";
+const UID2: &str = "66666666-7777-8888-9999-aaaaaaaaaaaa";
+const STEP: u64 = 1 << 28;
+
+fn prepare(a: &str, uid: &str, name: &str, bytes: u64) -> Out {
+    manager(
+        a,
+        None,
+        "PrepareClaim",
+        &["sssst", uid, "team-a", name, UUID, &bytes.to_string()],
+    )
+}
+
+/// The GPU's offer to the cluster, in bytes, as busctl prints the list.
+fn offered(a: &str) -> u64 {
+    let o = manager(a, None, "ListClusterOffers", &[]);
+    assert!(o.ok, "{}", o.stderr);
+    // a(usstb) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true
+    let fields: Vec<&str> = o.stdout.split_whitespace().collect();
+    assert_eq!(fields[3], format!("\"{UUID}\""), "{}", o.stdout);
+    fields[fields.len() - 2].parse().unwrap()
+}
+
+#[test]
+fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_work_leaves() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let mut d = start_majin(&bus, dir.path(), "", &[]);
+    let a = &bus.address;
+    // 8 GB, 1 held outside: 7 offered, 28 steps of 256 MiB.
+    assert_eq!(offered(a), 28 * STEP);
+    assert!(
+        manager(
+            a,
+            None,
+            "SubmitWorker",
+            &["s", &shared_spec("local", "2.5")]
+        )
+        .ok
+    );
+    // Local work shrinks the offer: 4.5 GB left, 18 steps.
+    assert_eq!(offered(a), 18 * STEP);
+
+    let o = prepare(a, UID1, "voice", 16 * STEP);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(
+        o.stdout,
+        format!(
+            "os \"/org/astraeus/Node1/worker/claim_2d{}\" \"4\"\n",
+            &UID1.replace('-', "_2d")
+        ),
+        "the worker and its ASTRAEUS_GPU_MEMORY_GB"
+    );
+    // The kubelet retries: the same answer, nothing booked twice.
+    let again = prepare(a, UID1, "voice", 16 * STEP);
+    assert_eq!(again.stdout, o.stdout, "{}", again.stderr);
+    let other = prepare(a, UID1, "voice", 8 * STEP);
+    assert!(
+        !other.ok && other.stderr.contains("is prepared already"),
+        "{}",
+        other.stderr
+    );
+    // Claims are the scheduler's to count: the offer is still 4.5 GB.
+    assert_eq!(offered(a), 18 * STEP);
+
+    // A local worker won the race: 6.5 of 7 taken. The prepare fails with
+    // the daemon's own reason, in the seed's words, and nothing is kept.
+    let o = prepare(a, UID2, "listen", 4 * STEP);
+    assert!(!o.ok);
+    assert!(
+        o.stderr
+            .contains("GPU 0 of majin: 6.5 of 7 GB taken by shared work; it needs 1"),
+        "{}",
+        o.stderr
+    );
+    assert!(gone(a, &format!("claim-{UID2}")));
+
+    // Not in a request: only the plugin's call books a claim.
+    let forged =
+        format!(r#"{{"name":"forged","claim":{{"namespace":"x","name":"y","uid":"{UID2}"}}}}"#);
+    let o = manager(a, None, "SubmitWorker", &["s", &forged]);
+    assert!(
+        o.stderr.contains("claim: set by PrepareClaim only"),
+        "{}",
+        o.stderr
+    );
+    // Field by field.
+    let o = prepare(a, UID2, "listen", STEP + 1);
+    assert!(
+        o.stderr
+            .contains("memory_bytes: 268435457 is not a multiple"),
+        "{}",
+        o.stderr
+    );
+
+    // Kept across a kill -9.
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    assert_eq!(
+        state(a, &format!("claim_2d{}", UID1.replace('-', "_2d"))),
+        "s \"running\"\n"
+    );
+    let again = prepare(a, UID1, "voice", 16 * STEP);
+    assert!(again.ok, "{}", again.stderr);
+
+    // Unprepared: its memory frees, and the claim that lost now fits.
+    assert!(manager(a, None, "UnprepareClaim", &["s", UID1]).ok);
+    assert!(gone(a, &format!("claim-{UID1}")));
+    assert!(
+        manager(a, None, "UnprepareClaim", &["s", UID1]).ok,
+        "again: no error"
+    );
+    let o = prepare(a, UID2, "listen", 4 * STEP);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        d.log_text().contains("claim team-a/listen prepared on"),
+        "{}",
+        d.log_text()
+    );
+}
+
+/// Only root (the kubelet plugin) prepares claims: a member is refused by
+/// the daemon itself, whatever the bus lets through.
+#[test]
+fn a_member_cannot_prepare_or_unprepare_a_claim() {
+    assert!(is_root(), "run the suite as root (as CI does)");
+    let member = "astraeus-test-a";
+    ensure_user(member);
+    let dir = open_tempdir();
+    let bus = Bus::system_like(dir.path(), Some(&careless_policy(dir.path())));
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let _d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let a = &bus.address;
+    let o = manager(
+        a,
+        Some(member),
+        "PrepareClaim",
+        &["sssst", UID1, "team-a", "voice", UUID, &STEP.to_string()],
+    );
+    assert!(
+        o.stderr
+            .contains("claims are prepared by the kubelet plugin"),
+        "{}",
+        o.stderr
+    );
+    let o = manager(a, Some(member), "UnprepareClaim", &["s", UID1]);
+    assert!(
+        o.stderr
+            .contains("claims are prepared by the kubelet plugin"),
+        "{}",
+        o.stderr
+    );
+}
