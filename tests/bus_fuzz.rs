@@ -75,6 +75,12 @@ fn value(rng: &mut Rng, ty: &str) -> Variant<'static> {
             2 => 1_767_250_800 + rng.below(1 << 30) as i64,
             _ => rng.next() as i64,
         }),
+        "t" => Variant::from(match rng.below(4) {
+            0 => 0u64,
+            1 => u64::MAX,
+            2 => (1 + rng.below(64)) << 28,
+            _ => rng.next(),
+        }),
         "b" => Variant::from(rng.below(2) == 0),
         other => panic!("add a generator for D-Bus type {other}"),
     }
