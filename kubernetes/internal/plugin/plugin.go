@@ -1,0 +1,176 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+	cdi "tags.cncf.io/container-device-interface/specs-go"
+
+	"astraeusd/kubernetes/internal/daemon"
+)
+
+// CDIKind is the kind of the CDI device each prepared claim gets: its
+// containers are told ASTRAEUS_GPU_MEMORY_GB (their share, or the GPU's
+// memory when whole).
+const CDIKind = "astraeus.dev/claim"
+
+// Driver is the plugin: the kubelet calls it, it asks the daemon.
+type Driver struct {
+	Name   string
+	Node   string
+	Daemon *daemon.Client
+	// CDIDir is where claims' CDI specs are written (/var/run/cdi).
+	CDIDir string
+	// GPUDevice is the CDI device giving a container the GPU itself,
+	// "{uuid}" replaced (NVIDIA's own: nvidia.com/gpu={uuid}); "" for none.
+	GPUDevice string
+	Helper    *kubeletplugin.Helper
+
+	mu sync.Mutex
+	// gpus maps a published device's name to its GPU's UUID.
+	gpus map[string]string
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// Publish publishes what the daemon offers now.
+func (d *Driver) Publish(ctx context.Context) error {
+	offers, err := d.Daemon.Offers(ctx)
+	if err != nil {
+		return err
+	}
+	gpus := make(map[string]string, len(offers))
+	for _, o := range offers {
+		gpus[DeviceName(o.Index)] = o.UUID
+	}
+	d.mu.Lock()
+	d.gpus = gpus
+	d.mu.Unlock()
+	klog.FromContext(ctx).V(2).Info("publishing what astraeusd offers", "gpus", offers)
+	return d.Helper.PublishResources(ctx, Resources(d.Node, offers))
+}
+
+func (d *Driver) gpuOf(device string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	uuid, ok := d.gpus[device]
+	return uuid, ok
+}
+
+// PrepareResourceClaims books each claim's device with the daemon.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.prepare(ctx, c)
+	}
+	return out, nil
+}
+
+func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	if c.Status.Allocation == nil {
+		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s is not allocated", c.Namespace, c.Name)}
+	}
+	var mine []resourceapi.DeviceRequestAllocationResult
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == d.Name {
+			mine = append(mine, r)
+		}
+	}
+	if len(mine) == 0 {
+		return kubeletplugin.PrepareResult{}
+	}
+	if len(mine) > 1 {
+		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s asks for %d GPUs of %s; one GPU a claim for now", c.Namespace, c.Name, len(mine), d.Name)}
+	}
+	r := mine[0]
+	uuid, ok := d.gpuOf(r.Device)
+	if !ok {
+		return kubeletplugin.PrepareResult{Err: fmt.Errorf("device %s is not one this node published", r.Device)}
+	}
+	var bytes uint64
+	if q, ok := r.ConsumedCapacity["memory"]; ok {
+		bytes = uint64(q.Value())
+	}
+	uid := string(c.UID)
+	memoryGB, err := d.Daemon.Prepare(ctx, uid, c.Namespace, c.Name, uuid, bytes)
+	if err != nil {
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	if err := d.writeSpec(uid, memoryGB); err != nil {
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	ids := []string{CDIKind + "=" + uid}
+	if d.GPUDevice != "" {
+		ids = append(ids, strings.ReplaceAll(d.GPUDevice, "{uuid}", uuid))
+	}
+	return kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{{
+		Requests:     []string{r.Request},
+		PoolName:     r.Pool,
+		DeviceName:   r.Device,
+		CDIDeviceIDs: ids,
+		ShareID:      r.ShareID,
+	}}}
+}
+
+func (d *Driver) specPath(uid string) string {
+	return filepath.Join(d.CDIDir, "astraeus-claim-"+uid+".json")
+}
+
+// writeSpec writes the claim's CDI spec whole (a temporary file renamed).
+func (d *Driver) writeSpec(uid, memoryGB string) error {
+	spec := cdi.Spec{
+		Version: "0.6.0",
+		Kind:    CDIKind,
+		Devices: []cdi.Device{{
+			Name: uid,
+			ContainerEdits: cdi.ContainerEdits{
+				Env: []string{"ASTRAEUS_GPU_MEMORY_GB=" + memoryGB},
+			},
+		}},
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	path := d.specPath(uid)
+	if err := os.WriteFile(path+".tmp", data, 0o644); err != nil {
+		return fmt.Errorf("writing the claim's CDI spec: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// UnprepareResourceClaims ends each claim's worker and its CDI spec.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		err := d.Daemon.Unprepare(ctx, string(c.UID))
+		if err == nil {
+			if rm := os.Remove(d.specPath(string(c.UID))); rm != nil && !errors.Is(rm, os.ErrNotExist) {
+				err = rm
+			}
+		}
+		out[c.UID] = err
+	}
+	return out, nil
+}
+
+// HandleError logs what the helper could not do in the background.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	klog.FromContext(ctx).Error(err, msg, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
+}
+
+// WatchHealthStatus: health is in the slice (an unhealthy GPU is left
+// out), not reported separately yet.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# astraeusd nodes as one GPU pool, against the real kube-apiserver and
+# kube-scheduler (#64; test support only). Two nodes, each its own
+# astraeusd on its own bus with its own --sim machine and its own
+# astraeus-kubelet-plugin; no kubelet (scheduling needs none; the
+# kubelet's prepare is covered by tests/claims.rs over the daemon's API).
+#   alpha: GPU 0 8 GB with 1 GB held outside (offers 7), GPU 1 16 GB
+#   beta:  GPU 0 8 GB
+# Checks: each plugin publishes what its daemon offers, fullest first; the
+# real scheduler binds a claim to a node and GPU that fit; a claim that
+# fits nowhere stays Pending with the scheduler's reason; a local worker
+# on beta shrinks beta's published capacity (republished on the daemon's
+# signal) and outside use rising on alpha shrinks alpha's.
+#   tests/k8s/e2e.sh       (needs scripts/k8s-build's binaries, go, cargo)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+K8S_VERSION=v1.37.2
+out=${ASTRAEUS_K8S_BIN:-$HOME/.cache/astraeus-k8s/$K8S_VERSION}
+label="k8s e2e"
+[ -x "$out/kube-apiserver" ] || "$root/scripts/k8s-build" >/dev/null
+(cd "$root" && cargo build -q --bins)
+daemon_bin=$root/target/debug/astraeusd
+plugin_bin=$out/astraeus-kubelet-plugin
+(cd "$root/kubernetes" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$plugin_bin" ./cmd/astraeus-kubelet-plugin)
+# shellcheck source=cluster.sh
+. "$root/tests/k8s/cluster.sh"
+
+api POST /apis/resource.k8s.io/v1/deviceclasses '{"metadata":{"name":"astraeus-gpu"},
+  "spec":{"selectors":[{"cel":{"expression":"device.driver == \"gpu.astraeus.dev\""}}]}}' >/dev/null
+
+# node NAME SIM_TOML: its bus, its daemon, its Node and its plugin.
+node() {
+  local n=$1 bus
+  mkdir -p "$tmp/$n/plugin" "$tmp/$n/reg" "$tmp/$n/cdi"
+  printf '%s\n' "$2" > "$tmp/$n/sim.toml"
+  printf '[inventory]\nrefresh_seconds = 0.5\n' > "$tmp/$n/node.toml"
+  read -r bus dbus_pid < <(dbus-daemon --session --print-address=1 --print-pid=1 --fork | paste -sd' ')
+  pids+=("$dbus_pid")
+  eval "bus_$n=\$bus"
+  "$daemon_bin" --bus-address "$bus" --sim "$tmp/$n/sim.toml" --state-dir "$tmp/$n/state" \
+    --config "$tmp/$n/node.toml" > "$tmp/$n-astraeusd.log" 2>&1 &
+  pids+=($!)
+  eval "daemon_$n=\$!"
+  wait_for 20 "astraeusd of $n" busctl --address="$bus" status org.astraeus.Node1
+  add_node "$n"
+  "$plugin_bin" --node-name "$n" --kubeconfig "$tmp/kubeconfig" --bus-address "$bus" \
+    --plugin-dir "$tmp/$n/plugin" --registrar-dir "$tmp/$n/reg" --cdi-dir "$tmp/$n/cdi" \
+    > "$tmp/$n-plugin.log" 2>&1 &
+  pids+=($!)
+}
+node alpha 'machine = "alpha"
+[[gpu]]
+model = "NVIDIA GeForce RTX 4060"
+uuid = "GPU-a0000000-0000-0000-0000-000000000000"
+total_gb = 8
+outside_gb = 1
+[[gpu]]
+model = "NVIDIA RTX 4000 Ada"
+uuid = "GPU-a1000000-0000-0000-0000-000000000000"
+total_gb = 16'
+node beta 'machine = "beta"
+[[gpu]]
+model = "NVIDIA GeForce RTX 4060"
+uuid = "GPU-b0000000-0000-0000-0000-000000000000"
+total_gb = 8'
+
+# capacity NODE DEVICE: the memory the node's slice publishes for it.
+capacity() {
+  api GET "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=$1" | python3 -c '
+import json, sys
+for item in json.load(sys.stdin)["items"]:
+    for d in item["spec"].get("devices", []):
+        if d["name"] == sys.argv[1]:
+            print(d["capacity"]["memory"]["value"])' "$2"
+}
+wait_capacity() { # node device value
+  for _ in $(seq 60); do
+    [ "$(capacity "$1" "$2")" = "$3" ] && return 0
+    alive
+    sleep 0.5
+  done
+  fail "$1's $2 does not publish $3: $(api GET "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=$1")"
+}
+export -f api
+export server token tmp
+wait_capacity alpha gpu-0 7Gi
+wait_capacity alpha gpu-1 16Gi
+wait_capacity beta gpu-0 8Gi
+# Fullest first: alpha's gpu-0 (7Gi) listed before gpu-1 (16Gi).
+slice=$(api GET "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=alpha")
+[ "$(grep -o '"name":"gpu-[01]"' <<<"$slice" | head -1)" = '"name":"gpu-0"' ] || fail "alpha's devices not fullest first: $slice"
+echo "$label: both nodes publish what their daemons offer (alpha 7Gi + 16Gi, beta 8Gi)" >&2
+
+claim() { # name memory
+  api POST /apis/resource.k8s.io/v1/namespaces/default/resourceclaims "{\"metadata\":{\"name\":\"$1\"},
+    \"spec\":{\"devices\":{\"requests\":[{\"name\":\"gpu\",\"exactly\":{\"deviceClassName\":\"astraeus-gpu\",
+    \"capacity\":{\"requests\":{\"memory\":\"$2\"}}}}]}}}" >/dev/null
+  api POST /api/v1/namespaces/default/pods "{\"metadata\":{\"name\":\"$1\"},\"spec\":{\"automountServiceAccountToken\":false,
+    \"resourceClaims\":[{\"name\":\"gpu\",\"resourceClaimName\":\"$1\"}],
+    \"containers\":[{\"name\":\"c\",\"image\":\"registry.invalid/none\",\"resources\":{\"claims\":[{\"name\":\"gpu\"}]}}]}}" >/dev/null
+}
+node_of() { api GET "/api/v1/namespaces/default/pods/$1" | grep -o '"nodeName":"[a-z]*"' | cut -d'"' -f4; }
+export -f node_of
+api POST /api/v1/namespaces/default/serviceaccounts '{"metadata":{"name":"default"}}' >/dev/null 2>&1 || true
+
+# A claim of 12Gi fits only alpha's gpu-1.
+claim big 12Gi
+wait_for 60 "pod big to be scheduled" bash -c '[ -n "$(node_of big)" ]'
+[ "$(node_of big)" = alpha ] || fail "big went to $(node_of big)"
+api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big | grep -q '"device":"gpu-1"' \
+  || fail "big is not on alpha's gpu-1"
+# 20Gi fits nowhere: Pending, with the scheduler's reason.
+claim huge 20Gi
+wait_for 60 "pod huge to be found unschedulable" bash -c \
+  "api GET /api/v1/namespaces/default/pods/huge | grep -q '\"reason\":\"Unschedulable\"'"
+echo "$label: 12Gi bound to alpha's gpu-1; 20Gi Pending: $(api GET /api/v1/namespaces/default/pods/huge | grep -o '"message":"[^"]*"' | head -1)" >&2
+
+# A local worker on beta takes 6.5 GB: beta republishes 1.5Gi (6 steps).
+busctl --address="$bus_beta" call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager \
+  SubmitWorker s '{"name":"local","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":6.5}}}' >/dev/null
+wait_capacity beta gpu-0 1536Mi
+# Outside use rising on alpha (a desktop takes 3 GB more): 4Gi left on gpu-0.
+sed -i 's/outside_gb = 1/outside_gb = 4/' "$tmp/alpha/sim.toml"
+kill -HUP "$daemon_alpha"
+wait_capacity alpha gpu-0 4Gi
+echo "$label: a local worker shrank beta's offer to 1536Mi; outside use shrank alpha's gpu-0 to 4Gi" >&2
+
+# 3Gi: beta's 1.5Gi cannot take it, alpha's gpu-0 (4Gi) can.
+claim mid 3Gi
+wait_for 60 "pod mid to be scheduled" bash -c '[ -n "$(node_of mid)" ]'
+[ "$(node_of mid)" = alpha ] || fail "mid went to $(node_of mid), past beta's local worker"
+echo "$label: OK" >&2
