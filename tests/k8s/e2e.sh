@@ -21,7 +21,9 @@ label="k8s e2e"
 (cd "$root" && cargo build -q --bins)
 daemon_bin=$root/target/debug/astraeusd
 plugin_bin=$out/astraeus-kubelet-plugin
-(cd "$root/kubernetes" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$plugin_bin" ./cmd/astraeus-kubelet-plugin)
+kubelet_call=$out/kubelet-call
+(cd "$root/kubernetes" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$plugin_bin" ./cmd/astraeus-kubelet-plugin \
+  && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$kubelet_call" ./test/kubelet-call)
 # shellcheck source=cluster.sh
 . "$root/tests/k8s/cluster.sh"
 
@@ -103,6 +105,15 @@ node_of() { api GET "/api/v1/namespaces/default/pods/$1" | grep -o '"nodeName":"
 export -f node_of
 api POST /api/v1/namespaces/default/serviceaccounts '{"metadata":{"name":"default"}}' >/dev/null 2>&1 || true
 
+uid_of() { api GET "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["uid"])'; }
+# prepare NODE CLAIM: the kubelet's NodePrepareResources on NODE's plugin socket.
+prepare() { "$kubelet_call" prepare "$tmp/$1/plugin/dra.sock" default "$2" "$(uid_of "$2")"; }
+worker_state() { # node claim: the claim's worker's State in the node's daemon
+  local bus_var="bus_$1" path
+  path=/org/astraeus/Node1/worker/claim_2d$(uid_of "$2" | sed 's/-/_2d/g')
+  busctl --address="${!bus_var}" get-property org.astraeus.Node1 "$path" org.astraeus.Node1.Worker State 2>/dev/null || true
+}
+
 # A claim of 12Gi fits only alpha's gpu-1.
 claim big 12Gi
 wait_for 60 "pod big to be scheduled" bash -c '[ -n "$(node_of big)" ]'
@@ -113,6 +124,14 @@ api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big | grep -q
 claim huge 20Gi
 wait_for 60 "pod huge to be found unschedulable" bash -c \
   "api GET /api/v1/namespaces/default/pods/huge | grep -q '\"reason\":\"Unschedulable\"'"
+# The kubelet prepares it: booked in alpha's ledger, its CDI spec written.
+prepared=$(prepare alpha big)
+grep -q "astraeus.dev/claim=$(uid_of big)" <<<"$prepared" || fail "prepare big: $prepared"
+grep -q "nvidia.com/gpu=GPU-a1000000-0000-0000-0000-000000000000" <<<"$prepared" || fail "prepare big: $prepared"
+[ "$(worker_state alpha big)" = 's "running"' ] || fail "big's worker in alpha's ledger: $(worker_state alpha big)"
+grep -q '"ASTRAEUS_GPU_MEMORY_GB=12"' "$tmp/alpha/cdi/astraeus-claim-$(uid_of big).json" || fail "big's CDI spec"
+[ "$(prepare alpha big)" = "$prepared" ] || fail "a second prepare differs"
+echo "$label: the kubelet's prepare booked big in alpha's ledger (claim-$(uid_of big), 12 GB)" >&2
 echo "$label: 12Gi bound to alpha's gpu-1; 20Gi Pending: $(api GET /api/v1/namespaces/default/pods/huge | grep -o '"message":"[^"]*"' | head -1)" >&2
 
 # A local worker on beta takes 6.5 GB: beta republishes 1.5Gi (6 steps).
@@ -129,4 +148,22 @@ echo "$label: a local worker shrank beta's offer to 1536Mi; outside use shrank a
 claim mid 3Gi
 wait_for 60 "pod mid to be scheduled" bash -c '[ -n "$(node_of mid)" ]'
 [ "$(node_of mid)" = alpha ] || fail "mid went to $(node_of mid), past beta's local worker"
+api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/mid | grep -q '"device":"gpu-0"' \
+  || fail "mid is not on alpha's gpu-0"
+# Before the kubelet prepares it, a local worker takes 2 GB of that GPU:
+# the prepare fails with the daemon's own reason, and nothing is booked.
+busctl --address="$bus_alpha" call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager \
+  SubmitWorker s '{"name":"race","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2,"ids":["GPU-a0000000-0000-0000-0000-000000000000"]}}}' >/dev/null
+lost=$(prepare alpha mid)
+grep -q "GPU 0 of alpha: 2 of 4 GB taken by shared work; it needs 3" <<<"$lost" || fail "the lost prepare said: $lost"
+[ -z "$(worker_state alpha mid)" ] || fail "a claim that lost was booked"
+# Once the local worker ends, the kubelet's next try succeeds.
+busctl --address="$bus_alpha" call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager StopWorker s race >/dev/null
+grep -q "astraeus.dev/claim=" <<<"$(prepare alpha mid)" || fail "mid's prepare after the race"
+echo "$label: a prepare that lost to a local worker said: ${lost#error: }; it succeeded once the worker ended" >&2
+# Unprepared: the worker ends, its spec goes; again: no error.
+[ "$("$kubelet_call" unprepare "$tmp/alpha/plugin/dra.sock" default big "$(uid_of big)")" = unprepared ] || fail "unprepare big"
+[ -z "$(worker_state alpha big)" ] || fail "big's worker after its unprepare"
+[ ! -e "$tmp/alpha/cdi/astraeus-claim-$(uid_of big).json" ] || fail "big's CDI spec after its unprepare"
+[ "$("$kubelet_call" unprepare "$tmp/alpha/plugin/dra.sock" default big "$(uid_of big)")" = unprepared ] || fail "unprepare big again"
 echo "$label: OK" >&2
