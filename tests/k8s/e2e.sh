@@ -45,10 +45,16 @@ node() {
   eval "daemon_$n=\$!"
   wait_for 20 "astraeusd of $n" busctl --address="$bus" status org.astraeus.Node1
   add_node "$n"
-  "$plugin_bin" --node-name "$n" --kubeconfig "$tmp/kubeconfig" --bus-address "$bus" \
-    --plugin-dir "$tmp/$n/plugin" --registrar-dir "$tmp/$n/reg" --cdi-dir "$tmp/$n/cdi" \
-    > "$tmp/$n-plugin.log" 2>&1 &
+  plugin "$n"
+}
+# plugin NAME: NAME's kubelet plugin (again).
+plugin() {
+  local bus_var="bus_$1"
+  "$plugin_bin" --node-name "$1" --kubeconfig "$tmp/kubeconfig" --bus-address "${!bus_var}" \
+    --plugin-dir "$tmp/$1/plugin" --registrar-dir "$tmp/$1/reg" --cdi-dir "$tmp/$1/cdi" \
+    >> "$tmp/$1-plugin.log" 2>&1 &
   pids+=($!)
+  eval "plugin_$1=\$!"
 }
 node alpha 'machine = "alpha"
 [[gpu]]
@@ -161,6 +167,31 @@ grep -q "GPU 0 of alpha: 2 of 4 GB taken by shared work; it needs 3" <<<"$lost" 
 busctl --address="$bus_alpha" call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager StopWorker s race >/dev/null
 grep -q "astraeus.dev/claim=" <<<"$(prepare alpha mid)" || fail "mid's prepare after the race"
 echo "$label: a prepare that lost to a local worker said: ${lost#error: }; it succeeded once the worker ended" >&2
+# Faults. The plugin killed between prepare and unprepare, and started
+# again: the claim is still known (the daemon's ledger), and unprepares.
+killed() { # PID: killed -9 on purpose, no longer checked by `alive`
+  kill -9 "$1"
+  wait "$1" 2>/dev/null || true
+  local keep=() p
+  for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  pids=("${keep[@]}")
+}
+killed "$plugin_alpha"
+plugin alpha
+wait_for 30 "alpha's plugin socket again" test -S "$tmp/alpha/plugin/dra.sock"
+# alpha's daemon killed -9 and started again: the claims stay booked, and
+# the plugin publishes again (it watches the daemon's name).
+killed "$daemon_alpha"
+sed -i 's/outside_gb = 4/outside_gb = 5/' "$tmp/alpha/sim.toml"
+"$daemon_bin" --bus-address "$bus_alpha" --sim "$tmp/alpha/sim.toml" --state-dir "$tmp/alpha/state" \
+  --config "$tmp/alpha/node.toml" >> "$tmp/alpha-astraeusd.log" 2>&1 &
+pids+=($!)
+daemon_alpha=$!
+wait_for 20 "astraeusd of alpha again" busctl --address="$bus_alpha" status org.astraeus.Node1
+[ "$(worker_state alpha big)" = 's "running"' ] || fail "big's worker after alpha's daemon restarted"
+# gpu-0: 8 total, 5 outside: 3 offered; mid's 3 GB is the scheduler's to count.
+wait_capacity alpha gpu-0 3Gi
+echo "$label: the plugin and the daemon killed -9 and started again: claims kept, slices republished" >&2
 # Unprepared: the worker ends, its spec goes; again: no error.
 [ "$("$kubelet_call" unprepare "$tmp/alpha/plugin/dra.sock" default big "$(uid_of big)")" = unprepared ] || fail "unprepare big"
 [ -z "$(worker_state alpha big)" ] || fail "big's worker after its unprepare"

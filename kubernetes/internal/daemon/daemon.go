@@ -106,7 +106,8 @@ func (c *Client) Unprepare(ctx context.Context, uid string) error {
 }
 
 // Changes sends on the channel returned whenever a GPU's properties
-// change (what the daemon offers may have), until ctx ends.
+// change (what the daemon offers may have) or the daemon starts again,
+// until ctx ends.
 func (c *Client) Changes(ctx context.Context) (<-chan struct{}, error) {
 	err := c.conn.AddMatchSignalContext(ctx,
 		dbus.WithMatchInterface("org.freedesktop.DBus.Properties"),
@@ -115,6 +116,16 @@ func (c *Client) Changes(ctx context.Context) (<-chan struct{}, error) {
 	)
 	if err != nil {
 		return nil, fmt.Errorf("watching the GPUs: %w", err)
+	}
+	// The daemon started again (or for the first time): what it offers
+	// is read afresh, whatever it signalled before.
+	err = c.conn.AddMatchSignalContext(ctx,
+		dbus.WithMatchInterface("org.freedesktop.DBus"),
+		dbus.WithMatchMember("NameOwnerChanged"),
+		dbus.WithMatchArg(0, busName),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("watching the daemon: %w", err)
 	}
 	signals := make(chan *dbus.Signal, 16)
 	c.conn.Signal(signals)
