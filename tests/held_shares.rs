@@ -27,8 +27,20 @@ fn l4() -> GpuId {
     }
 }
 
+/// Held by a test that uses the fake in this process: the library reads
+/// the fixture and limits file from the environment at each call, one pair
+/// for the whole binary, so two tests on parallel threads rewrote them
+/// under each other's calls ("NVML does not find it", #68).
+static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// This test's turn at the in-process fake, for as long as it is held.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The fake's fixture and limits file for this process (the library reads
-/// both from the environment at each call; one pair for the whole binary).
+/// both from the environment at each call; one pair for the whole binary:
+/// a test takes its [`turn`] first).
 fn hardware(extra: &str) -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let dir = DIR.get_or_init(|| {
@@ -114,6 +126,7 @@ fn python(wheel: &Path, script: &str) -> String {
 #[test]
 fn the_limits_layout_is_nvidias_own() {
     let Some(wheel) = pynvml() else { return };
+    let _turn = turn();
     let dir = hardware("");
     let ours = nvml(&fake_nvml::fake_lib(false), &dir);
     let a = dir.join("cg/a");
@@ -174,6 +187,7 @@ fn the_limits_layout_is_nvidias_own() {
 /// promised, in words.
 #[test]
 fn what_each_driver_answers_is_held_or_promised_in_words() {
+    let _turn = turn();
     let dir = hardware("");
     let want = Limits {
         soft: 2 * GIB,

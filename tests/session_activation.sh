@@ -13,6 +13,12 @@ set -euo pipefail
 daemon=$1 ctl=$2 sim=$3
 here=$(cd "$(dirname "$0")/.." && pwd)
 rt=$(mktemp -d /var/lib/astraeus-activation.XXXXXX)
+# The units run with PrivateTmp=yes: a build under /tmp (a checkout there)
+# is hidden from them, so they run a copy here, where the package would
+# put it (#68).
+install -m 755 "$daemon" "$rt/astraeusd"
+install -m 755 "$ctl" "$rt/astraeusctl"
+daemon=$rt/astraeusd ctl=$rt/astraeusctl
 home=$rt/home
 mkdir -p "$rt/run-systemd/system" "$home/.config/systemd/user" "$home/.config/astraeus"
 mount --bind "$rt/run-systemd" /run/systemd
