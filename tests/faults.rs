@@ -306,7 +306,10 @@ fn a_disk_full_to_the_last_byte_still_takes_stops_readings_and_a_restart() {
     let d = daemon_on(&image, &bus, dir.path());
     let (pid, list) = (d.0.id(), listed(a));
     // busctl quotes each name: "w0" is w0 alone.
-    assert!(!list.contains("\"w0\"") && list.contains("\"w1\""), "{list}");
+    assert!(
+        !list.contains("\"w0\"") && list.contains("\"w1\""),
+        "{list}"
+    );
     let o = manager(a, None, "StopWorker", &["s", "w1"]);
     assert!(o.ok, "a stop after a restart on a full disk: {}", o.stderr);
     assert!(!submit(a, "still-refused").ok);
@@ -445,7 +448,10 @@ fn stops_commit_on_a_tmpfs_a_member_keeps_full() {
 
     let _d = daemon_in(&holder, &bus, dir.path());
     let list = listed(a);
-    assert!(!list.contains("\"w0\"") && list.contains("\"w10\""), "{list}");
+    assert!(
+        !list.contains("\"w0\"") && list.contains("\"w10\""),
+        "{list}"
+    );
     for i in 10..20 {
         let o = manager(a, None, "StopWorker", &["s", &format!("w{i}")]);
         assert!(
@@ -456,6 +462,9 @@ fn stops_commit_on_a_tmpfs_a_member_keeps_full() {
     }
     let list = listed(a);
     for i in 0..20 {
-        assert!(!list.contains(&format!("\"w{i}\"")), "w{i} still listed: {list}");
+        assert!(
+            !list.contains(&format!("\"w{i}\"")),
+            "w{i} still listed: {list}"
+        );
     }
 }
