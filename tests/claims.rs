@@ -26,10 +26,16 @@ fn prepare(a: &str, uid: &str, name: &str, bytes: u64) -> Out {
 fn offered(a: &str) -> u64 {
     let o = manager(a, None, "ListClusterOffers", &[]);
     assert!(o.ok, "{}", o.stderr);
-    // a(usstb) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true
+    // a(usstbb) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true true
     let fields: Vec<&str> = o.stdout.split_whitespace().collect();
     assert_eq!(fields[3], format!("\"{UUID}\""), "{}", o.stdout);
-    fields[fields.len() - 2].parse().unwrap()
+    fields[fields.len() - 3].parse().unwrap()
+}
+
+/// Whether the GPU may be taken whole by a claim now.
+fn whole(a: &str) -> bool {
+    let o = manager(a, None, "ListClusterOffers", &[]);
+    o.stdout.trim_end().ends_with("true")
 }
 
 #[test]

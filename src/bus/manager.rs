@@ -142,24 +142,25 @@ impl Manager {
             .await??)
     }
 
-    /// (index, UUID, model, bytes, healthy) of each GPU that takes shares:
-    /// the memory it offers the Kubernetes cluster now (what it offers
-    /// shared work less what the host's own workers take, in 256 MiB
-    /// steps; 0 when held whole, kept for a whole request or unhealthy).
+    /// (index, UUID, model, bytes, healthy, whole) of each GPU that takes
+    /// shares: the memory it offers the Kubernetes cluster now (what it
+    /// offers shared work less what the host's own workers take, in 256 MiB
+    /// steps; 0 when held whole, kept for a whole request or unhealthy),
+    /// and whether a claim may take it whole (no local worker shares it).
     /// The plugin reads it again when a Gpu's properties change.
     #[zbus(out_args("offers"))]
     async fn list_cluster_offers(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(u32, String, String, u64, bool)>, BusError> {
+    ) -> Result<Vec<(u32, String, String, u64, bool, bool)>, BusError> {
         let offers = self
             .lp
             .ask_from(&hdr, conn, |reply| Command::ClusterOffers { reply })
             .await?;
         Ok(offers
             .into_iter()
-            .map(|o| (o.index, o.uuid, o.model, o.memory_bytes, o.healthy))
+            .map(|o| (o.index, o.uuid, o.model, o.memory_bytes, o.healthy, o.whole))
             .collect())
     }
 

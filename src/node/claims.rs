@@ -15,6 +15,9 @@ pub struct ClusterOffer {
     /// Bytes, in whole steps (claim::STEP_BYTES); 0: nothing now.
     pub memory_bytes: u64,
     pub healthy: bool,
+    /// Whether it may be taken whole by a claim: it offers something and
+    /// no local worker has a share of it.
+    pub whole: bool,
 }
 
 impl Node {
@@ -38,19 +41,24 @@ impl Node {
                     })
                     .unwrap_or_default();
                 let held_whole = usage.is_some_and(|u| u.whole.is_some());
+                let local_sharers = usage.is_some_and(|u| {
+                    u.sharers().iter().any(|(w, _)| !self.is_claim(w))
+                });
+                let memory_bytes = crate::claim::offered_to_cluster(
+                    g.takes_shares(),
+                    g.healthy,
+                    held_whole,
+                    self.book.kept_for(&g.uuid).is_some(),
+                    g.offered(),
+                    local,
+                );
                 ClusterOffer {
                     index: g.index,
                     uuid: g.uuid.clone(),
                     model: g.model.clone(),
-                    memory_bytes: crate::claim::offered_to_cluster(
-                        g.takes_shares(),
-                        g.healthy,
-                        held_whole,
-                        self.book.kept_for(&g.uuid).is_some(),
-                        g.offered(),
-                        local,
-                    ),
+                    memory_bytes,
                     healthy: g.healthy,
+                    whole: memory_bytes > 0 && !local_sharers,
                 }
             })
             .collect()

@@ -27,8 +27,12 @@ kubelet_call=$out/kubelet-call
 # shellcheck source=cluster.sh
 . "$root/tests/k8s/cluster.sh"
 
-api POST /apis/resource.k8s.io/v1/deviceclasses '{"metadata":{"name":"astraeus-gpu"},
-  "spec":{"selectors":[{"cel":{"expression":"device.driver == \"gpu.astraeus.dev\""}}]}}' >/dev/null
+# A share of a GPU, and a GPU whole (each GPU is both devices, kept apart
+# by a counter set: docs/kubernetes.md).
+for class in astraeus-gpu:true astraeus-gpu-whole:false; do
+  api POST /apis/resource.k8s.io/v1/deviceclasses "{\"metadata\":{\"name\":\"${class%%:*}\"},
+    \"spec\":{\"selectors\":[{\"cel\":{\"expression\":\"device.driver == 'gpu.astraeus.dev' && device.attributes['gpu.astraeus.dev'].shared == ${class##*:}\"}}]}}" >/dev/null
+done
 
 # node NAME SIM_TOML: its bus, its daemon, its Node and its plugin.
 node() {
@@ -99,10 +103,11 @@ slice=$(api GET "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.node
 [ "$(grep -o '"name":"gpu-[01]"' <<<"$slice" | head -1)" = '"name":"gpu-0"' ] || fail "alpha's devices not fullest first: $slice"
 echo "$label: both nodes publish what their daemons offer (alpha 7Gi + 16Gi, beta 8Gi)" >&2
 
-claim() { # name memory
+claim() { # name memory, or name "whole"
+  local exactly="\"deviceClassName\":\"astraeus-gpu\",\"capacity\":{\"requests\":{\"memory\":\"$2\"}}"
+  [ "$2" = whole ] && exactly='"deviceClassName":"astraeus-gpu-whole"'
   api POST /apis/resource.k8s.io/v1/namespaces/default/resourceclaims "{\"metadata\":{\"name\":\"$1\"},
-    \"spec\":{\"devices\":{\"requests\":[{\"name\":\"gpu\",\"exactly\":{\"deviceClassName\":\"astraeus-gpu\",
-    \"capacity\":{\"requests\":{\"memory\":\"$2\"}}}}]}}}" >/dev/null
+    \"spec\":{\"devices\":{\"requests\":[{\"name\":\"gpu\",\"exactly\":{$exactly}}]}}}" >/dev/null
   api POST /api/v1/namespaces/default/pods "{\"metadata\":{\"name\":\"$1\"},\"spec\":{\"automountServiceAccountToken\":false,
     \"resourceClaims\":[{\"name\":\"gpu\",\"resourceClaimName\":\"$1\"}],
     \"containers\":[{\"name\":\"c\",\"image\":\"registry.invalid/none\",\"resources\":{\"claims\":[{\"name\":\"gpu\"}]}}]}}" >/dev/null
@@ -197,4 +202,28 @@ echo "$label: the plugin and the daemon killed -9 and started again: claims kept
 [ -z "$(worker_state alpha big)" ] || fail "big's worker after its unprepare"
 [ ! -e "$tmp/alpha/cdi/astraeus-claim-$(uid_of big).json" ] || fail "big's CDI spec after its unprepare"
 [ "$("$kubelet_call" unprepare "$tmp/alpha/plugin/dra.sock" default big "$(uid_of big)")" = unprepared ] || fail "unprepare big again"
+# A whole GPU: none is free of shares now (beta's has a local worker,
+# alpha's hold claims), so the claim waits; it never lands on a shared GPU.
+claim train whole
+wait_for 60 "pod train to be found unschedulable" bash -c \
+  "api GET /api/v1/namespaces/default/pods/train | grep -q '\"reason\":\"Unschedulable\"'"
+# big goes (its pod deleted, its claim deallocated and deleted, as the
+# resource claim controller would): alpha's gpu-1 is free, train takes it
+# whole, and the daemon books it whole.
+api DELETE "/api/v1/namespaces/default/pods/big?gracePeriodSeconds=0" >/dev/null
+api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big/status \
+  '{"status":{"reservedFor":null,"allocation":null}}' >/dev/null
+api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big '{"metadata":{"finalizers":null}}' >/dev/null
+api DELETE /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big >/dev/null
+wait_for 60 "pod train to be scheduled" bash -c '[ -n "$(node_of train)" ]'
+api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/train | grep -q '"device":"gpu-1-whole"' \
+  || fail "train is not alpha's gpu-1 whole: $(api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/train)"
+grep -q "astraeus.dev/claim=" <<<"$(prepare alpha train)" || fail "train's prepare"
+[ "$(worker_state alpha train)" = 's "running"' ] || fail "train's worker"
+grep -q '"ASTRAEUS_GPU_MEMORY_GB=16"' "$tmp/alpha/cdi/astraeus-claim-$(uid_of train).json" || fail "train's CDI spec: the GPU whole"
+# The reverse: a share never lands on the GPU held whole.
+claim small 1Gi
+wait_for 60 "pod small to be scheduled" bash -c '[ -n "$(node_of small)" ]'
+[ "$(node_of small)" = beta ] || fail "small went to $(node_of small): $(api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small)"
+echo "$label: a whole claim waited while every GPU was shared, then took alpha's gpu-1 whole; the next share went to beta" >&2
 echo "$label: OK" >&2

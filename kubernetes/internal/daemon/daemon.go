@@ -24,6 +24,8 @@ type Offer struct {
 	Model   string
 	Bytes   uint64
 	Healthy bool
+	// Whole: a claim may take it whole (no local worker shares it).
+	Whole bool
 }
 
 // Client talks to one daemon.

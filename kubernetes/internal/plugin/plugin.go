@@ -49,9 +49,10 @@ func (d *Driver) Publish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gpus := make(map[string]string, len(offers))
+	gpus := make(map[string]string, 2*len(offers))
 	for _, o := range offers {
 		gpus[DeviceName(o.Index)] = o.UUID
+		gpus[WholeName(o.Index)] = o.UUID
 	}
 	d.mu.Lock()
 	d.gpus = gpus
@@ -97,8 +98,10 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) kube
 	if !ok {
 		return kubeletplugin.PrepareResult{Err: fmt.Errorf("device %s is not one this node published", r.Device)}
 	}
+	// A share's consumed memory; the whole device (no consumed
+	// capacity: not shared) is asked of the daemon whole (0).
 	var bytes uint64
-	if q, ok := r.ConsumedCapacity["memory"]; ok {
+	if q, ok := r.ConsumedCapacity["memory"]; ok && !strings.HasSuffix(r.Device, "-whole") {
 		bytes = uint64(q.Value())
 	}
 	uid := string(c.UID)

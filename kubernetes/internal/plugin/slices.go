@@ -19,13 +19,31 @@ import (
 // exactly a quarter of a GB in the ledger.
 const Step = 1 << 28
 
-// DeviceName names GPU index i in the slice.
+// DeviceName names GPU index i's shared device in the slice.
 func DeviceName(index uint32) string { return fmt.Sprintf("gpu-%d", index) }
 
-// Resources is the node's pool: one device per GPU that takes shares,
-// its capacity what the daemon offers the cluster now, listed fullest
-// first (least left) so the scheduler's first fit approaches the
-// daemon's best fit. A GPU that offers nothing is left out.
+// WholeName names GPU index i's whole device.
+func WholeName(index uint32) string { return fmt.Sprintf("gpu-%d-whole", index) }
+
+// counterSet names GPU index i's counters: its shared and its whole
+// device each consume them, so that the scheduler never allocates both.
+func counterSet(index uint32) string { return fmt.Sprintf("gpu-%d", index) }
+
+// Uses a GPU's counter holds: the whole device consumes all of them,
+// each allocation of the shared device one (once or per share, either
+// way the two exclude each other).
+const Uses = 1000
+
+// Resources is the node's pool. Each GPU that offers the cluster
+// something is two devices: `gpu-N`, shared by many claims, its capacity
+// what the daemon offers now (attribute shared=true); and, while no local
+// worker shares the GPU, `gpu-N-whole`, one claim's (shared=false). A
+// counter set per GPU keeps the two apart (a request with no capacity
+// takes a shared device's default, not the GPU: a whole GPU is asked of a
+// class selecting shared=false). Devices are listed fullest first (least
+// left) so the scheduler's first fit approaches the daemon's best fit.
+// Counters and devices are slices of their own (the API takes one or the
+// other in a slice).
 func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources {
 	sorted := append([]daemon.Offer(nil), offers...)
 	sort.SliceStable(sorted, func(i, j int) bool {
@@ -34,18 +52,27 @@ func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources
 		}
 		return sorted[i].Index < sorted[j].Index
 	})
+	uses := func(n int64) map[string]resourceapi.Counter {
+		return map[string]resourceapi.Counter{"uses": {Value: *resource.NewQuantity(n, resource.DecimalSI)}}
+	}
+	var counters []resourceapi.CounterSet
 	var devices []resourceapi.Device
 	for _, o := range sorted {
 		if o.Bytes < Step || !o.Healthy {
 			continue
 		}
+		attributes := func(shared bool) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+			return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"uuid":   {StringValue: ptr.To(o.UUID)},
+				"model":  {StringValue: ptr.To(o.Model)},
+				"index":  {IntValue: ptr.To(int64(o.Index))},
+				"shared": {BoolValue: ptr.To(shared)},
+			}
+		}
+		counters = append(counters, resourceapi.CounterSet{Name: counterSet(o.Index), Counters: uses(Uses)})
 		devices = append(devices, resourceapi.Device{
-			Name: DeviceName(o.Index),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"uuid":  {StringValue: ptr.To(o.UUID)},
-				"model": {StringValue: ptr.To(o.Model)},
-				"index": {IntValue: ptr.To(int64(o.Index))},
-			},
+			Name:       DeviceName(o.Index),
+			Attributes: attributes(true),
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				"memory": {
 					Value: *resource.NewQuantity(int64(o.Bytes), resource.BinarySI),
@@ -59,11 +86,24 @@ func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources
 				},
 			},
 			AllowMultipleAllocations: ptr.To(true),
+			ConsumesCounters:         []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet(o.Index), Counters: uses(1)}},
 		})
+		if o.Whole {
+			devices = append(devices, resourceapi.Device{
+				Name:       WholeName(o.Index),
+				Attributes: attributes(false),
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+					"memory": {Value: *resource.NewQuantity(int64(o.Bytes), resource.BinarySI)},
+				},
+				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet(o.Index), Counters: uses(Uses)}},
+			})
+		}
+	}
+	slices := []resourceslice.Slice{{Devices: devices}}
+	if len(counters) > 0 {
+		slices = append([]resourceslice.Slice{{SharedCounters: counters}}, slices...)
 	}
 	return resourceslice.DriverResources{
-		Pools: map[string]resourceslice.Pool{
-			node: {Slices: []resourceslice.Slice{{Devices: devices}}},
-		},
+		Pools: map[string]resourceslice.Pool{node: {Slices: slices}},
 	}
 }
