@@ -46,6 +46,7 @@ fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_wo
     let a = &bus.address;
     // 8 GB, 1 held outside: 7 offered, 28 steps of 256 MiB.
     assert_eq!(offered(a), 28 * STEP);
+    assert!(whole(a), "free: a claim may take it whole");
     assert!(
         manager(
             a,
@@ -55,8 +56,9 @@ fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_wo
         )
         .ok
     );
-    // Local work shrinks the offer: 4.5 GB left, 18 steps.
+    // Local work shrinks the offer: 4.5 GB left, 18 steps; not whole now.
     assert_eq!(offered(a), 18 * STEP);
+    assert!(!whole(a), "a local worker shares it");
 
     let o = prepare(a, UID1, "voice", 16 * STEP);
     assert!(o.ok, "{}", o.stderr);

@@ -41,9 +41,8 @@ impl Node {
                     })
                     .unwrap_or_default();
                 let held_whole = usage.is_some_and(|u| u.whole.is_some());
-                let local_sharers = usage.is_some_and(|u| {
-                    u.sharers().iter().any(|(w, _)| !self.is_claim(w))
-                });
+                let local_sharers =
+                    usage.is_some_and(|u| u.sharers().iter().any(|(w, _)| !self.is_claim(w)));
                 let memory_bytes = crate::claim::offered_to_cluster(
                     g.takes_shares(),
                     g.healthy,
