@@ -55,7 +55,7 @@ node() {
 plugin() {
   local bus_var="bus_$1"
   "$plugin_bin" --node-name "$1" --kubeconfig "$tmp/kubeconfig" --bus-address "${!bus_var}" \
-    --plugin-dir "$tmp/$1/plugin" --registrar-dir "$tmp/$1/reg" --cdi-dir "$tmp/$1/cdi" \
+    --plugin-dir "$tmp/$1/plugin" --registrar-dir "$tmp/$1/reg" --cdi-dir "$tmp/$1/cdi" --cleanup-every 2s \
     >> "$tmp/$1-plugin.log" 2>&1 &
   pids+=($!)
   eval "plugin_$1=\$!"
@@ -226,4 +226,20 @@ claim small 1Gi
 wait_for 60 "pod small to be scheduled" bash -c '[ -n "$(node_of small)" ]'
 [ "$(node_of small)" = beta ] || fail "small went to $(node_of small): $(api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small)"
 echo "$label: a whole claim waited while every GPU was shared, then took alpha's gpu-1 whole; the next share went to beta" >&2
+
+# A claim deleted while prepared (its kubelet's unprepare lost): the
+# plugin unprepares it against the API server's list.
+grep -q "astraeus.dev/claim=" <<<"$(prepare beta small)" || fail "small's prepare"
+[ "$(worker_state beta small)" = 's "running"' ] || fail "small's worker"
+small_uid=$(uid_of small)
+api DELETE "/api/v1/namespaces/default/pods/small?gracePeriodSeconds=0" >/dev/null
+api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small/status \
+  '{"status":{"reservedFor":null,"allocation":null}}' >/dev/null
+api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small '{"metadata":{"finalizers":null}}' >/dev/null
+api DELETE /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small >/dev/null
+export bus_beta small_uid
+wait_for 30 "small's worker to be unprepared by the plugin" bash -c \
+  "! busctl --address=\"\$bus_beta\" get-property org.astraeus.Node1 /org/astraeus/Node1/worker/claim_2d\$(sed 's/-/_2d/g' <<<\"\$small_uid\") org.astraeus.Node1.Worker State"
+[ ! -e "$tmp/beta/cdi/astraeus-claim-$small_uid.json" ] || fail "small's CDI spec after its cleanup"
+echo "$label: a claim deleted while prepared was unprepared against the API server" >&2
 echo "$label: OK" >&2

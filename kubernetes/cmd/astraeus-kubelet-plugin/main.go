@@ -37,6 +37,7 @@ func run() error {
 	gpuDevice := flag.String("gpu-cdi-device", "nvidia.com/gpu={uuid}", "the CDI device giving a container its GPU; empty for none")
 	pluginDir := flag.String("plugin-dir", "", "the plugin's socket directory (default /var/lib/kubelet/plugins/<driver>)")
 	registrarDir := flag.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registry")
+	cleanupEvery := flag.Duration("cleanup-every", time.Minute, "how often claims the API server no longer has are unprepared")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *nodeName == "" {
@@ -90,10 +91,17 @@ func run() error {
 	// Published now, again on each change the daemon signals, and again
 	// after a failure (the daemon or the API server away).
 	retry := time.NewTimer(0)
+	cleanup := time.NewTicker(*cleanupEvery)
+	defer cleanup.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-cleanup.C:
+			if err := driver.Cleanup(ctx, client); err != nil {
+				klog.FromContext(ctx).Error(err, "unpreparing claims the API server no longer has")
+			}
+			continue
 		case <-changes:
 		case <-retry.C:
 		}

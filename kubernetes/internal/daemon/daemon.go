@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/godbus/dbus/v5"
 )
@@ -97,6 +98,33 @@ func (c *Client) Prepare(ctx context.Context, uid, namespace, name, gpuUUID stri
 		return "", daemonError(err)
 	}
 	return memoryGB, nil
+}
+
+// workerRow is a row of ListWorkers (a(ssusdaud)): only the name is read.
+type workerRow struct {
+	Name     string
+	State    string
+	Owner    uint32
+	GPUs     string
+	UsedGB   float64
+	Indices  []uint32
+	SharedGB float64
+}
+
+// ClaimUIDs lists the UIDs of the claims the daemon holds prepared (its
+// workers named claim-<UID>).
+func (c *Client) ClaimUIDs(ctx context.Context) ([]string, error) {
+	var rows []workerRow
+	if err := c.call(ctx, "ListWorkers").Store(&rows); err != nil {
+		return nil, daemonError(err)
+	}
+	var uids []string
+	for _, r := range rows {
+		if uid, ok := strings.CutPrefix(r.Name, "claim-"); ok {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
 }
 
 // Unprepare ends a claim's worker (none: no error).

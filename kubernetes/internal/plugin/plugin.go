@@ -11,7 +11,9 @@ import (
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	cdi "tags.cncf.io/container-device-interface/specs-go"
@@ -150,6 +152,37 @@ func (d *Driver) writeSpec(uid, memoryGB string) error {
 		return fmt.Errorf("writing the claim's CDI spec: %w", err)
 	}
 	return os.Rename(path+".tmp", path)
+}
+
+// Cleanup unprepares the claims the daemon holds that the API server no
+// longer has (deleted while prepared, their kubelet's unprepare lost): a
+// claim is gone only when a full list, taken after the daemon's, lacks it.
+func (d *Driver) Cleanup(ctx context.Context, client kubernetes.Interface) error {
+	held, err := d.Daemon.ClaimUIDs(ctx)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	known := make(map[string]bool, len(claims.Items))
+	for _, c := range claims.Items {
+		known[string(c.UID)] = true
+	}
+	for _, uid := range held {
+		if known[uid] {
+			continue
+		}
+		klog.FromContext(ctx).Info("unpreparing a claim the API server no longer has", "uid", uid)
+		if err := d.Daemon.Unprepare(ctx, uid); err != nil {
+			return err
+		}
+		if err := os.Remove(d.specPath(uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // UnprepareResourceClaims ends each claim's worker and its CDI spec.
