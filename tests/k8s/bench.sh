@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# What a pod's claim costs (#64; a measurement, not a test: nothing is
+# asserted of time): 50 pods, one after another, each with a claim of
+# 1Gi, on two nodes (alpha: two 80 GB GPUs, beta: one), against the real
+# kube-apiserver and kube-scheduler. For each: created → allocated by the
+# scheduler (polled every 20 ms), and created → prepared on its node (the
+# kubelet's NodePrepareResources through the plugin into the daemon's
+# ledger). Prints p50 and p99 of each, and their ratio (docs/benchmarks.md).
+#   tests/k8s/bench.sh [PODS]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+pods=${1:-50}
+K8S_VERSION=v1.37.2
+out=${ASTRAEUS_K8S_BIN:-$HOME/.cache/astraeus-k8s/$K8S_VERSION}
+label="k8s bench"
+[ -x "$out/kube-apiserver" ] || "$root/scripts/k8s-build" >/dev/null
+(cd "$root" && cargo build -q --bins)
+daemon_bin=$root/target/debug/astraeusd
+plugin_bin=$out/astraeus-kubelet-plugin
+kubelet_call=$out/kubelet-call
+(cd "$root/kubernetes" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$plugin_bin" ./cmd/astraeus-kubelet-plugin \
+  && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$kubelet_call" ./test/kubelet-call)
+# shellcheck source=cluster.sh
+. "$root/tests/k8s/cluster.sh"
+export -f api
+export server token tmp
+# shellcheck source=nodes.sh
+. "$root/tests/k8s/nodes.sh"
+gpu() { printf '[[gpu]]\nmodel = "NVIDIA H100"\nuuid = "GPU-%s"\ntotal_gb = 80\n' "$1"; }
+node alpha "machine = \"alpha\"
+$(gpu a0000000-0000-0000-0000-000000000000)
+$(gpu a1000000-0000-0000-0000-000000000000)"
+node beta "machine = \"beta\"
+$(gpu b0000000-0000-0000-0000-000000000000)"
+api POST /api/v1/namespaces/default/serviceaccounts '{"metadata":{"name":"default"}}' >/dev/null 2>&1 || true
+wait_for 30 "both nodes' slices" bash -c \
+  "[ \$(api GET /apis/resource.k8s.io/v1/resourceslices | grep -o '\"name\":\"gpu-[0-9]\"' | wc -l) -ge 3 ]"
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+: > "$tmp/times"
+for i in $(seq "$pods"); do
+  t0=$(ms)
+  claim "p$i" 1Gi
+  until api GET "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/p$i" | grep -q '"allocation"'; do
+    sleep 0.02
+  done
+  t1=$(ms)
+  n=$(node_of "p$i")
+  while [ -z "$n" ]; do sleep 0.02; n=$(node_of "p$i"); done
+  grep -q "astraeus.dev/claim=" <<<"$(prepare "$n" "p$i")" || fail "p$i's prepare on $n"
+  t2=$(ms)
+  echo "$((t1 - t0)) $((t2 - t0)) $n" >> "$tmp/times"
+done
+python3 - "$tmp/times" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+sched = [int(r[0]) for r in rows]
+prep = [int(r[1]) for r in rows]
+nodes = {n: sum(1 for r in rows if r[2] == n) for n in {r[2] for r in rows}}
+print(f"pods {len(rows)} on {nodes}")
+print(f"created -> allocated: p50 {pct(sched, 50)} ms, p99 {pct(sched, 99)} ms")
+print(f"created -> prepared:  p50 {pct(prep, 50)} ms, p99 {pct(prep, 99)} ms")
+print(f"prepared / allocated: p50 {pct(prep, 50) / pct(sched, 50):.2f}x, p99 {pct(prep, 99) / pct(sched, 99):.2f}x")
+PY

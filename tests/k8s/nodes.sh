@@ -1,0 +1,60 @@
+# Test support only: astraeusd nodes for the Kubernetes tests, sourced
+# after cluster.sh by tests/k8s/e2e.sh and tests/k8s/bench.sh (which set
+# $daemon_bin, $plugin_bin and $kubelet_call): the device classes, a
+# node (its bus, daemon, Node object and plugin), claims with their pods,
+# and the kubelet's prepare.
+# A share of a GPU, and a GPU whole (each GPU is both devices, kept apart
+# by a counter set: docs/kubernetes.md).
+for class in astraeus-gpu:true astraeus-gpu-whole:false; do
+  api POST /apis/resource.k8s.io/v1/deviceclasses "{\"metadata\":{\"name\":\"${class%%:*}\"},
+    \"spec\":{\"selectors\":[{\"cel\":{\"expression\":\"device.driver == 'gpu.astraeus.dev' && device.attributes['gpu.astraeus.dev'].shared == ${class##*:}\"}}]}}" >/dev/null
+done
+
+# node NAME SIM_TOML: its bus, its daemon, its Node and its plugin.
+node() {
+  local n=$1 bus
+  mkdir -p "$tmp/$n/plugin" "$tmp/$n/reg" "$tmp/$n/cdi"
+  printf '%s\n' "$2" > "$tmp/$n/sim.toml"
+  printf '[inventory]\nrefresh_seconds = 0.5\n' > "$tmp/$n/node.toml"
+  read -r bus dbus_pid < <(dbus-daemon --session --print-address=1 --print-pid=1 --fork | paste -sd' ')
+  pids+=("$dbus_pid")
+  eval "bus_$n=\$bus"
+  "$daemon_bin" --bus-address "$bus" --sim "$tmp/$n/sim.toml" --state-dir "$tmp/$n/state" \
+    --config "$tmp/$n/node.toml" > "$tmp/$n-astraeusd.log" 2>&1 &
+  pids+=($!)
+  eval "daemon_$n=\$!"
+  wait_for 20 "astraeusd of $n" busctl --address="$bus" status org.astraeus.Node1
+  add_node "$n"
+  plugin "$n"
+}
+# plugin NAME: NAME's kubelet plugin (again).
+plugin() {
+  local bus_var="bus_$1"
+  "$plugin_bin" --node-name "$1" --kubeconfig "$tmp/kubeconfig" --bus-address "${!bus_var}" \
+    --plugin-dir "$tmp/$1/plugin" --registrar-dir "$tmp/$1/reg" --cdi-dir "$tmp/$1/cdi" --cleanup-every 2s \
+    >> "$tmp/$1-plugin.log" 2>&1 &
+  pids+=($!)
+  eval "plugin_$1=\$!"
+}
+
+claim() { # name memory, or name "whole"
+  local exactly="\"deviceClassName\":\"astraeus-gpu\",\"capacity\":{\"requests\":{\"memory\":\"$2\"}}"
+  [ "$2" = whole ] && exactly='"deviceClassName":"astraeus-gpu-whole"'
+  api POST /apis/resource.k8s.io/v1/namespaces/default/resourceclaims "{\"metadata\":{\"name\":\"$1\"},
+    \"spec\":{\"devices\":{\"requests\":[{\"name\":\"gpu\",\"exactly\":{$exactly}}]}}}" >/dev/null
+  api POST /api/v1/namespaces/default/pods "{\"metadata\":{\"name\":\"$1\"},\"spec\":{\"automountServiceAccountToken\":false,
+    \"resourceClaims\":[{\"name\":\"gpu\",\"resourceClaimName\":\"$1\"}],
+    \"containers\":[{\"name\":\"c\",\"image\":\"registry.invalid/none\",\"resources\":{\"claims\":[{\"name\":\"gpu\"}]}}]}}" >/dev/null
+}
+node_of() { api GET "/api/v1/namespaces/default/pods/$1" | grep -o '"nodeName":"[a-z]*"' | cut -d'"' -f4; }
+export -f node_of
+api POST /api/v1/namespaces/default/serviceaccounts '{"metadata":{"name":"default"}}' >/dev/null 2>&1 || true
+
+uid_of() { api GET "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["uid"])'; }
+# prepare NODE CLAIM: the kubelet's NodePrepareResources on NODE's plugin socket.
+prepare() { "$kubelet_call" prepare "$tmp/$1/plugin/dra.sock" default "$2" "$(uid_of "$2")"; }
+worker_state() { # node claim: the claim's worker's State in the node's daemon
+  local bus_var="bus_$1" path
+  path=/org/astraeus/Node1/worker/claim_2d$(uid_of "$2" | sed 's/-/_2d/g')
+  busctl --address="${!bus_var}" get-property org.astraeus.Node1 "$path" org.astraeus.Node1.Worker State 2>/dev/null || true
+}
