@@ -70,6 +70,15 @@ fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_wo
         ),
         "the worker and its ASTRAEUS_GPU_MEMORY_GB"
     );
+    // Where it came from, as a person reads it.
+    let shown = ctl(a, None, &["status", &format!("claim-{UID1}")]);
+    assert!(
+        shown.stdout.contains(&format!(
+            "  from:     Kubernetes claim team-a/voice (UID {UID1})\n"
+        )),
+        "{}",
+        shown.stdout
+    );
     // The kubelet retries: the same answer, nothing booked twice.
     let again = prepare(a, UID1, "voice", 16 * STEP);
     assert_eq!(again.stdout, o.stdout, "{}", again.stderr);

@@ -148,7 +148,7 @@ pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String
     };
     let (submitted, placed) = (when("SubmittedMs"), when("PlacedMs"));
     if json_out {
-        let v = json!({
+        let mut v = json!({
             "name": text("Name"), "state": text("State"), "owner": owner,
             "owner_name": owner_name,
             "gpus": gpus.iter().map(|(i, u)| json!({"index": i, "uuid": u})).collect::<Vec<_>>(),
@@ -159,12 +159,28 @@ pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String
             "pending_reasons": list("PendingReasons"), "request": request,
             "submitted_ms": submitted, "placed_ms": placed,
         });
+        // A Kubernetes claim's worker says which claim (only such a worker).
+        if let Some(c) = request.get("claim") {
+            v["kubernetes_claim"] = c.clone();
+        }
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
         return Ok(());
     }
     outln!("{}", text("Name"));
     outln!("  state:    {}", text("State"));
     outln!("  owner:    {}", owner_name.unwrap_or(owner.to_string()));
+    // A Kubernetes claim's worker (booked by the kubelet plugin): where
+    // the work came from, as the API server names it.
+    if let Some(c) = request.get("claim") {
+        let part =
+            |k: &str| astraeusd::text::printable(c.get(k).and_then(|v| v.as_str()).unwrap_or("?"));
+        outln!(
+            "  from:     Kubernetes claim {}/{} (UID {})",
+            part("namespace"),
+            part("name"),
+            part("uid")
+        );
+    }
     let on: Vec<String> = gpus.iter().map(|(i, u)| format!("GPU {i} ({u})")).collect();
     outln!(
         "  GPUs:     {}",
