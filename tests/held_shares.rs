@@ -216,15 +216,26 @@ fn what_each_driver_answers_is_held_or_promised_in_words() {
         )
     );
 
+    // The GPU itself says whether it can hold a share (its ShareLimits):
+    // by its own limit calls' answer, not by the calls being there (#66).
+    assert_eq!(full().can_hold(&l4()), Ok("NVML memory limits"));
     hardware("limits=notsup");
     let why = promised(hold(full()).apply("/a"));
     assert_eq!(
         why,
         "GPU 0: driver 999.99-fake does not support memory limits on it"
     );
+    assert_eq!(
+        full().can_hold(&l4()),
+        Err("driver 999.99-fake does not support memory limits on it".to_string())
+    );
     hardware("limits=noperm");
     let why = promised(hold(full()).apply("/a"));
     assert_eq!(why, "GPU 0: not permitted (NVML's memory limits need root)");
+    assert_eq!(
+        full().can_hold(&l4()),
+        Err("not permitted (NVML's memory limits need root)".to_string())
+    );
     // A driver that reads back other than it was told: not held, and what
     // was set is cleared again.
     hardware("limits=disagree");

@@ -404,13 +404,31 @@ impl MemoryLimits for NvmlLimits {
     }
 
     fn can_hold(&self, gpu: &GpuId) -> Result<&'static str, String> {
-        self.calls.ok_or_else(|| self.too_old())?;
+        let (_, get) = self.calls.ok_or_else(|| self.too_old())?;
         // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             return Err(self.words(NVML_ERROR_NO_PERMISSION, Path::new("")));
         }
-        self.device(gpu)?;
-        Ok("NVML memory limits")
+        let device = self.device(gpu)?;
+        // The GPU's own word (#66: a GPU whose limit calls answer
+        // NOT_SUPPORTED or NO_PERMISSION read "held" regardless): the
+        // limits at the control groups' root read; "none there" is a yes.
+        let root = &self.cgroups.root;
+        let name = CString::new(root.as_os_str().as_encoded_bytes())
+            .map_err(|_| "a control group path with a NUL".to_string())?;
+        let mut arg = GetLimitsV1 {
+            name_space: name.as_ptr(),
+            soft_limit: 0,
+            hard_limit: 0,
+            current_used: 0,
+        };
+        // SAFETY: as in `get`; `name` outlives the call.
+        match unsafe { get(device, &mut arg) } {
+            rc @ (NVML_ERROR_NOT_SUPPORTED | NVML_ERROR_NO_PERMISSION | NVML_ERROR_GPU_IS_LOST) => {
+                Err(self.words(rc, root))
+            }
+            _ => Ok("NVML memory limits"),
+        }
     }
 }
 
