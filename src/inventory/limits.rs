@@ -384,22 +384,15 @@ impl MemoryLimits for NvmlLimits {
 
     fn get(&self, gpu: &GpuId, cgroup: &str) -> Result<Reading, String> {
         let (_, get, device, name, dir) = self.prepare(gpu, cgroup)?;
-        let mut arg = GetLimitsV1 {
-            name_space: name.as_ptr(),
-            soft_limit: 0,
-            hard_limit: 0,
-            current_used: 0,
-        };
-        // SAFETY: as in `set`, for c_nvmlGetMemoryLimits_v1_t.
-        match unsafe { get(device, &mut arg) } {
-            NVML_SUCCESS => Ok(Reading {
+        match read_limits(get, device, &name) {
+            (NVML_SUCCESS, arg) => Ok(Reading {
                 limits: Limits {
                     soft: arg.soft_limit,
                     hard: arg.hard_limit,
                 },
                 used: Some(arg.current_used),
             }),
-            rc => Err(self.words(rc, &dir)),
+            (rc, _) => Err(self.words(rc, &dir)),
         }
     }
 
@@ -416,20 +409,28 @@ impl MemoryLimits for NvmlLimits {
         let root = &self.cgroups.root;
         let name = CString::new(root.as_os_str().as_encoded_bytes())
             .map_err(|_| "a control group path with a NUL".to_string())?;
-        let mut arg = GetLimitsV1 {
-            name_space: name.as_ptr(),
-            soft_limit: 0,
-            hard_limit: 0,
-            current_used: 0,
-        };
-        // SAFETY: as in `get`; `name` outlives the call.
-        match unsafe { get(device, &mut arg) } {
+        match read_limits(get, device, &name).0 {
             rc @ (NVML_ERROR_NOT_SUPPORTED | NVML_ERROR_NO_PERMISSION | NVML_ERROR_GPU_IS_LOST) => {
                 Err(self.words(rc, root))
             }
             _ => Ok("NVML memory limits"),
         }
     }
+}
+
+/// One nvmlDeviceGetMemoryLimits_v1 call for the group named `name`: its
+/// return code and what it filled in.
+fn read_limits(get: GetFn, device: Device, name: &CString) -> (c_int, GetLimitsV1) {
+    let mut arg = GetLimitsV1 {
+        name_space: name.as_ptr(),
+        soft_limit: 0,
+        hard_limit: 0,
+        current_used: 0,
+    };
+    // SAFETY: the layout of nvidia-ml-py's c_nvmlGetMemoryLimits_v1_t
+    // (checked against it by tests/held_shares.rs); `name` outlives the call.
+    let rc = unsafe { get(device, &mut arg) };
+    (rc, arg)
 }
 
 impl Drop for NvmlLimits {

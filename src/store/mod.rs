@@ -138,11 +138,12 @@ impl Store {
         let free: i64 = self
             .conn
             .pragma_query_value(None, "freelist_count", |r| r.get(0))?;
-        let want = room::FREE_PAGES_BYTES as i64 / self.page_size()?;
+        let page = self.page_size()?;
+        let want = room::FREE_PAGES_BYTES as i64 / page;
         if free >= want / 2 {
             return Ok(());
         }
-        let pad = (want - free) * self.page_size()?;
+        let pad = (want - free) * page;
         self.conn.execute_batch(&format!(
             "BEGIN; INSERT INTO ledger_room (pad) VALUES (zeroblob({pad})); \
              DELETE FROM ledger_room; COMMIT;"

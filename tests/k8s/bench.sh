@@ -10,22 +10,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 pods=${1:-50}
-K8S_VERSION=v1.37.2
-out=${ASTRAEUS_K8S_BIN:-$HOME/.cache/astraeus-k8s/$K8S_VERSION}
 label="k8s bench"
-[ -x "$out/kube-apiserver" ] || "$root/scripts/k8s-build" >/dev/null
-(cd "$root" && cargo build -q --bins)
-daemon_bin=$root/target/debug/astraeusd
-plugin_bin=$out/astraeus-kubelet-plugin
-kubelet_call=$out/kubelet-call
-(cd "$root/kubernetes" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$plugin_bin" ./cmd/astraeus-kubelet-plugin \
-  && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$kubelet_call" ./test/kubelet-call)
-# shellcheck source=cluster.sh
-. "$root/tests/k8s/cluster.sh"
-export -f api
-export server token tmp
-# shellcheck source=nodes.sh
-. "$root/tests/k8s/nodes.sh"
+# shellcheck source=setup.sh
+. "$root/tests/k8s/setup.sh"
 gpu() { printf '[[gpu]]\nmodel = "NVIDIA H100"\nuuid = "GPU-%s"\ntotal_gb = 80\n' "$1"; }
 node alpha "machine = \"alpha\"
 $(gpu a0000000-0000-0000-0000-000000000000)

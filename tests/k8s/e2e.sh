@@ -14,21 +14,9 @@
 #   tests/k8s/e2e.sh       (needs scripts/k8s-build's binaries, go, cargo)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-K8S_VERSION=v1.37.2
-out=${ASTRAEUS_K8S_BIN:-$HOME/.cache/astraeus-k8s/$K8S_VERSION}
 label="k8s e2e"
-[ -x "$out/kube-apiserver" ] || "$root/scripts/k8s-build" >/dev/null
-(cd "$root" && cargo build -q --bins)
-daemon_bin=$root/target/debug/astraeusd
-plugin_bin=$out/astraeus-kubelet-plugin
-kubelet_call=$out/kubelet-call
-(cd "$root/kubernetes" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$plugin_bin" ./cmd/astraeus-kubelet-plugin \
-  && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$kubelet_call" ./test/kubelet-call)
-# shellcheck source=cluster.sh
-. "$root/tests/k8s/cluster.sh"
-
-# shellcheck source=nodes.sh
-. "$root/tests/k8s/nodes.sh"
+# shellcheck source=setup.sh
+. "$root/tests/k8s/setup.sh"
 node alpha 'machine = "alpha"
 [[gpu]]
 model = "NVIDIA GeForce RTX 4060"
@@ -62,8 +50,6 @@ wait_capacity() { # node device value
   done
   fail "$1's $2 does not publish $3: $(api GET "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=$1")"
 }
-export -f api
-export server token tmp
 wait_capacity alpha gpu-0 7Gi
 wait_capacity alpha gpu-1 16Gi
 wait_capacity beta gpu-0 8Gi
@@ -158,11 +144,7 @@ wait_for 60 "pod train to be found unschedulable" bash -c \
 # big goes (its pod deleted, its claim deallocated and deleted, as the
 # resource claim controller would): alpha's gpu-1 is free, train takes it
 # whole, and the daemon books it whole.
-api DELETE "/api/v1/namespaces/default/pods/big?gracePeriodSeconds=0" >/dev/null
-api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big/status \
-  '{"status":{"reservedFor":null,"allocation":null}}' >/dev/null
-api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big '{"metadata":{"finalizers":null}}' >/dev/null
-api DELETE /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/big >/dev/null
+delete_claim big
 wait_for 60 "pod train to be scheduled" bash -c '[ -n "$(node_of train)" ]'
 api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/train | grep -q '"device":"gpu-1-whole"' \
   || fail "train is not alpha's gpu-1 whole: $(api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/train)"
@@ -180,11 +162,7 @@ echo "$label: a whole claim waited while every GPU was shared, then took alpha's
 grep -q "astraeus.dev/claim=" <<<"$(prepare beta small)" || fail "small's prepare"
 [ "$(worker_state beta small)" = 's "running"' ] || fail "small's worker"
 small_uid=$(uid_of small)
-api DELETE "/api/v1/namespaces/default/pods/small?gracePeriodSeconds=0" >/dev/null
-api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small/status \
-  '{"status":{"reservedFor":null,"allocation":null}}' >/dev/null
-api PATCH /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small '{"metadata":{"finalizers":null}}' >/dev/null
-api DELETE /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/small >/dev/null
+delete_claim small
 export bus_beta small_uid
 wait_for 30 "small's worker to be unprepared by the plugin" bash -c \
   "! busctl --address=\"\$bus_beta\" get-property org.astraeus.Node1 /org/astraeus/Node1/worker/claim_2d\$(sed 's/-/_2d/g' <<<\"\$small_uid\") org.astraeus.Node1.Worker State"

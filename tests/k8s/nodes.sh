@@ -58,3 +58,13 @@ worker_state() { # node claim: the claim's worker's State in the node's daemon
   path=/org/astraeus/Node1/worker/claim_2d$(uid_of "$2" | sed 's/-/_2d/g')
   busctl --address="${!bus_var}" get-property org.astraeus.Node1 "$path" org.astraeus.Node1.Worker State 2>/dev/null || true
 }
+
+# delete_claim NAME: NAME's pod deleted, then its claim deallocated and
+# deleted, as the resource claim controller (not run here) would do.
+delete_claim() {
+  api DELETE "/api/v1/namespaces/default/pods/$1?gracePeriodSeconds=0" >/dev/null
+  api PATCH "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/$1/status" \
+    '{"status":{"reservedFor":null,"allocation":null}}' >/dev/null
+  api PATCH "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/$1" '{"metadata":{"finalizers":null}}' >/dev/null
+  api DELETE "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/$1" >/dev/null
+}
