@@ -180,3 +180,22 @@ fn a_member_cannot_prepare_or_unprepare_a_claim() {
         o.stderr
     );
 }
+
+/// A claim is new work: below the ledger's floor of free space it is
+/// refused as a submit is (the room kept there is for stops), naming
+/// history.min_free_mb; an unprepare still goes through.
+#[test]
+fn a_claim_is_refused_below_the_floor_of_free_space() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    // A floor of 1 TB: more than this disk has free.
+    let _d = start_majin(&bus, dir.path(), "[history]\nmin_free_mb = 1048576\n", &[]);
+    let a = &bus.address;
+    let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("local", "1")]);
+    assert!(o.stderr.contains("history.min_free_mb"), "{}", o.stderr);
+    let o = prepare(a, UID1, "voice", 4 * STEP);
+    assert!(!o.ok, "{}", o.stdout);
+    assert!(o.stderr.contains("history.min_free_mb"), "{}", o.stderr);
+    assert!(gone(a, &format!("claim-{UID1}")));
+    assert!(manager(a, None, "UnprepareClaim", &["s", UID1]).ok);
+}

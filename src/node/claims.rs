@@ -94,6 +94,9 @@ impl Node {
                     .map_or("the GPU whole".to_string(), |s| format!("{s} GB")),
             )));
         }
+        // New work: not below the ledger's floor of free space (the room
+        // kept there is for stops, exits and readings: store/room.rs).
+        self.store.room_for_new_work()?;
         let spec_text = claim.spec();
         if let Err(reasons) = self.why_not(&spec_text)? {
             return Err(Error::Conflict(format!(
