@@ -705,7 +705,7 @@ fn a_stop_dockerd_never_answers_survives_a_kill_9() {
     let hang = hanging_stop::HangingStop::start(&dir.path().join("hang.sock"), &dk.socket());
     let bus = Bus::session();
     let runtime = format!(
-        "containers = \"docker\"\ndocker_socket = \"{}\"\ndocker_timeout_seconds = 2\n",
+        "containers = \"docker\"\ndocker_socket = \"{}\"\ndocker_timeout_seconds = 5\n",
         hang.socket.display()
     );
     let mut d = daemon(dir.path(), &bus, &runtime);

@@ -439,7 +439,9 @@ fn stops_commit_on_a_tmpfs_a_member_keeps_full() {
         );
         avail.stdout.trim().parse::<u64>().unwrap_or(u64::MAX) < 256 * 1024
     });
-    assert!(!submit(a, "refused").ok, "new work under the floor");
+    // (No check of the floor here: a filler truncating its file frees its
+    // megabytes for a moment, and a submit then may pass it; the ext4 test
+    // above checks the floor on a disk that stays full.)
     for i in 0..10 {
         let o = manager(a, None, "StopWorker", &["s", &format!("w{i}")]);
         assert!(o.ok, "stop {i} of 10 on the contested disk: {}", o.stderr);

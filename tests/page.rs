@@ -729,12 +729,10 @@ fn eighty_slow_readers_from_one_address_hold_no_other_address() {
         let took = started.elapsed();
         assert_eq!(status, 200, "probe {i} from another address: {body}");
         // The turn running now and the flood's next (2 s each, the rotation
-        // goes round the addresses waiting), then its own: not the 16
-        // turns the flood has waiting.
-        assert!(
-            took < Duration::from_millis(6500),
-            "probe {i} took {took:?}"
-        );
+        // goes round the addresses waiting), then its own: 6 s at most,
+        // not the 8 turns (16 s) the flood has waiting. The bound leaves a
+        // busy host 4 s of slack and still tells the two apart.
+        assert!(took < Duration::from_secs(10), "probe {i} took {took:?}");
     }
     drop(flood);
 }

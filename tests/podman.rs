@@ -742,7 +742,7 @@ fn a_stop_podman_never_answers_is_tried_again_as_a_kill() {
         dir.path().join("node.toml"),
         format!(
             "[inventory]\nrefresh_seconds = 0.5\n[runtime]\npodman_socket = \"{}\"\n\
-             stop_timeout_seconds = 1\npodman_timeout_seconds = 2\n",
+             stop_timeout_seconds = 1\npodman_timeout_seconds = 5\n",
             hang.socket.display()
         ),
     )
