@@ -74,7 +74,7 @@ fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_wo
     let shown = ctl(a, None, &["status", &format!("claim-{UID1}")]);
     assert!(
         shown.stdout.contains(&format!(
-            "  from:     Kubernetes claim team-a/voice (UID {UID1})\n"
+            "  from:     Kubernetes claim team-a/voice\n  claim:    UID {UID1}\n"
         )),
         "{}",
         shown.stdout

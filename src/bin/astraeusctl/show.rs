@@ -174,12 +174,13 @@ pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String
     if let Some(c) = request.get("claim") {
         let part =
             |k: &str| astraeusd::text::printable(c.get(k).and_then(|v| v.as_str()).unwrap_or("?"));
+        // Two lines: a UID is 36 characters, and a line stays within 80.
         outln!(
-            "  from:     Kubernetes claim {}/{} (UID {})",
+            "  from:     Kubernetes claim {}/{}",
             part("namespace"),
-            part("name"),
-            part("uid")
+            part("name")
         );
+        outln!("  claim:    UID {}", part("uid"));
     }
     let on: Vec<String> = gpus.iter().map(|(i, u)| format!("GPU {i} ({u})")).collect();
     outln!(
