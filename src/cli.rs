@@ -196,6 +196,13 @@ pub enum CtlCommand {
         #[arg(long)]
         notify: bool,
     },
+    /// The CDI createContainer hook of a Kubernetes claim (the kubelet
+    /// plugin's spec runs it, as root): binds the container whose OCI state
+    /// is on standard input to the claim, before its command runs.
+    ClaimHook {
+        /// The claim's UID.
+        uid: String,
+    },
     /// GPU-hours and energy by worker, owner, GPU or user; a shared GPU counts
     /// for each sharer by its share of the GPU's memory.
     Usage {

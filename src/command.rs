@@ -117,6 +117,15 @@ pub enum Command {
         caller: Caller,
         reply: Reply<Result<()>>,
     },
+    /// A container of a prepared claim, named by its process (the CDI
+    /// hook's call, `astraeusctl claim-hook`): its control group becomes
+    /// the claim's (holders, limits). Answers how its share is held.
+    BindClaim {
+        uid: String,
+        pid: u32,
+        caller: Caller,
+        reply: Reply<Result<String>>,
+    },
     /// What each GPU offers the cluster now.
     ClusterOffers {
         reply: Reply<Vec<crate::node::ClusterOffer>>,
@@ -235,6 +244,17 @@ pub enum Command {
     Cgroup {
         name: String,
         cgroup: String,
+    },
+    /// The control group of a claim's container, read off the loop
+    /// (None: its process is gone or in no group of its own).
+    ClaimCgroup {
+        name: String,
+        id: i64,
+        pid: u32,
+        cgroup: Option<String>,
+        /// Whether the group bound before still has a process.
+        bound_alive: bool,
+        reply: Reply<Result<String>>,
     },
     /// What setting (or checking) a shared worker's GPU memory limits found.
     Enforced {

@@ -219,6 +219,9 @@ impl Worker {
             (None, _) if self.spec.shared_gb().is_none() => {
                 "whole GPU (no limit: it is all its own)"
             }
+            (None, _) if self.spec.claim.is_some() => {
+                "no container of its pod bound yet (the claim CDI hook binds it as it is created)"
+            }
             (None, _) if !self.launches() => "a reservation (no workload of its own to limit)",
             (None, State::Starting) => "starting (its limits are set before its command runs)",
             (None, _) => "its limits are not known yet",

@@ -325,6 +325,47 @@ fn start(bus: &Bus, dir: &Path, pm: &Podman, lib: &Path, extra: &str) -> Daemon 
     Daemon::start_with(bus, dir, None, &env)
 }
 
+/// Container `name`'s process and memory group, the one limit the fake
+/// holds (4 GB soft, `hard`) on that group, set before its command ran.
+fn limits_on_its_own_group(
+    pm: &Podman,
+    name: &str,
+    dir: &Path,
+    hard: u64,
+    d: &Daemon,
+) -> (String, PathBuf) {
+    let pid = pm
+        .run(&["inspect", "--format", "{{.State.Pid}}", name])
+        .trim()
+        .to_string();
+    let own = memory_dir(&pid);
+    assert_eq!(
+        limits_in(&dir.join("limits.txt")),
+        [(UUID.to_string(), 4 * GIB, hard, own.display().to_string())],
+        "{}",
+        d.log_text()
+    );
+    set_before_its_command(dir, &own);
+    (pid, own)
+}
+
+/// The limits were set on `group` (the fake's log of each set says which
+/// processes were in it then) before its command (`sleep`) ran, with the
+/// runtime's init in it.
+fn set_before_its_command(dir: &Path, group: &Path) {
+    let log = std::fs::read_to_string(dir.join("limits.log")).unwrap();
+    let set = log
+        .lines()
+        .find(|l| l.starts_with("set ") && l.contains(&group.display().to_string()))
+        .unwrap_or_else(|| panic!("no set for {}: {log}", group.display()));
+    let procs = set.rsplit("procs=").next().unwrap();
+    assert!(!procs.is_empty(), "the group had no process yet: {set}");
+    assert!(
+        !procs.split(',').any(|c| c == "sleep"),
+        "its command ran before its limit: {set}"
+    );
+}
+
 /// `astraeusctl workers`: the worker's row has `word` in its MEMORY column.
 fn workers_row_says(a: &str, name: &str, word: &str) {
     let o = ctl(a, None, &["workers"]);
@@ -384,34 +425,7 @@ fn a_containers_limit_is_on_its_own_group_before_its_command_runs() {
     eventually("held", || {
         worker_prop(a, "c", "Enforcement") == "s \"held\"\n"
     });
-    let pid = pm
-        .run(&["inspect", "--format", "{{.State.Pid}}", "astraeus-c"])
-        .trim()
-        .to_string();
-    let own = memory_dir(&pid);
-    let limits = limits_in(&dir.path().join("limits.txt"));
-    assert_eq!(
-        limits,
-        [(
-            UUID.to_string(),
-            4 * GIB,
-            24 * GIB,
-            own.display().to_string()
-        )],
-        "{}",
-        d.log_text()
-    );
-    let log = std::fs::read_to_string(dir.path().join("limits.log")).unwrap();
-    let set = log
-        .lines()
-        .find(|l| l.starts_with("set ") && l.contains(&own.display().to_string()))
-        .unwrap_or_else(|| panic!("no set for {}: {log}", own.display()));
-    let procs = set.rsplit("procs=").next().unwrap();
-    assert!(!procs.is_empty(), "the group had no process yet: {set}");
-    assert!(
-        !procs.split(',').any(|c| c == "sleep"),
-        "its command ran before its limit: {set}"
-    );
+    let (pid, own) = limits_on_its_own_group(&pm, "astraeus-c", dir.path(), 24 * GIB, &d);
     workers_row_says(a, "c", "held");
     // Its use read from its limits (the driver's count for its group,
     // 5 GB), not from its processes (the 1 GB NVML lists for its pid): it
@@ -538,5 +552,154 @@ fn on_an_older_driver_a_share_is_promised_and_says_why() {
     assert!(limits_in(&dir.path().join("limits.txt")).is_empty());
     assert!(manager(a, None, "StopWorker", &["s", "c"]).ok);
     eventually("c gone", || gone(a, "c"));
+    drop(d);
+}
+
+const CLAIM_UID: &str = "0b5e0000-1111-2222-3333-444444444444";
+
+/// A claim's CDI spec, as the kubelet plugin writes it
+/// (kubernetes/internal/plugin/spec_test.go pins the same form), in the
+/// one place podman 4.3 reads specs from; removed when dropped.
+struct ClaimSpec(PathBuf);
+
+impl ClaimSpec {
+    fn write(bus: &str, gb: &str) -> ClaimSpec {
+        let hook = env!("CARGO_BIN_EXE_astraeusctl");
+        let spec = serde_json::json!({
+            "cdiVersion": "0.5.0",
+            "kind": "astraeus.dev/claim",
+            "devices": [{"name": CLAIM_UID, "containerEdits": {
+                "env": [format!("ASTRAEUS_GPU_MEMORY_GB={gb}")],
+                "hooks": [{"hookName": "createContainer", "path": hook,
+                    "args": ["astraeusctl", "--bus-address", bus, "claim-hook", CLAIM_UID],
+                    "timeout": 60}]}}]
+        });
+        // "astraeus-test-": a run that died leaves it for the next Podman::start to remove.
+        let path = PathBuf::from(format!("/etc/cdi/astraeus-test-claim-{CLAIM_UID}.json"));
+        std::fs::write(&path, spec.to_string()).unwrap();
+        ClaimSpec(path)
+    }
+}
+
+impl Drop for ClaimSpec {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A pod's container started through real podman with its claim's CDI
+/// device: it is told its share, and the spec's createContainer hook
+/// (astraeusctl claim-hook) binds it to the claim before its command
+/// runs: the limits are on its own group with only the runtime's init in
+/// it, its processes are the claim's holders. A second container of the
+/// claim runs unbound; a restart sets the limits again; unprepared, they
+/// are gone while the pod runs on.
+#[test]
+fn a_pods_container_is_bound_to_its_claim_by_the_cdi_hook_before_its_command_runs() {
+    let Some((dir, pm, bus)) = podman_and_an_l4() else {
+        return;
+    };
+    let lib = fake_nvml::fake_lib(false);
+    let d = start(&bus, dir.path(), &pm, &lib, "");
+    let a = &bus.address;
+    // Its worker's object: claim-UID, D-Bus-escaped.
+    let claim = format!("claim_2d{}", CLAIM_UID.replace('-', "_2d"));
+    let prepared = manager(
+        a,
+        None,
+        "PrepareClaim",
+        &[
+            "sssst",
+            CLAIM_UID,
+            "team-a",
+            "voice",
+            UUID,
+            &(4 * GIB).to_string(),
+        ],
+    );
+    assert!(prepared.ok, "{}", prepared.stderr);
+    assert_eq!(
+        worker_prop(a, &claim, "Enforcement"),
+        "s \"promised: no container of its pod bound yet (the claim CDI hook binds it as it is created)\"\n"
+    );
+    let _spec = ClaimSpec::write(a, "4");
+    let device = format!("astraeus.dev/claim={CLAIM_UID}");
+    let run = |name: &str| {
+        pm.cmd()
+            .args(["run", "-d", "--network", "none", "--name", name, "--device"])
+            .args([device.as_str(), "localhost/bb", "sleep", "600"])
+            .output()
+            .unwrap()
+    };
+    let o = run("pod-c");
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stderr),
+        d.log_text()
+    );
+    let env = pm
+        .cmd()
+        .args(["exec", "pod-c", "cat", "/proc/1/environ"])
+        .output()
+        .unwrap();
+    // Its command's own environment (an exec'd process gets podman's, not CDI's).
+    let env = String::from_utf8_lossy(&env.stdout);
+    assert!(
+        env.split('\0').any(|v| v == "ASTRAEUS_GPU_MEMORY_GB=4"),
+        "{env:?}"
+    );
+    assert_eq!(worker_prop(a, &claim, "Enforcement"), "s \"held\"\n");
+    let (pid, own) = limits_on_its_own_group(&pm, "pod-c", dir.path(), 4 * GIB, &d);
+    // Its processes' GPU memory is the claim's: 5 GB used, beyond its share.
+    let fx = dir.path().join("gpus.txt");
+    fake_nvml::one_l4(
+        &fx,
+        UUID,
+        5 * GIB,
+        &format!("proc gpu=0 pid={pid} mem={} kind=compute\n", 5 * GIB),
+    );
+    eventually("its container's use metered as the claim's", || {
+        worker_prop(a, &claim, "GpuUsedGb") == "d 5\n"
+    });
+    assert_eq!(
+        worker_prop(a, &claim, "Warnings"),
+        format!("as 1 \"uses more than its 4 GB share on GPU 0 of majin (5 GB now)\"\n")
+    );
+    fake_nvml::one_l4(&fx, UUID, 0, "");
+
+    // A second container of the claim runs, unbound: the limits stay the first's.
+    let o = run("pod-d");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(limits_in(&dir.path().join("limits.txt")).len(), 1);
+    assert!(
+        d.log_text().contains("a container bound (process"),
+        "{}",
+        d.log_text()
+    );
+
+    // kill -9, the limits lost meanwhile: the restart sets them again.
+    d.signal(libc::SIGKILL);
+    drop(d);
+    std::fs::write(dir.path().join("limits.txt"), "").unwrap();
+    let d = start(&bus, dir.path(), &pm, &lib, "");
+    eventually("held again after the restart", || {
+        worker_prop(a, &claim, "Enforcement") == "s \"held\"\n"
+            && limits_in(&dir.path().join("limits.txt")).len() == 1
+    });
+    assert_eq!(
+        limits_in(&dir.path().join("limits.txt"))[0].3,
+        own.display().to_string()
+    );
+
+    // Unprepared (the pod ended, or root stopped the claim): its limits go,
+    // though the container still runs.
+    assert!(manager(a, None, "UnprepareClaim", &["s", CLAIM_UID]).ok);
+    eventually("its limits gone", || {
+        limits_in(&dir.path().join("limits.txt")).is_empty()
+    });
+    assert!(pm
+        .run(&["inspect", "--format", "{{.State.Running}}", "pod-c"])
+        .contains("true"));
     drop(d);
 }

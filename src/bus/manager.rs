@@ -142,6 +142,36 @@ impl Manager {
             .await??)
     }
 
+    /// Binds a pod's container to its prepared claim (the CDI hook's call,
+    /// `astraeusctl claim-hook`, as the container is created): the
+    /// control group of process `pid` becomes the claim's, its processes
+    /// the claim's holders, and a share's GPU memory limits are set on it
+    /// before the reply. Returns how the share is held ("held",
+    /// "promised: why", or "the GPU whole"). One container a claim.
+    #[zbus(out_args("enforcement"))]
+    async fn bind_claim_container(
+        &self,
+        claim_uid: String,
+        pid: u32,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, BusError> {
+        bounded(&[("claim_uid", &claim_uid)])?;
+        crate::claim::check_uid(&claim_uid)?;
+        if pid == 0 {
+            return Err(crate::error::Error::field("pid", "a process id, not 0").into());
+        }
+        Ok(self
+            .lp
+            .ask_as(&hdr, conn, |caller, reply| Command::BindClaim {
+                uid: claim_uid,
+                pid,
+                caller,
+                reply,
+            })
+            .await??)
+    }
+
     /// (index, UUID, model, bytes, healthy, whole) of each GPU that takes
     /// shares: the memory it offers the Kubernetes cluster now (what it
     /// offers shared work less what the host's own workers take, in 256 MiB

@@ -127,6 +127,33 @@ pub async fn apply_hold(
     }
 }
 
+/// The process a container's CDI hook names (its OCI state's `pid`),
+/// seen from here. runc runs `createContainer` hooks from the container's
+/// init, inside the container's pid namespace: the state says 1, and the
+/// hook (`caller`, whose pid the bus gives) is that init's child. Other
+/// runtimes run hooks in their own namespace, where the state's pid is the
+/// host's. So: the hook's parent when the state's pid is that parent's
+/// pid in a namespace nested below this one, else the state's pid.
+pub fn hooked_process(state_pid: u32, caller: Option<u32>) -> u32 {
+    let status = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+    caller
+        .and_then(|c| status_field(&status(c)?, "PPid")?.parse::<u32>().ok())
+        .and_then(|parent| {
+            let text = status(parent)?;
+            let ids: Vec<&str> = status_field(&text, "NSpid")?.split_whitespace().collect();
+            (ids.len() > 1 && ids.last()? == &state_pid.to_string()).then_some(parent)
+        })
+        .unwrap_or(state_pid)
+}
+
+/// One field of a `/proc/PID/status` text (`PPid:\t1` → "1").
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == key).then(|| v.trim())
+    })
+}
+
 /// The control group of process `pid` ([`cgroup_of`] its `/proc/PID/cgroup`).
 pub fn cgroup_of_pid(pid: u32) -> Option<String> {
     cgroup_of(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)

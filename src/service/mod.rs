@@ -267,6 +267,7 @@ impl Service {
         // Both ask runtimes in tasks; their answers come back as commands.
         self.reconcile();
         self.learn_what_runs();
+        self.hold_bound_claims();
         loop {
             // A test can stall exactly this loop here: the pings must stop with it.
             failpoint::hit("service.loop");
@@ -648,6 +649,12 @@ impl Service {
             Command::UnprepareClaim { uid, caller, reply } => {
                 self.unprepare_claim(uid, caller, reply).await
             }
+            Command::BindClaim {
+                uid,
+                pid,
+                caller,
+                reply,
+            } => self.bind_claim(uid, pid, caller, reply),
             Command::ClusterOffers { reply } => {
                 let _ = reply.send(self.node.offered_to_cluster());
             }
@@ -804,6 +811,14 @@ impl Service {
                 }
                 self.check_hold(&name, cgroup);
             }
+            Command::ClaimCgroup {
+                name,
+                id,
+                pid,
+                cgroup,
+                bound_alive,
+                reply,
+            } => self.claim_cgroup(&name, id, pid, cgroup, bound_alive, reply),
             Command::Enforced {
                 name,
                 id,

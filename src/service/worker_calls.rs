@@ -85,6 +85,8 @@ impl Service {
             }
             return;
         }
+        // A claim's limits go (its pod may run on: docs/kubernetes.md).
+        self.clear_hold(&name);
         match self.node.stop(&name, caller.uid) {
             Ok(changes) => {
                 let shown = self.show(&changes);

@@ -5,7 +5,7 @@
 
 use super::Service;
 use crate::access::{Caller, Workload};
-use crate::command::Command;
+use crate::command::{Command, Reply};
 use crate::error::{Error, Result};
 use crate::inventory::limits::{Enforcement, GpuId, Hold, Limits};
 use crate::journal;
@@ -416,10 +416,14 @@ impl Service {
     /// The GPU memory limits a shared worker gets on each GPU it holds:
     /// soft its share, hard its share or that and what no one is promised
     /// (`sharing.hard_limit`), as it starts. None for whole GPUs, VMs (a passed-through
-    /// GPU is the guest's), reservations and workers without GPUs.
+    /// GPU is the guest's), reservations and workers without GPUs; a
+    /// claim's is set on its container's group.
     pub(super) fn hold_for(&self, w: &crate::worker::Worker) -> Option<Hold> {
         let share = w.spec.shared_gb()?;
-        if !matches!(w.kind(), Some(Kind::Container | Kind::Unit)) || w.grants().is_empty() {
+        // A claim's share is held on its pod's container (BindClaim).
+        let in_a_group =
+            matches!(w.kind(), Some(Kind::Container | Kind::Unit)) || w.spec.claim.is_some();
+        if !in_a_group || w.grants().is_empty() {
             return None;
         }
         let machine = self.node.machine();
@@ -492,17 +496,35 @@ impl Service {
                  (a GPU reset clears them): setting them again"
             );
             self.runtimes.reapplying.insert(name.clone(), id);
-            let tx = self.lp.tx.clone();
-            tokio::spawn(async move {
-                let enforcement = crate::runtime::apply_hold(hold, Some(cgroup)).await;
-                let cmd = Command::Enforced {
-                    name,
-                    id,
-                    enforcement,
-                };
-                let _ = tx.send(cmd).await;
-            });
+            self.apply_hold_off_loop(name, id, hold, cgroup, None);
         }
+    }
+
+    /// Sets a worker's limits on `cgroup` and reads them back, off the
+    /// loop; what that found comes back as `Command::Enforced`, and then
+    /// (a hook waiting for it) `told` hears it in words.
+    pub(super) fn apply_hold_off_loop(
+        &self,
+        name: String,
+        id: i64,
+        hold: Hold,
+        cgroup: String,
+        told: Option<Reply<Result<String>>>,
+    ) {
+        let tx = self.lp.tx.clone();
+        tokio::spawn(async move {
+            let enforcement = crate::runtime::apply_hold(hold, Some(cgroup)).await;
+            let said = enforcement.to_string();
+            let cmd = Command::Enforced {
+                name,
+                id,
+                enforcement,
+            };
+            let _ = tx.send(cmd).await;
+            if let Some(told) = told {
+                let _ = told.send(Ok(said));
+            }
+        });
     }
 
     /// Records what a launch or check found of a worker's limits.
@@ -542,17 +564,21 @@ impl Service {
         self.runtimes
             .holds
             .insert(name.to_string(), (id, hold.clone()));
-        let (tx, name) = (self.lp.tx.clone(), name.to_string());
-        tokio::spawn(async move {
-            let enforcement = crate::runtime::apply_hold(hold, Some(cgroup)).await;
-            let _ = tx
-                .send(Command::Enforced {
-                    name,
-                    id,
-                    enforcement,
-                })
-                .await;
+        self.apply_hold_off_loop(name.to_string(), id, hold, cgroup, None);
+    }
+
+    /// A worker's limits go as it ends (removing its group clears them
+    /// too; this clears them where the group outlives it: a claim's pod).
+    pub(super) fn clear_hold(&mut self, name: &str) {
+        let kept = self.runtimes.holds.remove(name);
+        let held = self.node.worker(name).and_then(|w| {
+            let held = w.enforcement == Some(Enforcement::Held);
+            let hold = kept.filter(|(id, _)| *id == w.id).map(|(_, h)| h);
+            held.then(|| hold.zip(w.cgroup.clone()))?
         });
+        if let Some((hold, cgroup)) = held {
+            tokio::task::spawn_blocking(move || hold.clear(&cgroup));
+        }
     }
 
     /// Ends a worker, at the runtime's own time when it has one.
@@ -567,17 +593,7 @@ impl Service {
         if let Some((_, stopping)) = self.runtimes.stopping.remove(name) {
             stopping.abort();
         }
-        // Its limits go with it (removing its group clears them too; this
-        // clears them where the group outlives it).
-        let kept = self.runtimes.holds.remove(name);
-        let held = self.node.worker(name).and_then(|w| {
-            let held = w.enforcement == Some(Enforcement::Held);
-            let hold = kept.filter(|(id, _)| *id == w.id).map(|(_, h)| h);
-            held.then(|| hold.zip(w.cgroup.clone()))?
-        });
-        if let Some((hold, cgroup)) = held {
-            tokio::task::spawn_blocking(move || hold.clear(&cgroup));
-        }
+        self.clear_hold(name);
         // Listed to anyone (the ended list) and logged.
         let reason = reason_text(reason);
         match self.node.end_at(name, status, &reason, at) {

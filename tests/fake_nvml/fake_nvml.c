@@ -50,6 +50,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #define MAXG 64
 #define MAXM 16
@@ -67,11 +68,30 @@ typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDevi
 /* *_rc: what the query answers (OK or an error); remap: 0 none, 1 pending, 2 failed. */
 struct gpu { char uuid[96], name[96], bus[32]; unsigned long long total, used, reserved, energy, ecc, cgused; unsigned int power, util; int fail, pending, limits_rc, limits_disagree, cgused_set, retired_rc, remap, remap_rc, ecc_rc, procs_rc, events_rc, nxid, mig_rc; unsigned int mig, mig_pending; unsigned long long xid[8]; };
 struct proc { int gpu; unsigned int pid; unsigned long long mem; int na, graphics; };
-static struct gpu G[MAXG + MAXM];
-/* MIG instances follow the GPUs in G (G[ng .. ng+nm)); mig_parent[k] is instance k's GPU. */
-static int mig_parent[MAXM], nm;
-static struct proc P[MAXP];
-static int ng, np, inited;
+/* The fixture as last read. NVML is thread-safe and the daemon calls it from
+ * several threads (a reading, limits set off the loop): each read of a
+ * fixture whose text changed is parsed into a new snapshot, published whole
+ * by one pointer store and never freed (fixtures change a few times a test),
+ * so no call ever sees one half parsed. */
+struct fixture {
+  struct gpu G[MAXG + MAXM];
+  /* MIG instances follow the GPUs in G (G[ng .. ng+nm)); mig_parent[k] is instance k's GPU. */
+  int mig_parent[MAXM], nm;
+  struct proc P[MAXP];
+  int ng, np;
+};
+static struct fixture empty_fixture, *current = &empty_fixture;
+static __thread struct fixture *building; /* the one load() is parsing, on its thread */
+#define FX (building ? building : __atomic_load_n(&current, __ATOMIC_ACQUIRE))
+#define G (FX->G)
+#define mig_parent (FX->mig_parent)
+#define nm (FX->nm)
+#define P (FX->P)
+#define ng (FX->ng)
+#define np (FX->np)
+static int inited;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static void parse(FILE *f);
 
 static const char *val(const char *line, const char *key) {
   static char buf[128];
@@ -102,10 +122,30 @@ static void load(void) {
     seen = now;
     cached = 1;
   }
-  ng = np = nm = 0;
+  /* The file's text, compared with the last parsed: unchanged, nothing to do. */
+  static char last[1 << 16];
+  static size_t last_len = (size_t)-1;
+  char *text = malloc(sizeof last);
+  size_t len = 0;
   FILE *f = path ? fopen(path, "r") : NULL;
+  if (f) { len = fread(text, 1, sizeof last, f); fclose(f); }
+  pthread_mutex_lock(&load_lock);
+  if (len != last_len || memcmp(text, last, len)) {
+    memcpy(last, text, len);
+    last_len = len;
+    building = calloc(1, sizeof *building);
+    FILE *m = fmemopen(text, len ? len : 1, "r");
+    if (m && len) parse(m);
+    if (m) fclose(m);
+    __atomic_store_n(&current, building, __ATOMIC_RELEASE);
+    building = NULL;
+  }
+  pthread_mutex_unlock(&load_lock);
+  free(text);
+}
+/* One fixture text into `building` (the G, P, ... names are its fields here). */
+static void parse(FILE *f) {
   static struct gpu M[MAXM];
-  if (!f) return;
   char line[512];
   while (fgets(line, sizeof line, f)) {
     char l[520] = " ";
@@ -175,7 +215,6 @@ static void load(void) {
       const char *k = val(l, "kind"); p->graphics = k && !strcmp(k, "graphics");
     }
   }
-  fclose(f);
   /* Instances after the GPUs; each shares its parent's bus and fate. */
   for (int k = 0; k < nm; k++) {
     G[ng + k] = M[k];
@@ -420,7 +459,25 @@ static void limits_log(const char *uuid, const set_limits_t *s) {
   fprintf(f, "\n");
   fclose(f);
 }
+/* NVML is thread-safe; the limits table here is one per process, loaded,
+ * changed and saved by each call: a reading's get on one thread, loading
+ * between another's change and its save, would undo that set. */
+static pthread_mutex_t limits_lock = PTHREAD_MUTEX_INITIALIZER;
+static nvmlReturn_t set_limits(nvmlDevice_t d, set_limits_t *s);
+static nvmlReturn_t get_limits(nvmlDevice_t d, get_limits_t *o);
 nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t d, set_limits_t *s) {
+  pthread_mutex_lock(&limits_lock);
+  nvmlReturn_t rc = set_limits(d, s);
+  pthread_mutex_unlock(&limits_lock);
+  return rc;
+}
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, get_limits_t *o) {
+  pthread_mutex_lock(&limits_lock);
+  nvmlReturn_t rc = get_limits(d, o);
+  pthread_mutex_unlock(&limits_lock);
+  return rc;
+}
+static nvmlReturn_t set_limits(nvmlDevice_t d, set_limits_t *s) {
   DEV(d);
   if (g->limits_rc != OK) return g->limits_rc;
   if (!s || !s->nameSpace) return INVALID;
@@ -439,7 +496,7 @@ nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t d, set_limits_t *s) {
   limits_log(g->uuid, s);
   return OK;
 }
-nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, get_limits_t *o) {
+static nvmlReturn_t get_limits(nvmlDevice_t d, get_limits_t *o) {
   DEV(d);
   if (g->limits_rc != OK) return g->limits_rc;
   if (!o || !o->nameSpace) return INVALID;

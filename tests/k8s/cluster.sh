@@ -94,18 +94,23 @@ wait_for 30 "etcd /health" curl -sf "http://127.0.0.1:$etcd_port/health"
 
 # DRA (resource.k8s.io/v1) is GA and served by default; DRAConsumableCapacity is
 # beta and on by default in 1.37, so no --feature-gates/--runtime-config needed.
-"$out/kube-apiserver" \
-  --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-  --tls-cert-file apiserver.crt --tls-private-key-file apiserver.key --client-ca-file ca.crt \
-  --token-auth-file tokens.csv --authorization-mode RBAC \
-  --service-account-issuer https://kubernetes.default.svc.cluster.local \
-  --service-account-key-file sa.pub --service-account-signing-key-file sa.key \
-  --service-cluster-ip-range 10.96.0.0/16 --cert-dir "$tmp/apiserver-certs" \
-  --endpoint-reconciler-type none \
-  > kube-apiserver.log 2>&1 &
-pids+=($!)
-wait_for 180 "kube-apiserver /readyz" api GET /readyz
+# start_apiserver: kube-apiserver (again), its pid in $api_pid, once ready.
+start_apiserver() {
+  "$out/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --tls-cert-file apiserver.crt --tls-private-key-file apiserver.key --client-ca-file ca.crt \
+    --token-auth-file tokens.csv --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file sa.pub --service-account-signing-key-file sa.key \
+    --service-cluster-ip-range 10.96.0.0/16 --cert-dir "$tmp/apiserver-certs" \
+    --endpoint-reconciler-type none \
+    >> "$tmp/kube-apiserver.log" 2>&1 &
+  api_pid=$!
+  pids+=($api_pid)
+  wait_for 180 "kube-apiserver /readyz" api GET /readyz
+}
+start_apiserver
 alive
 [ "$(api GET /healthz)" = ok ] || fail "/healthz is not ok"
 api GET /version | grep -q "\"gitVersion\":\"$K8S_VERSION\"" || fail "/version is not $K8S_VERSION"

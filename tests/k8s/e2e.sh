@@ -76,6 +76,24 @@ grep -q "nvidia.com/gpu=GPU-a1000000-0000-0000-0000-000000000000" <<<"$prepared"
 [ "$(worker_state alpha big)" = 's "running"' ] || fail "big's worker in alpha's ledger: $(worker_state alpha big)"
 grep -q '"ASTRAEUS_GPU_MEMORY_GB=12"' "$tmp/alpha/cdi/astraeus-claim-$(uid_of big).json" || fail "big's CDI spec"
 [ "$(prepare alpha big)" = "$prepared" ] || fail "a second prepare differs"
+# The container runtime starts the pod's container with the claim's CDI
+# device (real podman, the spec the plugin wrote, in podman 4.3's one spec
+# folder): it is told its share, and the spec's createContainer hook
+# (astraeusctl claim-hook) binds it to the claim in alpha's daemon.
+pm=$tmp/podman
+mkdir -p "$pm/rootfs/bin"
+cp /bin/busybox "$pm/rootfs/bin/"
+# (The limits this host lets a container have: tests/common/podman.rs.)
+printf '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n' > "$pm/containers.conf"
+cdi_copy=/etc/cdi/astraeus-test-e2e-$(uid_of big).json
+cp "$tmp/alpha/cdi/astraeus-claim-$(uid_of big).json" "$cdi_copy"
+seen=$(CONTAINERS_CONF=$pm/containers.conf podman --root "$pm/root" --runroot "$pm/runroot" --storage-driver vfs \
+  run --rm --network none --device "astraeus.dev/claim=$(uid_of big)" --rootfs "$pm/rootfs" \
+  /bin/busybox sh -c 'echo "share=$ASTRAEUS_GPU_MEMORY_GB"' 2>&1) || true
+rm -f "$cdi_copy"
+grep -qx "share=12" <<<"$seen" || fail "the pod's container with big's CDI device: $(tr "\n" " " <<<"$seen")"
+grep -q "claim-$(uid_of big): a container bound" "$tmp/alpha-astraeusd.log" || fail "big's container was not bound by the hook"
+echo "$label: a container started with big's CDI device was told its 12 GB and bound to the claim by the hook" >&2
 echo "$label: the kubelet's prepare booked big in alpha's ledger (claim-$(uid_of big), 12 GB)" >&2
 echo "$label: 12Gi bound to alpha's gpu-1; 20Gi Pending: $(api GET /api/v1/namespaces/default/pods/huge | grep -o '"message":"[^"]*"' | head -1)" >&2
 
@@ -168,4 +186,13 @@ wait_for 30 "small's worker to be unprepared by the plugin" bash -c \
   "! busctl --address=\"\$bus_beta\" get-property org.astraeus.Node1 /org/astraeus/Node1/worker/claim_2d\$(sed 's/-/_2d/g' <<<\"\$small_uid\") org.astraeus.Node1.Worker State"
 [ ! -e "$tmp/beta/cdi/astraeus-claim-$small_uid.json" ] || fail "small's CDI spec after its cleanup"
 echo "$label: a claim deleted while prepared was unprepared against the API server" >&2
+# The API server gone for a while: beta's local worker ends meanwhile (its
+# plugin cannot publish); once the server is back, beta's whole 8 GB is
+# published again, and no plugin gave up.
+killed "$api_pid"
+busctl --address="$bus_beta" call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager StopWorker s local >/dev/null
+sleep 3
+start_apiserver
+wait_capacity beta gpu-0 8Gi
+echo "$label: the API server away for a while: slices published again once it was back" >&2
 echo "$label: OK" >&2

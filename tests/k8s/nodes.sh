@@ -32,6 +32,7 @@ plugin() {
   local bus_var="bus_$1"
   "$plugin_bin" --node-name "$1" --kubeconfig "$tmp/kubeconfig" --bus-address "${!bus_var}" \
     --plugin-dir "$tmp/$1/plugin" --registrar-dir "$tmp/$1/reg" --cdi-dir "$tmp/$1/cdi" --cleanup-every 2s \
+    --hook "$root/target/debug/astraeusctl" \
     >> "$tmp/$1-plugin.log" 2>&1 &
   pids+=($!)
   eval "plugin_$1=\$!"

@@ -5,13 +5,12 @@
 # (cluster.sh) and the node helpers (nodes.sh).
 K8S_VERSION=v1.37.2
 out=${ASTRAEUS_K8S_BIN:-$HOME/.cache/astraeus-k8s/$K8S_VERSION}
-[ -x "$out/kube-apiserver" ] || "$root/scripts/k8s-build" >/dev/null
+"$root/scripts/k8s-build" >/dev/null
 (cd "$root" && cargo build -q --bins)
 daemon_bin=$root/target/debug/astraeusd
 plugin_bin=$out/astraeus-kubelet-plugin
 kubelet_call=$out/kubelet-call
-(cd "$root/kubernetes" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$plugin_bin" ./cmd/astraeus-kubelet-plugin \
-  && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "$kubelet_call" ./test/kubelet-call)
+"$root/tests/k8s/build-plugin.sh"
 # shellcheck source=cluster.sh
 . "$root/tests/k8s/cluster.sh"
 # What `wait_for`'s bash -c checks call.

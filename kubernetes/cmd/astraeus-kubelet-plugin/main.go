@@ -35,6 +35,7 @@ func run() error {
 	busAddress := flag.String("bus-address", "", "astraeusd's bus; empty: the system bus")
 	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "where claims' CDI specs are written")
 	gpuDevice := flag.String("gpu-cdi-device", "nvidia.com/gpu={uuid}", "the CDI device giving a container its GPU; empty for none")
+	hook := flag.String("hook", "/usr/bin/astraeusctl", "astraeusctl, run as each claim's CDI createContainer hook (claim-hook); empty for none")
 	pluginDir := flag.String("plugin-dir", "", "the plugin's socket directory (default /var/lib/kubelet/plugins/<driver>)")
 	registrarDir := flag.String("registrar-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registry")
 	cleanupEvery := flag.Duration("cleanup-every", time.Minute, "how often claims the API server no longer has are unprepared")
@@ -70,6 +71,9 @@ func run() error {
 		Daemon:    d,
 		CDIDir:    *cdiDir,
 		GPUDevice: *gpuDevice,
+		// The hook reaches the daemon the plugin does.
+		Hook:           *hook,
+		HookBusAddress: *busAddress,
 	}
 	helper, err := kubeletplugin.Start(ctx, driver,
 		kubeletplugin.KubeClient(client),

@@ -36,7 +36,13 @@ type Driver struct {
 	// GPUDevice is the CDI device giving a container the GPU itself,
 	// "{uuid}" replaced (NVIDIA's own: nvidia.com/gpu={uuid}); "" for none.
 	GPUDevice string
-	Helper    *kubeletplugin.Helper
+	// Hook is astraeusctl's path: each claim's spec runs `astraeusctl
+	// claim-hook UID` as its containers are created, binding them to the
+	// claim in the daemon (holders, limits); "" for no hook.
+	Hook string
+	// HookBusAddress is the daemon's bus for the hook ("": the system bus).
+	HookBusAddress string
+	Helper         *kubeletplugin.Helper
 
 	mu sync.Mutex
 	// gpus maps a published device's name to its GPU's UUID.
@@ -131,19 +137,43 @@ func (d *Driver) specPath(uid string) string {
 	return filepath.Join(d.CDIDir, "astraeus-claim-"+uid+".json")
 }
 
+// HookTimeout is how long the runtime lets the hook run (seconds): the
+// daemon answers once the share's limits are set and read back.
+const HookTimeout = 60
+
+// Spec is the claim's CDI spec: its containers are told their share, and
+// (with a Hook) bound to the claim as they are created.
+func (d *Driver) Spec(uid, memoryGB string) cdi.Spec {
+	edits := cdi.ContainerEdits{
+		Env: []string{"ASTRAEUS_GPU_MEMORY_GB=" + memoryGB},
+	}
+	if d.Hook != "" {
+		args := []string{"astraeusctl"}
+		if d.HookBusAddress != "" {
+			args = append(args, "--bus-address", d.HookBusAddress)
+		}
+		timeout := HookTimeout
+		edits.Hooks = []*cdi.Hook{{
+			HookName: "createContainer",
+			Path:     d.Hook,
+			Args:     append(args, "claim-hook", uid),
+			Timeout:  &timeout,
+		}}
+	}
+	spec := cdi.Spec{
+		Kind:    CDIKind,
+		Devices: []cdi.Device{{Name: uid, ContainerEdits: edits}},
+	}
+	// The oldest version that has what it uses (0.5.0 for a UID that
+	// starts with a digit): runtimes as old as podman 4.3 refuse a spec
+	// newer than they know ("unresolvable CDI devices").
+	spec.Version, _ = cdi.MinimumRequiredVersion(&spec)
+	return spec
+}
+
 // writeSpec writes the claim's CDI spec whole (a temporary file renamed).
 func (d *Driver) writeSpec(uid, memoryGB string) error {
-	spec := cdi.Spec{
-		Version: "0.6.0",
-		Kind:    CDIKind,
-		Devices: []cdi.Device{{
-			Name: uid,
-			ContainerEdits: cdi.ContainerEdits{
-				Env: []string{"ASTRAEUS_GPU_MEMORY_GB=" + memoryGB},
-			},
-		}},
-	}
-	data, err := json.Marshal(spec)
+	data, err := json.Marshal(d.Spec(uid, memoryGB))
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ mod hints;
 mod output;
 use output::{for_locale, out_line, Progress};
 mod events;
+mod hook;
 mod lists;
 mod notify;
 mod page;
@@ -342,6 +343,18 @@ async fn run(args: Args) -> Result<(), String> {
             property,
             value,
         } => show::show(&c, &name, &property, value, args.json).await?,
+        Cmd::ClaimHook { uid } => {
+            let pid = hook::pid_of_state(&hook::read_state()?)?;
+            let args = (uid.as_str(), pid);
+            match c.call::<_, String>("BindClaimContainer", &args).await {
+                Ok(held) => errln!("astraeusctl claim-hook: claim {uid}: process {pid}'s container bound; its share: {held}"),
+                // Another container of the pod holds the claim: this one runs.
+                Err(e) if astraeusd::cli::kind_of(&e).0 == "Conflict" => {
+                    errln!("astraeusctl claim-hook: {e} (this container runs unbound)")
+                }
+                Err(e) => return Err(e),
+            }
+        }
         Cmd::Sharers { gpu } => {
             let Sharers { sharers, summary } = c.call("ListSharers", &(gpu,)).await?;
             if args.json {
