@@ -68,6 +68,7 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     ("slices", &[("astraeusctl slices --next 10", "the next ten slices, however far away"), ("astraeusctl slices --report --from -7d --to today", "the slices of the last week, with the GPUs' figures")]),
     ("notify", &[("systemctl --user enable --now astraeus-notify", "run it as the package's user unit does"), ("astraeusctl notify --session", "follow only the session's daemon")]),
     ("page", &[("astraeusctl page", "open the machine page in the browser"), ("astraeusctl page --print", "print its address")]),
+    ("claim-hook", &[("astraeusctl claim-hook 0b5e0000-1111-2222-3333-444444444444", "what a claim's CDI spec has the runtime run as its container is created, the OCI state on standard input")]),
     ("usage", &[("astraeusctl usage --since 30d --by owner", "GPU-hours and energy by owner over 30 days"), ("astraeusctl usage --since 2026-11-01 --until 2026-12-01 --csv", "November as CSV")]),
 ];
 

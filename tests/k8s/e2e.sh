@@ -195,4 +195,41 @@ sleep 3
 start_apiserver
 wait_capacity beta gpu-0 8Gi
 echo "$label: the API server away for a while: slices published again once it was back" >&2
+# docs/kubernetes.md's walk-through, its lines as a person types them: its
+# kubectl lines (the packaged manifests read from packaging/kubernetes/;
+# `kubectl logs` left out: no kubelet runs the pod here), its listen.yaml,
+# then the kubelet's prepare on the node the pod went to, and its
+# astraeusctl lines there.
+python3 - "$root/docs/kubernetes.md" "$tmp" <<'PY' || fail "the walk-through's lines could not be read from docs/kubernetes.md"
+import re, sys
+doc = open(sys.argv[1]).read()
+walk = doc.split("## Walk-through", 1)[1].split("\n## ", 1)[0]
+yaml = [b for b in re.findall(r"```yaml\n(.*?)```", walk, re.S) if b.startswith("# docs/kubernetes.md walk-through: listen.yaml")]
+assert len(yaml) == 1, "no listen.yaml block"
+open(sys.argv[2] + "/listen.yaml", "w").write(yaml[0])
+lines = [l[2:] for b in re.findall(r"```console\n(.*?)```", walk, re.S) for l in b.splitlines() if l.startswith("$ ")]
+open(sys.argv[2] + "/walk-kubectl", "w").write("".join(l + "\n" for l in lines if l.startswith("kubectl ") and not l.startswith("kubectl logs")))
+# The node's lines once the pod is there (the first, `astraeusctl gpus`, is the install's check).
+after = lines[next(i for i, l in enumerate(lines) if l == "kubectl apply -f listen.yaml"):]
+open(sys.argv[2] + "/walk-astraeusctl", "w").write("".join(l + "\n" for l in after if l.startswith("astraeusctl ")))
+PY
+[ "$(wc -l < "$tmp/walk-kubectl")" -ge 6 ] || fail "the walk-through has fewer kubectl lines than it had: $(cat "$tmp/walk-kubectl")"
+while read -r line; do
+  line=${line//\/usr\/share\/astraeus-kubelet-plugin\//$root/packaging/kubernetes/}
+  eval "$line" > "$tmp/walk.out" 2>&1 || fail "walk-through: \`$line\` failed: $(cat "$tmp/walk.out")"
+done < "$tmp/walk-kubectl"
+grep -q '^listen ' <<<"$(kubectl get resourceslices 2>/dev/null; kubectl get resourceclaims)" || fail "no claim listen after the walk-through"
+wait_for 60 "pod listen to be scheduled" bash -c '[ -n "$(node_of listen)" ]'
+at=$(node_of listen)
+claim_json=$(api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/listen)
+grep -q '"consumedCapacity":{"memory":"2Gi"}' <<<"$claim_json" || fail "listen is not 2Gi of a shared GPU: $claim_json"
+grep -q "astraeus.dev/claim=" <<<"$(prepare "$at" listen)" || fail "listen's prepare on $at"
+bus_var="bus_$at"
+astraeusctl() { "$root/target/debug/astraeusctl" --bus-address "${!bus_var}" "$@"; }
+while read -r line; do
+  eval "$line" > "$tmp/walk.out" 2>&1 || fail "walk-through: \`$line\` on $at failed: $(cat "$tmp/walk.out")"
+  grep -q "claim-$(uid_of listen)" "$tmp/walk.out" || fail "walk-through: \`$line\` does not show listen's claim: $(cat "$tmp/walk.out")"
+done < "$tmp/walk-astraeusctl"
+[ "$(wc -l < "$tmp/walk-astraeusctl")" -ge 2 ] || fail "the walk-through has fewer astraeusctl lines than it had"
+echo "$label: docs/kubernetes.md's walk-through: listen (2Gi) bound to $at, prepared, shown by astraeusctl there" >&2
 echo "$label: OK" >&2

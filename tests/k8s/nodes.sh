@@ -3,12 +3,22 @@
 # $daemon_bin, $plugin_bin and $kubelet_call): the device classes, a
 # node (its bus, daemon, Node object and plugin), claims with their pods,
 # and the kubelet's prepare.
-# A share of a GPU, and a GPU whole (each GPU is both devices, kept apart
-# by a counter set: docs/kubernetes.md).
-for class in astraeus-gpu:true astraeus-gpu-whole:false; do
-  api POST /apis/resource.k8s.io/v1/deviceclasses "{\"metadata\":{\"name\":\"${class%%:*}\"},
-    \"spec\":{\"selectors\":[{\"cel\":{\"expression\":\"device.driver == 'gpu.astraeus.dev' && device.attributes['gpu.astraeus.dev'].shared == ${class##*:}\"}}]}}" >/dev/null
+# The shipped manifests (packaging/kubernetes/), applied with kubectl as a
+# person would: the device classes (a share of a GPU, and a GPU whole: each
+# GPU is both devices, kept apart by a counter set: docs/kubernetes.md),
+# and the plugin's RBAC. The plugins run as its service account (a token
+# from the TokenRequest API), so the RBAC is what lets them publish, read
+# claims and clean up. The DaemonSet is checked by the API server
+# (--dry-run=server: there is no kubelet here to run it).
+kubectl() { "$out/kubectl" --kubeconfig "$tmp/kubeconfig" "$@"; }
+for m in deviceclasses rbac; do
+  kubectl apply -f "$root/packaging/kubernetes/$m.yaml" >/dev/null || fail "kubectl apply $m.yaml"
 done
+kubectl apply --dry-run=server -f "$root/packaging/kubernetes/daemonset.yaml" >/dev/null \
+  || fail "the API server refuses packaging/kubernetes/daemonset.yaml"
+plugin_token=$(kubectl -n astraeus create token astraeus-kubelet-plugin --duration 2h) \
+  || fail "no token for the plugin's service account"
+sed "s|token: \"$token\"|token: \"$plugin_token\"|" "$tmp/kubeconfig" > "$tmp/plugin.kubeconfig"
 
 # node NAME SIM_TOML: its bus, its daemon, its Node and its plugin.
 node() {
@@ -30,7 +40,7 @@ node() {
 # plugin NAME: NAME's kubelet plugin (again).
 plugin() {
   local bus_var="bus_$1"
-  "$plugin_bin" --node-name "$1" --kubeconfig "$tmp/kubeconfig" --bus-address "${!bus_var}" \
+  "$plugin_bin" --node-name "$1" --kubeconfig "$tmp/plugin.kubeconfig" --bus-address "${!bus_var}" \
     --plugin-dir "$tmp/$1/plugin" --registrar-dir "$tmp/$1/reg" --cdi-dir "$tmp/$1/cdi" --cleanup-every 2s \
     --hook "$root/target/debug/astraeusctl" \
     >> "$tmp/$1-plugin.log" 2>&1 &

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +31,7 @@ func main() {
 
 func run() error {
 	driverName := flag.String("driver-name", "gpu.astraeus.dev", "the DRA driver's name")
-	nodeName := flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	nodeName := flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, else the host's name lowercased, as the kubelet's)")
 	kubeconfig := flag.String("kubeconfig", "", "a kubeconfig; empty: in-cluster")
 	busAddress := flag.String("bus-address", "", "astraeusd's bus; empty: the system bus")
 	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "where claims' CDI specs are written")
@@ -42,7 +43,12 @@ func run() error {
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *nodeName == "" {
-		return fmt.Errorf("--node-name (or $NODE_NAME) is required")
+		// The kubelet's own default (its --hostname-override unset).
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			return fmt.Errorf("--node-name (or $NODE_NAME) is required: the host's name is unknown (%v)", err)
+		}
+		*nodeName = strings.ToLower(host)
 	}
 	if *pluginDir == "" {
 		*pluginDir = "/var/lib/kubelet/plugins/" + *driverName
