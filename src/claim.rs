@@ -17,7 +17,7 @@ use crate::quantity::Amount;
 pub const STEP_BYTES: u64 = 1 << 28;
 
 /// Hundredths of a GB in one step.
-const STEP_HUNDREDTHS: u64 = 25;
+pub const STEP_HUNDREDTHS: u64 = 25;
 
 /// Who a claim is: what the API server names it by.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -127,6 +127,26 @@ impl Claim {
 
 /// A claim's UID as the API server makes them: 1 to 64 hexadecimal digits
 /// and dashes (a worker's name is `claim-` and it).
+/// How a claim's owner reads in `workers` and the usage report: its
+/// namespace (the plugin books every claim as root).
+pub fn owner_label(namespace: &str) -> String {
+    format!("k8s/{namespace}")
+}
+
+/// The namespace of a claim's worker, from its request as the ledger keeps
+/// it; None for any other worker (most: no `"claim"` in it, no parse).
+pub fn namespace_in_spec(spec: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Top {
+        claim: Option<Origin>,
+    }
+    if !spec.contains("\"claim\"") {
+        return None;
+    }
+    let top: Top = serde_json::from_str(spec).ok()?;
+    Some(top.claim?.namespace)
+}
+
 pub fn check_uid(uid: &str) -> Result<()> {
     let ok = !uid.is_empty()
         && uid.len() <= 58

@@ -126,6 +126,10 @@ pub enum Command {
         caller: Caller,
         reply: Reply<Result<String>>,
     },
+    /// Each claim booked here: (worker, UID, namespace, name).
+    ListClaims {
+        reply: Reply<Vec<(String, String, String, String)>>,
+    },
     /// What each GPU offers the cluster now.
     ClusterOffers {
         reply: Reply<Vec<crate::node::ClusterOffer>>,

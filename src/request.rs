@@ -300,10 +300,11 @@ fn parse_gpu(v: &Value) -> Result<GpuRequest> {
             .map(|(i, id)| {
                 let path = format!("{}[{i}]", p("ids"));
                 match id {
-                    // What NVML's UUIDs are made of, and nothing that
-                    // could reach a reason ("no GPU GPU-…") as anything else.
+                    // What NVML's UUIDs are made of (a GPU's, or a MIG
+                    // instance's: "MIG-…"), and nothing that could reach a
+                    // reason ("no GPU GPU-…") as anything else.
                     Value::String(s)
-                        if s.starts_with("GPU-")
+                        if (s.starts_with("GPU-") || s.starts_with("MIG-"))
                             && s.len() <= 128
                             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') =>
                     {
@@ -314,8 +315,8 @@ fn parse_gpu(v: &Value) -> Result<GpuRequest> {
                         .map_err(|_| Error::field(&path, "a GPU index or a UUID")),
                     _ => Err(Error::field(
                         &path,
-                        "a GPU index (0, 1, …) or a UUID (\"GPU-\" then letters, digits and \
-                         dashes; at most 128)",
+                        "a GPU index (0, 1, …) or a UUID (\"GPU-\" or \"MIG-\" then letters, \
+                         digits and dashes; at most 128)",
                     )),
                 }
             })
@@ -593,7 +594,7 @@ mod tests {
         // such a field is made of, no escapes, line breaks or turned text.
         let ids = |id: &str| gpu(&format!(r#"{{"ids":[{id}]}}"#));
         let bad_id = "requested_resources.gpu_requests.ids[0]: a GPU index (0, 1, …) or a UUID \
-                      (\"GPU-\" then letters, digits and dashes; at most 128)";
+                      (\"GPU-\" or \"MIG-\" then letters, digits and dashes; at most 128)";
         for id in [
             r#""GPU-\u001b]0;pwned\u0007""#,
             r#""GPU-1\nrootjob  running""#,
@@ -603,6 +604,9 @@ mod tests {
             assert_eq!(err(&ids(id)), bad_id, "{id}");
         }
         assert!(WorkerSpec::parse(&ids(r#""GPU-2f1a9c3e-77b0-4d5e-9a61-0c1d2e3f4a5b""#)).is_ok());
+        // A MIG instance's UUID, as NVML gives it (pinned by a claim, or a person).
+        assert!(WorkerSpec::parse(&ids(r#""MIG-2f1a9c3e-77b0-4d5e-9a61-0c1d2e3f4a5b""#)).is_ok());
+        assert_eq!(err(&ids(r#""MIG-\u202ex""#)), bad_id);
         let models = |m: &str| gpu(&format!(r#"{{"models":[{m}]}}"#));
         for m in [
             r#""4060\u202e""#,

@@ -26,16 +26,18 @@ fn prepare(a: &str, uid: &str, name: &str, bytes: u64) -> Out {
 fn offered(a: &str) -> u64 {
     let o = manager(a, None, "ListClusterOffers", &[]);
     assert!(o.ok, "{}", o.stderr);
-    // a(usstbb) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true true
+    // a(usstbbb) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true true false
     let fields: Vec<&str> = o.stdout.split_whitespace().collect();
     assert_eq!(fields[3], format!("\"{UUID}\""), "{}", o.stdout);
-    fields[fields.len() - 3].parse().unwrap()
+    assert_eq!(fields[fields.len() - 1], "false", "not a MIG instance");
+    fields[fields.len() - 4].parse().unwrap()
 }
 
 /// Whether the GPU may be taken whole by a claim now.
 fn whole(a: &str) -> bool {
     let o = manager(a, None, "ListClusterOffers", &[]);
-    o.stdout.trim_end().ends_with("true")
+    let fields: Vec<&str> = o.stdout.split_whitespace().collect();
+    fields[fields.len() - 2] == "true"
 }
 
 #[test]
@@ -141,6 +143,34 @@ fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_wo
     );
     let o = prepare(a, UID2, "listen", 4 * STEP);
     assert!(o.ok, "{}", o.stderr);
+    // Whose it is, as a person reads it: its namespace (root, the plugin,
+    // booked it), in the table and the JSON.
+    let o = ctl(a, None, &["workers"]);
+    let row = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("claim-{UID2} ")))
+        .unwrap_or_default();
+    assert!(row.contains(" k8s/team-a "), "{}", o.stdout);
+    let o = ctl(a, None, &["--json", "workers"]);
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let w = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == format!("claim-{UID2}"))
+        .unwrap_or_else(|| panic!("{}", o.stdout));
+    assert_eq!(w["owner_name"], "k8s/team-a");
+    assert_eq!(w["kubernetes_claim"]["name"], "listen");
+    // The local worker stays its owner's (root here, by name).
+    let local = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "local")
+        .unwrap();
+    assert_eq!(local["owner_name"], "root");
+    // (Billed by namespace too: store/usage.rs's a_claim_is_billed_to_its_namespace.)
     assert!(
         d.log_text().contains("claim team-a/listen prepared on"),
         "{}",

@@ -765,6 +765,33 @@ fn mig_instances_are_offered_whole_each_a_gpu_of_its_own() {
         ],
     );
     assert_eq!(o.stdout, "a(us) 1 1 \"MIG-aaaa\"\n");
+    // To a Kubernetes cluster: each instance whole (mig), its memory while
+    // free; the GPU in MIG mode not at all. A claim takes the free one whole.
+    let offers = manager(a, None, "ListClusterOffers", &[]).stdout;
+    assert_eq!(
+        offers,
+        format!(
+            "a(usstbbb) 2 1 \"MIG-aaaa\" \"NVIDIA L4 MIG 1g.6gb\" 0 true false true \
+             2 \"MIG-bbbb\" \"NVIDIA L4 MIG 2g.12gb\" {} true true true\n",
+            12 * GB
+        )
+    );
+    let uid = "0b5e0000-1111-2222-3333-444444444444";
+    let o = manager(
+        a,
+        None,
+        "PrepareClaim",
+        &["sssst", uid, "team-a", "big", "MIG-bbbb", "0"],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout.ends_with(" \"12\"\n"),
+        "told the instance's memory: {}",
+        o.stdout
+    );
+    let offers = manager(a, None, "ListClusterOffers", &[]).stdout;
+    assert!(offers.ends_with(" 0 true false true\n"), "taken: {offers}");
+    assert!(manager(a, None, "UnprepareClaim", &["s", uid]).ok);
     // Its GPU's row remapping failed: the instances are unhealthy, saying why.
     write("remap=failed");
     eventually("instances unhealthy", || {

@@ -9,6 +9,7 @@ use std::path::Path;
 const READ_ONLY: &[&str] = &[
     "GetWorker",
     "ListClusterOffers",
+    "ListClaims",
     "ListWorkers",
     "ListPending",
     "ListEnforcement",

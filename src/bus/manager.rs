@@ -172,25 +172,51 @@ impl Manager {
             .await??)
     }
 
-    /// (index, UUID, model, bytes, healthy, whole) of each GPU that takes
-    /// shares: the memory it offers the Kubernetes cluster now (what it
-    /// offers shared work less what the host's own workers take, in 256 MiB
-    /// steps; 0 when held whole, kept for a whole request or unhealthy),
-    /// and whether a claim may take it whole (no local worker shares it).
+    /// (worker, claim UID, namespace, name) of each Kubernetes claim
+    /// booked here: where the work came from, for `astraeusctl workers`
+    /// (the owner column: `k8s/NAMESPACE`) and the plugin's clean-up.
+    #[zbus(out_args("claims"))]
+    async fn list_claims(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(String, String, String, String)>, BusError> {
+        self.lp
+            .ask_from(&hdr, conn, |reply| Command::ListClaims { reply })
+            .await
+    }
+
+    /// (index, UUID, model, bytes, healthy, whole, mig) of each GPU that
+    /// takes shares: the memory it offers the Kubernetes cluster now (what
+    /// it offers shared work less what the host's own workers take, in
+    /// 256 MiB steps; 0 when held whole, kept for a whole request or
+    /// unhealthy), and whether a claim may take it whole (no local worker
+    /// shares it); then each MIG instance (mig: true), whole only: its
+    /// memory while free, else 0.
     /// The plugin reads it again when a Gpu's properties change.
     #[zbus(out_args("offers"))]
     async fn list_cluster_offers(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(u32, String, String, u64, bool, bool)>, BusError> {
+    ) -> Result<Vec<(u32, String, String, u64, bool, bool, bool)>, BusError> {
         let offers = self
             .lp
             .ask_from(&hdr, conn, |reply| Command::ClusterOffers { reply })
             .await?;
         Ok(offers
             .into_iter()
-            .map(|o| (o.index, o.uuid, o.model, o.memory_bytes, o.healthy, o.whole))
+            .map(|o| {
+                (
+                    o.index,
+                    o.uuid,
+                    o.model,
+                    o.memory_bytes,
+                    o.healthy,
+                    o.whole,
+                    o.mig,
+                )
+            })
             .collect())
     }
 

@@ -18,6 +18,23 @@ pub struct ClusterOffer {
     /// Whether it may be taken whole by a claim: it offers something and
     /// no local worker has a share of it.
     pub whole: bool,
+    /// A MIG instance: offered whole only (its memory, when free), never
+    /// shared (memory limits do not apply to MIG handles).
+    pub mig: bool,
+}
+
+impl ClusterOffer {
+    fn of(g: &crate::machine::Gpu, memory_bytes: u64, whole: bool, mig: bool) -> ClusterOffer {
+        ClusterOffer {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            model: g.model.clone(),
+            memory_bytes,
+            healthy: g.healthy,
+            whole,
+            mig,
+        }
+    }
 }
 
 impl Node {
@@ -25,10 +42,13 @@ impl Node {
     /// what it offers shared work less what the host's own workers (not
     /// claims: the scheduler counts those) take on it.
     pub fn offered_to_cluster(&self) -> Vec<ClusterOffer> {
-        self.machine
+        let shared = self.machine.gpus.iter().filter(|g| g.takes_shares());
+        let instances = self
+            .machine
             .gpus
             .iter()
-            .filter(|g| g.takes_shares())
+            .filter(|g| g.mig_of.is_some() && !g.withheld());
+        shared
             .map(|g| {
                 let usage = self.book.usage(&g.uuid);
                 let local = usage
@@ -51,14 +71,33 @@ impl Node {
                     g.offered(),
                     local,
                 );
-                ClusterOffer {
-                    index: g.index,
-                    uuid: g.uuid.clone(),
-                    model: g.model.clone(),
-                    memory_bytes,
-                    healthy: g.healthy,
-                    whole: memory_bytes > 0 && !local_sharers,
-                }
+                ClusterOffer::of(g, memory_bytes, memory_bytes > 0 && !local_sharers, false)
+            })
+            .chain(instances.map(|g| {
+                // Whole or nothing: its memory while no one holds it.
+                let held = self
+                    .book
+                    .usage(&g.uuid)
+                    .is_some_and(|u| u.whole.is_some() || !u.sharers().is_empty());
+                let free = g.healthy && !held;
+                let memory_bytes = if free {
+                    g.total.hundredths() / crate::claim::STEP_HUNDREDTHS * crate::claim::STEP_BYTES
+                } else {
+                    0
+                };
+                ClusterOffer::of(g, memory_bytes, memory_bytes > 0, true)
+            }))
+            .collect()
+    }
+
+    /// Each claim booked here: (worker, UID, namespace, name).
+    pub fn claims(&self) -> Vec<(String, String, String, String)> {
+        self.workers
+            .values()
+            .filter_map(|w| {
+                let c = w.spec.claim.as_ref()?;
+                let (uid, ns, name) = (c.uid.clone(), c.namespace.clone(), c.name.clone());
+                Some((w.name().to_string(), uid, ns, name))
             })
             .collect()
     }

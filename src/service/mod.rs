@@ -658,6 +658,9 @@ impl Service {
             Command::ClusterOffers { reply } => {
                 let _ = reply.send(self.node.offered_to_cluster());
             }
+            Command::ListClaims { reply } => {
+                let _ = reply.send(self.node.claims());
+            }
             Command::GetWorker { name, reply } => {
                 let _ = reply.send(self.get_worker(&name));
             }

@@ -56,6 +56,8 @@ fn launches(spec: &str) -> bool {
 pub struct HoldRow {
     pub worker: String,
     pub owner_uid: u32,
+    /// A Kubernetes claim's namespace: its owner in the report (`k8s/NS`).
+    pub claim_namespace: Option<String>,
     /// It has a `run` (its workload keeps running while the daemon is down).
     pub launched: bool,
     pub gpu_uuid: String,
@@ -173,6 +175,7 @@ impl Store {
                 HoldRow {
                     worker: r.get(0)?,
                     owner_uid: r.get(1)?,
+                    claim_namespace: crate::claim::namespace_in_spec(&r.get::<_, String>(2)?),
                     launched: launches(&r.get::<_, String>(2)?),
                     gpu_uuid: r.get(3)?,
                     gpu_index: r.get(4)?,
@@ -431,7 +434,11 @@ impl Store {
             .iter()
             .map(|h| Holding {
                 worker: h.worker.clone(),
-                owner: h.owner_uid.to_string(),
+                // A claim's owner is its namespace (the plugin, root, books it).
+                owner: h
+                    .claim_namespace
+                    .as_deref()
+                    .map_or_else(|| h.owner_uid.to_string(), crate::claim::owner_label),
                 gpu_uuid: h.gpu_uuid.clone(),
                 share_bytes: h
                     .share_hundredths
@@ -582,6 +589,70 @@ mod tests {
             r#"{"name":"w","requested_resources":{"gpu_requests":{"models":["run"]}}}"#
         ));
         assert!(!launches("not json \"run\""));
+    }
+
+    /// A Kubernetes claim is billed to its namespace (`k8s/NS`), its
+    /// local neighbour to its owner's name, by memory fraction alike.
+    #[test]
+    fn a_claim_is_billed_to_its_namespace() {
+        let store = Store::open_in_memory().unwrap();
+        let tx = store.conn.unchecked_transaction().unwrap();
+        let claim = r#"{"name":"claim-1","claim":{"namespace":"team-a","name":"voice","uid":"1"}}"#;
+        for (id, name, spec, owner) in [(1, "claim-1", claim, 0), (2, "local", "{}", 1000)] {
+            tx.execute(
+                "INSERT INTO workers (id, name, spec, owner_uid, state, submitted_ms, started_ms)
+                 VALUES (?1, ?2, ?3, ?4, 'running', 0, 0)",
+                params![id, name, spec, owner],
+            )
+            .unwrap();
+            tx.execute(
+                "INSERT INTO holds (worker_id, gpu_uuid, gpu_index, share_hundredths, from_ms, to_ms)
+                 VALUES (?1, 'GPU-0', 0, 200, 0, NULL)",
+                params![id],
+            )
+            .unwrap();
+        }
+        tx.execute(
+            "INSERT INTO gpu_intervals (gpu_uuid, from_ms, to_ms, energy_mj, samples)
+             VALUES ('GPU-0', 0, ?1, 8, 1)",
+            params![MINUTE],
+        )
+        .unwrap();
+        tx.execute(
+            "INSERT INTO daemon_runs (started_ms, alive_ms) VALUES (0, ?1)",
+            params![MINUTE],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        let gpus = vec![crate::report::GpuFacts {
+            uuid: "GPU-0".into(),
+            index: 0,
+            total_bytes: 8 << 30,
+        }];
+        let current = super::CurrentRun {
+            started_ms: 0,
+            now_ms: MINUTE,
+            open: Vec::new(),
+        };
+        let (rows, _) = store
+            .usage_report(
+                0,
+                MINUTE,
+                crate::report::GroupBy::Owner,
+                Some(current),
+                gpus,
+                |uid| format!("user{uid}"),
+            )
+            .unwrap();
+        let of = |key: &str| rows.iter().find(|r| r.key == key).map(|r| r.gpu_ms);
+        // 2 of 8 GB for a minute: a quarter of the GPU's minute each.
+        assert_eq!(of("k8s/team-a"), Some(MINUTE as u64 / 4), "{rows:?}");
+        assert_eq!(of("user1000"), Some(MINUTE as u64 / 4), "{rows:?}");
+        assert_eq!(
+            of("user0"),
+            None,
+            "the plugin (root) is not the claim's owner: {rows:?}"
+        );
     }
 
     /// A ledger with `history` ended workers (a hold, a GPU interval, a

@@ -207,7 +207,7 @@ walk = doc.split("## Walk-through", 1)[1].split("\n## ", 1)[0]
 yaml = [b for b in re.findall(r"```yaml\n(.*?)```", walk, re.S) if b.startswith("# docs/kubernetes.md walk-through: listen.yaml")]
 assert len(yaml) == 1, "no listen.yaml block"
 open(sys.argv[2] + "/listen.yaml", "w").write(yaml[0])
-lines = [l[2:] for b in re.findall(r"```console\n(.*?)```", walk, re.S) for l in b.splitlines() if l.startswith("$ ")]
+lines = [l for b in re.findall(r"```sh\n(.*?)```", walk, re.S) for l in b.splitlines() if l and not l.startswith("#")]
 open(sys.argv[2] + "/walk-kubectl", "w").write("".join(l + "\n" for l in lines if l.startswith("kubectl ") and not l.startswith("kubectl logs")))
 # The node's lines once the pod is there (the first, `astraeusctl gpus`, is the install's check).
 after = lines[next(i for i, l in enumerate(lines) if l == "kubectl apply -f listen.yaml"):]
@@ -232,4 +232,25 @@ while read -r line; do
 done < "$tmp/walk-astraeusctl"
 [ "$(wc -l < "$tmp/walk-astraeusctl")" -ge 2 ] || fail "the walk-through has fewer astraeusctl lines than it had"
 echo "$label: docs/kubernetes.md's walk-through: listen (2Gi) bound to $at, prepared, shown by astraeusctl there" >&2
+# A node with a GPU in MIG mode (its astraeusd reads NVML: the fake): each
+# instance is published whole (mig-N), the GPU not at all; a claim of the
+# MIG class takes one, booked whole on that instance and told its memory;
+# the instance taken is no longer published.
+node_nvml gamma "gpu uuid=GPU-c0000000-0000-0000-0000-000000000000 name=NVIDIA_A100 total=$((80 << 30)) used=0 reserved=0 bus=00000000:01:00.0 power=60000 energy=1000 util=3 mig=1,1
+mig gpu=0 uuid=MIG-c1000000-0000-0000-0000-000000000000 name=NVIDIA_A100_MIG_3g.40gb total=$((40 << 30)) used=0
+mig gpu=0 uuid=MIG-c2000000-0000-0000-0000-000000000000 name=NVIDIA_A100_MIG_3g.40gb total=$((40 << 30)) used=0"
+wait_capacity gamma mig-1 40Gi
+wait_capacity gamma mig-2 40Gi
+[ -z "$(capacity gamma gpu-0)" ] || fail "gamma's GPU in MIG mode is published"
+claim inst mig
+wait_for 60 "pod inst to be scheduled" bash -c '[ -n "$(node_of inst)" ]'
+[ "$(node_of inst)" = gamma ] || fail "inst went to $(node_of inst)"
+inst_dev=$(api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/inst | grep -o '"device":"mig-[12]"' | cut -d'"' -f4)
+[ -n "$inst_dev" ] || fail "inst is not a MIG instance: $(api GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/inst)"
+grep -q "astraeus.dev/claim=" <<<"$(prepare gamma inst)" || fail "inst's prepare"
+[ "$(worker_state gamma inst)" = 's "running"' ] || fail "inst's worker on gamma"
+grep -q '"ASTRAEUS_GPU_MEMORY_GB=40"' "$tmp/gamma/cdi/astraeus-claim-$(uid_of inst).json" || fail "inst's CDI spec: the instance's 40 GB"
+for _ in $(seq 60); do [ -z "$(capacity gamma "$inst_dev")" ] && break; sleep 0.5; done
+[ -z "$(capacity gamma "$inst_dev")" ] || fail "gamma still publishes $inst_dev, taken"
+echo "$label: a MIG claim took gamma's $inst_dev whole (40 GB), no longer published; the GPU in MIG mode never was" >&2
 echo "$label: OK" >&2

@@ -37,6 +37,28 @@ node() {
   add_node "$n"
   plugin "$n"
 }
+# node_nvml NAME FIXTURE: a node whose astraeusd reads its GPUs through
+# NVML: the tests' fake libnvidia-ml (tests/fake_nvml, built here once)
+# with FIXTURE's GPUs (for what --sim has not: MIG instances).
+node_nvml() {
+  local n=$1 bus lib=$tmp/fake-nvml/libnvidia-ml.so.1
+  if [ ! -e "$lib" ]; then
+    mkdir -p "$tmp/fake-nvml"
+    gcc -shared -fPIC -o "$lib" "$root/tests/fake_nvml/fake_nvml.c" || fail "building the fake NVML"
+  fi
+  mkdir -p "$tmp/$n/plugin" "$tmp/$n/reg" "$tmp/$n/cdi"
+  printf '%s\n' "$2" > "$tmp/$n/gpus.txt"
+  printf 'machine = "%s"\n[inventory]\nrefresh_seconds = 0.5\nwsl = false\nnvml_library = "%s"\n' "$n" "$lib" > "$tmp/$n/node.toml"
+  read -r bus dbus_pid < <(dbus-daemon --session --print-address=1 --print-pid=1 --fork | paste -sd' ')
+  pids+=("$dbus_pid")
+  eval "bus_$n=\$bus"
+  FAKE_NVML_FIXTURE="$tmp/$n/gpus.txt" "$daemon_bin" --bus-address "$bus" --state-dir "$tmp/$n/state" \
+    --config "$tmp/$n/node.toml" > "$tmp/$n-astraeusd.log" 2>&1 &
+  pids+=($!)
+  wait_for 20 "astraeusd of $n" busctl --address="$bus" status org.astraeus.Node1
+  add_node "$n"
+  plugin "$n"
+}
 # plugin NAME: NAME's kubelet plugin (again).
 plugin() {
   local bus_var="bus_$1"
@@ -48,9 +70,10 @@ plugin() {
   eval "plugin_$1=\$!"
 }
 
-claim() { # name memory, or name "whole"
+claim() { # name memory, or name "whole", or name "mig"
   local exactly="\"deviceClassName\":\"astraeus-gpu\",\"capacity\":{\"requests\":{\"memory\":\"$2\"}}"
   [ "$2" = whole ] && exactly='"deviceClassName":"astraeus-gpu-whole"'
+  [ "$2" = mig ] && exactly='"deviceClassName":"astraeus-mig"'
   api POST /apis/resource.k8s.io/v1/namespaces/default/resourceclaims "{\"metadata\":{\"name\":\"$1\"},
     \"spec\":{\"devices\":{\"requests\":[{\"name\":\"gpu\",\"exactly\":{$exactly}}]}}}" >/dev/null
   api POST /api/v1/namespaces/default/pods "{\"metadata\":{\"name\":\"$1\"},\"spec\":{\"automountServiceAccountToken\":false,

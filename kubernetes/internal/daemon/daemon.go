@@ -27,6 +27,8 @@ type Offer struct {
 	Healthy bool
 	// Whole: a claim may take it whole (no local worker shares it).
 	Whole bool
+	// MIG: a MIG instance, offered whole only (Bytes: its memory while free).
+	MIG bool
 }
 
 // Client talks to one daemon.

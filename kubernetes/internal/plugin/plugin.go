@@ -59,6 +59,10 @@ func (d *Driver) Publish(ctx context.Context) error {
 	}
 	gpus := make(map[string]string, 2*len(offers))
 	for _, o := range offers {
+		if o.MIG {
+			gpus[MIGName(o.Index)] = o.UUID
+			continue
+		}
 		gpus[DeviceName(o.Index)] = o.UUID
 		gpus[WholeName(o.Index)] = o.UUID
 	}
@@ -109,7 +113,7 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) kube
 	// A share's consumed memory; the whole device (no consumed
 	// capacity: not shared) is asked of the daemon whole (0).
 	var bytes uint64
-	if q, ok := r.ConsumedCapacity["memory"]; ok && !strings.HasSuffix(r.Device, "-whole") {
+	if q, ok := r.ConsumedCapacity["memory"]; ok && strings.HasPrefix(r.Device, "gpu-") && !strings.HasSuffix(r.Device, "-whole") {
 		bytes = uint64(q.Value())
 	}
 	uid := string(c.UID)

@@ -25,6 +25,9 @@ func DeviceName(index uint32) string { return fmt.Sprintf("gpu-%d", index) }
 // WholeName names GPU index i's whole device.
 func WholeName(index uint32) string { return fmt.Sprintf("gpu-%d-whole", index) }
 
+// MIGName names MIG instance index i's device (whole only).
+func MIGName(index uint32) string { return fmt.Sprintf("mig-%d", index) }
+
 // counterSet names GPU index i's counters: its shared and its whole
 // device each consume them, so that the scheduler never allocates both.
 func counterSet(index uint32) string { return fmt.Sprintf("gpu-%d", index) }
@@ -43,7 +46,10 @@ const Uses = 1000
 // class selecting shared=false). Devices are listed fullest first (least
 // left) so the scheduler's first fit approaches the daemon's best fit.
 // Counters and devices are slices of their own (the API takes one or the
-// other in a slice).
+// other in a slice). A MIG instance is one device, `mig-N`, whole only
+// (shared=false, mig=true; no counters: nothing else is published of it),
+// while free. Every device says mig, true or false: a class's CEL that
+// reads an attribute a device lacks fails the allocation.
 func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources {
 	sorted := append([]daemon.Offer(nil), offers...)
 	sort.SliceStable(sorted, func(i, j int) bool {
@@ -67,7 +73,25 @@ func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources
 				"model":  {StringValue: ptr.To(o.Model)},
 				"index":  {IntValue: ptr.To(int64(o.Index))},
 				"shared": {BoolValue: ptr.To(shared)},
+				"mig":    {BoolValue: ptr.To(o.MIG)},
 			}
+		}
+		// A device one claim takes whole, its capacity said, not consumed.
+		whole := func(name string, consumes []resourceapi.DeviceCounterConsumption) resourceapi.Device {
+			return resourceapi.Device{
+				Name:       name,
+				Attributes: attributes(false),
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+					"memory": {Value: *resource.NewQuantity(int64(o.Bytes), resource.BinarySI)},
+				},
+				ConsumesCounters: consumes,
+			}
+		}
+		if o.MIG {
+			if o.Whole {
+				devices = append(devices, whole(MIGName(o.Index), nil))
+			}
+			continue
 		}
 		counters = append(counters, resourceapi.CounterSet{Name: counterSet(o.Index), Counters: uses(Uses)})
 		devices = append(devices, resourceapi.Device{
@@ -89,14 +113,8 @@ func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources
 			ConsumesCounters:         []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet(o.Index), Counters: uses(1)}},
 		})
 		if o.Whole {
-			devices = append(devices, resourceapi.Device{
-				Name:       WholeName(o.Index),
-				Attributes: attributes(false),
-				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					"memory": {Value: *resource.NewQuantity(int64(o.Bytes), resource.BinarySI)},
-				},
-				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet(o.Index), Counters: uses(Uses)}},
-			})
+			devices = append(devices, whole(WholeName(o.Index),
+				[]resourceapi.DeviceCounterConsumption{{CounterSet: counterSet(o.Index), Counters: uses(Uses)}}))
 		}
 	}
 	slices := []resourceslice.Slice{{Devices: devices}}

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"strings"
 	"testing"
 
 	"astraeusd/kubernetes/internal/daemon"
@@ -42,5 +43,37 @@ func TestResourcesListFullestFirst(t *testing.T) {
 	}
 	if *devices[0].Attributes["uuid"].StringValue != "GPU-b" {
 		t.Fatalf("uuid %v", devices[0].Attributes["uuid"])
+	}
+}
+
+// A MIG instance is one device, whole only, while free: no shared device,
+// no counters; every device says whether it is one.
+func TestMIGInstancesArePublishedWholeOnly(t *testing.T) {
+	offers := []daemon.Offer{
+		{Index: 0, UUID: "GPU-a", Model: "A", Bytes: 8 * Step, Healthy: true, Whole: true},
+		{Index: 1, UUID: "MIG-b", Model: "A MIG 1g.6gb", Bytes: 24 * Step, Healthy: true, Whole: true, MIG: true},
+		{Index: 2, UUID: "MIG-c", Model: "A MIG 1g.6gb", Bytes: 0, Healthy: true, MIG: true},
+	}
+	pool := Resources("majin", offers).Pools["majin"]
+	counters := pool.Slices[0].SharedCounters
+	if len(counters) != 1 || counters[0].Name != "gpu-0" {
+		t.Fatalf("counters only for the GPU: %+v", counters)
+	}
+	var names []string
+	for _, d := range pool.Slices[1].Devices {
+		names = append(names, d.Name)
+		if d.Name == "mig-1" {
+			if d.AllowMultipleAllocations != nil || len(d.ConsumesCounters) != 0 {
+				t.Fatalf("a MIG instance is not shared: %+v", d)
+			}
+			if !*d.Attributes["mig"].BoolValue || *d.Attributes["shared"].BoolValue || *d.Attributes["uuid"].StringValue != "MIG-b" {
+				t.Fatalf("attributes %+v", d.Attributes)
+			}
+		} else if *d.Attributes["mig"].BoolValue {
+			t.Fatalf("%s says mig", d.Name)
+		}
+	}
+	if strings.Join(names, " ") != "gpu-0 gpu-0-whole mig-1" {
+		t.Fatalf("devices %v (mig-2 is taken: left out)", names)
 	}
 }

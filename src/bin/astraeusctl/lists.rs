@@ -193,12 +193,29 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
         } else {
             Default::default()
         };
+    // And one when any is a Kubernetes claim (named claim-UID): its owner
+    // is its namespace, `k8s/NAMESPACE` (the plugin, root, books it).
+    let claims: std::collections::HashMap<String, (String, String)> =
+        if rows.iter().any(|r| r.name.starts_with("claim-")) {
+            let list: Vec<(String, String, String, String)> = c.call("ListClaims", &()).await?;
+            list.into_iter()
+                .map(|(worker, _, ns, name)| (worker, (ns, name)))
+                .collect()
+        } else {
+            Default::default()
+        };
+    let owner = |r: &WorkerRow| match claims.get(&r.name) {
+        Some((ns, _)) => format!("k8s/{ns}"),
+        None => owner_name(r.owner_uid),
+    };
     if form.json {
         let j: Vec<_> = rows
             .iter()
             .map(|r| {
+                let claim = claims.get(&r.name).map(|(ns, name)| json!({"namespace": ns, "name": name}));
                 json!({"name": r.name, "state": r.state, "owner": r.owner_uid,
-                   "owner_name": user_name(r.owner_uid),
+                   "owner_name": claims.get(&r.name).map_or_else(|| user_name(r.owner_uid), |_| Some(owner(r))),
+                   "kubernetes_claim": claim,
                    "gpus": r.gpu_indices,
                    "gpu_shared_gb": (r.gpu_shared_gb > 0.0).then_some(r.gpu_shared_gb),
                    // Null where nothing is read: waiting, or no reading (as the table's — and "unknown").
@@ -230,7 +247,7 @@ pub async fn workers(c: &Client, form: Form) -> Result<(), String> {
             [
                 r.name.clone(),
                 r.state.clone(),
-                owner_name(r.owner_uid),
+                owner(r),
                 gpus_cell(&r.gpu_indices, r.gpu_shared_gb),
                 gpu_cell(&r.gpu_indices),
                 memory,
