@@ -26,18 +26,60 @@ fn prepare(a: &str, uid: &str, name: &str, bytes: u64) -> Out {
 fn offered(a: &str) -> u64 {
     let o = manager(a, None, "ListClusterOffers", &[]);
     assert!(o.ok, "{}", o.stderr);
-    // a(usstbbb) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true true false
+    // a(usstbbbs) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true true false ""
     let fields: Vec<&str> = o.stdout.split_whitespace().collect();
     assert_eq!(fields[3], format!("\"{UUID}\""), "{}", o.stdout);
-    assert_eq!(fields[fields.len() - 1], "false", "not a MIG instance");
-    fields[fields.len() - 4].parse().unwrap()
+    assert_eq!(fields[fields.len() - 2], "false", "not a MIG instance");
+    fields[fields.len() - 5].parse().unwrap()
 }
 
 /// Whether the GPU may be taken whole by a claim now.
 fn whole(a: &str) -> bool {
     let o = manager(a, None, "ListClusterOffers", &[]);
     let fields: Vec<&str> = o.stdout.split_whitespace().collect();
-    fields[fields.len() - 2] == "true"
+    fields[fields.len() - 3] == "true"
+}
+
+/// Why the GPU offers the cluster nothing it otherwise would (the plugin's
+/// device taint): "" when nothing is withheld.
+fn withheld(a: &str) -> String {
+    let o = manager(a, None, "ListClusterOffers", &[]);
+    o.stdout
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The offer says why a GPU is withheld: held whole by a local worker,
+/// unhealthy; a claim holding it whole is no reason (the scheduler counts
+/// its own).
+#[test]
+fn the_offer_says_why_a_gpu_is_withheld() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = start_majin(&bus, dir.path(), "", &[]);
+    let a = &bus.address;
+    assert_eq!(withheld(a), "\"\"");
+    let whole = r#"{"name":"train","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", whole]).ok);
+    assert_eq!(withheld(a), "\"held-by-host\"");
+    assert_eq!(offered(a), 0);
+    assert!(manager(a, None, "StopWorker", &["s", "train"]).ok);
+    assert!(prepare(a, UID1, "train", 0).ok);
+    assert_eq!(
+        withheld(a),
+        "\"\"",
+        "a claim's hold is the scheduler's to count"
+    );
+    assert!(manager(a, None, "UnprepareClaim", &["s", UID1]).ok);
+    std::fs::write(
+        dir.path().join("majin.toml"),
+        MAJIN_TOML.replace("outside_gb = 1", "outside_gb = 1\nhealthy = false"),
+    )
+    .unwrap();
+    d.signal(libc::SIGHUP);
+    eventually("withheld as unhealthy", || withheld(a) == "\"unhealthy\"");
 }
 
 #[test]

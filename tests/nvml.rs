@@ -771,8 +771,8 @@ fn mig_instances_are_offered_whole_each_a_gpu_of_its_own() {
     assert_eq!(
         offers,
         format!(
-            "a(usstbbb) 2 1 \"MIG-aaaa\" \"NVIDIA L4 MIG 1g.6gb\" 0 true false true \
-             2 \"MIG-bbbb\" \"NVIDIA L4 MIG 2g.12gb\" {} true true true\n",
+            "a(usstbbbs) 2 1 \"MIG-aaaa\" \"NVIDIA L4 MIG 1g.6gb\" 0 true false true \"\" \
+             2 \"MIG-bbbb\" \"NVIDIA L4 MIG 2g.12gb\" {} true true true \"\"\n",
             12 * GB
         )
     );
@@ -790,7 +790,10 @@ fn mig_instances_are_offered_whole_each_a_gpu_of_its_own() {
         o.stdout
     );
     let offers = manager(a, None, "ListClusterOffers", &[]).stdout;
-    assert!(offers.ends_with(" 0 true false true\n"), "taken: {offers}");
+    assert!(
+        offers.ends_with(" 0 true false true \"\"\n"),
+        "taken: {offers}"
+    );
     assert!(manager(a, None, "UnprepareClaim", &["s", uid]).ok);
     // Its GPU's row remapping failed: the instances are unhealthy, saying why.
     write("remap=failed");

@@ -192,14 +192,15 @@ impl Manager {
     /// 256 MiB steps; 0 when held whole, kept for a whole request or
     /// unhealthy), and whether a claim may take it whole (no local worker
     /// shares it); then each MIG instance (mig: true), whole only: its
-    /// memory while free, else 0.
+    /// memory while free, else 0. Last, why a GPU offers nothing it
+    /// otherwise would: "unhealthy", "held-by-host", "draining" or "".
     /// The plugin reads it again when a Gpu's properties change.
     #[zbus(out_args("offers"))]
     async fn list_cluster_offers(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(u32, String, String, u64, bool, bool, bool)>, BusError> {
+    ) -> Result<Vec<(u32, String, String, u64, bool, bool, bool, String)>, BusError> {
         let offers = self
             .lp
             .ask_from(&hdr, conn, |reply| Command::ClusterOffers { reply })
@@ -207,6 +208,7 @@ impl Manager {
         Ok(offers
             .into_iter()
             .map(|o| {
+                let withheld = o.withheld.to_string();
                 (
                     o.index,
                     o.uuid,
@@ -215,6 +217,7 @@ impl Manager {
                     o.healthy,
                     o.whole,
                     o.mig,
+                    withheld,
                 )
             })
             .collect())

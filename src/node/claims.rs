@@ -21,6 +21,12 @@ pub struct ClusterOffer {
     /// A MIG instance: offered whole only (its memory, when free), never
     /// shared (memory limits do not apply to MIG handles).
     pub mig: bool,
+    /// Why a GPU offers the cluster nothing it otherwise would, as the
+    /// plugin's device taint says it: "unhealthy", "held-by-host" (a local
+    /// worker holds it whole), "draining" (kept for a whole request that
+    /// waited); "" when nothing is withheld. Claims the scheduler placed
+    /// are no reason: it counts those itself.
+    pub withheld: &'static str,
 }
 
 impl ClusterOffer {
@@ -33,6 +39,7 @@ impl ClusterOffer {
             healthy: g.healthy,
             whole,
             mig,
+            withheld: "",
         }
     }
 }
@@ -61,17 +68,29 @@ impl Node {
                     })
                     .unwrap_or_default();
                 let held_whole = usage.is_some_and(|u| u.whole.is_some());
+                let held_by_host = usage
+                    .and_then(|u| u.whole.as_deref())
+                    .is_some_and(|w| !self.is_claim(w));
+                let kept = self.book.kept_for(&g.uuid).is_some();
                 let local_sharers =
                     usage.is_some_and(|u| u.sharers().iter().any(|(w, _)| !self.is_claim(w)));
                 let memory_bytes = crate::claim::offered_to_cluster(
                     g.takes_shares(),
                     g.healthy,
                     held_whole,
-                    self.book.kept_for(&g.uuid).is_some(),
+                    kept,
                     g.offered(),
                     local,
                 );
-                ClusterOffer::of(g, memory_bytes, memory_bytes > 0 && !local_sharers, false)
+                let mut offer =
+                    ClusterOffer::of(g, memory_bytes, memory_bytes > 0 && !local_sharers, false);
+                offer.withheld = match () {
+                    _ if !g.healthy => "unhealthy",
+                    _ if held_by_host => "held-by-host",
+                    _ if kept => "draining",
+                    _ => "",
+                };
+                offer
             })
             .chain(instances.map(|g| {
                 // Whole or nothing: its memory while no one holds it.

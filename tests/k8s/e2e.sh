@@ -232,6 +232,32 @@ while read -r line; do
 done < "$tmp/walk-astraeusctl"
 [ "$(wc -l < "$tmp/walk-astraeusctl")" -ge 2 ] || fail "the walk-through has fewer astraeusctl lines than it had"
 echo "$label: docs/kubernetes.md's walk-through: listen (2Gi) bound to $at, prepared, shown by astraeusctl there" >&2
+# A GPU that turns unhealthy is published tainted with why (device taints,
+# GA in 1.37), its capacity gone: the next claim waits rather than land
+# there, and takes it once it is healthy again.
+sed -i 's/^total_gb = 8$/total_gb = 8\nhealthy = false/' "$tmp/beta/sim.toml"
+kill -HUP "$daemon_beta"
+taint_of() { # node device: its taints' keys and effects
+  api GET "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=$1" | python3 -c '
+import json, sys
+for item in json.load(sys.stdin)["items"]:
+    for d in item["spec"].get("devices", []):
+        if d["name"] == sys.argv[1]:
+            print(" ".join(t["key"] + ":" + t["effect"] for t in d.get("taints", [])))' "$2"
+}
+export -f taint_of
+wait_for 30 "beta's gpu-0 tainted unhealthy" bash -c '[ "$(taint_of beta gpu-0)" = "gpu.astraeus.dev/unhealthy:NoSchedule" ]'
+[ -z "$(capacity beta gpu-0)" ] || fail "beta's unhealthy gpu-0 still publishes capacity"
+claim late 1Gi
+wait_for 60 "pod late to be found unschedulable" bash -c \
+  "api GET /api/v1/namespaces/default/pods/late | grep -q '\"reason\":\"Unschedulable\"'"
+sed -i '/^healthy = false$/d' "$tmp/beta/sim.toml"
+kill -HUP "$daemon_beta"
+wait_for 60 "pod late to be scheduled" bash -c '[ -n "$(node_of late)" ]'
+[ "$(node_of late)" = beta ] || fail "late went to $(node_of late)"
+[ -z "$(taint_of beta gpu-0)" ] || fail "beta's gpu-0 still tainted once healthy"
+echo "$label: beta's GPU unhealthy: published tainted gpu.astraeus.dev/unhealthy, the next claim waited; healthy again, it went there" >&2
+
 # A node with a GPU in MIG mode (its astraeusd reads NVML: the fake): each
 # instance is published whole (mig-N), the GPU not at all; a claim of the
 # MIG class takes one, booked whole on that instance and told its memory;

@@ -29,6 +29,9 @@ type Offer struct {
 	Whole bool
 	// MIG: a MIG instance, offered whole only (Bytes: its memory while free).
 	MIG bool
+	// Withheld: why a GPU offers nothing it otherwise would ("unhealthy",
+	// "held-by-host", "draining"); "" when nothing is withheld.
+	Withheld string
 }
 
 // Client talks to one daemon.

@@ -25,6 +25,9 @@ func DeviceName(index uint32) string { return fmt.Sprintf("gpu-%d", index) }
 // WholeName names GPU index i's whole device.
 func WholeName(index uint32) string { return fmt.Sprintf("gpu-%d-whole", index) }
 
+// TaintPrefix begins a withheld GPU's device taint key (the rest is why).
+const TaintPrefix = "gpu.astraeus.dev/"
+
 // MIGName names MIG instance index i's device (whole only).
 func MIGName(index uint32) string { return fmt.Sprintf("mig-%d", index) }
 
@@ -37,7 +40,8 @@ func counterSet(index uint32) string { return fmt.Sprintf("gpu-%d", index) }
 // way the two exclude each other).
 const Uses = 1000
 
-// Resources is the node's pool. Each GPU that offers the cluster
+// Resources is the node's pool. A GPU whose offer is withheld is its
+// shared device alone, tainted with why. Each GPU that offers the cluster
 // something is two devices: `gpu-N`, shared by many claims, its capacity
 // what the daemon offers now (attribute shared=true); and, while no local
 // worker shares the GPU, `gpu-N-whole`, one claim's (shared=false). A
@@ -64,7 +68,10 @@ func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources
 	var counters []resourceapi.CounterSet
 	var devices []resourceapi.Device
 	for _, o := range sorted {
-		if o.Bytes < Step || !o.Healthy {
+		if o.Withheld == "" && !o.Healthy {
+			o.Withheld = "unhealthy"
+		}
+		if o.Bytes < Step && o.Withheld == "" || o.MIG && !o.Healthy {
 			continue
 		}
 		attributes := func(shared bool) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
@@ -91,6 +98,21 @@ func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources
 			if o.Whole {
 				devices = append(devices, whole(MIGName(o.Index), nil))
 			}
+			continue
+		}
+		// Withheld (unhealthy, held whole by the host's own work, or kept
+		// for a whole request): the shared device with a taint that says
+		// why (KEP-5055, GA in 1.37), no capacity: nothing is allocated
+		// on it, and `kubectl get resourceslices -o yaml` shows why.
+		if o.Withheld != "" {
+			devices = append(devices, resourceapi.Device{
+				Name:       DeviceName(o.Index),
+				Attributes: attributes(true),
+				Taints: []resourceapi.DeviceTaint{{
+					Key:    TaintPrefix + o.Withheld,
+					Effect: resourceapi.DeviceTaintEffectNoSchedule,
+				}},
+			})
 			continue
 		}
 		counters = append(counters, resourceapi.CounterSet{Name: counterSet(o.Index), Counters: uses(Uses)})

@@ -8,13 +8,13 @@ import (
 )
 
 // The pool lists GPUs fullest first, leaves out those that offer nothing
-// or are unhealthy, and publishes each one's offer as its memory.
+// (and withhold nothing: TestWithheldGPUsAreTaintedWithWhy), and
+// publishes each one's offer as its memory.
 func TestResourcesListFullestFirst(t *testing.T) {
 	offers := []daemon.Offer{
 		{Index: 0, UUID: "GPU-a", Model: "A", Bytes: 28 * Step, Healthy: true, Whole: true},
 		{Index: 1, UUID: "GPU-b", Model: "B", Bytes: 4 * Step, Healthy: true},
 		{Index: 2, UUID: "GPU-c", Model: "C", Bytes: 0, Healthy: true},
-		{Index: 3, UUID: "GPU-d", Model: "D", Bytes: 8 * Step, Healthy: false},
 	}
 	pool := Resources("majin", offers).Pools["majin"]
 	if len(pool.Slices) != 2 || len(pool.Slices[0].SharedCounters) != 2 {
@@ -75,5 +75,29 @@ func TestMIGInstancesArePublishedWholeOnly(t *testing.T) {
 	}
 	if strings.Join(names, " ") != "gpu-0 gpu-0-whole mig-1" {
 		t.Fatalf("devices %v (mig-2 is taken: left out)", names)
+	}
+}
+
+// A withheld GPU is published tainted with why (unhealthy when the daemon
+// says no more), without capacity or a whole device; an unhealthy MIG
+// instance is left out.
+func TestWithheldGPUsAreTaintedWithWhy(t *testing.T) {
+	offers := []daemon.Offer{
+		{Index: 0, UUID: "GPU-a", Model: "A", Bytes: 0, Healthy: false},
+		{Index: 1, UUID: "GPU-b", Model: "B", Bytes: 0, Healthy: true, Withheld: "held-by-host"},
+		{Index: 2, UUID: "GPU-c", Model: "C", Bytes: 0, Healthy: true},
+		{Index: 3, UUID: "MIG-d", Model: "D", Bytes: 0, Healthy: false, MIG: true},
+	}
+	pool := Resources("majin", offers).Pools["majin"]
+	devices := pool.Slices[len(pool.Slices)-1].Devices
+	if len(devices) != 2 {
+		t.Fatalf("the two withheld GPUs only: %+v", devices)
+	}
+	for i, why := range []string{"unhealthy", "held-by-host"} {
+		d := devices[i]
+		if d.Name != DeviceName(uint32(i)) || len(d.Taints) != 1 || d.Taints[0].Key != "gpu.astraeus.dev/"+why ||
+			d.Taints[0].Effect != "NoSchedule" || len(d.Capacity) != 0 || len(d.ConsumesCounters) != 0 {
+			t.Fatalf("device %d: %+v", i, d)
+		}
 	}
 }
