@@ -820,7 +820,7 @@ fn astraeusctl_shows_the_seeds_words() {
     assert_eq!(
         v[0],
         serde_json::json!({"name": "listen", "state": "running", "owner": 0,
-            "owner_name": "root", "gpus": [0], "gpu_shared_gb": 2.2,
+            "owner_name": "root", "kubernetes_claim": null, "gpus": [0], "gpu_shared_gb": 2.2,
             "gpu_used_gb": null,
             "enforcement": "promised: a reservation (no workload of its own to limit)",
             "pending_reasons": []})
