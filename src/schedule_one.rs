@@ -5,6 +5,8 @@
 //! - SCHED_ACTION text: one or more `SCHED_ACTION = [ KEY = "value", … ]`
 //!   blocks, keys in any case and order, values quoted or bare, pairs split
 //!   by commas or new lines, `#` comments and blank lines between;
+//! - `onevm sched-update`'s form: one action's bare `KEY = "value"` lines
+//!   (`ACTION="resume"` / `TIME="…"`, as OpenNebula's docs show it);
 //! - JSON with OpenNebula's key names and string values: a list of such
 //!   objects, or `{"SCHED_ACTION": …}` (one object or a list) as
 //!   `onevm show --json` nests it.
@@ -84,7 +86,11 @@ pub fn read(input: &str) -> Result<Read> {
             None => Ok(ours()),
         };
     }
-    if !first_word(input).eq_ignore_ascii_case("SCHED_ACTION") {
+    let first = first_word(input).to_ascii_uppercase();
+    if OURS.contains(&first.as_str()) || BOOKKEEPING.contains(&first.as_str()) || first == "ARGS" {
+        return translated(bare_block(input)?);
+    }
+    if first != "SCHED_ACTION" {
         return Ok(ours());
     }
     translated(blocks(input)?)
@@ -188,42 +194,63 @@ fn blocks(input: &str) -> Result<Vec<Block>> {
         p.expect('=', &label, "after SCHED_ACTION")?;
         p.skip_blank();
         p.expect('[', &label, "to open the block")?;
-        let mut pairs = Vec::new();
-        loop {
-            p.skip_separators();
-            match p.peek() {
-                None => {
-                    return Err(Error::field(
-                        &label,
-                        "the block is not closed: end it with ]",
-                    ))
-                }
-                Some(']') => {
-                    p.at += 1;
-                    break;
-                }
-                _ => {}
-            }
-            let key = p.word();
-            if key.is_empty() {
-                return Err(Error::field(
-                    &label,
-                    format!(
-                        "line {}: a KEY = \"value\" pair or ] was expected; got {:?}",
-                        p.line,
-                        p.peek().unwrap_or(' ')
-                    ),
-                ));
-            }
-            p.skip_blank();
-            p.expect('=', &format!("{label}, {}", clip(&key)), "after the key")?;
-            p.skip_blank();
-            let value = p.value(&format!("{label}, {}", clip(&key)))?;
-            pairs.push((key, value));
-        }
+        let pairs = pairs(&mut p, &label, true)?;
         out.push((label, pairs));
     }
     Ok(out)
+}
+
+/// `onevm sched-update`'s form, the one OpenNebula's docs show most: one
+/// action's bare `KEY = "value"` lines, no SCHED_ACTION = [ … ] around them.
+fn bare_block(input: &str) -> Result<Vec<Block>> {
+    let mut p = Text {
+        chars: input.chars().collect(),
+        at: 0,
+        line: 1,
+    };
+    let label = "the action (onevm sched-update's KEY = \"value\" lines)".to_string();
+    let pairs = pairs(&mut p, &label, false)?;
+    Ok(vec![(label, pairs)])
+}
+
+/// `KEY = "value"` pairs up to a `]` (`closed`: a block's) or the end.
+fn pairs(p: &mut Text, label: &str, closed: bool) -> Result<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    loop {
+        p.skip_separators();
+        match p.peek() {
+            None if closed => {
+                return Err(Error::field(
+                    label,
+                    "the block is not closed: end it with ]",
+                ))
+            }
+            None => break,
+            Some(']') if closed => {
+                p.at += 1;
+                break;
+            }
+            _ => {}
+        }
+        let key = p.word();
+        if key.is_empty() {
+            let expected = if closed { "pair or ]" } else { "pair" };
+            return Err(Error::field(
+                label,
+                format!(
+                    "line {}: a KEY = \"value\" {expected} was expected; got {:?}",
+                    p.line,
+                    p.peek().unwrap_or(' ')
+                ),
+            ));
+        }
+        p.skip_blank();
+        p.expect('=', &format!("{label}, {}", clip(&key)), "after the key")?;
+        p.skip_blank();
+        let value = p.value(&format!("{label}, {}", clip(&key)))?;
+        pairs.push((key, value));
+    }
+    Ok(pairs)
 }
 
 /// Blocks into our JSON, each key checked; names kept for errors.
@@ -433,6 +460,36 @@ mod tests {
 
     fn ours(input: &str) -> Value {
         serde_json::from_str(&read(input).unwrap().json).unwrap()
+    }
+
+    /// `onevm sched-update`'s form (OpenNebula's docs): one action's bare
+    /// KEY="value" lines, comments and blank lines between.
+    #[test]
+    fn onevm_sched_update_lines_read_as_one_action() {
+        let pasted = "# onevm sched-update 42 0\nACTION=\"resume\"\nTIME=\"1767254400\"\n\
+                      REPEAT=\"0\"\nDAYS=\"1,5\"\nEND_TYPE=\"1\"\nEND_VALUE=\"5\"\n";
+        assert_eq!(
+            ours(pasted),
+            json!([{"action": "resume", "time": 1767254400, "repeat": 0, "days": "1,5",
+                    "end_type": 1, "end_value": 5}])
+        );
+        assert_eq!(
+            ours("time = \"+3600\"\naction = poweroff"),
+            json!([{"action": "poweroff", "time": "+3600"}])
+        );
+        // Refused as the form it is, naming the field as written.
+        let e = read("ACTION=\"resume\"\nCOLOR=\"red\"").unwrap_err();
+        assert!(
+            e.message().starts_with(
+                "the action (onevm sched-update's KEY = \"value\" lines), COLOR: unknown field"
+            ),
+            "{e}"
+        );
+        let e = read("ACTION=\"resume\"\n]").unwrap_err();
+        assert!(
+            e.message().contains("a KEY = \"value\" pair was expected"),
+            "{e}"
+        );
     }
 
     #[test]
