@@ -845,3 +845,32 @@ fn a_schedules_error_echoes_no_bidi_override_or_line_separator() {
         assert!(o.stderr.contains("resume?"), "{:?}", o.stderr);
     }
 }
+
+/// A schedule whose every time has passed (a stale paste: five weekly
+/// repetitions that ended in 2018) would do nothing but switch the VM now
+/// by the convergence rule: refused, saying so, nothing set. One action to
+/// come beside a passed one is taken.
+#[test]
+fn a_schedule_with_nothing_left_to_do_is_refused() {
+    let (_dir, bus, _d) = berlin_daemon();
+    let a = &bus.address;
+    define_template(a, "stale");
+    let stale = r#"[{"action":"resume","time":1514793600,"repeat":0,"days":"1","end_type":1,"end_value":5}]"#;
+    let o = manager(a, None, "SetSchedule", &["ss", "stale", stale]);
+    assert!(!o.ok);
+    assert!(
+        o.stderr.contains(
+            "actions: every action's times have passed (repeats ended too): nothing is left to do"
+        ),
+        "{}",
+        o.stderr
+    );
+    let o = manager(a, None, "GetSchedule", &["s", "stale"]);
+    assert!(!o.stdout.contains("resume"), "nothing set: {}", o.stdout);
+    let mixed = format!(
+        r#"[{{"action":"poweroff","time":1514793600}},{{"action":"resume","time":{}}}]"#,
+        berlin(7, 9)
+    );
+    let o = manager(a, None, "SetSchedule", &["ss", "stale", &mixed]);
+    assert!(o.ok, "{}", o.stderr);
+}

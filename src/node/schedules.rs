@@ -118,6 +118,20 @@ impl Node {
         let read = crate::schedule_one::read(json)?;
         let actions = read.explain(schedule::parse_actions(&read.json, rules.now))?;
         read.explain(schedule::check_offsets(&read.json, &rules.tz))?;
+        // A stale paste (every time passed, every repeat ended) would do
+        // nothing but switch the VM now, by the convergence rule.
+        if !actions.is_empty()
+            && actions
+                .iter()
+                .all(|a| a.next_after(rules.now, &rules.tz).is_none())
+        {
+            return Err(Error::field(
+                "actions",
+                "every action's times have passed (repeats ended too): nothing is left to do, \
+                 and the VM would only be switched on or off now for it; give a TIME to come, \
+                 or [] to remove the schedule",
+            ));
+        }
         let mut all: Vec<(String, Vec<ScheduledAction>)> = self
             .schedules
             .iter()
