@@ -270,7 +270,11 @@ impl Form {
 /// 09:00 from 2027-01-04, until Wed 2027-06-30 23:59:59".
 pub fn describe(a: &ScheduledAction, tz: &TimeZone) -> String {
     let first = a.time.to_zoned(tz.clone());
-    let clock = first.strftime("%H:%M").to_string();
+    // Seconds only when not zero: a 20-second slice reads as two times.
+    let clock = match first.second() {
+        0 => first.strftime("%H:%M").to_string(),
+        _ => first.strftime("%H:%M:%S").to_string(),
+    };
     let day = first.strftime("%a %Y-%m-%d").to_string();
     let list = |names: Vec<String>| names.join(", ");
     let when = match a.repeat {
@@ -328,6 +332,25 @@ pub fn today(now: Timestamp, tz: &TimeZone) -> Date {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Times read as stored: minutes, and seconds only when there are some
+    /// (a 20-second slice read "resume once at 15:24 / poweroff once at 15:24").
+    #[test]
+    fn described_times_show_seconds_only_when_there_are_some() {
+        let tz = TimeZone::UTC;
+        let at = |json: &str| {
+            let a = crate::schedule::parse_actions(json, Timestamp::UNIX_EPOCH).unwrap();
+            describe(&a[0], &tz)
+        };
+        assert_eq!(
+            at(r#"[{"action":"resume","time":1894116240}]"#),
+            "resume        once, at Tue 2030-01-08 15:24"
+        );
+        assert_eq!(
+            at(r#"[{"action":"poweroff","time":1894116260}]"#),
+            "poweroff      once, at Tue 2030-01-08 15:24:20"
+        );
+    }
     use crate::schedule::parse_actions;
 
     fn berlin() -> TimeZone {

@@ -117,7 +117,14 @@ pub fn print_slices(rows: &[SliceRow], notes: &[String], local: &Local, form: li
         outln!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return;
     }
-    let at = |ms: i64| local.format(ms.div_euclid(1000), "%a %Y-%m-%d %H:%M");
+    // Seconds only when not zero (a slice of seconds reads as two times).
+    let at = |ms: i64| {
+        let secs = ms.div_euclid(1000);
+        match secs.rem_euclid(60) {
+            0 => local.format(secs, "%a %Y-%m-%d %H:%M"),
+            _ => local.format(secs, "%a %Y-%m-%d %H:%M:%S"),
+        }
+    };
     let w = rows
         .iter()
         .map(|r| r.template.len())
