@@ -63,7 +63,7 @@ churn() { # prepares and unprepares claims on alpha, meanwhile
     busctl --address="$bus_alpha" call org.astraeus.Node1 /org/astraeus/Node1 org.astraeus.Node1.Manager StopWorker s "c$k" >/dev/null 2>&1 || true
   done
 }
-churn &
+churn 2>/dev/null &
 churn_pid=$!
 : > "$tmp/slices"
 for i in $(seq "$changes"); do
