@@ -87,6 +87,8 @@ pub struct WorkerView {
     pub name: String,
     pub state: State,
     pub owner: u32,
+    /// A Kubernetes claim's namespace: whose it is, shown as `k8s/NS`.
+    pub claim_namespace: Option<String>,
     pub gpus: Vec<(u32, String)>,
     pub gpu_shared_gb: f64,
     /// About the GPUs it holds (unhealthy, over-promised, no longer seen) and its promise.
@@ -326,6 +328,7 @@ pub fn worker_view(node: &Node, w: &Worker) -> WorkerView {
         name: w.name().to_string(),
         state: w.state(),
         owner: w.owner_uid,
+        claim_namespace: w.spec.claim.as_ref().map(|c| c.namespace.clone()),
         gpus: w
             .grants()
             .iter()

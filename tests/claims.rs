@@ -86,7 +86,9 @@ fn the_offer_says_why_a_gpu_is_withheld() {
 fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_work_leaves() {
     let dir = open_tempdir();
     let bus = Bus::session();
-    let mut d = start_majin(&bus, dir.path(), "", &[]);
+    let port = free_port();
+    let page = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let mut d = start_majin(&bus, dir.path(), &page, &[]);
     let a = &bus.address;
     // 8 GB, 1 held outside: 7 offered, 28 steps of 256 MiB.
     assert_eq!(offered(a), 28 * STEP);
@@ -204,6 +206,17 @@ fn claims_are_booked_where_they_fit_now_and_the_cluster_is_offered_what_local_wo
         .unwrap_or_else(|| panic!("{}", o.stdout));
     assert_eq!(w["owner_name"], "k8s/team-a");
     assert_eq!(w["kubernetes_claim"]["name"], "listen");
+    // And on the page (its JSON, as the page reads it).
+    let (code, _, body) = get(port, "/machines/majin/workers");
+    assert_eq!(code, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let on_page = page["workers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+        .iter()
+        .find(|w| w["name"] == format!("claim-{UID2}"))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(on_page["owner"], "k8s/team-a", "{body}");
     // The local worker stays its owner's (root here, by name).
     let local = j
         .as_array()

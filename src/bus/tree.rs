@@ -170,10 +170,14 @@ impl Objects {
         .await
         .unwrap_or_default();
         for w in &mut out {
-            w.owner = names
-                .get(&w.view.owner)
-                .cloned()
-                .unwrap_or_else(|| w.view.owner.to_string());
+            w.owner = match &w.view.claim_namespace {
+                // A claim is its namespace's (root, the plugin, books it).
+                Some(ns) => crate::claim::owner_label(ns),
+                None => names
+                    .get(&w.view.owner)
+                    .cloned()
+                    .unwrap_or_else(|| w.view.owner.to_string()),
+            };
         }
         give_back_memory();
         Some(out)
