@@ -252,6 +252,9 @@ pub struct Machine {
     pub cpu_cores: Amount,
     pub memory_bytes: u64,
     pub gpus: Vec<Gpu>,
+    /// The GPU driver's version as NVML says it ("" where none is read:
+    /// the simulated machine, no GPUs).
+    pub driver: String,
 }
 
 impl Machine {
@@ -267,8 +270,10 @@ impl Machine {
             cpu_cores,
             memory_bytes,
             gpus,
+            driver,
         } = self;
         *name == other.name
+            && *driver == other.driver
             && *wsl == other.wsl
             && *cpu_cores == other.cpu_cores
             && *memory_bytes == other.memory_bytes

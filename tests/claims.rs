@@ -26,29 +26,31 @@ fn prepare(a: &str, uid: &str, name: &str, bytes: u64) -> Out {
 fn offered(a: &str) -> u64 {
     let o = manager(a, None, "ListClusterOffers", &[]);
     assert!(o.ok, "{}", o.stderr);
-    // a(usstbbbs) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true true false ""
+    // a(usstbbbss) 1 0 "GPU-…" "NVIDIA GeForce RTX 4060" 7516192768 true true false "" ""
     let fields: Vec<&str> = o.stdout.split_whitespace().collect();
     assert_eq!(fields[3], format!("\"{UUID}\""), "{}", o.stdout);
-    assert_eq!(fields[fields.len() - 2], "false", "not a MIG instance");
-    fields[fields.len() - 5].parse().unwrap()
+    assert_eq!(fields[fields.len() - 3], "false", "not a MIG instance");
+    assert_eq!(
+        fields[fields.len() - 1],
+        "\"\"",
+        "no driver in the simulated machine"
+    );
+    fields[fields.len() - 6].parse().unwrap()
 }
 
 /// Whether the GPU may be taken whole by a claim now.
 fn whole(a: &str) -> bool {
     let o = manager(a, None, "ListClusterOffers", &[]);
     let fields: Vec<&str> = o.stdout.split_whitespace().collect();
-    fields[fields.len() - 3] == "true"
+    fields[fields.len() - 4] == "true"
 }
 
 /// Why the GPU offers the cluster nothing it otherwise would (the plugin's
 /// device taint): "" when nothing is withheld.
 fn withheld(a: &str) -> String {
     let o = manager(a, None, "ListClusterOffers", &[]);
-    o.stdout
-        .split_whitespace()
-        .last()
-        .unwrap_or_default()
-        .to_string()
+    let fields: Vec<&str> = o.stdout.split_whitespace().collect();
+    fields[fields.len() - 2].to_string()
 }
 
 /// The offer says why a GPU is withheld: held whole by a local worker,

@@ -771,8 +771,9 @@ fn mig_instances_are_offered_whole_each_a_gpu_of_its_own() {
     assert_eq!(
         offers,
         format!(
-            "a(usstbbbs) 2 1 \"MIG-aaaa\" \"NVIDIA L4 MIG 1g.6gb\" 0 true false true \"\" \
-             2 \"MIG-bbbb\" \"NVIDIA L4 MIG 2g.12gb\" {} true true true \"\"\n",
+            "a(usstbbbss) 2 1 \"MIG-aaaa\" \"NVIDIA L4 MIG 1g.6gb\" 0 true false true \"\" \
+             \"999.99-fake\" 2 \"MIG-bbbb\" \"NVIDIA L4 MIG 2g.12gb\" {} true true true \"\" \
+             \"999.99-fake\"\n",
             12 * GB
         )
     );
@@ -791,7 +792,7 @@ fn mig_instances_are_offered_whole_each_a_gpu_of_its_own() {
     );
     let offers = manager(a, None, "ListClusterOffers", &[]).stdout;
     assert!(
-        offers.ends_with(" 0 true false true \"\"\n"),
+        offers.ends_with(" 0 true false true \"\" \"999.99-fake\"\n"),
         "taken: {offers}"
     );
     assert!(manager(a, None, "UnprepareClaim", &["s", uid]).ok);

@@ -29,6 +29,7 @@ fn machine(gpus: Vec<Gpu>) -> Machine {
         cpu_cores: Amount::whole(16),
         memory_bytes: 64 << 30,
         gpus,
+        driver: String::new(),
     }
 }
 

@@ -29,6 +29,7 @@ fn machine() -> Machine {
             healthy: true,
             ..Gpu::default()
         }],
+        driver: String::new(),
     }
 }
 

@@ -192,15 +192,16 @@ impl Manager {
     /// 256 MiB steps; 0 when held whole, kept for a whole request or
     /// unhealthy), and whether a claim may take it whole (no local worker
     /// shares it); then each MIG instance (mig: true), whole only: its
-    /// memory while free, else 0. Last, why a GPU offers nothing it
-    /// otherwise would: "unhealthy", "held-by-host", "draining" or "".
+    /// memory while free, else 0. Then why a GPU offers nothing it
+    /// otherwise would: "unhealthy", "held-by-host", "draining" or ""; last
+    /// the driver's version ("" where none is read).
     /// The plugin reads it again when a Gpu's properties change.
     #[zbus(out_args("offers"))]
     async fn list_cluster_offers(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(u32, String, String, u64, bool, bool, bool, String)>, BusError> {
+    ) -> Result<Vec<(u32, String, String, u64, bool, bool, bool, String, String)>, BusError> {
         let offers = self
             .lp
             .ask_from(&hdr, conn, |reply| Command::ClusterOffers { reply })
@@ -218,6 +219,7 @@ impl Manager {
                     o.whole,
                     o.mig,
                     withheld,
+                    o.driver,
                 )
             })
             .collect())

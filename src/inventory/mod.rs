@@ -141,6 +141,7 @@ impl GpuSource for NoGpus {
             cpu_cores,
             memory_bytes,
             gpus: Vec::new(),
+            driver: String::new(),
         })
     }
     fn changed(&mut self) -> bool {

@@ -658,6 +658,7 @@ impl GpuSource for NvmlSource {
             cpu_cores,
             memory_bytes,
             gpus,
+            driver: self.nvml.sys_driver_version().unwrap_or_default(),
         })
     }
 }

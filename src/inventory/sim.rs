@@ -159,6 +159,7 @@ pub fn parse(text: &str) -> Result<Machine> {
             .unwrap_or(DEFAULT_MEMORY_GB)
             .saturating_mul(crate::quantity::GB_BYTES),
         gpus,
+        driver: String::new(),
     })
 }
 

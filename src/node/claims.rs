@@ -27,10 +27,18 @@ pub struct ClusterOffer {
     /// waited); "" when nothing is withheld. Claims the scheduler placed
     /// are no reason: it counts those itself.
     pub withheld: &'static str,
+    /// The GPU driver's version ("" where none is read).
+    pub driver: String,
 }
 
 impl ClusterOffer {
-    fn of(g: &crate::machine::Gpu, memory_bytes: u64, whole: bool, mig: bool) -> ClusterOffer {
+    fn of(
+        g: &crate::machine::Gpu,
+        driver: &str,
+        memory_bytes: u64,
+        whole: bool,
+        mig: bool,
+    ) -> ClusterOffer {
         ClusterOffer {
             index: g.index,
             uuid: g.uuid.clone(),
@@ -40,6 +48,7 @@ impl ClusterOffer {
             whole,
             mig,
             withheld: "",
+            driver: driver.to_string(),
         }
     }
 }
@@ -82,8 +91,13 @@ impl Node {
                     g.offered(),
                     local,
                 );
-                let mut offer =
-                    ClusterOffer::of(g, memory_bytes, memory_bytes > 0 && !local_sharers, false);
+                let mut offer = ClusterOffer::of(
+                    g,
+                    &self.machine.driver,
+                    memory_bytes,
+                    memory_bytes > 0 && !local_sharers,
+                    false,
+                );
                 offer.withheld = match () {
                     _ if !g.healthy => "unhealthy",
                     _ if held_by_host => "held-by-host",
@@ -104,7 +118,13 @@ impl Node {
                 } else {
                     0
                 };
-                ClusterOffer::of(g, memory_bytes, memory_bytes > 0, true)
+                ClusterOffer::of(
+                    g,
+                    &self.machine.driver,
+                    memory_bytes,
+                    memory_bytes > 0,
+                    true,
+                )
             }))
             .collect()
     }

@@ -141,6 +141,7 @@ mod tests {
                 cpu_cores: crate::quantity::Amount::whole(1),
                 memory_bytes: 1,
                 gpus: Vec::new(),
+                driver: String::new(),
             })
         }
     }

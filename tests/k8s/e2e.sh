@@ -268,6 +268,9 @@ mig gpu=0 uuid=MIG-c2000000-0000-0000-0000-000000000000 name=NVIDIA_A100_MIG_3g.
 wait_capacity gamma mig-1 40Gi
 wait_capacity gamma mig-2 40Gi
 [ -z "$(capacity gamma gpu-0)" ] || fail "gamma's GPU in MIG mode is published"
+# Its devices say the driver NVML reads (the fake's), beside UUID, model, index.
+api GET "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=gamma" \
+  | grep -q '"driver":{"string":"999.99-fake"}' || fail "gamma's devices do not say the driver"
 claim inst mig
 wait_for 60 "pod inst to be scheduled" bash -c '[ -n "$(node_of inst)" ]'
 [ "$(node_of inst)" = gamma ] || fail "inst went to $(node_of inst)"

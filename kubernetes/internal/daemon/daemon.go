@@ -32,6 +32,8 @@ type Offer struct {
 	// Withheld: why a GPU offers nothing it otherwise would ("unhealthy",
 	// "held-by-host", "draining"); "" when nothing is withheld.
 	Withheld string
+	// Driver: the GPU driver's version ("" where none is read).
+	Driver string
 }
 
 // Client talks to one daemon.

@@ -75,13 +75,18 @@ func Resources(node string, offers []daemon.Offer) resourceslice.DriverResources
 			continue
 		}
 		attributes := func(shared bool) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-			return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 				"uuid":   {StringValue: ptr.To(o.UUID)},
 				"model":  {StringValue: ptr.To(o.Model)},
 				"index":  {IntValue: ptr.To(int64(o.Index))},
 				"shared": {BoolValue: ptr.To(shared)},
 				"mig":    {BoolValue: ptr.To(o.MIG)},
+				// Health is said by a taint (below), not an attribute.
 			}
+			if o.Driver != "" {
+				a["driver"] = resourceapi.DeviceAttribute{StringValue: ptr.To(o.Driver)}
+			}
+			return a
 		}
 		// A device one claim takes whole, its capacity said, not consumed.
 		whole := func(name string, consumes []resourceapi.DeviceCounterConsumption) resourceapi.Device {

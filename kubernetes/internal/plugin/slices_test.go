@@ -51,7 +51,7 @@ func TestResourcesListFullestFirst(t *testing.T) {
 func TestMIGInstancesArePublishedWholeOnly(t *testing.T) {
 	offers := []daemon.Offer{
 		{Index: 0, UUID: "GPU-a", Model: "A", Bytes: 8 * Step, Healthy: true, Whole: true},
-		{Index: 1, UUID: "MIG-b", Model: "A MIG 1g.6gb", Bytes: 24 * Step, Healthy: true, Whole: true, MIG: true},
+		{Index: 1, UUID: "MIG-b", Model: "A MIG 1g.6gb", Bytes: 24 * Step, Healthy: true, Whole: true, MIG: true, Driver: "615.20"},
 		{Index: 2, UUID: "MIG-c", Model: "A MIG 1g.6gb", Bytes: 0, Healthy: true, MIG: true},
 	}
 	pool := Resources("majin", offers).Pools["majin"]
@@ -66,11 +66,14 @@ func TestMIGInstancesArePublishedWholeOnly(t *testing.T) {
 			if d.AllowMultipleAllocations != nil || len(d.ConsumesCounters) != 0 {
 				t.Fatalf("a MIG instance is not shared: %+v", d)
 			}
-			if !*d.Attributes["mig"].BoolValue || *d.Attributes["shared"].BoolValue || *d.Attributes["uuid"].StringValue != "MIG-b" {
+			if !*d.Attributes["mig"].BoolValue || *d.Attributes["shared"].BoolValue || *d.Attributes["uuid"].StringValue != "MIG-b" ||
+				*d.Attributes["driver"].StringValue != "615.20" {
 				t.Fatalf("attributes %+v", d.Attributes)
 			}
 		} else if *d.Attributes["mig"].BoolValue {
 			t.Fatalf("%s says mig", d.Name)
+		} else if _, ok := d.Attributes["driver"]; ok {
+			t.Fatalf("%s: a driver attribute where the daemon read none", d.Name)
 		}
 	}
 	if strings.Join(names, " ") != "gpu-0 gpu-0-whole mig-1" {
