@@ -264,6 +264,8 @@ pub enum TemplateCommand {
     },
 }
 
+// Parsed once per run: the size of one variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum ScheduleCommand {
     /// Set a template's schedule: in words (`--weekly mon,wed,fri --from
@@ -285,6 +287,10 @@ pub enum ScheduleCommand {
         /// A slice every N hours (1 to 168) from the first.
         #[arg(long, value_name = "N", group = "every")]
         hourly: Option<u16>,
+        /// Slices on these days of the year, counted from 0 as OpenNebula's
+        /// scheduler does (0 = 1 January): 0,181.
+        #[arg(long, value_name = "DAYS", group = "every")]
+        yearly: Option<String>,
         /// Each slice starts at this local time (HH:MM).
         #[arg(long, value_name = "HH:MM", requires = "every")]
         from: Option<String>,

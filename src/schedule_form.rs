@@ -26,6 +26,9 @@ pub enum Every {
     Monthly(Vec<u8>),
     /// Every N hours (1 to 168), from the first slice on.
     Hourly(u16),
+    /// Days of the year, counted from 0 (0 = 1 January) as OpenNebula's
+    /// scheduler counts them, 0 to 365.
+    Yearly(Vec<u16>),
 }
 
 /// When the repeats stop.
@@ -122,6 +125,28 @@ pub fn parse_month_days(text: &str) -> Result<Vec<u8>> {
     Ok(days)
 }
 
+/// `0,181` (days of the year counted from 0: 0 = 1 January, 365 = 31
+/// December of a leap year), as a yearly repeat's DAYS.
+pub fn parse_year_days(text: &str) -> Result<Vec<u16>> {
+    let accepted = "days of the year counted from 0 (0 = 1 January), 0 to 365, as 0,181";
+    let mut days = Vec::new();
+    for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let d: u16 = part
+            .trim()
+            .parse()
+            .ok()
+            .filter(|d| *d <= 365)
+            .ok_or_else(|| Error::field("--yearly", format!("{accepted}; got {part:?}")))?;
+        days.push(d);
+    }
+    if days.is_empty() {
+        return Err(Error::field("--yearly", format!("{accepted}; got nothing")));
+    }
+    days.sort_unstable();
+    days.dedup();
+    Ok(days)
+}
+
 /// `09:00` or `9:30` (24-hour local time).
 pub fn parse_clock(flag: &str, text: &str) -> Result<Time> {
     let wrong = || {
@@ -187,6 +212,21 @@ impl Form {
                     .collect::<Vec<_>>()
                     .join(",");
                 (Repeat::Monthly, list.clone(), list)
+            }
+            Every::Yearly(days) => {
+                if overnight {
+                    return Err(Error::field(
+                        "--to",
+                        "a yearly slice must end the same day (--to after --from): day 365 \
+                         has no day after it in every year; use a weekly or hourly schedule",
+                    ));
+                }
+                let list = days
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                (Repeat::Yearly, list.clone(), list)
             }
             Every::Hourly(n) => {
                 if !(1..=crate::schedule::MAX_HOURLY_INTERVAL).contains(n) {
@@ -445,6 +485,29 @@ mod tests {
         assert!(e
             .message()
             .starts_with("--to: a monthly slice must end the same day"));
+        // Yearly: days of the year counted from 0, as OpenNebula's code does.
+        let v = base(
+            Every::Yearly(parse_year_days("0,181").unwrap()),
+            "08:00",
+            "12:00",
+        )
+        .actions(&berlin())
+        .unwrap();
+        assert_eq!(
+            (v[0]["repeat"].as_i64(), v[0]["days"].as_str()),
+            (Some(2), Some("0,181"))
+        );
+        let parsed = crate::schedule::parse_actions(&v.to_string(), jiff::Timestamp::UNIX_EPOCH);
+        assert!(parsed.is_ok(), "{parsed:?}");
+        assert!(parse_year_days("366")
+            .unwrap_err()
+            .message()
+            .starts_with("--yearly: days of the year counted from 0"));
+        assert!(base(Every::Yearly(vec![0]), "22:00", "02:00")
+            .actions(&berlin())
+            .unwrap_err()
+            .message()
+            .starts_with("--to: a yearly slice must end the same day"));
         let v = base(Every::Hourly(6), "00:00", "02:00")
             .actions(&berlin())
             .unwrap();

@@ -447,6 +447,7 @@ async fn run(args: Args) -> Result<(), String> {
             weekly,
             monthly,
             hourly,
+            yearly,
             from,
             to,
             starting,
@@ -458,11 +459,12 @@ async fn run(args: Args) -> Result<(), String> {
             let actions = match file {
                 Some(file) => read_spec(&file)?,
                 None => {
-                    let every = match (weekly, monthly, hourly) {
-                        (Some(w), _, _) => Every::Weekly(schedule_form::parse_weekdays(&w).map_err(|e| e.message().to_string())?),
-                        (_, Some(m), _) => Every::Monthly(schedule_form::parse_month_days(&m).map_err(|e| e.message().to_string())?),
-                        (_, _, Some(h)) => Every::Hourly(h),
-                        _ => return Err("Usage: give the schedule in words (--weekly, --monthly or --hourly with --from and --to) or as a JSON FILE".into()),
+                    let every = match (weekly, monthly, hourly, yearly) {
+                        (Some(w), _, _, _) => Every::Weekly(schedule_form::parse_weekdays(&w).map_err(|e| e.message().to_string())?),
+                        (_, Some(m), _, _) => Every::Monthly(schedule_form::parse_month_days(&m).map_err(|e| e.message().to_string())?),
+                        (_, _, Some(h), _) => Every::Hourly(h),
+                        (_, _, _, Some(y)) => Every::Yearly(schedule_form::parse_year_days(&y).map_err(|e| e.message().to_string())?),
+                        _ => return Err("Usage: give the schedule in words (--weekly, --monthly, --hourly or --yearly with --from and --to) or as a JSON FILE".into()),
                     };
                     let clock = |flag: &str,
                                  v: Option<String>|
