@@ -199,34 +199,19 @@ impl Form {
                 (Repeat::Weekly, list(0), list(i8::from(overnight)))
             }
             Every::Monthly(days) => {
-                if overnight {
-                    return Err(Error::field(
-                        "--to",
-                        "a monthly slice must end the same day (--to after --from): day 31 \
-                         has no day after it in every month; use a weekly or hourly schedule",
-                    ));
-                }
-                let list = days
-                    .iter()
-                    .map(|d| d.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",");
-                (Repeat::Monthly, list.clone(), list)
+                let days = days.iter().map(u8::to_string);
+                same_day(
+                    Repeat::Monthly,
+                    days,
+                    overnight,
+                    "monthly",
+                    "day 31",
+                    "month",
+                )?
             }
             Every::Yearly(days) => {
-                if overnight {
-                    return Err(Error::field(
-                        "--to",
-                        "a yearly slice must end the same day (--to after --from): day 365 \
-                         has no day after it in every year; use a weekly or hourly schedule",
-                    ));
-                }
-                let list = days
-                    .iter()
-                    .map(|d| d.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",");
-                (Repeat::Yearly, list.clone(), list)
+                let days = days.iter().map(u16::to_string);
+                same_day(Repeat::Yearly, days, overnight, "yearly", "day 365", "year")?
             }
             Every::Hourly(n) => {
                 if !(1..=crate::schedule::MAX_HOURLY_INTERVAL).contains(n) {
@@ -304,6 +289,30 @@ impl Form {
             action("poweroff", at(off_day, self.to, "--to")?, off_days, off_end),
         ]))
     }
+}
+
+/// A monthly or yearly repeat: its days alike for both actions, and a
+/// slice that ends the day it starts (the last day of a month or year
+/// has no day after it in every one).
+fn same_day(
+    repeat: Repeat,
+    days: impl Iterator<Item = String>,
+    overnight: bool,
+    what: &str,
+    last: &str,
+    period: &str,
+) -> Result<(Repeat, String, String)> {
+    if overnight {
+        return Err(Error::field(
+            "--to",
+            format!(
+                "a {what} slice must end the same day (--to after --from): {last} \
+                 has no day after it in every {period}; use a weekly or hourly schedule"
+            ),
+        ));
+    }
+    let list = days.collect::<Vec<_>>().join(",");
+    Ok((repeat, list.clone(), list))
 }
 
 /// One stored action in words, in `tz`: "resume every Mon, Wed, Fri at
