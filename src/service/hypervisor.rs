@@ -106,6 +106,10 @@ impl Hypervisor {
         let (vms, tx) = (self.vms.clone(), self.tx.clone());
         tokio::spawn(async move {
             let result = async {
+                let check = t.clone();
+                tokio::task::spawn_blocking(move || check.check_files())
+                    .await
+                    .map_err(|e| crate::error::Error::Backend(e.to_string()))??;
                 let domain = match &t.vm {
                     crate::request::VmSource::Domain(name) => {
                         let xml = vms.definition(name).await?;

@@ -272,6 +272,27 @@ impl Template {
         if let Some(weights) = &self.weights_disk {
             check_weights_readonly(weights, xml)?;
         }
+        if let Some(os) = &self.os_disk {
+            check_os_disk(os, xml)?;
+        }
+        Ok(())
+    }
+
+    /// The files it names exist (off the loop: the daemon's own view of
+    /// the host, as libvirt's will be when it boots the VM).
+    pub fn check_files(&self) -> Result<()> {
+        if let Some(os) = &self.os_disk {
+            match std::fs::metadata(os) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::field(
+                        "os_disk",
+                        format!("{os} does not exist: the VM's OS disk, made before the template"),
+                    ))
+                }
+                Err(e) => return Err(Error::field("os_disk", format!("{os}: {e}"))),
+            }
+        }
         Ok(())
     }
 
@@ -350,6 +371,31 @@ pub fn check_hostdevs(baseboard: &[PciAddress], xml: &str) -> Result<()> {
 /// (b) The weights disk is a disk of the domain (source file or dev) and
 /// every such disk carries `<readonly/>`: weights are staged once and must
 /// never be written by a guest.
+/// The template's `os_disk` is a disk of its domain (its source file or
+/// device), so that what the template says is what the VM boots.
+pub fn check_os_disk(os_disk: &str, xml: &str) -> Result<()> {
+    let doc = parse_domain(xml)?;
+    let attached = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("disk"))
+        .any(|d| {
+            d.children().any(|s| {
+                s.has_tag_name("source")
+                    && (s.attribute("file") == Some(os_disk) || s.attribute("dev") == Some(os_disk))
+            })
+        });
+    if !attached {
+        return Err(Error::field(
+            "os_disk",
+            format!(
+                "{os_disk} is not a disk of the domain: name the disk its <source file='…'/> \
+                 boots from"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub fn check_weights_readonly(weights_disk: &str, xml: &str) -> Result<()> {
     let doc = parse_domain(xml)?;
     let disks: Vec<_> = doc
@@ -928,6 +974,37 @@ mod tests {
             |v| v["baseboard"] = json!(["0000:41:00.0", "0000:43:00.1"])
         ))
         .starts_with("baseboard[1]: 0000:43:00.1 is not passed to the domain"));
+    }
+
+    /// The os_disk is one of the domain's disks, and exists (seed 003's
+    /// OS disk: an os_disk naming nothing was taken, unchecked).
+    #[test]
+    fn the_os_disk_is_a_disk_of_the_domain_and_exists() {
+        check_os_disk("/srv/os/llama.qcow2", XML).unwrap();
+        assert_eq!(
+            err(spec(|v| v["os_disk"] = json!("/srv/os/other.qcow2"))),
+            "os_disk: /srv/os/other.qcow2 is not a disk of the domain: name the disk its \
+             <source file='…'/> boots from"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let os = dir.path().join("os.qcow2");
+        let with = |p: &std::path::Path| {
+            let xml = XML.replace("/srv/os/llama.qcow2", p.to_str().unwrap());
+            let v = spec(|v| {
+                v["os_disk"] = json!(p.to_str().unwrap());
+                v["vm"] = json!({ "domain_xml": xml });
+            });
+            Template::from_value(&v).unwrap()
+        };
+        assert_eq!(
+            with(&os).check_files().unwrap_err().message(),
+            format!(
+                "os_disk: {} does not exist: the VM's OS disk, made before the template",
+                os.display()
+            )
+        );
+        std::fs::write(&os, b"qcow").unwrap();
+        with(&os).check_files().unwrap();
     }
 
     #[test]
