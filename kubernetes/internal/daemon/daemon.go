@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/godbus/dbus/v5"
 )
@@ -107,29 +106,23 @@ func (c *Client) Prepare(ctx context.Context, uid, namespace, name, gpuUUID stri
 	return memoryGB, nil
 }
 
-// workerRow is a row of ListWorkers (a(ssusdaud)): only the name is read.
-type workerRow struct {
-	Name     string
-	State    string
-	Owner    uint32
-	GPUs     string
-	UsedGB   float64
-	Indices  []uint32
-	SharedGB float64
+// claimRow is a row of ListClaims (a(ssss)): worker, UID, namespace, name.
+type claimRow struct {
+	Worker    string
+	UID       string
+	Namespace string
+	Name      string
 }
 
-// ClaimUIDs lists the UIDs of the claims the daemon holds prepared (its
-// workers named claim-<UID>).
+// ClaimUIDs lists the UIDs of the claims the daemon holds prepared.
 func (c *Client) ClaimUIDs(ctx context.Context) ([]string, error) {
-	var rows []workerRow
-	if err := c.call(ctx, "ListWorkers").Store(&rows); err != nil {
+	var rows []claimRow
+	if err := c.call(ctx, "ListClaims").Store(&rows); err != nil {
 		return nil, daemonError(err)
 	}
-	var uids []string
+	uids := make([]string, 0, len(rows))
 	for _, r := range rows {
-		if uid, ok := strings.CutPrefix(r.Name, "claim-"); ok {
-			uids = append(uids, uid)
-		}
+		uids = append(uids, r.UID)
 	}
 	return uids, nil
 }
