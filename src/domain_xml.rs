@@ -96,6 +96,53 @@ impl PciAddress {
 /// such a device's address is missing or not a number. The interlock
 /// takes such a domain as a holder: it fails closed.
 pub fn passes_through(xml: &str, devices: &[PciAddress]) -> Result<bool, String> {
+    Ok(passed_through(xml)?.iter().any(|found| {
+        devices
+            .iter()
+            .any(|d| *found == (d.domain, d.bus as u32, d.slot as u32, d.function as u32))
+    }))
+}
+
+/// The `<name>` of a domain document.
+pub fn name_of(xml: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    let name = doc
+        .root_element()
+        .children()
+        .find(|n| n.has_tag_name("name"))?;
+    Some(name.text()?.trim().to_string())
+}
+
+/// Whether `existing` (a domain's definition, as libvirt writes it back) is
+/// the VM `xml` describes, as far as a template goes: the same name, the
+/// same devices passed through and the same disks. A template removed and
+/// created again from the same file takes the domain it defined then
+/// (RemoveTemplate keeps it; libvirt refuses to define it twice).
+pub fn same_vm(existing: &str, xml: &str) -> bool {
+    let disks = |x: &str| -> Option<std::collections::BTreeSet<String>> {
+        let doc = roxmltree::Document::parse(x).ok()?;
+        Some(
+            doc.descendants()
+                .filter(|n| n.has_tag_name("disk"))
+                .filter_map(|d| d.children().find(|s| s.has_tag_name("source")))
+                .filter_map(|s| s.attribute("file").or_else(|| s.attribute("dev")))
+                .map(str::to_string)
+                .collect(),
+        )
+    };
+    let devices = |x: &str| -> Option<std::collections::BTreeSet<(u32, u32, u32, u32)>> {
+        Some(passed_through(x).ok()?.into_iter().collect())
+    };
+    name_of(existing).is_some()
+        && name_of(existing) == name_of(xml)
+        && devices(existing).is_some()
+        && devices(existing) == devices(xml)
+        && disks(existing) == disks(xml)
+}
+
+/// The (domain, bus, slot, function) of every PCI device a domain passes
+/// through; Err (saying why) when that cannot be told.
+fn passed_through(xml: &str) -> Result<Vec<(u32, u32, u32, u32)>, String> {
     let doc =
         roxmltree::Document::parse(xml).map_err(|e| format!("its XML could not be parsed: {e}"))?;
     // libvirt leaves out a zero domain; the others it always writes.
@@ -122,26 +169,21 @@ pub fn passes_through(xml: &str, devices: &[PciAddress]) -> Result<bool, String>
         (n.has_tag_name("hostdev") && n.attribute("type") == Some("pci"))
             || (n.has_tag_name("interface") && n.attribute("type") == Some("hostdev"))
     };
+    let mut out = Vec::new();
     for hostdev in doc.descendants().filter(passed) {
         let address = hostdev
             .children()
             .find(|n| n.has_tag_name("source"))
             .and_then(|s| s.children().find(|n| n.has_tag_name("address")))
             .ok_or("a PCI hostdev has no source address")?;
-        let found = (
+        out.push((
             num(address, "domain")?,
             num(address, "bus")?,
             num(address, "slot")?,
             num(address, "function")?,
-        );
-        if devices
-            .iter()
-            .any(|d| found == (d.domain, d.bus as u32, d.slot as u32, d.function as u32))
-        {
-            return Ok(true);
-        }
+        ));
     }
-    Ok(false)
+    Ok(out)
 }
 
 /// The unix socket path on the host of the domain's virtio channel whose

@@ -366,6 +366,37 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     assert!(manager(a, None, "RemoveTemplate", &["s", "b"]).ok);
     let o = manager(a, None, "ListTemplates", &[]);
     assert!(!o.stdout.contains("\"b\""), "{}", o.stdout);
+
+    // b created again from the same file: it takes the domain it defined
+    // then (libvirt refused to define it twice: "already exists with
+    // uuid"), and carries none of the removed b's handoff dead time.
+    define_template(a, "b");
+    let machine: serde_json::Value =
+        serde_json::from_str(&http_get(port, "/machines/majin")).unwrap();
+    let b = machine["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["template"] == "b")
+        .unwrap();
+    assert!(b["handoff_dead_time_ms"].is_null(), "{machine}");
+    // A file that names that domain but describes another VM is refused,
+    // saying how to take the domain as it is.
+    assert!(manager(a, None, "RemoveTemplate", &["s", "b"]).ok);
+    let other = test_template("b").replace(
+        "<devices>",
+        "<devices><disk type='file' device='disk'><source file='/srv/os/other.img'/>\
+         <target dev='vda'/></disk>",
+    );
+    let o = manager(a, None, "CreateTemplate", &["s", &other]);
+    assert!(
+        o.stderr.contains(
+            "vm.domain_xml: a domain named tmpl-b exists already and is not the VM this XML \
+             describes (other devices or disks)"
+        ),
+        "{}",
+        o.stderr
+    );
 }
 
 /// The daemon with libvirt's test driver and these failpoints ("" none).

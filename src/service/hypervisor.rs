@@ -118,7 +118,32 @@ impl Hypervisor {
                     }
                     crate::request::VmSource::DomainXml(xml) => {
                         t.check_domain(xml)?;
-                        vms.define(xml.clone()).await?
+                        // Created again from the same file: the domain it
+                        // defined then is kept (RemoveTemplate keeps it).
+                        let name = crate::domain_xml::name_of(xml);
+                        let kept = match &name {
+                            Some(n) => vms.definition(n).await.ok(),
+                            None => None,
+                        };
+                        match (name, kept) {
+                            (Some(n), Some(existing))
+                                if crate::domain_xml::same_vm(&existing, xml) =>
+                            {
+                                n
+                            }
+                            (Some(n), Some(_)) => {
+                                return Err(crate::error::Error::field(
+                                    "vm.domain_xml",
+                                    format!(
+                                        "a domain named {n} exists already and is not the VM this \
+                                         XML describes (other devices or disks): name this VM \
+                                         otherwise, or take that one as it is with \
+                                         {{\"domain\": \"{n}\"}}"
+                                    ),
+                                ))
+                            }
+                            _ => vms.define(xml.clone()).await?,
+                        }
                     }
                 };
                 Ok(Box::new(Defined {

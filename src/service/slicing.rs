@@ -335,6 +335,9 @@ impl Service {
         self.node.remove_template(name)?;
         let s = self.slicing.as_mut().expect("manual() checked");
         s.engine.templates.remove(name);
+        // A template created again under this name starts without the
+        // removed one's handoff figures.
+        s.engine.dead_times.remove(name);
         s.engine.state = s.engine.state.without(name);
         s.engine.refresh_limits();
         tracing::info!(template = %name, "template {name} removed (its libvirt domain is kept)");
