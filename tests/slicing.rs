@@ -21,6 +21,20 @@ fn steps(db: &Path) -> Vec<String> {
 }
 
 /// GET a path of the machine page: the body.
+/// The machine page's JSON, and its slice entry for `template`.
+fn slice_on_page(port: u16, template: &str) -> (serde_json::Value, serde_json::Value) {
+    let machine: serde_json::Value =
+        serde_json::from_str(&http_get(port, "/machines/majin")).unwrap();
+    let slice = machine["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["template"] == template)
+        .unwrap_or_else(|| panic!("no slice of {template}: {machine}"))
+        .clone();
+    (machine, slice)
+}
+
 fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -135,14 +149,7 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
         metrics.contains("astraeus_handoff_dead_time_seconds{template=\"b\"} "),
         "{metrics}"
     );
-    let machine: serde_json::Value =
-        serde_json::from_str(&http_get(port, "/machines/majin")).unwrap();
-    let b = machine["slices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["template"] == "b")
-        .unwrap();
+    let (_, b) = slice_on_page(port, "b");
     assert_eq!(b["state"], "running");
     let db = d.state.join("ledger.db");
     let s = steps(&db);
@@ -371,14 +378,7 @@ fn templates_hand_the_baseboard_over_one_at_a_time() {
     // then (libvirt refused to define it twice: "already exists with
     // uuid"), and carries none of the removed b's handoff dead time.
     define_template(a, "b");
-    let machine: serde_json::Value =
-        serde_json::from_str(&http_get(port, "/machines/majin")).unwrap();
-    let b = machine["slices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["template"] == "b")
-        .unwrap();
+    let (machine, b) = slice_on_page(port, "b");
     assert!(b["handoff_dead_time_ms"].is_null(), "{machine}");
     // A file that names that domain but describes another VM is refused,
     // saying how to take the domain as it is.
