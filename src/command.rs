@@ -5,13 +5,13 @@
 
 use crate::access::Caller;
 use crate::error::Result;
-use crate::runtime::{Exit, Found, Kind};
 use crate::slicing::handoff::Event;
 use crate::slicing::meter::GpuSample;
 use crate::slicing::template::Defined;
 use crate::time::EpochMs;
 use crate::views::Snapshot;
 use crate::wire::{EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, WhyNot};
+use crate::workload::{Exit, Found, Kind};
 use tokio::sync::oneshot;
 
 pub type Reply<T> = oneshot::Sender<T>;
@@ -242,7 +242,7 @@ pub enum Command {
     Launched {
         name: String,
         kind: Kind,
-        result: Result<crate::runtime::Started>,
+        result: Result<crate::workload::Started>,
     },
     /// A launched workload's control group, once its runtime told it.
     Cgroup {
@@ -264,7 +264,7 @@ pub enum Command {
     Enforced {
         name: String,
         id: i64,
-        enforcement: crate::inventory::limits::Enforcement,
+        enforcement: crate::memory_limits::Enforcement,
     },
     /// A watcher: the workload ended.
     Exited {
@@ -297,7 +297,7 @@ pub enum Command {
     /// off the loop: a late STOPPED of an earlier run must not end a new one).
     Lifecycle {
         domain: String,
-        event: crate::runtime::vm_host::VmEvent,
+        event: crate::workload::VmEvent,
         on: bool,
         at: EpochMs,
     },

@@ -158,16 +158,19 @@ async fn container_engine(
     (
         std::sync::Arc<dyn astraeusd::runtime::Runtime>,
         String,
-        astraeusd::runtime::Engine,
+        astraeusd::runtime::ContainerRuntime,
     ),
     Error,
 > {
-    use astraeusd::runtime::{Engine, Kind};
+    use astraeusd::runtime::{ContainerRuntime, Kind};
     let live = node.workers().any(|w| {
         w.kind() == Some(Kind::Container) && w.state() != astraeusd::worker::State::Pending
     });
     let recorded = node.store().container_engine()?;
-    let live_under = recorded.as_deref().and_then(Engine::parse).filter(|_| live);
+    let live_under = recorded
+        .as_deref()
+        .and_then(ContainerRuntime::parse)
+        .filter(|_| live);
     let (rt, by, engine) = astraeusd::runtime::containers(&config.runtime, wsl, live_under).await;
     // Best effort: a start on a full disk must still open the ledger and
     // take stops; unrecorded, the next start probes again.

@@ -88,7 +88,7 @@ pub struct Worker {
     /// Whether its share is held by the driver or kernel (set and read
     /// back on its control group) or only promised; None until its launch
     /// or, after a restart, its check reports.
-    pub enforcement: Option<crate::inventory::limits::Enforcement>,
+    pub enforcement: Option<crate::memory_limits::Enforcement>,
     /// Its stop, once acknowledged (kept in the ledger): carried out until
     /// its workload is gone, and it never runs again.
     pub stop_asked: Option<StopAsked>,
@@ -151,23 +151,23 @@ impl Worker {
         }
     }
 
-    /// Whether the daemon launches a workload for it (containers and units, for now).
+    /// Whether the daemon launches a workload for it (a container, a unit or a VM).
     pub fn launches(&self) -> bool {
         self.kind().is_some()
     }
 
     /// Which runtime launches it.
-    pub fn kind(&self) -> Option<crate::runtime::Kind> {
+    pub fn kind(&self) -> Option<crate::workload::Kind> {
         match self.spec.run {
-            Some(crate::request::Run::Container { .. }) => Some(crate::runtime::Kind::Container),
-            Some(crate::request::Run::Unit { .. }) => Some(crate::runtime::Kind::Unit),
-            Some(crate::request::Run::Vm(_)) => Some(crate::runtime::Kind::Vm),
+            Some(crate::request::Run::Container { .. }) => Some(crate::workload::Kind::Container),
+            Some(crate::request::Run::Unit { .. }) => Some(crate::workload::Kind::Unit),
+            Some(crate::request::Run::Vm(_)) => Some(crate::workload::Kind::Vm),
             None => None,
         }
     }
 
     /// What its runtime needs to start it.
-    pub fn launch(&self, machine: &Machine) -> Option<crate::runtime::Launch> {
+    pub fn launch(&self, machine: &Machine) -> Option<crate::workload::Launch> {
         let run = self.spec.run.clone()?;
         let grants = self.grants();
         let gpu_memory_gb = match self.spec.shared_gb() {
@@ -179,7 +179,7 @@ impl Worker {
                 .min()
                 .map(|t| t.to_string()),
         };
-        Some(crate::runtime::Launch {
+        Some(crate::workload::Launch {
             worker: self.name().to_string(),
             run,
             gpu_uuids: grants.iter().map(|g| g.gpu_uuid.clone()).collect(),

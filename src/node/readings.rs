@@ -5,8 +5,8 @@
 
 use super::{better_machine, Changes, Node, Status, Worker};
 use crate::error::Result;
-use crate::inventory::{Claim, Group, Own};
 use crate::placement::{beyond_lines, named, Gpu, GpuUse, Grant, Machine};
+use crate::workload::{Claim, Group, Own};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 

@@ -36,14 +36,9 @@ impl Node {
 
     /// Records whether worker `name` (`id`: not another that took its name
     /// since) has its share held or only promised.
-    pub fn set_enforcement(
-        &mut self,
-        name: &str,
-        id: i64,
-        e: crate::inventory::limits::Enforcement,
-    ) {
+    pub fn set_enforcement(&mut self, name: &str, id: i64, e: crate::memory_limits::Enforcement) {
         if let Some(w) = self.workers.get_mut(name).filter(|w| w.id == id) {
-            if e == crate::inventory::limits::Enforcement::Held {
+            if e == crate::memory_limits::Enforcement::Held {
                 self.held.insert(name.to_string());
             } else {
                 self.held.remove(name);

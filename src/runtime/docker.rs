@@ -11,8 +11,8 @@
 //! Docker Desktop's request for every GPU (`--gpus all`): WSL has no device
 //! per GPU. The started event says which (`Started::gpus_by`).
 
-use super::http::{Engine, Response};
-use super::podman::{cdi_devices, container_name, urlencode, LABEL};
+use super::compat::{self, cdi_devices, container_name, urlencode, Compat, LABEL};
+use super::http::{Api, Response};
 use super::{cgroup_of, BoxFuture, Exit, Found, Launch, Runtime, Started};
 use crate::error::{Error, Result};
 use crate::request::Run;
@@ -46,16 +46,7 @@ pub enum GpuRequest {
 }
 
 fn engine_error(what: &str, r: &Response) -> String {
-    // Docker's errors are {"message": …}.
-    let msg = serde_json::from_slice::<Value>(&r.body)
-        .ok()
-        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| r.text());
-    format!(
-        "Docker {what}: {} (HTTP {})",
-        crate::text::printable(&msg),
-        r.status
-    )
+    compat::engine_error("Docker", what, r)
 }
 
 /// What a Docker user does about a socket that cannot be reached.
@@ -102,32 +93,20 @@ fn start_error(r: &Response) -> Error {
 }
 
 impl Docker {
-    async fn call_within(
-        &self,
-        limit: Option<Duration>,
-        what: &str,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Response> {
-        let engine = Engine {
-            name: "Docker",
-            service: "dockerd",
-            socket: &self.socket,
-            hint: unreachable_hint,
-        };
-        engine.call(limit, what, method, path, body).await
-    }
-
-    async fn call(
-        &self,
-        what: &str,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Response> {
-        self.call_within(Some(self.answer_within), what, method, path, body)
-            .await
+    /// Its API as the calls it shares with podman's make it.
+    fn compat(&self) -> Compat<'_> {
+        Compat {
+            api: Api {
+                name: "Docker",
+                service: "dockerd",
+                socket: &self.socket,
+                hint: unreachable_hint,
+            },
+            prefix: "",
+            answer_within: self.answer_within,
+            stop_seconds: "t",
+            error: api_error,
+        }
     }
 
     /// How this launch's GPUs are asked for: CDI when the engine has it on.
@@ -135,7 +114,7 @@ impl Docker {
         if l.gpu_uuids.is_empty() {
             return Ok(None);
         }
-        let r = self.call("info", "GET", "/info", None).await?;
+        let r = self.compat().call("info", "GET", "/info", None).await?;
         if r.status != 200 {
             return Err(api_error("info", &r));
         }
@@ -247,6 +226,7 @@ impl Docker {
     /// inspection.
     async fn ended(&self, id: &str) -> (Option<i32>, Option<i64>) {
         let Ok(r) = self
+            .compat()
             .call("inspect", "GET", &format!("/containers/{id}/json"), None)
             .await
         else {
@@ -280,7 +260,11 @@ impl Runtime for Docker {
             let body = self.create_body(l, gpus)?;
             let name = container_name(&l.worker);
             let path = format!("/containers/create?name={}", urlencode(&name));
-            let r = match self.call("create", "POST", &path, Some(&body)).await {
+            let r = match self
+                .compat()
+                .call("create", "POST", &path, Some(&body))
+                .await
+            {
                 Ok(r) => r,
                 Err(e) => {
                     // Unanswered: the engine may still create it; removed
@@ -309,6 +293,7 @@ impl Runtime for Docker {
                 .ok_or_else(|| Error::Backend("Docker create: no Id in the reply".into()))?;
             crate::failpoint::hit("docker.after-create");
             let started = self
+                .compat()
                 .call("start", "POST", &format!("/containers/{id}/start"), None)
                 .await;
             let err = match started {
@@ -337,7 +322,11 @@ impl Runtime for Docker {
         Box::pin(async move {
             let path = format!("/containers/{id}/wait?condition=not-running");
             loop {
-                match self.call_within(None, "wait", "POST", &path, None).await {
+                match self
+                    .compat()
+                    .call_within(None, "wait", "POST", &path, None)
+                    .await
+                {
                     Ok(r) if r.status == 200 => {
                         let v: Value = serde_json::from_slice(&r.body).unwrap_or_default();
                         let error = v.pointer("/Error/Message").and_then(Value::as_str);
@@ -366,38 +355,15 @@ impl Runtime for Docker {
     }
 
     fn stop<'a>(&'a self, id: &'a str, timeout: Duration) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let path = format!("/containers/{id}/stop?t={}", timeout.as_secs());
-            let limit = Some(self.answer_within + timeout);
-            let r = self.call_within(limit, "stop", "POST", &path, None).await?;
-            match r.status {
-                204 | 304 | 404 => Ok(()),
-                _ => Err(api_error("stop", &r)),
-            }
-        })
+        Box::pin(async move { self.compat().stop(id, timeout).await })
     }
 
     fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let path = format!("/containers/{id}/kill?signal=KILL");
-            let r = self.call("kill", "POST", &path, None).await?;
-            // 404: gone; 409: not running. Either way, nothing runs.
-            match r.status {
-                200 | 204 | 304 | 404 | 409 => Ok(()),
-                _ => Err(api_error("kill", &r)),
-            }
-        })
+        Box::pin(async move { self.compat().kill(id).await })
     }
 
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let path = format!("/containers/{id}?force=true");
-            let r = self.call("remove", "DELETE", &path, None).await?;
-            match r.status {
-                200 | 204 | 404 => Ok(()),
-                _ => Err(api_error("remove", &r)),
-            }
-        })
+        Box::pin(async move { self.compat().remove(id).await })
     }
 
     /// Docker's inspection names no control group: the container's first
@@ -407,6 +373,7 @@ impl Runtime for Docker {
     fn cgroup<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
             let r = self
+                .compat()
                 .call("inspect", "GET", &format!("/containers/{id}/json"), None)
                 .await
                 .ok()?;
@@ -422,7 +389,7 @@ impl Runtime for Docker {
         Box::pin(async move {
             let filters = json!({ "label": [LABEL] }).to_string();
             let path = format!("/containers/json?all=true&filters={}", urlencode(&filters));
-            let r = self.call("list", "GET", &path, None).await?;
+            let r = self.compat().call("list", "GET", &path, None).await?;
             if r.status != 200 {
                 return Err(api_error("list", &r));
             }

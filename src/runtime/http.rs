@@ -43,7 +43,7 @@ pub async fn request(
 }
 
 /// An engine's API on its unix socket, as errors name it.
-pub struct Engine<'a> {
+pub struct Api<'a> {
     /// "podman" or "Docker".
     pub name: &'static str,
     /// What hangs when nothing answers: "the podman service", "dockerd".
@@ -54,7 +54,7 @@ pub struct Engine<'a> {
     pub hint: fn(std::io::ErrorKind) -> Option<String>,
 }
 
-impl Engine<'_> {
+impl Api<'_> {
     /// One call that must be answered within `limit` (None: a long poll).
     /// Without a limit an engine that accepts and never answers left a
     /// worker "starting", with no reason, for ever.

@@ -1,8 +1,12 @@
-//! Launching workers: one small trait, one implementation per kind of `run`.
-//! Containers run through podman's REST API (podman.rs) or Docker Engine's
-//! (docker.rs), units as systemd transient services (unit.rs), VMs as
-//! transient libvirt domains (libvirt.rs).
+//! Launching workers: one small trait ([`Runtime`]) and its
+//! implementations. Containers run through podman's REST API (podman.rs) or
+//! Docker Engine's (docker.rs; which of the two: containers.rs), units as
+//! systemd transient services (unit.rs), VMs as transient libvirt domains
+//! (libvirt/). The types they share with the engine are the domain's
+//! (crate::workload).
 
+mod compat;
+mod containers;
 pub mod docker;
 mod http;
 pub mod libvirt;
@@ -17,83 +21,7 @@ use std::time::Duration;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Everything a runtime needs to start one worker.
-#[derive(Clone, Debug)]
-pub struct Launch {
-    pub worker: String,
-    pub run: crate::request::Run,
-    /// UUIDs of the GPUs it holds.
-    pub gpu_uuids: Vec<String>,
-    /// Their PCI addresses, in the same order (VMs take them as hostdevs).
-    pub gpu_pci: Vec<String>,
-    /// ASTRAEUS_GPU_MEMORY_GB: its share per GPU (shared), or its GPUs' memory (whole).
-    pub gpu_memory_gb: Option<String>,
-    pub cpu_cores: crate::quantity::Amount,
-    pub memory_bytes: u64,
-    /// Run as this uid (units of non-root owners); None: as the runtime decides.
-    pub user: Option<u32>,
-    /// A member's container runs with this primary group and no other
-    /// (looked up at its launch); None: as the runtime decides.
-    pub group: Option<u32>,
-    /// At most this many processes (a member's container: its pids
-    /// limit, `runtime.member_max_processes`); None: no limit of ours.
-    pub max_processes: Option<u64>,
-    /// A shared worker's GPU memory limits, set on its control group after
-    /// the group exists and before its command runs; None for whole GPUs,
-    /// VMs and workers without GPUs.
-    pub hold: Option<crate::inventory::limits::Hold>,
-}
-
-/// Which runtime a workload belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Container,
-    Unit,
-    Vm,
-}
-
-/// How a workload ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Exit {
-    Exited(i32),
-    /// The runtime's own error text.
-    Failed(String),
-}
-
-/// A workload found running (or ended) under a runtime, for reconciliation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Found {
-    pub worker: String,
-    pub id: String,
-    pub running: bool,
-    pub exit_code: Option<i32>,
-    /// When it ended, by the runtime's own clock (epoch ms), when it says.
-    pub ended_ms: Option<i64>,
-}
-
-/// A workload a runtime started.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Started {
-    /// The runtime's id for it.
-    pub id: String,
-    /// How it was given its GPUs, as the worker's started event says it
-    /// ("through CDI: nvidia.com/gpu=GPU-…"); None where there is nothing
-    /// to say (a unit, a VM's hostdevs, no GPU).
-    pub gpus_by: Option<String>,
-    /// Whether the launch's `hold` was set before the command ran; None
-    /// when it had none.
-    pub enforcement: Option<crate::inventory::limits::Enforcement>,
-}
-
-impl Started {
-    pub fn id(id: impl Into<String>) -> Started {
-        Started {
-            id: id.into(),
-            gpus_by: None,
-            enforcement: None,
-        }
-    }
-}
+pub use crate::workload::{Exit, Found, Kind, Launch, Started};
 
 /// Sets a launch's GPU memory limits on the workload's control group
 /// (`cgroup`, as [`cgroup_of`] or systemd names it) and reads them back,
@@ -185,100 +113,7 @@ pub trait Runtime: Send + Sync {
     }
 }
 
-/// A container engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
-    Podman,
-    Docker,
-}
-
-impl Engine {
-    /// As the ledger records it (`Store::container_engine`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::Podman => "podman",
-            Engine::Docker => "docker",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Engine> {
-        match text {
-            "podman" => Some(Engine::Podman),
-            "docker" => Some(Engine::Docker),
-            _ => None,
-        }
-    }
-}
-
-/// The engine that runs container workers, as `runtime.containers` says,
-/// how the log says it ("Docker at /var/run/docker.sock"), and which.
-/// `auto` takes the one whose socket answers now, podman first; with
-/// neither, podman (a socket-activated or later-started podman is then
-/// used, and a launch before it answers fails naming it). But where
-/// container workers of the ledger live (`live_under`: the engine they
-/// were started through), `auto` keeps that engine, answering or not: a
-/// podman restarting as the daemon starts must not send the restart's
-/// reconciling to Docker, which would find none of them and end workers
-/// whose containers still run.
-pub async fn containers(
-    config: &crate::config::RuntimeConfig,
-    wsl: bool,
-    live_under: Option<Engine>,
-) -> (std::sync::Arc<dyn Runtime>, String, Engine) {
-    use crate::config::ContainerEngine;
-    let make = |engine: Engine| -> (std::sync::Arc<dyn Runtime>, String) {
-        // SAFETY: geteuid cannot fail.
-        let own_uid = unsafe { libc::geteuid() };
-        match engine {
-            Engine::Podman => (
-                std::sync::Arc::new(podman::Podman {
-                    socket: config.podman_socket.clone(),
-                    cdi_device: config.cdi_device.clone(),
-                    answer_within: Duration::from_secs(config.podman_timeout_seconds),
-                    own_uid,
-                }),
-                format!("podman at {}", config.podman_socket.display()),
-            ),
-            Engine::Docker => (
-                std::sync::Arc::new(docker::Docker {
-                    socket: config.docker_socket.clone(),
-                    cdi_device: config.cdi_device.clone(),
-                    wsl,
-                    answer_within: Duration::from_secs(config.docker_timeout_seconds),
-                    own_uid,
-                }),
-                format!("Docker at {}", config.docker_socket.display()),
-            ),
-        }
-    };
-    let (podman_at, docker_at) = (
-        config.podman_socket.display(),
-        config.docker_socket.display(),
-    );
-    let (engine, why) = match (config.containers, live_under) {
-        (ContainerEngine::Podman, _) => (Engine::Podman, "runtime.containers = \"podman\"".into()),
-        (ContainerEngine::Docker, _) => (Engine::Docker, "runtime.containers = \"docker\"".into()),
-        (ContainerEngine::Auto, Some(engine)) => (
-            engine,
-            "auto: the ledger's live container workers were started through it".into(),
-        ),
-        (ContainerEngine::Auto, None) => {
-            let limit = Duration::from_secs(2);
-            if http::pings(&config.podman_socket, limit).await {
-                (Engine::Podman, "auto: podman answers".to_string())
-            } else if http::pings(&config.docker_socket, limit).await {
-                let why = format!("auto: podman does not answer at {podman_at}, Docker does");
-                (Engine::Docker, why)
-            } else {
-                let why = format!("auto: neither podman nor Docker at {docker_at} answers yet");
-                (Engine::Podman, why)
-            }
-        }
-    };
-    let (rt, by) = make(engine);
-    tracing::info!("container workers run through {by} ({why})");
-    (rt, by, engine)
-}
+pub use containers::{containers, ContainerRuntime};
 
 /// The processes in a control group and its children, looked up in each
 /// hierarchy mounted under `root` (the unified one, or v1's per-controller ones).

@@ -2,7 +2,9 @@
 //! container is named `astraeus-<worker>` and labelled `astraeus.worker=<worker>`,
 //! so a restarted daemon finds it again and a second start cannot happen.
 
-use super::http::{Engine, Response};
+use super::compat::{self, Compat};
+pub use super::compat::{cdi_devices, container_name, urlencode, LABEL};
+use super::http::{Api, Response};
 use super::{BoxFuture, Exit, Found, Launch, Runtime, Started};
 use crate::error::{Error, Result};
 use crate::request::Run;
@@ -11,7 +13,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const API: &str = "/v4.0.0/libpod";
-pub const LABEL: &str = "astraeus.worker";
 
 pub struct Podman {
     pub socket: PathBuf,
@@ -37,47 +38,24 @@ fn backend(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 fn api_error(what: &str, r: &Response) -> Error {
-    // libpod errors are {"cause":…, "message":…}; show the message.
-    let msg = serde_json::from_slice::<Value>(&r.body)
-        .ok()
-        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| r.text());
-    Error::Backend(format!("podman {what}: {msg} (HTTP {})", r.status))
-}
-
-pub fn container_name(worker: &str) -> String {
-    format!("astraeus-{worker}")
+    compat::api_error("podman", what, r)
 }
 
 impl Podman {
-    async fn call(
-        &self,
-        what: &str,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Response> {
-        self.call_within(Some(self.answer_within), what, method, path, body)
-            .await
-    }
-
-    /// A call that must be answered within `limit` (None: a long poll).
-    async fn call_within(
-        &self,
-        limit: Option<Duration>,
-        what: &str,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Response> {
-        let engine = Engine {
-            name: "podman",
-            service: "the podman service",
-            socket: &self.socket,
-            hint: |_| None,
-        };
-        let path = format!("{API}{path}");
-        engine.call(limit, what, method, &path, body).await
+    /// Its API as the calls it shares with Docker's make it.
+    fn compat(&self) -> Compat<'_> {
+        Compat {
+            api: Api {
+                name: "podman",
+                service: "the podman service",
+                socket: &self.socket,
+                hint: |_| None,
+            },
+            prefix: API,
+            answer_within: self.answer_within,
+            stop_seconds: "timeout",
+            error: api_error,
+        }
     }
 
     /// The libpod create body for a launch.
@@ -145,12 +123,14 @@ impl Podman {
     /// (libpod's init); its first process's pid, when podman names it.
     async fn init(&self, id: &str) -> Result<Option<u32>> {
         let r = self
+            .compat()
             .call("init", "POST", &format!("/containers/{id}/init"), None)
             .await?;
         if r.status != 204 && r.status != 304 {
             return Err(api_error("init", &r));
         }
         let r = self
+            .compat()
             .call("inspect", "GET", &format!("/containers/{id}/json"), None)
             .await?;
         let v: Value = serde_json::from_slice(&r.body).map_err(|e| backend("inspect", e))?;
@@ -167,6 +147,7 @@ impl Runtime for Podman {
             let body = self.create_body(l)?;
             let name = container_name(&l.worker);
             let r = match self
+                .compat()
                 .call("create", "POST", "/containers/create", Some(&body))
                 .await
             {
@@ -202,6 +183,7 @@ impl Runtime for Podman {
                 },
             };
             let started = self
+                .compat()
                 .call("start", "POST", &format!("/containers/{id}/start"), None)
                 .await;
             let err = match started {
@@ -226,7 +208,11 @@ impl Runtime for Podman {
         Box::pin(async move {
             let path = format!("/containers/{id}/wait?condition=exited&condition=stopped");
             loop {
-                match self.call_within(None, "wait", "POST", &path, None).await {
+                match self
+                    .compat()
+                    .call_within(None, "wait", "POST", &path, None)
+                    .await
+                {
                     Ok(r) if r.status == 200 => {
                         return match r.text().trim().parse::<i32>() {
                             Ok(code) => Exit::Exited(code),
@@ -249,44 +235,15 @@ impl Runtime for Podman {
     }
 
     fn stop<'a>(&'a self, id: &'a str, timeout: Duration) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let path = format!("/containers/{id}/stop?timeout={}", timeout.as_secs());
-            let limit = Some(self.answer_within + timeout);
-            let r = self.call_within(limit, "stop", "POST", &path, None).await?;
-            match r.status {
-                204 | 304 | 404 => Ok(()),
-                _ => Err(api_error("stop", &r)),
-            }
-        })
+        Box::pin(async move { self.compat().stop(id, timeout).await })
     }
 
     fn kill<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let path = format!("/containers/{id}/kill?signal=KILL");
-            let r = self.call("kill", "POST", &path, None).await?;
-            // 404: gone; 409: not running. Either way, nothing runs.
-            match r.status {
-                200 | 204 | 304 | 404 | 409 => Ok(()),
-                _ => Err(api_error("kill", &r)),
-            }
-        })
+        Box::pin(async move { self.compat().kill(id).await })
     }
 
     fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let r = self
-                .call(
-                    "remove",
-                    "DELETE",
-                    &format!("/containers/{id}?force=true"),
-                    None,
-                )
-                .await?;
-            match r.status {
-                200 | 204 | 404 => Ok(()),
-                _ => Err(api_error("remove", &r)),
-            }
-        })
+        Box::pin(async move { self.compat().remove(id).await })
     }
 
     /// The container's control group: its first process's, as the kernel
@@ -295,6 +252,7 @@ impl Runtime for Podman {
     fn cgroup<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
             let r = self
+                .compat()
                 .call("inspect", "GET", &format!("/containers/{id}/json"), None)
                 .await
                 .ok()?;
@@ -316,7 +274,7 @@ impl Runtime for Podman {
         Box::pin(async move {
             let filters = json!({ "label": [LABEL] }).to_string();
             let path = format!("/containers/json?all=true&filters={}", urlencode(&filters));
-            let r = self.call("list", "GET", &path, None).await?;
+            let r = self.compat().call("list", "GET", &path, None).await?;
             if r.status != 200 {
                 return Err(api_error("list", &r));
             }
@@ -344,30 +302,6 @@ impl Runtime for Podman {
                 .collect())
         })
     }
-}
-
-/// The CDI devices for these GPUs, `{uuid}` replaced; each once: a name
-/// without `{uuid}` (WSL's `nvidia.com/gpu=all`) is the same for every GPU.
-pub fn cdi_devices(device: &str, gpu_uuids: &[String]) -> Vec<String> {
-    let mut paths: Vec<String> = Vec::new();
-    for u in gpu_uuids {
-        let path = device.replace("{uuid}", u);
-        if !paths.contains(&path) {
-            paths.push(path);
-        }
-    }
-    paths
-}
-
-pub fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

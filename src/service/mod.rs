@@ -210,7 +210,7 @@ impl Service {
                 holds: Default::default(),
                 stopping: Default::default(),
                 containers_docker: settings.containers_engine
-                    == Some(crate::runtime::Engine::Docker),
+                    == Some(crate::runtime::ContainerRuntime::Docker),
             },
             slicing,
             published,

@@ -35,7 +35,7 @@ pub struct Settings {
     /// (the log, the started event, the Manager's ContainerRuntime).
     pub containers_by: String,
     /// Which engine that is (None: no container runtime).
-    pub containers_engine: Option<crate::runtime::Engine>,
+    pub containers_engine: Option<crate::runtime::ContainerRuntime>,
     /// The service manager, for unit workers.
     pub units: Option<Arc<dyn Runtime>>,
     /// libvirt, for VM workers.

@@ -134,7 +134,7 @@ impl Service {
     pub(super) async fn lifecycle(
         &mut self,
         domain: &str,
-        event: crate::runtime::vm_host::VmEvent,
+        event: crate::workload::VmEvent,
         on: bool,
         at_ms: EpochMs,
     ) {
@@ -152,7 +152,7 @@ impl Service {
             s.engine.missed.insert(template, on);
             return;
         }
-        use crate::runtime::vm_host::VmEvent;
+        use crate::workload::VmEvent;
         let event = match event {
             VmEvent::Stopped if !on => Event::Stopped { template, at_ms },
             VmEvent::Started if on => Event::Started { template, at_ms },

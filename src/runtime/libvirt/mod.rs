@@ -44,15 +44,7 @@ pub const CONNECTION_CLOSED: u32 = u32::MAX;
 pub const HELPER_INSTALLED: &str = "/usr/libexec/astraeusd/astraeus-libvirt";
 const HELPER_NAME: &str = "astraeus-libvirt";
 
-/// A domain's lifecycle event as time-slicing reads it: libvirt's codes
-/// mapped here, so that nothing above the runtime matches them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VmEvent {
-    Started,
-    Stopped,
-    /// Defined, undefined, suspended, resumed…: nothing a handoff waits for.
-    Other,
-}
+pub use crate::workload::VmEvent;
 
 impl Lifecycle {
     pub fn stopped(&self) -> bool {
