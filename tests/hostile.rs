@@ -642,6 +642,70 @@ fn one_users_listings_wait_their_turn_behind_anothers() {
     one_users_costly_reads_wait_their_turn_behind_anothers("ListWorkers", &[], "bus.listing");
 }
 
+/// Costly reads whose callers gave up while waiting for their turn are not
+/// built (#68): zbus runs a handler to its end whether anyone still waits
+/// or not, and under a flood of slow listings (a busy host, 20,000
+/// workers) nearly every one was built for a busctl that had timed out,
+/// while the live callers' timed out behind them. Here each listing is held
+/// 3 s; four callers that leave after 1 s queue behind the first, then one
+/// that stays. Counted by the failpoint's own log line (one per listing
+/// built), not by a clock: the first and the staying one are built, the
+/// four that left are not (6 without the check).
+#[test]
+fn a_costly_read_whose_caller_left_is_not_built() {
+    let (_member, dir, sim) = member_and_majin();
+    let bus = Bus::system_like(dir.path(), Some(policy_file()));
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &sim,
+        &[("ASTRAEUS_FAILPOINTS", "bus.listing=pause3000@all")],
+    );
+    let a = bus.address.clone();
+    let listing = |timeout: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .args([
+                "busctl",
+                &format!("--address={a}"),
+                &format!("--timeout={timeout}"),
+            ])
+            .args(["call", "org.astraeus.Node1", "/org/astraeus/Node1"])
+            .args(["org.freedesktop.DBus.ObjectManager", "GetManagedObjects"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let built = || {
+        d.log_text()
+            .matches("failpoint bus.listing reached")
+            .count()
+    };
+    let first = listing("30");
+    eventually("the first listing is being built", || built() == 1);
+    let leavers: Vec<_> = (0..4).map(|_| listing("1")).collect();
+    for l in leavers {
+        let o = l.wait_with_output().unwrap();
+        assert!(
+            !o.status.success(),
+            "a caller that left was answered within 1 s"
+        );
+    }
+    let stays = listing("60").wait_with_output().unwrap();
+    assert!(
+        stays.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stays.stderr)
+    );
+    assert!(first.wait_with_output().unwrap().status.success());
+    assert_eq!(
+        built(),
+        2,
+        "listings built: the first and the one whose caller stayed, none for the four that left"
+    );
+}
+
 /// The ledger holds run specs with their secrets: whatever starts the
 /// daemon (here: not systemd, and a state directory left 0755 with a 0644
 /// ledger by an older version), its state is its own.

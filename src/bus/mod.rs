@@ -399,7 +399,32 @@ impl Loop {
             Some(uid) => uid,
             None => self.uid_of(hdr, conn).await?,
         };
-        Ok((taken(turns.take(turns::Who::Uid(uid)).await)?, Some(uid)))
+        let turn = taken(turns.take(turns::Who::Uid(uid)).await)?;
+        // A turn waited for may come after its caller gave up (busctl
+        // stops waiting after 25 s): zbus runs a handler to its end
+        // whether or not anyone still waits, and a listing built for no one
+        // held every caller queued behind it, so under a flood of costly
+        // reads nearly every one was built for a caller that had left
+        // (#68). One round trip to the bus daemon, only for a waited turn.
+        if !self.still_there(hdr, conn).await {
+            return Err(BusError(Error::Busy(
+                "the caller left while its read waited for its turn".into(),
+            )));
+        }
+        Ok((turn, Some(uid)))
+    }
+
+    /// Whether the caller's connection is still on the bus (a failing
+    /// answer counts as there: the read goes on as before).
+    async fn still_there(&self, hdr: &Header<'_>, conn: &Connection) -> bool {
+        let Ok(sender) = sender_of(hdr) else {
+            return true;
+        };
+        let Ok(dbus) = zbus::fdo::DBusProxy::new(conn).await else {
+            return true;
+        };
+        let name = zbus::names::BusName::Unique(sender.clone());
+        dbus.name_has_owner(name).await.unwrap_or(true)
     }
 
     /// The caller's uid, learnt before or asked of the bus daemon (no group
