@@ -293,8 +293,17 @@ fn a_disk_full_to_the_last_byte_still_takes_stops_readings_and_a_restart() {
     );
     let o = manager(a, None, "StopWorker", &["s", "w0"]);
     assert!(o.ok, "a stop on a full disk: {}", o.stderr);
-    // Readings go on committing (a usage interval a second).
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // Readings go on committing (a usage interval a second): seen in the
+    // ledger itself, not assumed from a quiet log after a sleep.
+    let intervals = || {
+        let sql = "SELECT count(*) FROM gpu_intervals";
+        let cmd = format!("sqlite3 -readonly '{}/ledger.db' '{sql}'", state.display());
+        inside(pid, &cmd).stdout.trim().parse::<u64>().unwrap_or(0)
+    };
+    let before = intervals();
+    eventually("usage intervals committed on the full disk", || {
+        intervals() >= before + 2
+    });
     let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
     assert!(
         !log.contains("recording GPU usage intervals failed"),

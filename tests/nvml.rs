@@ -1291,8 +1291,22 @@ fn memory_health_is_read_from_each_source_the_board_has() {
         ),
         "{log}"
     );
-    // Said once, not at every refresh.
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    // Said once, not at every refresh: two readings later (each seen, as
+    // GPU 3's outside use moves) it is still one line.
+    for gb in [1, 2] {
+        let mut moved = boards("retired=notsup remap=pending", true);
+        moved[3].used = gb * GB;
+        fixture(&fx, &moved, &[]);
+        let outside = format!("d {gb}\n");
+        eventually("a reading after the line", || {
+            prop(
+                a,
+                "/org/astraeus/Node1/gpu/3",
+                "org.astraeus.Node1.Gpu",
+                "HeldOutsideGb",
+            ) == outside
+        });
+    }
     assert_eq!(d.log_text().matches("does not tell its").count(), 1);
 
     // The A100 was reset (rows remapped); the L4 fell off the bus.

@@ -61,7 +61,7 @@ fn until_created(e: &mut TimeSlicing, mut actions: Vec<Action>, mut t: i64) -> (
             return (t, asked);
         }
         t += 1000;
-        assert!(t < 600_000, "nothing is ever created: {:?}", e.state);
+        assert!(t < 600_000, "nothing is ever created: {:?}", e.state());
         let ev = if actions.iter().any(|a| matches!(a, Action::CheckRelease)) {
             Event::Released { at_ms: at(t) }
         } else {
@@ -75,7 +75,7 @@ fn until_created(e: &mut TimeSlicing, mut actions: Vec<Action>, mut t: i64) -> (
 fn templates_are_restored_and_nothing_steps_before_convergence() {
     let mut e = engine();
     // The unreadable one is left out (and said in the log).
-    assert_eq!(e.templates.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(e.templates().keys().collect::<Vec<_>>(), ["a", "b"]);
     assert_eq!(e.template_of("tmpl-b"), Some("b"));
     assert_eq!(e.template_of("tmpl-c"), None);
     let resume = Event::ManualResume {
@@ -84,9 +84,9 @@ fn templates_are_restored_and_nothing_steps_before_convergence() {
         at_ms: at(0),
     };
     assert!(e.step(&resume).is_none(), "not converged: nothing steps");
-    assert_eq!(e.state, State::Idle { released_ms: None });
+    assert_eq!(*e.state(), State::Idle { released_ms: None });
     // Nor does its timer wake it.
-    e.timer = Some(at(5));
+    e.set_timer(at(5));
     assert_eq!(e.wake_ups(&[], &jiff::tz::TimeZone::UTC).0, None);
 }
 
@@ -98,7 +98,7 @@ fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
         jiff::Timestamp::UNIX_EPOCH,
     );
     assert_eq!(before, State::Idle { released_ms: None });
-    assert!(e.converged && e.started);
+    assert!(e.is_converged() && e.skipped_since().is_some());
 
     // a on, from nothing: its create comes once the baseboard is checked free.
     let (_, actions) = e
@@ -115,7 +115,7 @@ fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
         at_ms: at(t + 1),
     })
     .unwrap();
-    assert_eq!(e.state.on(), Some("a"));
+    assert_eq!(e.state().on(), Some("a"));
 
     // b asked to take over: a is powered off first, and b is not created
     // until a has stopped and nothing holds the baseboard.
@@ -134,7 +134,11 @@ fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
         creates(&actions).is_empty(),
         "b created while a is on: {actions:?}"
     );
-    assert_eq!(e.state.state_of("b"), VmState::Waiting, "b waits its turn");
+    assert_eq!(
+        e.state().state_of("b"),
+        VmState::Waiting,
+        "b waits its turn"
+    );
     let (_, actions) = e
         .step(&Event::Stopped {
             template: "a".into(),
@@ -151,7 +155,7 @@ fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
     );
     let (_, asked) = until_created(&mut e, actions, t + 4);
     assert_eq!(asked, ["b"]);
-    assert_eq!(e.state.state_of("a"), VmState::Off);
+    assert_eq!(e.state().state_of("a"), VmState::Off);
 }
 
 /// A pause (the ledger refused a step): back to the ledger's state, no
@@ -166,13 +170,13 @@ fn a_pause_stops_every_step_and_backs_off() {
         State::Idle { released_ms: None },
         jiff::Timestamp::UNIX_EPOCH,
     );
-    e.timer = Some(at(5));
+    e.set_timer(at(5));
     let ledgers = State::Idle {
         released_ms: Some(at(1)),
     };
     e.pause(Some(ledgers.clone()));
-    assert_eq!(e.state, ledgers);
-    assert!(e.paused && !e.converged && e.timer.is_none());
+    assert_eq!(*e.state(), ledgers);
+    assert!(e.is_paused() && !e.is_converged() && e.timer().is_none());
     let resume = Event::ManualResume {
         template: "a".into(),
         as_handoff: false,
@@ -237,24 +241,44 @@ fn a_convergence_keeps_what_runs_and_never_two_on() {
         at(1),
     );
     assert_eq!(want.as_deref(), Some("b"), "what the request asked");
-    assert_ne!(state, State::Idle { released_ms: None }, "{state:?}");
+    // Resumed from a's start (a is on), handing over to b.
+    assert_eq!(state.on(), Some("a"), "{state:?}");
+    assert_eq!(state.target(), Some("b"), "{state:?}");
 }
 
-/// A ledger that takes steps until it is full.
+/// A ledger that takes steps and templates until it is full.
 struct Ledger {
     steps: Vec<astraeusd::slicing::handoff::Step>,
+    templates: Vec<String>,
     full_after: usize,
 }
 
-impl astraeusd::node::time_slicing::StepLedger for Ledger {
+impl Ledger {
+    fn full(&self) -> astraeusd::error::Result<()> {
+        if self.steps.len() + self.templates.len() >= self.full_after {
+            return Err(astraeusd::error::Error::Backend("the disk is full".into()));
+        }
+        Ok(())
+    }
+}
+
+impl astraeusd::node::time_slicing::SlicingLedger for Ledger {
     fn record_step(
         &mut self,
         r: &astraeusd::slicing::handoff::Record,
     ) -> astraeusd::error::Result<()> {
-        if self.steps.len() >= self.full_after {
-            return Err(astraeusd::error::Error::Backend("the disk is full".into()));
-        }
+        self.full()?;
         self.steps.push(r.step);
+        Ok(())
+    }
+    fn insert_template(&mut self, name: &str, _: &str, _: EpochMs) -> astraeusd::error::Result<()> {
+        self.full()?;
+        self.templates.push(name.to_string());
+        Ok(())
+    }
+    fn remove_template(&mut self, name: &str) -> astraeusd::error::Result<()> {
+        self.full()?;
+        self.templates.retain(|t| t != name);
         Ok(())
     }
 }
@@ -281,6 +305,7 @@ fn the_engine_records_its_steps_and_a_refused_one_lets_only_the_interlock_throug
     };
     let mut full = Ledger {
         steps: Vec::new(),
+        templates: Vec::new(),
         full_after: 0,
     };
     e.relearn_later(std::time::Instant::now());
@@ -336,6 +361,81 @@ fn the_engine_records_its_steps_and_a_refused_one_lets_only_the_interlock_throug
 fn ledger_with_room() -> Ledger {
     Ledger {
         steps: Vec::new(),
+        templates: Vec::new(),
         full_after: usize::MAX,
     }
+}
+
+/// Templates come and go through the engine, the ledger first: one the
+/// ledger refuses is not kept (nor forgotten), one whose VM is on is not
+/// removed, and one removed takes its handoff figures with it.
+#[test]
+fn templates_are_written_to_the_ledger_before_the_engine_keeps_them() {
+    use astraeusd::slicing::template::Defined;
+    let mut e = engine();
+    let (_, c) = spec("c");
+    let defined = || Defined::restore(&c).unwrap();
+    let mut full = Ledger {
+        steps: Vec::new(),
+        templates: Vec::new(),
+        full_after: 0,
+    };
+    assert!(e.add_template(&mut full, &c, defined(), at(0)).is_err());
+    assert!(e.template("c").is_none(), "refused by the ledger: not kept");
+    let mut room = ledger_with_room();
+    assert_eq!(
+        e.add_template(&mut room, &c, defined(), at(0)).unwrap(),
+        "c"
+    );
+    assert_eq!(room.templates, ["c"]);
+    assert_eq!(e.templates().keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+    // The same again is refused by its checks, before the ledger.
+    assert!(e.add_template(&mut room, &c, defined(), at(0)).is_err());
+    assert_eq!(room.templates, ["c"]);
+
+    // c on: it may not go.
+    e.converge_to(
+        State::Idle { released_ms: None },
+        jiff::Timestamp::UNIX_EPOCH,
+    );
+    let resume = Event::ManualResume {
+        template: "c".into(),
+        as_handoff: false,
+        at_ms: at(1),
+    };
+    let (_, actions) = e.step(&resume).unwrap();
+    let (t, made) = until_created(&mut e, actions, 2);
+    assert_eq!(made, ["c"]);
+    let started = Event::Started {
+        template: "c".into(),
+        at_ms: at(t + 1),
+    };
+    e.step(&started).unwrap();
+    // Its slice began after a handoff that left the baseboard dead 1.2 s.
+    e.slice_began("c", Some(1200));
+    assert_eq!(e.dead_times().get("c"), Some(&1200));
+    assert_eq!(e.state().on(), Some("c"));
+    let err = e.remove_template(&mut room, "c").unwrap_err();
+    assert!(err.message().contains("power it off first"), "{err:?}");
+    assert_eq!(room.templates, ["c"], "the ledger is not asked");
+
+    // Off: the ledger first (a full one keeps it), then memory.
+    let off = Event::ManualPowerOff {
+        template: "c".into(),
+        hard: true,
+        at_ms: at(t + 2),
+    };
+    e.step(&off).unwrap();
+    let stopped = Event::Stopped {
+        template: "c".into(),
+        at_ms: at(t + 3),
+    };
+    e.step(&stopped).unwrap();
+    assert_eq!(e.state().state_of("c"), VmState::Off);
+    assert!(e.remove_template(&mut full, "c").is_err());
+    assert!(e.template("c").is_some(), "refused by the ledger: kept");
+    e.remove_template(&mut room, "c").unwrap();
+    assert!(room.templates.is_empty());
+    assert!(e.template("c").is_none());
+    assert!(!e.dead_times().contains_key("c"));
 }

@@ -115,10 +115,26 @@ start_nvml_daemon() { start_with --state-dir "$rt/state-nvml" --config "$rt/nvml
 enforcement() { busctl --user get-property org.astraeus.Node1 "/org/astraeus/Node1/worker/$1" org.astraeus.Node1.Worker Enforcement 2>/dev/null; }
 start_nvml_daemon
 # Its first line: the limits line the driver holds for its own group's
-# slice (the memory controller's path: this host is cgroup v1 hybrid).
+# slice, in the hierarchy that accounts memory: the memory controller's on
+# a v1 or hybrid host (these machines), the unified one on a cgroup v2 host
+# (Debian 12's default). Both the test and its unit read which from
+# /proc/self/cgroup, as the daemon does.
+cgroup_layout='if grep -qE "^[0-9]+:([^:]*,)?memory(,[^:]*)?:" /proc/self/cgroup; then
+  cg=$(awk -F: '"'"'$2 ~ /(^|,)memory(,|$)/ {print $3}'"'"' /proc/self/cgroup); mem_root=/sys/fs/cgroup/memory
+else
+  cg=$(awk -F: '"'"'$1 == "0" {print $3}'"'"' /proc/self/cgroup); mem_root=/sys/fs/cgroup
+fi'
+eval "$cgroup_layout"
+cat > "$rt/first-line.sh" <<SH
+#!/bin/sh
+$cgroup_layout
+grep -F " \$mem_root\$(dirname \$cg)" $rt/limits.txt > $rt/seen.txt
+echo \$cg > $rt/cg.txt
+exec sleep 1000
+SH
 cat > "$rt/held.json" <<JSON
 {"name":"heldjob","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":2.5}},
- "run":{"unit":{"exec":["/bin/sh","-c","cg=\$(awk -F: '\$2 == \"memory\" {print \$3}' /proc/self/cgroup); grep -F \" /sys/fs/cgroup/memory\$(dirname \$cg)\" $rt/limits.txt > $rt/seen.txt; echo \$cg > $rt/cg.txt; exec sleep 1000"]}}}
+ "run":{"unit":{"exec":["/bin/sh","$rt/first-line.sh"]}}}
 JSON
 "$ctl" --session submit "$rt/held.json"
 wait_for heldjob 's "running"'
@@ -126,7 +142,7 @@ for _ in $(seq 300); do [ -s "$rt/cg.txt" ] && break; sleep 0.1; done
 cg=$(cat "$rt/cg.txt")
 slice=$(systemctl --user show 'astraeus-worker-heldjob.slice' -p ControlGroup --value)
 [ "$(dirname "$cg")" = "$slice" ] || fail "the unit ($cg) is not in its own slice ($slice)"
-[ "$(cat "$rt/seen.txt")" = "$uuid 2684354560 2684354560 /sys/fs/cgroup/memory$slice" ] \
+[ "$(cat "$rt/seen.txt")" = "$uuid 2684354560 2684354560 $mem_root$slice" ] \
     || fail "its first line saw no limit on its slice: '$(cat "$rt/seen.txt")' in $(cat "$rt/limits.txt")"
 [ "$(enforcement heldjob)" = 's "held"' ] || fail "Enforcement: $(enforcement heldjob)"
 "$ctl" --session workers | grep -E '^heldjob +running .* held ' >/dev/null || fail "workers: $("$ctl" --session workers)"
@@ -136,8 +152,8 @@ kill -9 "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true
 : > "$rt/limits.txt"
 start_nvml_daemon
 wait_for heldjob 's "running"'
-for _ in $(seq 300); do grep -q "/sys/fs/cgroup/memory$slice\$" "$rt/limits.txt" && break; sleep 0.1; done
-grep -qx "$uuid 2684354560 2684354560 /sys/fs/cgroup/memory$slice" "$rt/limits.txt" || fail "not set again: $(cat "$rt/limits.txt")"
+for _ in $(seq 300); do grep -q "$mem_root$slice\$" "$rt/limits.txt" && break; sleep 0.1; done
+grep -qx "$uuid 2684354560 2684354560 $mem_root$slice" "$rt/limits.txt" || fail "not set again: $(cat "$rt/limits.txt")"
 for _ in $(seq 300); do [ "$(enforcement heldjob)" = 's "held"' ] && break; sleep 0.1; done
 [ "$(enforcement heldjob)" = 's "held"' ] || fail "Enforcement after the restart: $(enforcement heldjob)"
 

@@ -1,7 +1,9 @@
-//! The ledger's records the node does not mirror in memory — templates,
-//! handoff steps, slices, weights, events, the container engine — written
+//! The ledger's records the node does not mirror in memory — slices,
+//! weights, events, the container engine — written
 //! through the node, each call one transaction: the service never writes
-//! the store itself (it reads through `Node::store`) (#52).
+//! the store itself (it reads through `Node::store`) (#52). Templates and
+//! handoff steps the time-slicing engine writes itself, through its
+//! `SlicingLedger` (node/time_slicing.rs), before it keeps them.
 
 use super::Node;
 use crate::error::Result;
@@ -9,15 +11,6 @@ use crate::slicing::meter::SliceMeasures;
 use crate::time::EpochMs;
 
 impl Node {
-    pub fn insert_template(&mut self, name: &str, spec: &str, at: EpochMs) -> Result<()> {
-        self.store.insert_template(name, spec, at)
-    }
-
-    /// One handoff step, before anything it leads to is done.
-    pub fn record_step(&mut self, r: &crate::slicing::handoff::Record) -> Result<()> {
-        self.store.record_step(r)
-    }
-
     /// A slice opens (once: a second start of the same slice is not another).
     pub fn open_slice_once(
         &mut self,

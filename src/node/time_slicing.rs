@@ -34,54 +34,64 @@ pub struct Rules {
     pub allow_no_baseboard: bool,
 }
 
-/// Where the engine records its handoff steps: the ledger (the node), or
-/// a test's stand-in.
-pub trait StepLedger {
+/// Where the engine writes what it keeps in the ledger (handoff steps,
+/// templates): the node, or a test's stand-in. Each call one transaction;
+/// the engine changes its memory only after the ledger took the change.
+pub trait SlicingLedger {
     fn record_step(&mut self, r: &handoff::Record) -> crate::error::Result<()>;
+    fn insert_template(&mut self, name: &str, spec: &str, at: EpochMs) -> crate::error::Result<()>;
+    /// Removes the template and its schedule.
+    fn remove_template(&mut self, name: &str) -> crate::error::Result<()>;
 }
 
-impl StepLedger for super::Node {
+impl SlicingLedger for super::Node {
     fn record_step(&mut self, r: &handoff::Record) -> crate::error::Result<()> {
-        super::Node::record_step(self, r)
+        self.store.record_step(r)
+    }
+    fn insert_template(&mut self, name: &str, spec: &str, at: EpochMs) -> crate::error::Result<()> {
+        self.store.insert_template(name, spec, at)
+    }
+    fn remove_template(&mut self, name: &str) -> crate::error::Result<()> {
+        super::Node::remove_template(self, name).map(|_| ())
     }
 }
 
 pub struct TimeSlicing {
-    pub templates: BTreeMap<String, Defined>,
-    pub state: State,
-    pub settings: handoff::Settings,
+    templates: BTreeMap<String, Defined>,
+    state: State,
+    settings: handoff::Settings,
     /// The handoff machine's wake-up.
-    pub timer: Option<EpochMs>,
+    timer: Option<EpochMs>,
     /// Scheduled actions have fired up to here.
-    pub cursor: jiff::Timestamp,
+    cursor: jiff::Timestamp,
     /// Whether the state has been converged to what runs after the start
     /// (libvirt answered): until then no action fires and no person's
     /// request is taken, since the handoff would start from a guess.
-    pub converged: bool,
+    converged: bool,
     /// Paused (the ledger refused a step, or could not say the last one):
     /// when to learn what runs again and start from the ledger afresh.
-    pub relearn_at: Option<std::time::Instant>,
+    relearn_at: Option<std::time::Instant>,
     /// How long the next pause waits: doubled while the ledger keeps
     /// refusing (a disk that stays full), back to the least once it takes
     /// a step again.
-    pub relearn_after: Duration,
+    relearn_after: Duration,
     /// Paused, and not converged since (requests are told so; the journal
     /// is told when it resumes).
-    pub paused: bool,
+    paused: bool,
     /// Converged once since the start: actions missed while the daemon was
     /// down are recorded as skipped only then.
-    pub started: bool,
+    started: bool,
     /// Accept weights disks on networked filesystems (config).
-    pub allow_networked_weights: bool,
+    allow_networked_weights: bool,
     /// Accept templates with an empty baseboard (config).
-    pub allow_no_baseboard: bool,
+    allow_no_baseboard: bool,
     /// Each template's last handoff dead time (ms), for the metrics.
-    pub dead_times: BTreeMap<String, u64>,
+    dead_times: BTreeMap<String, u64>,
     /// Templates whose weights are being staged (their VM may not start).
-    pub staging: BTreeSet<String>,
+    staging: BTreeSet<String>,
     /// While not converged, whether each template's VM runs by its last
     /// lifecycle event: libvirt's answer to "what runs" may be older.
-    pub missed: BTreeMap<String, bool>,
+    missed: BTreeMap<String, bool>,
 }
 
 impl TimeSlicing {
@@ -207,7 +217,7 @@ impl TimeSlicing {
     /// [`interlock_after_refusal`] keeps, and the caller pauses.
     pub fn record(
         &mut self,
-        ledger: &mut dyn StepLedger,
+        ledger: &mut dyn SlicingLedger,
         r: &handoff::Record,
     ) -> crate::error::Result<()> {
         ledger.record_step(r)?;
@@ -245,8 +255,162 @@ impl TimeSlicing {
         (timer, next_due(self.cursor, rotation, tz))
     }
 
+    /// The templates, by name.
+    pub fn templates(&self) -> &BTreeMap<String, Defined> {
+        &self.templates
+    }
+
+    pub fn template(&self, name: &str) -> Option<&Defined> {
+        self.templates.get(name)
+    }
+
+    /// The handoff's state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Converged since the start or the last pause: events step, actions fire.
+    pub fn is_converged(&self) -> bool {
+        self.converged
+    }
+
+    /// Paused, and not converged since.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The handoff machine's pending wake-up.
+    pub fn timer(&self) -> Option<EpochMs> {
+        self.timer
+    }
+
+    /// Each template's last handoff dead time (ms).
+    pub fn dead_times(&self) -> &BTreeMap<String, u64> {
+        &self.dead_times
+    }
+
+    /// Whether a template's weights are being staged (its VM may not start).
+    pub fn is_staging(&self, template: &str) -> bool {
+        self.staging.contains(template)
+    }
+
+    /// Since when scheduled actions missed count as skipped: the cursor,
+    /// once converged since the start (None before: the ledger says).
+    pub fn skipped_since(&self) -> Option<jiff::Timestamp> {
+        self.started.then_some(self.cursor)
+    }
+
+    /// The machine's `SetTimer`: its one wake-up, replaced.
+    pub fn set_timer(&mut self, at: EpochMs) {
+        self.timer = Some(at);
+    }
+
+    /// The wake-up came (the machine is fed `Event::Timer` next).
+    pub fn timer_fired(&mut self) {
+        self.timer = None;
+    }
+
+    /// Scheduled actions up to `at` have fired.
+    pub fn fired_up_to(&mut self, at: jiff::Timestamp) {
+        self.cursor = at;
+    }
+
+    /// A template VM's lifecycle event while not converged: only whether
+    /// it runs is kept (the last word of each VM), for the convergence.
+    /// False when converged: the event is for [`TimeSlicing::step`].
+    pub fn keep_while_learning(&mut self, template: &str, on: bool) -> bool {
+        if self.converged {
+            return false;
+        }
+        self.missed.insert(template.to_string(), on);
+        true
+    }
+
+    /// What was kept while not converged, taken.
+    pub fn take_missed(&mut self) -> BTreeMap<String, bool> {
+        std::mem::take(&mut self.missed)
+    }
+
+    /// Converged after a pause: true once (the journal says it resumed).
+    pub fn take_resumed(&mut self) -> bool {
+        std::mem::take(&mut self.paused)
+    }
+
+    /// A template's weights begin staging; false when they already are.
+    pub fn begin_staging(&mut self, template: &str) -> bool {
+        self.staging.insert(template.to_string())
+    }
+
+    pub fn staging_done(&mut self, template: &str) {
+        self.staging.remove(template);
+    }
+
+    /// A slice began after a handoff that left the baseboard dead this long.
+    pub fn slice_began(&mut self, template: &str, dead_time_ms: Option<u64>) {
+        if let Some(ms) = dead_time_ms {
+            self.dead_times.insert(template.to_string(), ms);
+        }
+    }
+
+    /// A new template's checks against the rules and the templates defined
+    /// (`fs_type`: the filesystem its weights disk is on, when it has one),
+    /// before its VM is looked up.
+    pub fn check_new(
+        &self,
+        t: &crate::slicing::template::Template,
+        fs_type: &str,
+    ) -> crate::error::Result<()> {
+        use crate::slicing::template;
+        template::check_has_baseboard(t, self.allow_no_baseboard)?;
+        Defined::check_new(t, &self.others(), None)?;
+        if let Some(weights) = &t.weights_disk {
+            template::check_weights_local(weights, fs_type, self.allow_networked_weights)?;
+        }
+        Ok(())
+    }
+
+    /// A template whose VM libvirt knows: checked again against the
+    /// templates defined meanwhile, recorded, then kept.
+    pub fn add_template(
+        &mut self,
+        ledger: &mut dyn SlicingLedger,
+        spec: &str,
+        defined: Defined,
+        at: EpochMs,
+    ) -> crate::error::Result<String> {
+        Defined::check_new(&defined.template, &self.others(), Some(&defined.domain))?;
+        let name = defined.template.name.clone();
+        ledger.insert_template(&name, spec, at)?;
+        self.templates.insert(name.clone(), defined);
+        self.refresh_limits();
+        Ok(name)
+    }
+
+    /// Removes a template whose VM is off (or failed to start: nothing of
+    /// it runs): from the ledger, with its schedule, then from memory, its
+    /// handoff figures too (one created again under the name starts
+    /// without them). Its libvirt domain is kept.
+    pub fn remove_template(
+        &mut self,
+        ledger: &mut dyn SlicingLedger,
+        name: &str,
+    ) -> crate::error::Result<()> {
+        let vm = self.state.state_of(name);
+        if !matches!(vm, handoff::VmState::Off | handoff::VmState::Failed) {
+            return Err(crate::error::Error::Conflict(format!(
+                "template {name}'s VM is {vm}; power it off first"
+            )));
+        }
+        ledger.remove_template(name)?;
+        self.templates.remove(name);
+        self.dead_times.remove(name);
+        self.state = self.state.without(name);
+        self.refresh_limits();
+        Ok(())
+    }
+
     /// Per-template limits, from the templates' overrides.
-    pub fn refresh_limits(&mut self) {
+    fn refresh_limits(&mut self) {
         let base = self.settings.limits;
         self.settings.per_template = self
             .templates
@@ -275,7 +439,7 @@ impl TimeSlicing {
             .map(|d| d.template.name.as_str())
     }
 
-    pub fn others(&self) -> Vec<&Defined> {
+    fn others(&self) -> Vec<&Defined> {
         self.templates.values().collect()
     }
 }

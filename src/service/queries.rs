@@ -184,7 +184,7 @@ impl Service {
             return Vec::new();
         };
         s.engine
-            .templates
+            .templates()
             .values()
             .map(|d| TemplateRow {
                 name: d.template.name.clone(),
@@ -192,7 +192,7 @@ impl Service {
                 domain: d.domain.clone(),
                 state: s
                     .engine
-                    .state
+                    .state()
                     .state_of(&d.template.name)
                     .as_str()
                     .to_string(),

@@ -17,7 +17,7 @@ use crate::failpoint;
 use crate::journal;
 use crate::node::time_slicing::{interlock_after_refusal, Rules, TimeSlicing};
 use crate::schedule;
-use crate::slicing::handoff::{Action, Event, Signal, Step, VmState};
+use crate::slicing::handoff::{Action, Event, Signal, Step};
 use crate::slicing::meter::{GpuSample, Meter};
 use crate::slicing::template::{self, Defined, Template};
 use crate::time::EpochMs;
@@ -55,7 +55,7 @@ impl Slicing {
             guest_reader: None,
             cpu_asked: false,
         };
-        if !s.engine.templates.is_empty() {
+        if !s.engine.templates().is_empty() {
             s.hv.watch_events();
         }
         s
@@ -65,21 +65,21 @@ impl Slicing {
     pub fn view(&self) -> SlicingView {
         let e = &self.engine;
         SlicingView {
-            state: e.state.clone(),
+            state: e.state().clone(),
             info: e
-                .templates
+                .templates()
                 .iter()
                 .map(|(name, d)| (name.clone(), (d.user(), d.domain.clone())))
                 .collect(),
-            dead_times: e.dead_times.clone(),
+            dead_times: e.dead_times().clone(),
         }
     }
 
     /// Carries out an action of the handoff machine that is not the loop's own.
     fn execute(&mut self, action: &Action) {
         match action {
-            Action::SetTimer { at_ms } => self.engine.timer = Some(*at_ms),
-            other => self.hv.execute(other, &self.engine.templates),
+            Action::SetTimer { at_ms } => self.engine.set_timer(*at_ms),
+            other => self.hv.execute(other, self.engine.templates()),
         }
     }
 }
@@ -89,7 +89,7 @@ const NO_LIBVIRT: &str = "time-slicing needs libvirt (set runtime.libvirt_uri)";
 impl Service {
     pub(super) async fn handoff_timer(&mut self) {
         if let Some(s) = self.slicing.as_mut() {
-            s.engine.timer = None;
+            s.engine.timer_fired();
         }
         let at_ms = EpochMs::now();
         let _ = self.slice(Event::Timer { at_ms }).await;
@@ -101,7 +101,7 @@ impl Service {
         list: Vec<(String, schedule::Action)>,
     ) {
         if let Some(s) = self.slicing.as_mut() {
-            s.engine.cursor = at;
+            s.engine.fired_up_to(at);
         }
         // A sign of life at each fired action: after a crash, only actions
         // past it count as skipped.
@@ -109,7 +109,11 @@ impl Service {
         for (template, action) in list {
             // Paused by the one before (its step refused): the rest is not
             // fired from a state the ledger does not hold.
-            if !self.slicing.as_ref().is_some_and(|s| s.engine.converged) {
+            if !self
+                .slicing
+                .as_ref()
+                .is_some_and(|s| s.engine.is_converged())
+            {
                 let what = format!(
                     "{} of {template} due at {at} skipped: time-slicing is paused",
                     action.as_str()
@@ -148,8 +152,7 @@ impl Service {
         // the event waits for the convergence. Only whether the VM runs is
         // kept, the last word of each VM (a STOPPED then an UNDEFINED must
         // not leave it unsaid).
-        if !s.engine.converged {
-            s.engine.missed.insert(template, on);
+        if s.engine.keep_while_learning(&template, on) {
             return;
         }
         use crate::workload::VmEvent;
@@ -169,7 +172,7 @@ impl Service {
         let Some(template) = s.meter.as_ref().map(|m| m.template.clone()) else {
             return;
         };
-        let Some(domain) = s.engine.templates.get(&template).map(|d| d.domain.clone()) else {
+        let Some(domain) = s.engine.template(&template).map(|d| d.domain.clone()) else {
             return;
         };
         if !s.cpu_asked {
@@ -204,20 +207,20 @@ impl Service {
         self.access.may(caller, Act::DriveTemplate)?;
         match &self.slicing {
             None => Err(Error::Conflict(NO_LIBVIRT.into())),
-            Some(s) if !s.engine.templates.contains_key(template) => {
+            Some(s) if s.engine.template(template).is_none() => {
                 // The caller's text, made printable before it is echoed.
                 Err(Error::NotFound(format!(
                     "no template named {}",
                     crate::text::printable(template)
                 )))
             }
-            Some(s) if s.engine.paused => Err(Error::Conflict(
+            Some(s) if s.engine.is_paused() => Err(Error::Conflict(
                 "time-slicing is paused: the ledger refused a handoff step or could not read \
                  the last one (the daemon's log says which); it starts again from the last step \
                  recorded, try again shortly"
                     .into(),
             )),
-            Some(s) if !s.engine.converged => Err(Error::Conflict(
+            Some(s) if !s.engine.is_converged() => Err(Error::Conflict(
                 "time-slicing is still learning which VMs run (libvirt has not answered yet); \
                  try again shortly"
                     .into(),
@@ -232,12 +235,7 @@ impl Service {
         as_handoff: bool,
         caller: &Caller,
     ) -> Result<()> {
-        if self
-            .manual(caller, &template)?
-            .engine
-            .staging
-            .contains(&template)
-        {
+        if self.manual(caller, &template)?.engine.is_staging(&template) {
             return Err(Error::Conflict(format!(
                 "the weights of {template} are being staged; it starts when they are done"
             )));
@@ -281,13 +279,10 @@ impl Service {
                 .as_ref()
                 .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
             let t = Template::parse(&spec)?;
-            template::check_has_baseboard(&t, s.engine.allow_no_baseboard)?;
-            Defined::check_new(&t, &s.engine.others(), None)?;
-            if let Some(weights) = &t.weights_disk {
-                let fs = super::hypervisor::fs_type_of(std::path::Path::new(weights))
-                    .unwrap_or_default();
-                template::check_weights_local(weights, &fs, s.engine.allow_networked_weights)?;
-            }
+            let fs = (t.weights_disk.as_ref())
+                .and_then(|w| super::hypervisor::fs_type_of(std::path::Path::new(w)))
+                .unwrap_or_default();
+            s.engine.check_new(&t, &fs)?;
             Ok(t)
         });
         match (checked, &self.slicing) {
@@ -309,37 +304,21 @@ impl Service {
         let defined = *prepared?;
         let s = self
             .slicing
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
-        Defined::check_new(&defined.template, &s.engine.others(), Some(&defined.domain))?;
-        let name = defined.template.name.clone();
-        let now = EpochMs::now();
-        self.node.insert_template(&name, spec, now)?;
-        let s = self.slicing.as_mut().expect("checked above");
+        let name = s
+            .engine
+            .add_template(&mut self.node, spec, defined, EpochMs::now())?;
         s.hv.watch_events();
-        s.engine.templates.insert(name.clone(), defined);
-        s.engine.refresh_limits();
         tracing::info!(template = %name, "template {name} defined");
         self.publish_templates();
         Ok(name)
     }
 
     pub(super) async fn remove_template(&mut self, name: &str, caller: &Caller) -> Result<()> {
-        let state = self.manual(caller, name)?.engine.state.state_of(name);
-        // Off, or failed to start (nothing of it runs): either may go.
-        if !matches!(state, VmState::Off | VmState::Failed) {
-            return Err(Error::Conflict(format!(
-                "template {name}'s VM is {state}; power it off first"
-            )));
-        }
-        self.node.remove_template(name)?;
+        self.manual(caller, name)?;
         let s = self.slicing.as_mut().expect("manual() checked");
-        s.engine.templates.remove(name);
-        // A template created again under this name starts without the
-        // removed one's handoff figures.
-        s.engine.dead_times.remove(name);
-        s.engine.state = s.engine.state.without(name);
-        s.engine.refresh_limits();
+        s.engine.remove_template(&mut self.node, name)?;
         tracing::info!(template = %name, "template {name} removed (its libvirt domain is kept)");
         self.publish_rotation();
         Ok(())
@@ -502,7 +481,7 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
-        let Some(d) = s.engine.templates.get(template) else {
+        let Some(d) = s.engine.template(template) else {
             return;
         };
         let user = d.user();
@@ -517,9 +496,7 @@ impl Service {
             old.abort();
         }
         s.meter = Some(Meter::new(template));
-        if let Some(ms) = dead_time_ms {
-            s.engine.dead_times.insert(template.to_string(), ms);
-        }
+        s.engine.slice_began(template, dead_time_ms);
         if let Err(e) = self.node.open_slice_once(
             template,
             &user,

@@ -17,7 +17,7 @@ impl Service {
         if let Some(s) = &self.slicing {
             let domains = s
                 .engine
-                .templates
+                .templates()
                 .iter()
                 .map(|(t, d)| (t.clone(), d.domain.clone()))
                 .collect();
@@ -31,7 +31,7 @@ impl Service {
         let Some(slicer) = self.slicing.as_ref() else {
             return;
         };
-        if slicer.engine.converged {
+        if slicer.engine.is_converged() {
             return;
         }
         let rotation = self.node.rotation();
@@ -80,11 +80,8 @@ impl Service {
         }
         let slicer = self.slicing.as_mut().expect("checked");
         // Missed while the daemon was down (at its start), or while paused.
-        let (since, why) = if slicer.engine.started {
-            (
-                Some(slicer.engine.cursor.as_millisecond()),
-                "time-slicing was paused",
-            )
+        let (since, why) = if let Some(cursor) = slicer.engine.skipped_since() {
+            (Some(cursor.as_millisecond()), "time-slicing was paused")
         } else {
             (
                 self.node.previous_run_end().ok().flatten(),
@@ -102,7 +99,7 @@ impl Service {
             Err(e) => self.pause_slicing(e.message().to_string(), Some(before)),
             Ok(_) => {
                 let slicer = self.slicing.as_mut().expect("checked");
-                if std::mem::take(&mut slicer.engine.paused) {
+                if slicer.engine.take_resumed() {
                     tracing::info!(
                         message_id = journal::SLICING_PAUSED,
                         "time-slicing resumes after its pause, from the ledger's last step"
@@ -121,10 +118,10 @@ impl Service {
     /// differs from the answer, it is fed now as a start or a stop; were it
     /// the older of the two, the event that made the answer true follows.
     async fn replay_missed(&mut self, on: &[String]) {
-        let Some(s) = self.slicing.as_mut().filter(|s| s.engine.converged) else {
+        let Some(s) = self.slicing.as_mut().filter(|s| s.engine.is_converged()) else {
             return; // paused again: kept for the next convergence
         };
-        for (template, runs) in std::mem::take(&mut s.engine.missed) {
+        for (template, runs) in s.engine.take_missed() {
             if runs != on.contains(&template) {
                 let what = if runs { "started" } else { "stopped" };
                 tracing::info!(

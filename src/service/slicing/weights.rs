@@ -21,13 +21,15 @@ impl Service {
         caller: &Caller,
     ) -> Result<()> {
         let s = self.manual(caller, template)?;
-        let Some(image) = s.engine.templates[template].template.weights_disk.clone() else {
+        let Some(image) =
+            (s.engine.template(template)).and_then(|d| d.template.weights_disk.clone())
+        else {
             return Err(Error::field(
                 "weights_disk",
                 format!("template {template} has no weights disk to stage"),
             ));
         };
-        let state = s.engine.state.state_of(template);
+        let state = s.engine.state().state_of(template);
         if state != VmState::Off {
             return Err(Error::Conflict(format!(
                 "template {template}'s VM is {state}; weights are staged while it is off"
@@ -42,7 +44,7 @@ impl Service {
         }
         let before = self.node.store().weights(template)?;
         let s = self.slicing.as_mut().expect("manual() checked");
-        if !s.engine.staging.insert(template.to_string()) {
+        if !s.engine.begin_staging(template) {
             return Err(Error::Conflict(format!(
                 "the weights of {template} are already being staged"
             )));
@@ -114,11 +116,10 @@ impl Service {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };
-        s.engine.staging.remove(&template);
+        s.engine.staging_done(&template);
         let image = s
             .engine
-            .templates
-            .get(&template)
+            .template(&template)
             .and_then(|d| d.template.weights_disk.clone())
             .unwrap_or_default();
         // New content the ledger does not take is not staged: the ledger's
