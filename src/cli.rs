@@ -53,12 +53,13 @@ const GLOBAL: &str = "Global options";
     name = "astraeusctl",
     version,
     about = "Control astraeusd over D-Bus",
-    long_about = "Control astraeusd over D-Bus (the system bus unless told otherwise). \
-        A call the bus refuses because its queue to the daemon is full (someone is \
-        sending the daemon more than it reads) never reached the daemon: astraeusctl \
-        says so on standard error and sends it again, for up to 25 seconds. \
-        Memory is in GB as the seed writes it: 1 GB is 2^30 bytes (a GiB); \
-        nvidia-smi's MiB are 1/1024 of it."
+    long_about = "Control astraeusd, the GPU node daemon, over D-Bus (the system bus \
+        unless --session or --bus-address says otherwise).\n\n\
+        Memory is in GB: 1 GB is 2^30 bytes (a GiB); nvidia-smi's MiB are 1/1024 of it.",
+    after_long_help = "A call the bus refuses because its queue to the daemon is full never \
+        reached the daemon: astraeusctl says so on standard error and sends it again, \
+        for up to 25 seconds.",
+    max_term_width = 100
 )]
 pub struct CtlArgs {
     /// Talk to a daemon on the session bus.

@@ -106,7 +106,7 @@ impl HistoryConfig {
     }
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SlicingConfig {
     /// Accept a template's weights disk on a networked filesystem (NFS,
@@ -116,6 +116,23 @@ pub struct SlicingConfig {
     /// Accept a template that lists no baseboard devices (trials, tests):
     /// the seed's premise is the whole baseboard passed through.
     pub allow_no_baseboard: bool,
+    /// A host command run between two slices (a GPU reset, a memory
+    /// scrub), as its argv: after the outgoing VM stopped and before the
+    /// baseboard counts as released. Empty: none.
+    pub between_slices: Vec<String>,
+    /// How long it may run before it is killed (and counts as failed).
+    pub between_slices_timeout_seconds: u64,
+}
+
+impl Default for SlicingConfig {
+    fn default() -> SlicingConfig {
+        SlicingConfig {
+            allow_networked_weights: false,
+            allow_no_baseboard: false,
+            between_slices: Vec::new(),
+            between_slices_timeout_seconds: 300,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -454,6 +471,23 @@ impl Config {
         within(
             "usage.interval_seconds",
             self.usage.interval_seconds,
+            1..=3600,
+            "1 to 3600 seconds",
+        )?;
+        if let Some(program) = self.slicing.between_slices.first() {
+            if !program.starts_with('/') {
+                return Err(Error::field(
+                    "slicing.between_slices",
+                    format!(
+                        "the command as a list whose first word is an absolute path, such as \
+                         [\"/usr/bin/nvidia-smi\", \"--gpu-reset\"]; got {program:?}"
+                    ),
+                ));
+            }
+        }
+        within(
+            "slicing.between_slices_timeout_seconds",
+            self.slicing.between_slices_timeout_seconds,
             1..=3600,
             "1 to 3600 seconds",
         )?;

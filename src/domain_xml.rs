@@ -113,6 +113,113 @@ pub fn name_of(xml: &str) -> Option<String> {
     Some(name.text()?.trim().to_string())
 }
 
+/// A domain's disk a guest can write: its source (file or device) and
+/// whether libvirt discards what is written at power-off (`<transient/>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WritableDisk {
+    pub source: String,
+    pub file: bool,
+    pub transient: bool,
+}
+
+/// The disks a guest can write (not CD-ROMs, floppies, read-only or
+/// shareable disks), in document order.
+pub fn writable_disks(xml: &str) -> Result<Vec<WritableDisk>> {
+    let doc = roxmltree::Document::parse(xml)
+        .map_err(|e| Error::field("vm", format!("the domain's XML could not be parsed: {e}")))?;
+    Ok(writable_disk_nodes(&doc)
+        .into_iter()
+        .map(|(d, source, file)| WritableDisk {
+            source,
+            file,
+            transient: d.children().any(|n| n.has_tag_name("transient")),
+        })
+        .collect())
+}
+
+fn writable_disk_nodes<'a, 'i>(
+    doc: &'a roxmltree::Document<'i>,
+) -> Vec<(roxmltree::Node<'a, 'i>, String, bool)> {
+    doc.descendants()
+        .filter(|n| n.has_tag_name("disk"))
+        .filter(|d| d.attribute("device").unwrap_or("disk") == "disk")
+        .filter(|d| {
+            !d.children()
+                .any(|n| n.has_tag_name("readonly") || n.has_tag_name("shareable"))
+        })
+        .filter_map(|d| {
+            let s = d.children().find(|s| s.has_tag_name("source"))?;
+            match (s.attribute("file"), s.attribute("dev")) {
+                (Some(f), _) => Some((d, f.to_string(), true)),
+                (None, Some(dev)) => Some((d, dev.to_string(), false)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The domain with `<transient/>` in each writable file disk that lacks it:
+/// libvirt then starts the VM on an overlay it drops at power-off, so each
+/// start sees the disks as they were defined. A writable disk that is not a
+/// file (a block device, a network volume) cannot be made so: refused,
+/// naming it.
+pub fn with_transient_disks(xml: &str) -> Result<String> {
+    let doc = roxmltree::Document::parse(xml)
+        .map_err(|e| Error::field("vm", format!("the domain's XML could not be parsed: {e}")))?;
+    let mut inserts = Vec::new();
+    for (d, source, file) in writable_disk_nodes(&doc) {
+        if !file {
+            return Err(not_discardable(&source));
+        }
+        if d.children().any(|n| n.has_tag_name("transient")) {
+            continue;
+        }
+        let end = d.range().end;
+        let text = &xml[d.range()];
+        // `<disk …/>` has no source; a disk found here has a closing tag.
+        let close = text.rfind("</").map(|i| d.range().start + i).unwrap_or(end);
+        inserts.push(close);
+    }
+    let mut out = xml.to_string();
+    for at in inserts.into_iter().rev() {
+        out.insert_str(at, "<transient/>");
+    }
+    Ok(out)
+}
+
+/// Every writable disk of an existing domain is discarded at power-off;
+/// else why not, and what to do.
+pub fn check_transient(xml: &str) -> Result<()> {
+    for d in writable_disks(xml)? {
+        if !d.file {
+            return Err(not_discardable(&d.source));
+        }
+        if !d.transient {
+            return Err(Error::field(
+                "stateless",
+                format!(
+                    "disk {} of the domain keeps what a slice writes: add <transient/> to its \
+                     <disk> (libvirt then discards the slice's writes at power-off), or set \
+                     \"stateless\": false to keep them",
+                    crate::json_fields::clip(&d.source)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn not_discardable(source: &str) -> Error {
+    Error::field(
+        "stateless",
+        format!(
+            "disk {} of the domain is not a file: libvirt discards a slice's writes only on \
+             file disks; make it a file disk, attach it <readonly/>, or set \"stateless\": false",
+            crate::json_fields::clip(source)
+        ),
+    )
+}
+
 /// Whether `existing` (a domain's definition, as libvirt writes it back) is
 /// the VM `xml` describes, as far as a template goes: the same name, the
 /// same devices passed through and the same disks. A template removed and
@@ -531,5 +638,47 @@ mod tests {
                 .message()
                 .contains("<os>")
         );
+    }
+
+    /// Stateless templates: each writable file disk gains `<transient/>`
+    /// and nothing else of the document changes; read-only, shareable,
+    /// CD-ROM and already transient disks are left as they are; a writable
+    /// block device is refused, naming it.
+    #[test]
+    fn writable_file_disks_become_transient_and_nothing_else_changes() {
+        use super::{check_transient, with_transient_disks, writable_disks};
+        let xml = "<domain><name>t</name><devices>\
+            <disk type='file' device='disk'><source file='/v/os.qcow2'/><target dev='vda'/></disk>\
+            <disk type='file'><source file='/v/w.img'/><readonly/><target dev='vdb'/></disk>\
+            <disk type='file' device='cdrom'><source file='/v/i.iso'/><target dev='hdc'/></disk>\
+            <disk type='file'><source file='/v/s.img'/><shareable/><target dev='vdc'/></disk>\
+            <disk type='file'><source file='/v/t.img'/><transient/><target dev='vdd'/></disk>\
+            <disk type='file'>\n  <source file='/v/data.img'/>\n  <target dev='vde'/>\n</disk>\
+            </devices></domain>";
+        assert!(check_transient(xml).is_err());
+        let out = with_transient_disks(xml).unwrap();
+        check_transient(&out).unwrap();
+        let disks = writable_disks(&out).unwrap();
+        let sources: Vec<&str> = disks.iter().map(|d| d.source.as_str()).collect();
+        assert_eq!(sources, ["/v/os.qcow2", "/v/t.img", "/v/data.img"]);
+        assert!(disks.iter().all(|d| d.transient && d.file));
+        // Two inserted beside the one there; without them, the document as given.
+        assert_eq!(out.matches("<transient/>").count(), 3);
+        assert_eq!(
+            out.replace("<transient/>", ""),
+            xml.replace("<transient/>", "")
+        );
+        assert_eq!(with_transient_disks(&out).unwrap(), out, "twice is once");
+        let block = "<domain><devices><disk type='block'><source dev='/dev/sdz'/>\
+            <target dev='vda'/></disk></devices></domain>";
+        let e = with_transient_disks(block).unwrap_err();
+        assert!(
+            e.message()
+                .contains("disk /dev/sdz of the domain is not a file"),
+            "{e:?}"
+        );
+        assert!(check_transient(block).is_err());
+        // A domain without writable disks is stateless as it is.
+        check_transient("<domain><devices/></domain>").unwrap();
     }
 }

@@ -405,6 +405,12 @@ async fn run(args: Args, lists: Lists) -> Result<Result<(), Error>, Error> {
         vms_for_group: config.access.vms_for_group,
         allow_networked_weights: config.slicing.allow_networked_weights,
         allow_no_baseboard: config.slicing.allow_no_baseboard,
+        between_slices: config.slicing.between_slices.clone(),
+        between_slices_within: std::time::Duration::from_secs(
+            config.slicing.between_slices_timeout_seconds,
+        ),
+        between_slices_retry: test_override_ms("ASTRAEUS_BETWEEN_SLICES_RETRY_MS")
+            .unwrap_or(astraeusd::service::BETWEEN_SLICES_RETRY),
         page: listener
             .as_ref()
             .map_or_else(String::new, |(addr, _)| format!("http://{addr}/")),

@@ -1688,3 +1688,107 @@ fn a_guest_flooding_its_gpu_channel_holds_no_caller() {
     assert_eq!(rows[0]["gpu_avg_pct"], 50.0, "{}", rows[0]);
     assert_eq!(rows[0]["gpu_peak_pct"], 50.0, "{}", rows[0]);
 }
+
+/// A site's command between two tenants' slices (`[slicing]
+/// between_slices`): run after the outgoing VM stopped and before the next
+/// one starts (also once before the first slice after a start); a failure
+/// keeps the baseboard held, says why, and is tried again; a run past its
+/// deadline is killed and counts as failed. Its runs are counted by the
+/// command itself, with the time, against the ledger's handoff steps.
+#[test]
+fn the_command_between_slices_runs_before_the_next_vm_and_a_failure_keeps_it_waiting() {
+    let dir = open_tempdir();
+    let d = dir.path();
+    let script = d.join("between.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "echo \"$(date +%s%3N)\" >> {d}/runs\n\
+             [ ! -e {d}/hang ] || sleep 30\n\
+             [ ! -e {d}/fail ] || {{ echo 'GPU reset refused' >&2; exit 3; }}\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let bus = Bus::session();
+    let config = format!(
+        "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n\
+         stop_timeout_seconds = 2\n[slicing]\nallow_no_baseboard = true\n\
+         between_slices = [\"/bin/sh\", \"{}\"]\nbetween_slices_timeout_seconds = 2\n",
+        script.display()
+    );
+    let daemon = start_majin(
+        &bus,
+        d,
+        &config,
+        &[("ASTRAEUS_BETWEEN_SLICES_RETRY_MS", "1000")],
+    );
+    let a = &bus.address;
+    define_template(a, "a");
+    define_template(a, "b");
+    let runs = || -> Vec<i64> {
+        std::fs::read_to_string(d.join("runs"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect()
+    };
+    let started_at = |to: &str| -> Vec<i64> {
+        let c = rusqlite::Connection::open(daemon.state.join("ledger.db")).unwrap();
+        let mut stmt = c
+            .prepare("SELECT at_ms FROM handoff_steps WHERE step = 'start-issued' AND to_template = ?1 ORDER BY id")
+            .unwrap();
+        stmt.query_map([to], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    // The first slice after a start: the command runs first.
+    assert!(manager(a, None, "Resume", &["sb", "a", "false"]).ok);
+    eventually("a running", || template_state(a, "a") == "running");
+    assert_eq!(runs().len(), 1, "{:?}", runs());
+    assert!(runs()[0] <= started_at("a")[0]);
+
+    // A handoff whose command fails: a stops, b waits, the journal says why.
+    std::fs::write(d.join("fail"), "").unwrap();
+    assert!(manager(a, None, "Resume", &["sb", "b", "true"]).ok);
+    eventually("the failure said", || {
+        daemon
+            .log_text()
+            .contains("failed with status 3: GPU reset refused; the baseboard stays held")
+    });
+    eventually("tried again", || runs().len() >= 3);
+    assert_eq!(template_state(a, "a"), "off");
+    assert_ne!(template_state(a, "b"), "running");
+    assert!(
+        started_at("b").is_empty(),
+        "b started while the command failed"
+    );
+    // It succeeds: b starts, after it.
+    std::fs::remove_file(d.join("fail")).unwrap();
+    eventually("b running", || template_state(a, "b") == "running");
+    let last_run = *runs().last().unwrap();
+    assert!(
+        last_run <= started_at("b")[0],
+        "{:?} {:?}",
+        runs(),
+        started_at("b")
+    );
+
+    // One that hangs is killed at its deadline, and counts as failed.
+    std::fs::write(d.join("hang"), "").unwrap();
+    assert!(manager(a, None, "Resume", &["sb", "a", "true"]).ok);
+    eventually("the deadline said", || {
+        daemon
+            .log_text()
+            .contains("did not finish within 2 s and was killed")
+    });
+    assert_eq!(
+        started_at("a").len(),
+        1,
+        "a started again while the command hung"
+    );
+    std::fs::remove_file(d.join("hang")).unwrap();
+    eventually("a running again", || template_state(a, "a") == "running");
+    assert_eq!(started_at("a").len(), 2);
+}

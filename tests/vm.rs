@@ -621,6 +621,98 @@ fn qemu_template(name: &str) -> String {
     .to_string()
 }
 
+/// Stateless slices (seed 003: "no user state is carried across slices"):
+/// a template is stateless unless it says not, its VM defined with
+/// transient disks, so what its guest wrote during one slice is gone in
+/// the next. The guest's writes here are QEMU's own block layer writing
+/// the disk (`qemu-io` through the monitor), as a guest OS would; the next
+/// slice reads the disk as it was defined, and so does the host's file.
+/// The same after QEMU is killed mid-slice (a crashed VM).
+#[test]
+fn real_qemu_a_stateless_templates_slices_each_start_from_its_clean_disk() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(_lock) = libvirtd() else { return };
+    forget_template_domains(&["st"]);
+    let dir = open_tempdir();
+    // QEMU runs as libvirt's own user: the disk's folder is open to it.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let disk = dir.path().join("os.img");
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let bus = Bus::session();
+    let d = start_majin(&bus, dir.path(), &handoff_on_qemu(), &[]);
+    let a = &bus.address;
+    let with_disk = qemu_template("st").replace(
+        "<devices>",
+        &format!(
+            "<devices><disk type='file' device='disk'><driver name='qemu' type='raw'/>\
+             <source file='{}'/><target dev='vda' bus='virtio'/></disk>",
+            disk.display()
+        ),
+    );
+    let mut spec: serde_json::Value = serde_json::from_str(&with_disk).unwrap();
+    spec["os_disk"] = disk.display().to_string().into();
+    let o = manager(a, None, "CreateTemplate", &["s", &spec.to_string()]);
+    assert!(o.ok, "{}", o.stderr);
+    let domain = "astraeus-test-tmpl-st";
+    let defined = virsh(&["dumpxml", "--inactive", domain]).unwrap();
+    assert!(defined.contains("<transient/>"), "{defined}");
+    // The guest's disk is libvirt's overlay over the file; HMP's qemu-io
+    // writes through QEMU's block layer as the guest would (its output is
+    // not returned over the monitor: what it wrote is read from the files).
+    let qemu_io = |cmd: &str| {
+        // Through the disk's device (its QOM path: virtio-blk-pci's
+        // backend), whose writes the guest's own are.
+        let device = "/machine/peripheral/virtio-disk0/virtio-backend";
+        let hmp = format!("qemu-io -d {device} \"{cmd}\"");
+        virsh(&["qemu-monitor-command", domain, "--hmp", &hmp])
+    };
+    let overlay = dir.path().join(format!("os.img.TRANSIENT-{domain}"));
+    // 4 KiB of 0x5a: what the slice wrote, wherever it landed.
+    let written = |p: &Path| {
+        let mark = [0x5au8; 4096];
+        std::fs::read(p).is_ok_and(|b| b.windows(4096).step_by(512).any(|w| w == mark))
+    };
+    for slice in ["powered off", "crashed", "last"] {
+        let o = manager(a, None, "Resume", &["sb", "st", "false"]);
+        assert!(o.ok, "{}", o.stderr);
+        eventually("st running", || template_state(a, "st") == "running");
+        // What the slice before wrote is gone: the guest's disk is a fresh
+        // overlay on the file as defined.
+        assert!(overlay.exists(), "{slice}: the overlay libvirt boots from");
+        assert!(!written(&overlay) && !written(&disk), "{slice}");
+        if slice == "last" {
+            break;
+        }
+        let said = qemu_io("write -P 0x5a 0 4k");
+        assert_eq!(
+            said.as_deref(),
+            Some(""),
+            "qemu-io says nothing when it wrote"
+        );
+        eventually("the guest's write in its overlay", || written(&overlay));
+        assert!(
+            !written(&disk),
+            "the write went to the overlay, not the file"
+        );
+        if slice == "powered off" {
+            assert!(manager(a, None, "PowerOff", &["sb", "st", "true"]).ok);
+        } else {
+            let (pid, _) = qemu_of(domain).expect("qemu runs");
+            // SAFETY: a plain signal to the VM's QEMU.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        eventually("st off", || template_state(a, "st") != "running");
+        assert!(!written(&disk));
+    }
+    let _ = manager(a, None, "PowerOff", &["sb", "st", "true"]);
+    eventually("st off at the end", || template_state(a, "st") != "running");
+    drop(d);
+    forget_template_domains(&["st"]);
+}
+
 /// Every lifecycle event of the suite's libvirtd, as `virsh event --all
 /// --loop --timestamp` prints them, independent of the daemon: each event
 /// is seen (a poll of `virsh list` missed overlaps shorter than its period),

@@ -30,6 +30,8 @@ pub struct Hypervisor {
     /// journal gets a line when the holders change or a minute passed,
     /// not one a check (a second).
     held_said: Arc<Mutex<Option<(String, std::time::Instant)>>>,
+    /// The site's command between slices, run before a release counts.
+    between: Option<Arc<super::between_slices::BetweenSlices>>,
 }
 
 /// How often the same holders of the baseboard are said again.
@@ -57,6 +59,23 @@ impl Hypervisor {
             watching: false,
             not_ready: Default::default(),
             held_said: Default::default(),
+            between: None,
+        }
+    }
+
+    /// With the site's command between slices (`[slicing] between_slices`).
+    pub fn with_between_slices(
+        mut self,
+        between: Option<super::between_slices::BetweenSlices>,
+    ) -> Hypervisor {
+        self.between = between.map(Arc::new);
+        self
+    }
+
+    /// A template's VM stopped: the command between slices is due.
+    pub fn vm_stopped(&self) {
+        if let Some(b) = &self.between {
+            b.vm_stopped();
         }
     }
 
@@ -114,10 +133,19 @@ impl Hypervisor {
                     crate::request::VmSource::Domain(name) => {
                         let xml = vms.definition(name).await?;
                         t.check_domain(&xml)?;
+                        if t.stateless {
+                            crate::domain_xml::check_transient(&xml)?;
+                        }
                         name.clone()
                     }
-                    crate::request::VmSource::DomainXml(xml) => {
-                        t.check_domain(xml)?;
+                    crate::request::VmSource::DomainXml(given) => {
+                        t.check_domain(given)?;
+                        // Stateless: defined with transient disks, so that
+                        // every start boots from them as defined.
+                        let xml = &match t.stateless {
+                            true => crate::domain_xml::with_transient_disks(given)?,
+                            false => given.clone(),
+                        };
                         // Created again from the same file: the domain it
                         // defined then is kept (RemoveTemplate keeps it).
                         let name = crate::domain_xml::name_of(xml);
@@ -129,6 +157,11 @@ impl Hypervisor {
                             (Some(n), Some(existing))
                                 if crate::domain_xml::same_vm(&existing, xml) =>
                             {
+                                // Kept from a template that was not
+                                // stateless: its disks keep what is written.
+                                if t.stateless {
+                                    crate::domain_xml::check_transient(&existing)?;
+                                }
                                 n
                             }
                             (Some(n), Some(_)) => {
@@ -291,10 +324,18 @@ impl Hypervisor {
                     .flat_map(|d| d.template.baseboard.iter().copied())
                     .collect();
                 let held_said = self.held_said.clone();
+                let between = self.between.clone();
                 tokio::spawn(async move {
                     match vms.holders(devices).await {
                         Ok(h) if h.is_empty() => {
                             *held_said.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                            // Nothing holds it: the site's command runs
+                            // first, and only its success releases it.
+                            if let Some(b) = between {
+                                if !b.released().await {
+                                    return;
+                                }
+                            }
                             send(
                                 tx,
                                 Event::Released {

@@ -16,6 +16,8 @@
 //! - [`slicing`]: time-slicing (slice events, metering, converge, templates,
 //!   staging), with [`hypervisor`] running its libvirt calls in tasks.
 
+mod between_slices;
+pub use between_slices::RETRY as BETWEEN_SLICES_RETRY;
 mod claims;
 mod holders;
 mod hypervisor;
@@ -155,7 +157,13 @@ impl Service {
         };
         let slicing = settings.templates.clone().map(|vms| {
             slicing::Slicing::new(
-                hypervisor::Hypervisor::new(vms, lp.tx.clone()),
+                hypervisor::Hypervisor::new(vms, lp.tx.clone()).with_between_slices(
+                    between_slices::BetweenSlices::new(
+                        &settings.between_slices,
+                        settings.between_slices_within,
+                        settings.between_slices_retry,
+                    ),
+                ),
                 &settings,
                 node.store().templates().unwrap_or_default(),
             )

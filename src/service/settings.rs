@@ -71,6 +71,10 @@ pub struct Settings {
     pub allow_networked_weights: bool,
     /// Accept templates with an empty baseboard (`slicing.allow_no_baseboard`).
     pub allow_no_baseboard: bool,
+    /// The host command between slices and its deadline (`slicing.between_slices`).
+    pub between_slices: Vec<String>,
+    pub between_slices_within: Duration,
+    pub between_slices_retry: Duration,
     /// The runtime that builds and sends the listings, off the loop's thread.
     pub lists: crate::bus::offload::Lists,
 }

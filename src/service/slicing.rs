@@ -286,7 +286,7 @@ impl Service {
             Ok(t)
         });
         match (checked, &self.slicing) {
-            (Ok(t), Some(s)) => s.hv.prepare(spec, t, reply),
+            (Ok(t), Some(s)) => s.hv.prepare(t.stored_spec(&spec), t, reply),
             (Err(e), _) => {
                 let _ = reply.send(Err(e));
             }
@@ -379,6 +379,11 @@ impl Service {
                             r.step.as_str(),
                             e.message()
                         )));
+                    }
+                    if r.step == Step::Stopped {
+                        if let Some(s) = self.slicing.as_ref() {
+                            s.hv.vm_stopped();
+                        }
                     }
                     if crash_points {
                         // Crash tests kill the daemon right after a step is recorded.

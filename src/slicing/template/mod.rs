@@ -46,6 +46,12 @@ pub struct Template {
     pub stop_timeout_seconds: Option<u64>,
     /// Overrides the config's number of start retries.
     pub start_retries: Option<u32>,
+    /// Each slice boots from the same clean disks: what a guest writes to
+    /// its writable disks is discarded at power-off (libvirt's transient
+    /// disks), so no tenant's state reaches the next slice (seed 003).
+    /// The default for a template created now; one stored before this
+    /// field existed is not (its VM was defined with persistent disks).
+    pub stateless: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,15 +100,41 @@ pub enum Readiness {
 }
 
 impl Template {
+    /// A template a person creates now: stateless unless it says not.
     pub fn parse(text: &str) -> Result<Template> {
         let value = parse_text(text, "template", MAX_TEMPLATE_BYTES)?;
-        Template::from_value(&value)
+        Template::from_value_or(&value, true)
+    }
+
+    /// A template as the ledger stored it: one stored before `stateless`
+    /// existed keeps the persistent disks its VM was defined with.
+    pub fn parse_stored(text: &str) -> Result<Template> {
+        let value = parse_text(text, "template", MAX_TEMPLATE_BYTES)?;
+        Template::from_value_or(&value, false)
+    }
+
+    /// The spec to store: the person's, with `stateless` said outright, so
+    /// that a restart reads what was decided at its creation.
+    pub fn stored_spec(&self, text: &str) -> String {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(mut m)) => {
+                m.entry("stateless").or_insert(json!(self.stateless));
+                Value::Object(m).to_string()
+            }
+            _ => self.to_value().to_string(),
+        }
     }
 
     /// Parses and validates; with `domain_xml`, also checks the XML against
     /// the baseboard and the weights disk (for an existing domain the caller
     /// calls [`Template::check_domain`] with its XML).
     pub fn from_value(value: &Value) -> Result<Template> {
+        Template::from_value_or(value, true)
+    }
+
+    /// [`Template::from_value`], with `stateless` as given when the
+    /// document does not say.
+    fn from_value_or(value: &Value, stateless_default: bool) -> Result<Template> {
         let top = document(
             value,
             "template",
@@ -117,6 +149,7 @@ impl Template {
                 "readiness",
                 "stop_timeout_seconds",
                 "start_retries",
+                "stateless",
             ],
         )?;
         let name = string(required(top, "", "name")?, "name")?;
@@ -189,6 +222,17 @@ impl Template {
                 }
             },
         };
+        let stateless = match top.get("stateless") {
+            None => stateless_default,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(Error::field(
+                    "stateless",
+                    "true (each slice boots from clean disks: what its guest writes is \
+                     discarded at power-off) or false (the disks keep it)",
+                ))
+            }
+        };
         let template = Template {
             name,
             workload,
@@ -200,6 +244,7 @@ impl Template {
             readiness,
             stop_timeout_seconds,
             start_retries,
+            stateless,
         };
         if let VmSource::DomainXml(xml) = &template.vm {
             template.check_domain(xml)?;
@@ -261,6 +306,7 @@ impl Template {
         if let Some(n) = self.start_retries {
             m.insert("start_retries".into(), json!(n));
         }
+        m.insert("stateless".into(), json!(self.stateless));
         Value::Object(m)
     }
 
@@ -706,7 +752,7 @@ pub struct Defined {
 impl Defined {
     /// A template from the ledger, with its VM's name (no libvirt call).
     pub fn restore(spec: &str) -> Result<Defined> {
-        let t = Template::parse(spec)?;
+        let t = Template::parse_stored(spec)?;
         let domain = match &t.vm {
             crate::request::VmSource::Domain(name) => name.clone(),
             crate::request::VmSource::DomainXml(xml) => roxmltree::Document::parse(xml)
