@@ -23,6 +23,33 @@ fn silent_libvirtd(path: &std::path::Path) {
     });
 }
 
+/// A "systemd" on the bus at `address`: it owns org.freedesktop.systemd1
+/// and never answers a call (a connection with no object served), until
+/// the returned sender is dropped.
+fn silent_systemd(address: &str) -> std::sync::mpsc::Sender<()> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let address = address.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let conn = zbus::connection::Builder::address(address.as_str())
+                .name("org.freedesktop.systemd1")
+                .build()
+                .await
+                .unwrap();
+            ready_tx.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
+            drop(conn);
+        });
+    });
+    ready_rx.recv().unwrap();
+    stop_tx
+}
+
 /// A bound notify socket in `dir`, read with a 100 ms timeout.
 fn notify_socket(dir: &std::path::Path) -> (std::path::PathBuf, UnixDatagram) {
     let path = dir.join("notify.sock");
@@ -244,6 +271,7 @@ fn a_launch_whose_backend_never_answers_fails_in_its_time_and_frees_its_share() 
     silent_libvirtd(&podman); // the same silence serves for podman
     silent_libvirtd(&libvirt);
     let bus = Bus::session();
+    let _systemd = silent_systemd(&bus.address);
     let config = format!(
         "[access]\nvms_for_group = true\n[runtime]\npodman_socket = \"{}\"\n\
          podman_timeout_seconds = 1\nlibvirt_uri = \"qemu+unix:///system?socket={}\"\n",
@@ -267,10 +295,15 @@ fn a_launch_whose_backend_never_answers_fails_in_its_time_and_frees_its_share() 
         &["s", &vm_spec("v", 1, "<domain/>")],
     );
     assert!(o.ok, "{}", o.stderr);
+    let unit = r#"{"name":"u","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1}},"run":{"unit":{"exec":["/bin/sleep","60"]}}}"#;
+    let o = manager(a, None, "SubmitWorker", &["s", unit]);
+    assert!(o.ok, "{}", o.stderr);
     let started = Instant::now();
     // Answered meanwhile.
     assert!(call(a, 2, "ListWorkers", &[]).ok);
-    eventually("both launches end", || gone(a, "c") && gone(a, "v"));
+    eventually("the three launches end", || {
+        gone(a, "c") && gone(a, "v") && gone(a, "u")
+    });
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{:?}",
@@ -287,6 +320,15 @@ fn a_launch_whose_backend_never_answers_fails_in_its_time_and_frees_its_share() 
     );
     assert!(
         history.stdout.contains("libvirt did not answer"),
+        "{}{}",
+        history.stdout,
+        history.stderr
+    );
+    // systemd's deadline (docs/reliability.md: "systemd 30 s a call").
+    assert!(
+        history
+            .stdout
+            .contains("did not answer StartTransientUnit within 1.5 s"),
         "{}{}",
         history.stdout,
         history.stderr

@@ -306,6 +306,18 @@ fn worker_prop(a: &str, name: &str, prop: &str) -> String {
 }
 
 fn start(bus: &Bus, dir: &Path, pm: &Podman, lib: &Path, extra: &str) -> Daemon {
+    start_env(bus, dir, pm, lib, extra, &[])
+}
+
+/// [`start`] with more of the daemon's environment.
+fn start_env(
+    bus: &Bus,
+    dir: &Path,
+    pm: &Podman,
+    lib: &Path,
+    extra: &str,
+    more: &[(&str, &str)],
+) -> Daemon {
     std::fs::write(
         dir.join("node.toml"),
         format!(
@@ -321,7 +333,8 @@ fn start(bus: &Bus, dir: &Path, pm: &Podman, lib: &Path, extra: &str) -> Daemon 
         ("FAKE_NVML_LIMITS", dir.join("limits.txt")),
         ("FAKE_NVML_LIMITS_LOG", dir.join("limits.log")),
     ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.to_str().unwrap())).collect();
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.to_str().unwrap())).collect();
+    env.extend_from_slice(more);
     Daemon::start_with(bus, dir, None, &env)
 }
 
@@ -702,4 +715,37 @@ fn a_pods_container_is_bound_to_its_claim_by_the_cdi_hook_before_its_command_run
         .run(&["inspect", "--format", "{{.State.Running}}", "pod-c"])
         .contains("true"));
     drop(d);
+}
+
+/// The memory limits' deadline (docs/reliability.md: a worker's limits set
+/// and read back within MEMORY_LIMITS for all its GPUs): a driver whose
+/// calls do not return (held by a failpoint) leaves the worker running,
+/// its share `promised` saying its limits were not set in time — never
+/// `held`, and no launch waits on it. The deadline is the suite's shorter
+/// one (ASTRAEUS_CALL_DEADLINE_MS).
+#[test]
+fn limits_not_set_within_their_deadline_leave_the_share_promised_saying_so() {
+    let Some((dir, pm, bus)) = podman_and_an_l4() else {
+        return;
+    };
+    let lib = fake_nvml::fake_lib(false);
+    let d = start_env(
+        &bus,
+        dir.path(),
+        &pm,
+        &lib,
+        "",
+        &[
+            ("ASTRAEUS_FAILPOINTS", "limits.apply=pause5000@all"),
+            ("ASTRAEUS_CALL_DEADLINE_MS", "300"),
+        ],
+    );
+    let a = &bus.address;
+    submit(a, "c", "4");
+    assert!(d.log_text().contains("failpoint limits.apply reached"));
+    assert_eq!(
+        worker_prop(a, "c", "Enforcement"),
+        "s \"promised: its limits were not set within 0.3 s\"\n"
+    );
+    workers_row_says(a, "c", "promised");
 }

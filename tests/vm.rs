@@ -278,6 +278,83 @@ fn only_root_may_run_a_vm_unless_config_extends_it_to_the_group() {
     }
 }
 
+/// The name service's deadline (docs/reliability.md: "NSS 10 s a lookup"),
+/// at a member's launch: a lookup held past it (a stalled LDAP, held by a
+/// failpoint) is asked again a few times, then the worker ends as a launch
+/// that failed, saying the name service did not answer, and it never
+/// starts (fail closed); calls are answered meanwhile. The deadline is the
+/// suite's shorter one (ASTRAEUS_CALL_DEADLINE_MS).
+#[test]
+fn a_name_service_that_does_not_answer_fails_a_members_launch_at_its_deadline() {
+    if !require_component(is_root(), "root, to call as another user") {
+        return;
+    }
+    let dir = open_tempdir();
+    let open_policy = careless_policy(dir.path());
+    let bus = Bus::system_like(dir.path(), Some(&open_policy));
+    std::fs::write(
+        dir.path().join("node.toml"),
+        "[access]\ngroup = \"nogroup\"\nvms_for_group = true\n\
+         [runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(
+        &bus,
+        dir.path(),
+        &dir.path().join("majin.toml"),
+        &[
+            ("ASTRAEUS_FAILPOINTS", "launch.membership=pause4000@all"),
+            ("ASTRAEUS_CALL_DEADLINE_MS", "300"),
+        ],
+    );
+    let a = bus.address.clone();
+    let o = manager(
+        &a,
+        Some("nobody"),
+        "SubmitWorker",
+        &["s", &vm_spec("v", 1, TEST_DOMAIN)],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    eventually("the first lookup held", || {
+        d.log_text().contains("failpoint launch.membership reached")
+    });
+    // The loop is not the one waiting.
+    let o = manager(
+        &a,
+        None,
+        "SubmitWorker",
+        &[
+            "s",
+            r#"{"name":"meanwhile","requested_resources":{"gpu_requests":{"shared":true,"memory_gb":1}}}"#,
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let line = |log: &str| {
+        log.lines()
+            .find(|l| l.contains("worker v failed to start"))
+            .map(str::to_string)
+    };
+    // Five tries, two seconds apart.
+    let until = std::time::Instant::now() + Duration::from_secs(40);
+    while line(&d.log_text()).is_none() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = d.log_text();
+    let line = line(&log).unwrap_or_else(|| panic!("v never failed: {log}"));
+    assert!(
+        line.contains("could not be checked, so it was not run")
+            && line.contains("the name service did not answer within 0.3 s"),
+        "{line}"
+    );
+    assert_eq!(
+        log.matches("failpoint launch.membership reached").count(),
+        5,
+        "{log}"
+    );
+    assert!(!log.contains("worker v started"), "{log}");
+}
+
 /// A member's VM worker waits for its GPU while `vms_for_group` is on; the
 /// switch is turned off (reload) before the GPU frees: the worker is not
 /// started when it is placed, but ended as a launch that failed, saying

@@ -44,7 +44,11 @@ pub async fn apply_hold(
         return Enforcement::Promised("its control group could not be found".into());
     };
     let limit = crate::deadline::of(crate::deadline::MEMORY_LIMITS);
-    let apply = tokio::task::spawn_blocking(move || hold.apply(&cgroup));
+    let apply = tokio::task::spawn_blocking(move || {
+        // A test holds the driver's calls here, as a wedged driver would.
+        crate::failpoint::hit("limits.apply");
+        hold.apply(&cgroup)
+    });
     match tokio::time::timeout(limit, apply).await {
         Ok(Ok(e)) => e,
         Ok(Err(_)) => Enforcement::Promised("setting its limits failed unexpectedly".into()),

@@ -37,7 +37,11 @@ async fn still_member(uid: u32, group: String) -> Result<()> {
     let mut tries = 0;
     loop {
         let g = group.clone();
-        let lookup = tokio::task::spawn_blocking(move || crate::auth::membership(uid, &g));
+        let lookup = tokio::task::spawn_blocking(move || {
+            // A test holds the name service here, as a stalled LDAP would.
+            crate::failpoint::hit("launch.membership");
+            crate::auth::membership(uid, &g)
+        });
         let limit = crate::deadline::of(crate::deadline::NSS);
         let asked = match tokio::time::timeout(limit, lookup).await {
             Ok(asked) => asked,
