@@ -20,6 +20,9 @@ pub(super) struct Retention {
     every: Duration,
     next: Instant,
     pass: Option<Pass>,
+    /// The keep changed while a pass ran (its cutoff is the old one):
+    /// another pass follows it at once.
+    again: bool,
 }
 
 struct Pass {
@@ -49,6 +52,7 @@ impl Retention {
             every,
             next: Instant::now(),
             pass: None,
+            again: false,
         }
     }
 
@@ -60,8 +64,13 @@ impl Retention {
         }
     }
 
+    /// A reload changed `[history]`: a pass with the new keep runs at once
+    /// (docs/operations.md), not at the next hourly one; one running now
+    /// finishes with its cutoff, and the new pass follows it.
     pub(super) fn set_keep(&mut self, keep: Duration) {
         self.keep = keep;
+        self.next = Instant::now();
+        self.again = self.pass.is_some();
     }
 }
 
@@ -137,7 +146,10 @@ impl Service {
                 size / 1024
             );
             self.retention.pass = None;
-            self.retention.next = Instant::now() + self.retention.every;
+            self.retention.next = match std::mem::take(&mut self.retention.again) {
+                true => Instant::now(),
+                false => Instant::now() + self.retention.every,
+            };
         }
     }
 }
