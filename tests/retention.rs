@@ -5,7 +5,11 @@
 //! intervals — more than one batch of them here (batches of at most 500
 //! rows); what is recent stays, and the last handoff step (a restart
 //! resumes from it) whatever its age; `astraeusctl history` shows what is
-//! kept. Judged by counting the ledger's rows with SQLite itself.
+//! kept. Judged by counting the ledger's rows with SQLite itself. And the
+//! ledger across versions (docs/operations.md, "Upgrades"; docs/
+//! reliability.md): one from an older daemon, without incremental vacuum,
+//! is rewritten once so that retention can shrink it; one newer than the
+//! daemon is refused, and left as it is.
 
 mod common;
 use common::*;
@@ -119,4 +123,82 @@ fn keep_days_is_applied_at_start_and_at_once_on_a_reload() {
     d.signal(libc::SIGHUP);
     eventually("the 10-day-old worker gone", || counts(&state).0 == 0);
     assert_eq!(counts(&state).2, 1, "the last handoff step is kept");
+}
+
+/// A ledger made before incremental vacuum (auto_vacuum NONE, as older
+/// daemons made them) is rewritten once at the first start, not again.
+#[test]
+fn an_older_ledger_is_rewritten_once_so_retention_can_shrink_it() {
+    let dir = open_tempdir();
+    let state = dir.path().join("state");
+    seed(&state, 10, astraeusd::time::EpochMs::now().as_i64());
+    let db = rusqlite::Connection::open(state.join("ledger.db")).unwrap();
+    db.execute_batch("PRAGMA auto_vacuum = NONE; VACUUM;")
+        .unwrap();
+    let mode = |db: &rusqlite::Connection| -> i64 {
+        db.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(mode(&db), 0, "an older ledger");
+    drop(db);
+    std::fs::write(dir.path().join("node.toml"), "").unwrap();
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    let bus = Bus::session();
+    let sim = dir.path().join("majin.toml");
+    let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    assert!(
+        d.log_text()
+            .contains("ledger: rewritten once so that retention can shrink it"),
+        "{}",
+        d.log_text()
+    );
+    assert!(d.stop().success());
+    let db = rusqlite::Connection::open(state.join("ledger.db")).unwrap();
+    assert_eq!(mode(&db), 2, "INCREMENTAL");
+    drop(db);
+    let d = Daemon::start(&bus, dir.path(), &sim, &[]);
+    assert!(!d.log_text().contains("rewritten once"), "{}", d.log_text());
+}
+
+/// A ledger whose schema is newer than this daemon knows (a downgrade) is
+/// refused at start, saying so, and left as it is: the daemon exits, the
+/// schema version is unchanged.
+#[test]
+fn a_ledger_newer_than_the_daemon_is_refused_and_left_as_it_is() {
+    let dir = open_tempdir();
+    let state = dir.path().join("state");
+    seed(&state, 1, astraeusd::time::EpochMs::now().as_i64());
+    let db = rusqlite::Connection::open(state.join("ledger.db")).unwrap();
+    db.pragma_update(None, "user_version", 999).unwrap();
+    drop(db);
+    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
+    std::fs::write(dir.path().join("node.toml"), "").unwrap();
+    let bus = Bus::session();
+    let o = std::process::Command::new("timeout")
+        .arg("20")
+        .arg(env!("CARGO_BIN_EXE_astraeusd"))
+        .args(["--bus-address", &bus.address, "--sim"])
+        .arg(dir.path().join("majin.toml"))
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--config")
+        .arg(dir.path().join("node.toml"))
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && o.status.code() != Some(124),
+        "it must exit, refusing: {:?} {said}",
+        o.status
+    );
+    assert!(
+        said.contains("ledger schema version 999 is newer than this daemon knows"),
+        "{said}"
+    );
+    let db = rusqlite::Connection::open(state.join("ledger.db")).unwrap();
+    let v: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 999, "left as it is");
 }
