@@ -141,16 +141,25 @@ pub enum CtlCommand {
         gpu: u32,
     },
     /// Submit a worker spec (JSON) from a file, or - for standard input.
+    /// A workload it launches is waited for, as systemctl start waits for
+    /// its job: running, or how it failed (exit status 1).
     Submit {
         /// The spec's file, or - for standard input.
         file: String,
+        /// Return once the daemon took it, without waiting for its launch.
+        #[arg(long)]
+        no_block: bool,
     },
-    /// Stop workers, each in turn and each answered (as podman stop A B);
-    /// the exit status is the worst of theirs.
+    /// Stop workers, each in turn and each answered (as podman stop A B),
+    /// each waited for until it has ended (as systemctl stop); the exit
+    /// status is the worst of theirs.
     Stop {
         /// The workers' names.
         #[arg(required = true, num_args = 1.., value_name = "NAME")]
         names: Vec<String>,
+        /// Return once the stop is acknowledged, without waiting for the end.
+        #[arg(long)]
+        no_block: bool,
     },
     /// Where a spec would go now, or why it would wait (changes nothing).
     Why {
@@ -431,6 +440,8 @@ pub fn exit_code(kind: &str) -> u8 {
         "AccessDenied" => 5,
         "Exists" | "Conflict" | "Busy" | "QuotaExceeded" => 6,
         "Unsatisfiable" => 7,
+        // systemctl status's "not running" (LSB: program is not running).
+        "NotRunning" => 3,
         // sysexits' EX_NOINPUT: a file of the caller's that cannot be read.
         "NoInput" => 66,
         "Usage" => 2,

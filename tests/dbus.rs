@@ -1959,6 +1959,7 @@ fn lone_submits_in_a_row_share_the_managers_and_gpus_properties_changed() {
         .enable_all()
         .build()
         .unwrap();
+    let began = std::time::Instant::now();
     let running = rt.block_on(async {
         let c = zbus::connection::Builder::address(bus.address.as_str())
             .build()
@@ -1987,6 +1988,7 @@ fn lone_submits_in_a_row_share_the_managers_and_gpus_properties_changed() {
         let name = zbus::names::InterfaceName::try_from("org.astraeus.Node1.Manager").unwrap();
         u32::try_from(props.get(name, "WorkersRunning").await.unwrap()).unwrap()
     });
+    let took_ms = began.elapsed().as_millis() as usize;
     assert_eq!(running, N, "read right after the last reply");
     let last = format!("string \"WorkersRunning\"\n         variant             uint32 {N}");
     eventually(
@@ -2007,11 +2009,15 @@ fn lone_submits_in_a_row_share_the_managers_and_gpus_properties_changed() {
                 "path={path}; interface=org.freedesktop.DBus.Properties; member=PropertiesChanged"
             ))
             .count();
-        // One per submit without the holding back; each submit takes a
-        // few ms here, so several share each one.
+        // One per submit without the holding back; with it, at most one
+        // per 50 ms while the submits came (and the last, after them):
+        // judged by the time they took, so a busy host that slows the
+        // submits down changes the bound, not the verdict (#68: 15 of 30
+        // failed a fixed bound while other tests ran).
+        let most = took_ms / 50 + 2;
         assert!(
-            (1..N as usize / 2).contains(&sent),
-            "{path}: {sent} sent\n{seen}"
+            (1..=most.min(N as usize)).contains(&sent),
+            "{path}: {sent} sent in {took_ms} ms (at most {most})\n{seen}"
         );
     }
 }

@@ -823,3 +823,97 @@ fn a_members_container_runs_with_its_own_group_and_a_process_limit() {
         "{logs}"
     );
 }
+
+/// `astraeusctl submit` and `stop` wait for the outcome, as systemctl start
+/// and stop wait for their jobs (#67): a submit whose launch fails exits 1
+/// saying how (not `starting:` and 0), one that launches says `running`;
+/// a stop of a container that ignores SIGTERM returns once it has ended
+/// (killed after the stop timeout), not at the acknowledgement; with
+/// --no-block both return at once.
+#[test]
+fn submit_and_stop_wait_for_the_outcome_unless_told_not_to() {
+    if !available() {
+        return;
+    }
+    let dir = open_tempdir();
+    let pm = Podman::start(dir.path());
+    let bus = Bus::session();
+    let _d = setup(dir.path(), &pm, &bus);
+    let a = &bus.address;
+    let file = |name: &str, spec: &str| {
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(&f, spec).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    // A launch that fails: no such image.
+    let missing = container("nope", Some("1"), "true").replace("localhost/bb", "localhost/missing");
+    let o = ctl(a, None, &["submit", &file("nope", &missing)]);
+    assert!(!o.ok, "{}", o.stdout);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("LaunchFailed: worker nope failed to start:"),
+        "{}",
+        o.stderr
+    );
+    // Ended, it is still told (as systemctl status tells a failed unit),
+    // with the exit status of a unit that is not running.
+    let o = ctl(a, None, &["status", "nope"]);
+    assert_eq!(o.code, Some(3), "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.starts_with("nope\n  state:    ended ") && o.stdout.contains("failed to start:"),
+        "{}",
+        o.stdout
+    );
+    // One that launches: running when submit returns.
+    let o = ctl(
+        a,
+        None,
+        &[
+            "submit",
+            &file(
+                "deaf",
+                &container("deaf", Some("1"), "trap '' TERM; sleep 1000"),
+            ),
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.starts_with("running: "), "{}", o.stdout);
+    assert_eq!(state(a, "deaf"), "s \"running\"\n");
+    // Its stop returns once it has ended (SIGTERM ignored: killed after the
+    // 1 s stop timeout), and it is gone by then.
+    let o = ctl(a, None, &["stop", "deaf"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(o.stdout, "stopped deaf\n");
+    assert!(gone(a, "deaf"), "stop returned before the worker ended");
+    let o = ctl(a, None, &["status", "deaf"]);
+    assert!(
+        o.stdout.contains("killed after") && o.stdout.contains("  exit:     status 137"),
+        "{}",
+        o.stdout
+    );
+    // --no-block: at once.
+    let o = ctl(
+        a,
+        None,
+        &[
+            "submit",
+            "--no-block",
+            &file(
+                "quick",
+                &container("quick", Some("1"), "trap '' TERM; sleep 1000"),
+            ),
+        ],
+    );
+    assert!(
+        o.ok && o.stdout.starts_with("starting: "),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    eventually("quick running", || state(a, "quick") == "s \"running\"\n");
+    let o = ctl(a, None, &["stop", "--no-block", "quick"]);
+    assert_eq!(o.stdout, "stopping quick\n", "{}", o.stderr);
+    assert!(!gone(a, "quick"), "--no-block waited for the end");
+    eventually("quick gone", || gone(a, "quick"));
+}

@@ -12,13 +12,16 @@ pub const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
 success
 .TP
 1
-another failure (the message says which)
+another failure (the message says which), and \fBLaunchFailed\fR: \fBsubmit\fR
+waited for a launch that failed (the message says how)
 .TP
 2
 a usage error (an option or argument that does not parse)
 .TP
 3
-\fBInvalidRequest\fR: the request names a field that is wrong, and what is accepted
+\fBInvalidRequest\fR: the request names a field that is wrong, and what is accepted;
+\fBNotRunning\fR: \fBstatus\fR of a worker that ended within the hour (told as
+it ended, as systemctl status tells a unit that is not running)
 .TP
 4
 \fBNotFound\fR: no such worker, GPU, template or schedule
@@ -52,8 +55,8 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     ("status", &[("astraeusctl status listen", "the worker listen whole, for a person")]),
     ("show", &[("astraeusctl show listen", "its properties, KEY=VALUE a line each"), ("astraeusctl show listen -p State --value", "its state alone, for a script")]),
     ("sharers", &[("astraeusctl sharers 0", "who shares GPU 0, and how much each takes")]),
-    ("submit", &[("astraeusctl submit listen.json", "submit the worker that listen.json describes"), ("echo '{\"name\":\"listen\",\"requested_resources\":{\"gpu_requests\":{\"shared\":true,\"memory_gb\":2.2}}}' | astraeusctl submit -", "the same from standard input")]),
-    ("stop", &[("astraeusctl stop listen", "stop one worker"), ("astraeusctl stop listen voice", "stop two; the exit status is the worse of theirs")]),
+    ("submit", &[("astraeusctl submit listen.json", "submit the worker that listen.json describes"), ("echo '{\"name\":\"listen\",\"requested_resources\":{\"gpu_requests\":{\"shared\":true,\"memory_gb\":2.2}}}' | astraeusctl submit -", "the same from standard input"), ("astraeusctl submit --no-block job.json", "return once the daemon took it, without waiting for its container to start")]),
+    ("stop", &[("astraeusctl stop listen", "stop one worker"), ("astraeusctl stop listen voice", "stop two; the exit status is the worse of theirs"), ("astraeusctl stop --no-block listen", "return once the stop is acknowledged, before the workload has ended")]),
     ("why", &[("astraeusctl why big.json", "where big.json would go now, or why it would wait")]),
     ("schedule", &[("astraeusctl schedule show research", "the template research's schedule in words")]),
     ("schedule-set", &[("astraeusctl schedule set research --weekly mon,wed,fri --from 09:00 --to 17:00", "slices on Monday, Wednesday and Friday"), ("astraeusctl schedule set customer customer.one --dry-run", "check OpenNebula's SCHED_ACTION text, and list the next slices"), ("echo '[]' | astraeusctl schedule set research -", "remove the schedule")]),

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use zbus::{Connection, OwnedObjectPath};
 
 const MANAGER: &str = "org.astraeus.Node1.Manager";
+const WORKER: &str = "org.astraeus.Node1.Worker";
 
 /// Everything astraeusctl prints goes through these: what the daemon sends
 /// (reasons, names, messages) never reaches the terminal with control
@@ -294,6 +295,46 @@ impl Client {
     }
 }
 
+/// How a launch the caller waited for came out.
+enum Launched {
+    Running,
+    /// The worker's name, and how it ended (`failed to start: …`).
+    Ended(String, String),
+}
+
+/// Waits until the worker at `path` runs, or has ended (its object gone:
+/// how, from the daemon's history of what ended since `asked_ms`).
+async fn wait_for_launch(c: &Client, path: &str, asked_ms: i64) -> Result<Launched, String> {
+    use astraeusd::wire::EndedRow;
+    // From its path: a launch that failed at once took its object with it.
+    let label = path.rsplit('/').next().unwrap_or_default();
+    let name = astraeusd::bus::unescape_label(label).unwrap_or_else(|| label.to_string());
+    loop {
+        match c.property::<String>(path, WORKER, "State").await {
+            Ok(s) if s == "starting" => {}
+            Ok(_) => return Ok(Launched::Running),
+            Err(_) => {
+                let rows: Vec<EndedRow> = c.call("ListEndedMs", &(asked_ms, 1000u32)).await?;
+                let how = rows
+                    .into_iter()
+                    .find(|r| r.name == name)
+                    .map_or_else(|| "ended".to_string(), |r| r.end_reason);
+                return Ok(Launched::Ended(name, how));
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the worker named has ended (no longer among the live).
+async fn wait_until_gone(c: &Client, name: &str) -> Result<(), String> {
+    let path = astraeusd::bus::worker_path(name);
+    while c.property::<String>(&path, WORKER, "State").await.is_ok() {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<(), String> {
     // clap sees this conflict only when --json comes after --csv.
     if matches!(args.cmd, Cmd::Usage { csv: true, .. }) && args.json {
@@ -373,10 +414,41 @@ async fn run(args: Args) -> Result<(), String> {
                 outln!("GPU {gpu}: {summary}");
             }
         }
-        Cmd::Submit { file } => {
+        Cmd::Submit { file, no_block } => {
             let spec = read_spec(&file)?;
-            let (path, state, reasons): (OwnedObjectPath, String, Vec<String>) =
+            let asked_ms = jiff::Timestamp::now().as_millisecond();
+            let (path, mut state, reasons): (OwnedObjectPath, String, Vec<String>) =
                 c.call("SubmitWorker", &(spec,)).await?;
+            // A launch under way is waited for (systemctl start's job).
+            let mut failed = None;
+            if state == "starting" && !no_block {
+                match wait_for_launch(&c, path.as_str(), asked_ms).await? {
+                    Launched::Running => state = "running".into(),
+                    Launched::Ended(name, how) => {
+                        state = "failed".into();
+                        failed = Some((name, how));
+                    }
+                }
+            }
+            if let Some((name, how)) = failed {
+                // Launched, and already done (a short job): not a failure.
+                let launched = !how.starts_with("failed to start");
+                if launched {
+                    state = "ended".into();
+                }
+                if args.json {
+                    outln!(
+                        "{}",
+                        json!({"worker": path.as_str(), "state": state, "ended": how})
+                    );
+                } else if launched {
+                    outln!("ended: {} ({how})", path.as_str());
+                }
+                if !launched {
+                    return Err(format!("LaunchFailed: worker {name} {how}"));
+                }
+                return Ok(());
+            }
             if args.json {
                 outln!(
                     "{}",
@@ -389,13 +461,20 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
         }
-        Cmd::Stop { names } => {
+        Cmd::Stop { names, no_block } => {
             // Each in turn, each answered; the exit status is the worst.
             let mut worst: Option<String> = None;
             let many = names.len() > 1;
             for name in &names {
-                match c.call::<_, ()>("StopWorker", &(name.as_str(),)).await {
+                let asked = c.call::<_, ()>("StopWorker", &(name.as_str(),)).await;
+                // Acknowledged: waited for until it has ended (systemctl stop).
+                let asked = match asked {
+                    Ok(()) if !no_block => wait_until_gone(&c, name).await,
+                    other => other,
+                };
+                match asked {
                     Ok(()) if args.json => outln!("{}", json!({"stopped": name})),
+                    Ok(()) if no_block => outln!("stopping {name}"),
                     Ok(()) => outln!("stopped {name}"),
                     Err(e) if many => {
                         errln!("astraeusctl: {name}: {e}");

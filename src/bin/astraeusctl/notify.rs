@@ -219,7 +219,7 @@ async fn follow_daemon(
         })
         .collect();
     for (name, seen) in mine.iter_mut() {
-        seen.warnings = worker_property(c, &worker_path(name), "Warnings")
+        seen.warnings = worker_property(c, &astraeusd::bus::worker_path(name), "Warnings")
             .await
             .unwrap_or_default();
     }
@@ -389,7 +389,13 @@ async fn ended(c: &Client, name: &str, me: u32) -> Option<(String, String)> {
     let row = rows
         .into_iter()
         .find(|r| r.name == name && r.owner_uid == me)?;
-    let reason = row.end_reason;
+    news(name, &row.end_reason)
+}
+
+/// Whether an end is news to its owner, and how it is said: a failure, a
+/// stop by someone else, a workload that exited with a status other than
+/// 0 (137: killed). Its own stop and a clean exit are not.
+fn news(name: &str, reason: &str) -> Option<(String, String)> {
     if reason.starts_with("failed") {
         // "failed: …", "failed to start: …": said as the daemon says it.
         return Some((format!("{name} failed"), format!("It {reason}.")));
@@ -397,16 +403,44 @@ async fn ended(c: &Client, name: &str, me: u32) -> Option<(String, String)> {
     if reason.starts_with("stopped by") {
         return Some((format!("{name} was stopped"), format!("It was {reason}.")));
     }
-    None
-}
-
-fn worker_path(name: &str) -> String {
-    format!("{BASE_PATH}/worker/{}", astraeusd::bus::escape_label(name))
+    let status = reason.strip_prefix("exited with status ")?;
+    let code = status.split(|c: char| !c.is_ascii_digit()).next()?;
+    match code {
+        "0" | "" => None,
+        "137" => Some((
+            format!("{name} was killed"),
+            format!("It {reason} (SIGKILL)."),
+        )),
+        _ => Some((
+            format!("{name} exited with status {code}"),
+            format!("It {reason}."),
+        )),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Rate, BURST};
+    use super::{news, Rate, BURST};
+
+    /// An end that is news is said; its owner's own stop and a clean
+    /// exit are not (#67: an exit with status 3 and a kill said nothing).
+    #[test]
+    fn an_exit_other_than_0_is_news_as_a_failure_is() {
+        let said = |r: &str| news("box", r).map(|(s, _)| s);
+        assert_eq!(
+            said("exited with status 3").as_deref(),
+            Some("box exited with status 3")
+        );
+        assert_eq!(
+            said("exited with status 137").as_deref(),
+            Some("box was killed")
+        );
+        assert_eq!(said("failed: podman: OOM").as_deref(), Some("box failed"));
+        assert_eq!(said("stopped by uid 0").as_deref(), Some("box was stopped"));
+        assert_eq!(said("exited with status 0"), None);
+        assert_eq!(said("stopped"), None);
+        assert_eq!(said("stopped; killed after 30 s"), None);
+    }
     use std::time::{Duration, Instant};
 
     /// Five in a minute go; the rest are counted, and the next that may go

@@ -114,8 +114,19 @@ pub async fn show(
 }
 
 /// `astraeusctl status NAME`: the worker for a person, as lines (or JSON).
+/// How long an ended worker's status is still told (systemctl status keeps
+/// a failed unit until `reset-failed`; a worker's end stays in `history`).
+const ENDED_TOLD_MS: i64 = 3_600_000;
+
 pub async fn status(c: &Client, name: &str, json_out: bool) -> Result<(), String> {
-    let props = properties(c, name).await?;
+    let props = match properties(c, name).await {
+        Ok(p) => p,
+        // Not live: one that ended within the hour is told as it ended.
+        Err(e) if astraeusd::cli::kind_of(&e).0 == "NotFound" => {
+            return ended_status(c, name, json_out, e).await
+        }
+        Err(e) => Err(e)?,
+    };
     let get = |k: &str| props.get(k).map(|v| v.try_clone().expect("plain value"));
     let text = |k: &str| {
         get(k)
@@ -289,4 +300,56 @@ pub async fn daemon_status(c: &Client, json_out: bool) -> Result<(), String> {
         }
     );
     Ok(())
+}
+
+/// `status NAME` of a worker that ended within [`ENDED_TOLD_MS`]: how it
+/// ended, with its exit status, as `systemctl status` tells a failed
+/// unit; the exit status 3 (not running), as systemctl's. None ended so
+/// recently: the NotFound that no live worker gave (`not_live`).
+async fn ended_status(
+    c: &Client,
+    name: &str,
+    json_out: bool,
+    not_live: String,
+) -> Result<(), String> {
+    use astraeusd::wire::EndedRow;
+    let since = jiff::Timestamp::now().as_millisecond() - ENDED_TOLD_MS;
+    let rows: Vec<EndedRow> = c
+        .call("ListEndedMs", &(since, 1000u32))
+        .await
+        .map_err(|_| not_live.clone())?;
+    // Newest first: the last of that name.
+    let Some(row) = rows.into_iter().find(|r| r.name == name) else {
+        return Err(not_live);
+    };
+    let exit = (row.exit_status >= 0).then_some(row.exit_status);
+    let owner_name = astraeusd::auth::user_name(row.owner_uid);
+    if json_out {
+        outln!(
+            "{}",
+            json!({
+                "name": row.name, "state": "ended", "owner": row.owner_uid,
+                "owner_name": owner_name,
+                "gpus": row.gpu_indices,
+                "gpu_shared_gb": (row.gpu_shared_gb > 0.0).then_some(row.gpu_shared_gb),
+                "submitted_ms": row.submitted_ms,
+                "placed_ms": (row.started_ms > 0).then_some(row.started_ms),
+                "ended_ms": row.ended_ms, "exit_status": exit, "ended": row.end_reason,
+            })
+        );
+    } else {
+        let ago = (jiff::Timestamp::now().as_millisecond() - row.ended_ms).max(0) / 1000;
+        outln!("{}", row.name);
+        outln!("  state:    ended {ago} s ago: {}", row.end_reason);
+        outln!(
+            "  owner:    {}",
+            owner_name.unwrap_or(row.owner_uid.to_string())
+        );
+        outln!("  GPUs:     {}", row.gpus);
+        if let Some(code) = exit {
+            outln!("  exit:     status {code}");
+        }
+        outln!("  history:  astraeusctl history");
+    }
+    Err(format!("NotRunning: worker {name} has ended"))
 }
