@@ -537,6 +537,31 @@ pub fn build_image(source: &Path, image: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The filesystem type a path lives on, from /proc/self/mountinfo (the
+/// longest mount point that contains it); fuse subtypes as `fuse.sshfs`.
+pub fn fs_type_of(path: &std::path::Path) -> Option<String> {
+    let path = std::fs::canonicalize(path)
+        .or_else(|_| {
+            path.parent().map_or(
+                Err(std::io::ErrorKind::NotFound.into()),
+                std::fs::canonicalize,
+            )
+        })
+        .ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        let (left, right) = line.split_once(" - ")?;
+        let mount = left.split(' ').nth(4)?.replace("\\040", " ");
+        let fs = right.split(' ').next()?.to_string();
+        let inside = path.starts_with(&mount);
+        if inside && best.as_ref().is_none_or(|(len, _)| mount.len() >= *len) {
+            best = Some((mount.len(), fs));
+        }
+    }
+    best.map(|(_, fs)| fs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

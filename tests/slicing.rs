@@ -936,7 +936,7 @@ fn start_reading_guest_rows(bus: &Bus, dir: &std::path::Path) -> Daemon {
         bus,
         dir,
         "[schedule]\nhandoff_buffer_seconds = 0\n[runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n",
-        &[("ASTRAEUS_LOG", "info,astraeusd::service::hypervisor=debug")],
+        &[("ASTRAEUS_LOG", "info,astraeusd::runtime::guest_channel=debug")],
     )
 }
 

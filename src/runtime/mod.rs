@@ -8,11 +8,13 @@
 mod compat;
 mod containers;
 pub mod docker;
+pub mod guest_channel;
 mod http;
 pub mod libvirt;
 pub mod podman;
 pub mod unit;
 pub mod vm_host;
+pub mod vm_probes;
 
 use crate::error::Result;
 use std::future::Future;

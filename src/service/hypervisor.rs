@@ -7,9 +7,9 @@ use crate::command::Command;
 use crate::domain_xml::PciAddress;
 use crate::error::Result;
 use crate::runtime::vm_host::VmHost;
-use crate::slicing::handoff::{self, Action, Event};
-use crate::slicing::meter::{GpuSample, GuestGate, GPU_CHANNEL, MAX_LINE_BYTES};
-use crate::slicing::template::{Defined, Readiness, Template};
+use crate::slicing::handoff::{Action, Event};
+
+use crate::slicing::template::{Defined, Template};
 use crate::time::EpochMs;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -237,7 +237,7 @@ impl Hypervisor {
 
     /// Starts reading the guest's GPU figures; abort the handle when the slice ends.
     pub fn read_guest_gpus(&self, domain: String, template: String) -> tokio::task::AbortHandle {
-        tokio::spawn(read_guest_gpus(
+        tokio::spawn(guest_gpus_to_loop(
             self.vms.clone(),
             domain,
             template,
@@ -363,7 +363,8 @@ impl Hypervisor {
                 let template = template.clone();
                 let not_ready = self.not_ready.clone();
                 tokio::spawn(async move {
-                    let result = probe(vms.as_ref(), &domain, &readiness).await;
+                    let result =
+                        crate::runtime::vm_probes::probe(vms.as_ref(), &domain, &readiness).await;
                     let changed = {
                         let mut last = not_ready.lock().unwrap_or_else(|p| p.into_inner());
                         match &result {
@@ -408,218 +409,29 @@ impl Hypervisor {
     }
 }
 
-/// Reads the GPU figures the guest writes to its [`GPU_CHANNEL`] and sends
-/// each to the loop, until aborted (the slice ended). The host end is the
-/// unix socket QEMU listens on (libvirt puts its path in the live XML); a
-/// VM without the channel reports no GPU figures. Reconnects after the
-/// guest side closes (a reboot inside the slice).
-async fn read_guest_gpus(
+/// The guest's GPU samples, to the loop as commands.
+async fn guest_gpus_to_loop(
     vms: Arc<dyn VmHost>,
     domain: String,
     template: String,
     tx: mpsc::Sender<Command>,
 ) {
-    // The slice begins when its start is issued; the socket's path is in
-    // the live XML only once the domain runs.
-    let mut warned = false;
-    loop {
-        match vms.is_on(&domain).await {
-            Ok(true) => break,
-            Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
-            // libvirt away for a moment: look again, said once.
-            Err(e) => {
-                if !warned {
-                    tracing::warn!(template = %template, "waiting for {domain} to run: {e}");
-                    warned = true;
-                }
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await
+    let (samples, mut rx) = mpsc::channel(16);
+    let reader =
+        crate::runtime::guest_channel::read_guest_gpus(vms, domain, template.clone(), samples);
+    let forward = async {
+        while let Some((sample, at)) = rx.recv().await {
+            let cmd = Command::GuestGpu {
+                template: template.clone(),
+                sample,
+                at,
+            };
+            if tx.send(cmd).await.is_err() {
+                return;
             }
-        }
-    }
-    let path = match vms.channel_path(&domain, GPU_CHANNEL).await {
-        Ok(Some(p)) => p,
-        Ok(None) => {
-            tracing::info!(template = %template, "{domain} has no {GPU_CHANNEL} channel: its GPU figures are not reported");
-            return;
-        }
-        Err(e) => {
-            tracing::warn!(template = %template, "reading {domain}'s channels: {e}");
-            return;
         }
     };
-    let mut warned = false;
-    loop {
-        match tokio::net::UnixStream::connect(&path).await {
-            Ok(stream) => {
-                tracing::info!(template = %template, "reading the GPU figures {domain}'s guest writes to {path}");
-                warned = false;
-                let mut reader = tokio::io::BufReader::new(stream);
-                let mut gate = GuestGate::default();
-                let (mut line, mut skipping) = (Vec::new(), false);
-                // The gate counts on a clock that never steps back (the
-                // wall clock does: readings would stop for as long).
-                let opened = std::time::Instant::now();
-                while let Ok(Some(whole)) =
-                    read_line_within(&mut reader, &mut line, &mut skipping).await
-                {
-                    let at = EpochMs::now();
-                    let since = opened.elapsed().as_millis() as u64;
-                    if let Some(pause) = gate.line(since) {
-                        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
-                        continue;
-                    }
-                    let Some(sample) = whole
-                        .then(|| std::str::from_utf8(&line).ok().and_then(GpuSample::parse))
-                        .flatten()
-                    else {
-                        continue;
-                    };
-                    if !gate.admit(sample.index, since) {
-                        continue;
-                    }
-                    // Numbers only (the line is the guest's): what the
-                    // slice's figures are computed from, at debug level.
-                    tracing::debug!(
-                        template = %template,
-                        "guest GPU reading of {template} at {} ms: GPU {}, {:?} %, {:?} MiB, {:?} W",
-                        at.0,
-                        sample.index,
-                        sample.util_pct,
-                        sample.memory_mib,
-                        sample.power_w
-                    );
-                    let cmd = Command::GuestGpu {
-                        template: template.clone(),
-                        sample,
-                        at,
-                    };
-                    if tx.send(cmd).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Err(e) if !warned => {
-                warned = true;
-                tracing::info!(template = %template, "the GPU channel of {domain} at {path} is not open yet: {e}");
-            }
-            Err(_) => {}
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(handoff::DEFAULT_POLL_MS)).await;
-    }
-}
-
-/// Probes the template's VM once: what passed, or why it did not.
-/// libvirt's STARTED (the default) has already happened when asked.
-async fn probe(vms: &dyn VmHost, domain: &str, readiness: &Readiness) -> Result<String, String> {
-    match readiness {
-        Readiness::Started => Ok("libvirt reported it started".into()),
-        Readiness::Http(url) => match http_ok(url).await {
-            true => Ok(format!("GET {url} answered 2xx")),
-            false => Err(format!("GET {url} did not answer 2xx")),
-        },
-        Readiness::Tcp {
-            host: Some(host),
-            port,
-        } => {
-            let addr = format!("{host}:{port}");
-            match tcp_connects(&addr).await {
-                true => Ok(format!("TCP {addr} accepted a connection")),
-                false => Err(format!("TCP {addr} refused or did not answer")),
-            }
-        }
-        Readiness::Tcp { host: None, port } => {
-            let addresses = vms
-                .guest_addresses(domain)
-                .await
-                .map_err(|e| format!("asking libvirt for the guest's addresses: {e}"))?;
-            if addresses.is_empty() {
-                return Err("libvirt knows no address of the guest yet \
-                            (no DHCP lease, guest agent or ARP entry)"
-                    .into());
-            }
-            let mut tried = Vec::new();
-            for ip in addresses {
-                let addr = std::net::SocketAddr::new(ip, *port).to_string();
-                if tcp_connects(&addr).await {
-                    return Ok(format!("TCP {addr} accepted a connection"));
-                }
-                tried.push(addr);
-            }
-            Err(format!(
-                "TCP {} refused or did not answer",
-                tried.join(", ")
-            ))
-        }
-        Readiness::Agent => match vms.agent_answers(domain).await {
-            Ok(Ok(())) => Ok("the guest agent answered".into()),
-            Ok(Err(why)) => Err(format!("the guest agent does not answer: {why}")),
-            Err(e) => Err(format!("asking for the guest agent: {e}")),
-        },
-    }
-}
-
-/// A TCP connection to `addr` opens within 2 s.
-async fn tcp_connects(addr: &str) -> bool {
-    let connect = tokio::net::TcpStream::connect(addr);
-    matches!(
-        tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
-        Ok(Ok(_))
-    )
-}
-
-/// A plain `GET` of an http:// URL answers 2xx within 5 s.
-async fn http_ok(url: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let (host, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-    let addr = if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:80")
-    };
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut head = [0u8; 12];
-        s.read_exact(&mut head).await.ok()?;
-        Some(head.starts_with(b"HTTP/1.") && head[9] == b'2')
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(5), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
-
-/// The filesystem type a path lives on, from /proc/self/mountinfo (the
-/// longest mount point that contains it); fuse subtypes as `fuse.sshfs`.
-pub fn fs_type_of(path: &std::path::Path) -> Option<String> {
-    let path = std::fs::canonicalize(path)
-        .or_else(|_| {
-            path.parent().map_or(
-                Err(std::io::ErrorKind::NotFound.into()),
-                std::fs::canonicalize,
-            )
-        })
-        .ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut best: Option<(usize, String)> = None;
-    for line in info.lines() {
-        let (left, right) = line.split_once(" - ")?;
-        let mount = left.split(' ').nth(4)?.replace("\\040", " ");
-        let fs = right.split(' ').next()?.to_string();
-        let inside = path.starts_with(&mount);
-        if inside && best.as_ref().is_none_or(|(len, _)| mount.len() >= *len) {
-            best = Some((mount.len(), fs));
-        }
-    }
-    best.map(|(_, fs)| fs)
+    tokio::join!(reader, forward);
 }
 
 /// The templates whose VMs run, or why libvirt could not say.
@@ -631,44 +443,6 @@ async fn which_run(vms: &Arc<dyn VmHost>, domains: &[(String, String)]) -> Resul
         }
     }
     Ok(on)
-}
-
-/// Reads the guest's next line into `line` (without its newline):
-/// Some(true) for a line of at most [`MAX_LINE_BYTES`], None at the end.
-/// A longer line is not kept: Some(false) for each buffer of it read past
-/// (`skipping` says a call ended inside one), so the caller's gate counts
-/// a guest that never writes a newline as it counts lines.
-async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
-    reader: &mut R,
-    line: &mut Vec<u8>,
-    skipping: &mut bool,
-) -> std::io::Result<Option<bool>> {
-    use tokio::io::AsyncBufReadExt;
-    line.clear();
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            *skipping = false;
-            return Ok((!line.is_empty()).then_some(true));
-        }
-        let (taken, ended) = match available.iter().position(|b| *b == b'\n') {
-            Some(i) => (i, true),
-            None => (available.len(), false),
-        };
-        let too_long = *skipping || line.len() + taken > MAX_LINE_BYTES;
-        if !too_long {
-            line.extend_from_slice(&available[..taken]);
-        }
-        reader.consume(taken + usize::from(ended));
-        if too_long {
-            line.clear();
-            *skipping = !ended;
-            return Ok(Some(false));
-        }
-        if ended {
-            return Ok(Some(true));
-        }
-    }
 }
 
 #[cfg(test)]
@@ -691,32 +465,6 @@ mod tests {
     use crate::runtime::libvirt::Lifecycle;
     use crate::runtime::BoxFuture;
     use tokio::sync::broadcast;
-
-    /// A guest's lines are kept up to [`MAX_LINE_BYTES`] each: a longer one
-    /// (a guest that never writes a newline) is read past, not into memory.
-    #[tokio::test]
-    async fn a_guests_long_line_is_read_past_not_kept() {
-        let long = vec![b'a'; 100_000];
-        let mut input = b"0, 1, 2, 3\n".to_vec();
-        input.extend_from_slice(&long);
-        input.extend_from_slice(b"\n1, 4, 5, 6\nlast");
-        let mut reader = tokio::io::BufReader::with_capacity(64, &input[..]);
-        let (mut line, mut skipping) = (Vec::new(), false);
-        let (mut lines, mut skipped) = (Vec::new(), 0);
-        while let Some(whole) = read_line_within(&mut reader, &mut line, &mut skipping)
-            .await
-            .unwrap()
-        {
-            assert!(line.len() <= MAX_LINE_BYTES);
-            match whole {
-                true => lines.push(String::from_utf8(line.clone()).unwrap()),
-                false => skipped += 1,
-            }
-        }
-        assert_eq!(lines, ["0, 1, 2, 3", "1, 4, 5, 6", "last"]);
-        // Told once per buffer read past (64 bytes here), for the gate.
-        assert!(skipped >= (100_000 - MAX_LINE_BYTES) / 64, "{skipped}");
-    }
 
     /// A hypervisor whose domain has vanished: every call about it fails,
     /// and nothing of it runs.

@@ -280,7 +280,7 @@ impl Service {
                 .ok_or_else(|| Error::Conflict(NO_LIBVIRT.into()))?;
             let t = Template::parse(&spec)?;
             let fs = (t.weights_disk.as_ref())
-                .and_then(|w| super::hypervisor::fs_type_of(std::path::Path::new(w)))
+                .and_then(|w| crate::weights::fs_type_of(std::path::Path::new(w)))
                 .unwrap_or_default();
             s.engine.check_new(&t, &fs)?;
             Ok(t)

@@ -35,6 +35,7 @@ mod events;
 mod hook;
 mod lists;
 mod notify;
+mod outcome;
 mod page;
 mod reports;
 mod show;
@@ -295,46 +296,6 @@ impl Client {
     }
 }
 
-/// How a launch the caller waited for came out.
-enum Launched {
-    Running,
-    /// The worker's name, and how it ended (`failed to start: …`).
-    Ended(String, String),
-}
-
-/// Waits until the worker at `path` runs, or has ended (its object gone:
-/// how, from the daemon's history of what ended since `asked_ms`).
-async fn wait_for_launch(c: &Client, path: &str, asked_ms: i64) -> Result<Launched, String> {
-    use astraeusd::wire::EndedRow;
-    // From its path: a launch that failed at once took its object with it.
-    let label = path.rsplit('/').next().unwrap_or_default();
-    let name = astraeusd::bus::unescape_label(label).unwrap_or_else(|| label.to_string());
-    loop {
-        match c.property::<String>(path, WORKER, "State").await {
-            Ok(s) if s == "starting" => {}
-            Ok(_) => return Ok(Launched::Running),
-            Err(_) => {
-                let rows: Vec<EndedRow> = c.call("ListEndedMs", &(asked_ms, 1000u32)).await?;
-                let how = rows
-                    .into_iter()
-                    .find(|r| r.name == name)
-                    .map_or_else(|| "ended".to_string(), |r| r.end_reason);
-                return Ok(Launched::Ended(name, how));
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-/// Waits until the worker named has ended (no longer among the live).
-async fn wait_until_gone(c: &Client, name: &str) -> Result<(), String> {
-    let path = astraeusd::bus::worker_path(name);
-    while c.property::<String>(&path, WORKER, "State").await.is_ok() {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
-
 async fn run(args: Args) -> Result<(), String> {
     // clap sees this conflict only when --json comes after --csv.
     if matches!(args.cmd, Cmd::Usage { csv: true, .. }) && args.json {
@@ -422,9 +383,9 @@ async fn run(args: Args) -> Result<(), String> {
             // A launch under way is waited for (systemctl start's job).
             let mut failed = None;
             if state == "starting" && !no_block {
-                match wait_for_launch(&c, path.as_str(), asked_ms).await? {
-                    Launched::Running => state = "running".into(),
-                    Launched::Ended(name, how) => {
+                match outcome::wait_for_launch(&c, path.as_str(), asked_ms).await? {
+                    outcome::Launched::Running => state = "running".into(),
+                    outcome::Launched::Ended(name, how) => {
                         state = "failed".into();
                         failed = Some((name, how));
                     }
@@ -469,7 +430,7 @@ async fn run(args: Args) -> Result<(), String> {
                 let asked = c.call::<_, ()>("StopWorker", &(name.as_str(),)).await;
                 // Acknowledged: waited for until it has ended (systemctl stop).
                 let asked = match asked {
-                    Ok(()) if !no_block => wait_until_gone(&c, name).await,
+                    Ok(()) if !no_block => outcome::wait_until_gone(&c, name).await,
                     other => other,
                 };
                 match asked {
