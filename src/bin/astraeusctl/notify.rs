@@ -131,17 +131,56 @@ pub async fn notify_all(
     Ok(())
 }
 
+/// The body's text as a server that reads markup in it shows it: `&`,
+/// `<` and `>` as entities (the spec's body-markup is a subset of HTML: a
+/// path or a command with `<b>` in it came out bold, #67).
+pub fn escape_markup(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Whether the server reads markup in bodies (its body-markup capability):
+/// then the body is escaped; one that does not shows it as it is.
+async fn reads_markup(session: &zbus::Connection) -> bool {
+    let asked = session
+        .call_method(
+            Some("org.freedesktop.Notifications"),
+            "/org/freedesktop/Notifications",
+            Some("org.freedesktop.Notifications"),
+            "GetCapabilities",
+            &(),
+        )
+        .await;
+    asked
+        .ok()
+        .and_then(|m| m.body().deserialize::<Vec<String>>().ok())
+        .is_some_and(|caps| caps.iter().any(|c| c == "body-markup"))
+}
+
 /// One notification on `session` (org.freedesktop.Notifications.Notify).
 /// Text from the daemon is made printable first: it may name another
-/// user's process or a caller's worker.
+/// user's process or a caller's worker; the body is escaped for a server
+/// that reads markup. From astraeusd (its desktop entry, the machine
+/// page's), urgent when something failed or was killed.
 pub async fn notification(
     session: &zbus::Connection,
     summary: &str,
     body: &str,
 ) -> Result<(), String> {
-    let hints: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    let urgency: u8 = if summary.ends_with(" failed") || summary.ends_with(" was killed") {
+        2
+    } else {
+        1
+    };
+    let mut hints: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    hints.insert("desktop-entry", zbus::Variant::from("astraeus-machine"));
+    hints.insert("urgency", zbus::Variant::from(urgency));
     let summary = astraeusd::text::clipped(&astraeusd::text::printable(summary), 120);
-    let body = astraeusd::text::clipped(&astraeusd::text::printable_lines(body), 1000);
+    let mut body = astraeusd::text::clipped(&astraeusd::text::printable_lines(body), 1000);
+    if reads_markup(session).await {
+        body = escape_markup(&body);
+    }
     session
         .call_method(
             Some("org.freedesktop.Notifications"),
@@ -149,7 +188,7 @@ pub async fn notification(
             Some("org.freedesktop.Notifications"),
             "Notify",
             &(
-                "astraeusctl",
+                "astraeusd",
                 0u32,
                 "utilities-system-monitor",
                 summary.as_str(),
@@ -421,6 +460,15 @@ fn news(name: &str, reason: &str) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::{news, Rate, BURST};
+
+    /// A body's markup characters are shown as they are, not read as tags.
+    #[test]
+    fn a_bodys_markup_is_escaped() {
+        assert_eq!(
+            super::escape_markup("<b>BOLD</b> & <i>it</i>"),
+            "&lt;b&gt;BOLD&lt;/b&gt; &amp; &lt;i&gt;it&lt;/i&gt;"
+        );
+    }
 
     /// An end that is news is said; its owner's own stop and a clean
     /// exit are not (#67: an exit with status 3 and a kill said nothing).
