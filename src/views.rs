@@ -237,7 +237,14 @@ pub fn gpu_view(node: &Node, g: &Gpu) -> GpuView {
             g.problem.clone().unwrap_or_else(|| "unhealthy".into())
         },
         total_gb: g.total.as_f64(),
-        offered_gb: g.offered().as_f64(),
+        // What sharing may place on it: nothing in MIG mode (its instances
+        // are offered, each whole) nor while a template's baseboard holds
+        // it; the warning and the mode say why.
+        offered_gb: if g.sliced || g.mig == placement::Mig::On {
+            0.0
+        } else {
+            g.offered().as_f64()
+        },
         held_outside_gb: g.outside.as_f64(),
         beyond_shares_gb: g.beyond_shares.as_f64(),
         taken_gb: node.book().taken(&g.uuid).as_f64(),

@@ -875,6 +875,33 @@ fn astraeusctl_shows_the_seeds_words() {
         o.stdout,
         "it would wait:\n  GPU 0 of majin offers 7 of its 8 GB (1 GB held outside Astraeus); it needs 7.5\n"
     );
+    // The GPU turns unhealthy under its sharers: TAKEN still says what
+    // they hold (#66: it said "—" while TakenGb said 5.4).
+    let taken = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/gpu/0",
+            "org.astraeus.Node1.Gpu",
+            "TakenGb",
+        ],
+    )
+    .stdout;
+    let sim = dir.path().join("majin.toml");
+    std::fs::write(&sim, format!("{MAJIN_TOML}healthy = false\n")).unwrap();
+    eventually("unhealthy", || {
+        ctl(a, None, &["--no-legend", "gpus"])
+            .stdout
+            .contains(" unhealthy ")
+    });
+    let o = ctl(a, None, &["--no-legend", "gpus"]);
+    let shown = format!("{} GB", taken.trim().trim_start_matches("d "));
+    assert!(
+        o.stdout.contains(&format!(" unhealthy  {shown} ")),
+        "{taken}: {}",
+        o.stdout
+    );
 }
 
 /// What the daemon said just before it left (its last changes, sent as it

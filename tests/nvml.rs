@@ -633,6 +633,18 @@ fn a_mig_gpu_is_never_offered_and_a_pending_one_is_warned_of() {
         "{}",
         o.stdout
     );
+    // It offers sharing nothing (#66: OFFERED said its 24 GB), and says why.
+    assert_eq!(
+        prop(
+            a,
+            "/org/astraeus/Node1/gpu/1",
+            "org.astraeus.Node1.Gpu",
+            "OfferedGb"
+        ),
+        "d 0\n"
+    );
+    let cells: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(cells[5..7], ["0", "GB"], "OFFERED: {}", lines[2]);
     // 10 GB would fit only the L4's 24: it can never be placed, and says why.
     let o = manager(a, None, "SubmitWorker", &["s", &shared_spec("big", "10")]);
     assert!(

@@ -125,7 +125,9 @@ pub async fn gpus(c: &Client, form: Form) -> Result<(), String> {
                 cell(g.offered_gb),
                 cell(g.held_outside_gb),
                 g.mode.clone(),
-                if g.mode == "shared" {
+                // What sharers hold on it, whatever its mode: an unhealthy
+                // GPU still holds its sharers' memory.
+                if g.mode == "shared" || g.taken_gb > 0.0 {
                     cell(g.taken_gb)
                 } else {
                     "—".into()
