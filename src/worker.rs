@@ -210,14 +210,15 @@ impl Worker {
 
     /// Its `Enforcement` as a person reads it: the first word `held` only
     /// when its limits were set and read back on every GPU it holds,
-    /// else `promised` and why.
+    /// `whole` for a worker holding whole GPUs (nothing to limit: no one
+    /// else is placed there), else `promised` and why.
     pub fn enforcement_text(&self) -> String {
         let why = match (&self.enforcement, self.state()) {
             (Some(e), _) => return e.to_string(),
             (None, State::Pending) => "it waits for its GPUs",
             (None, _) if self.grants().is_empty() => "it holds no GPU",
             (None, _) if self.spec.shared_gb().is_none() => {
-                "whole GPU (no limit: it is all its own)"
+                return "whole: its GPUs are all its own (no limit to hold)".into()
             }
             (None, _) if self.spec.claim.is_some() => {
                 "no container of its pod bound yet (the claim CDI hook binds it as it is created)"

@@ -2148,3 +2148,38 @@ fn a_call_shows_the_gpus_it_touched_and_a_new_reading_adds_and_removes_gpu_objec
     assert_eq!(taken(one).as_deref(), Some("d 1"));
     assert_eq!(taken(five).as_deref(), Some("d 8"));
 }
+
+/// A worker holding a whole GPU: its MEMORY column and Enforcement say
+/// `whole` (#66: "promised" read weaker than it is: no one else is placed
+/// on its GPU, so there is nothing to limit).
+#[test]
+fn a_whole_workers_memory_says_whole() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let _d = Daemon::start(&bus, dir.path(), &sim_file(dir.path()), &[]);
+    let a = &bus.address;
+    let big = r#"{"name":"big","requested_resources":{"gpu_requests":{"count":1}}}"#;
+    assert!(manager(a, None, "SubmitWorker", &["s", big]).ok);
+    assert_eq!(state(a, "big"), "s \"running\"\n");
+    let e = busctl(
+        a,
+        &[
+            "get-property",
+            "org.astraeus.Node1",
+            "/org/astraeus/Node1/worker/big",
+            "org.astraeus.Node1.Worker",
+            "Enforcement",
+        ],
+    );
+    assert_eq!(
+        e.stdout,
+        "s \"whole: its GPUs are all its own (no limit to hold)\"\n"
+    );
+    let o = ctl(a, None, &["--no-legend", "workers"]);
+    let cells: Vec<&str> = o.stdout.split_whitespace().collect();
+    assert!(
+        cells.windows(2).any(|w| w == ["0", "whole"]),
+        "the GPU column, then MEMORY: {}",
+        o.stdout
+    );
+}

@@ -484,8 +484,10 @@ pub fn workers_json(snap: &Snapshot) -> Value {
                 // `held`, or `promised: why`; null while it waits.
                 "enforcement": (v.state != crate::worker::State::Pending).then_some(&v.enforcement),
             });
-            if let Some(gb) = w.shared_gb {
-                o["gpu_shared_gb"] = json!(gb);
+            // A shared worker's share, waiting or placed (astraeusctl's
+            // JSON says it of both; #66: the page left it out while waiting).
+            if v.gpu_shared_gb > 0.0 {
+                o["gpu_shared_gb"] = json!(v.gpu_shared_gb);
             }
             o
         })
@@ -650,6 +652,7 @@ mod tests {
                         state: State::Running,
                         gpus: vec![(0, "GPU-a".into())],
                         gpu_used_gb: -1.0,
+                        gpu_shared_gb: 2.5,
                         ..WorkerView::default()
                     },
                     owner: "alice".into(),
@@ -660,6 +663,7 @@ mod tests {
                     view: WorkerView {
                         name: "big\"<".into(),
                         state: State::Pending,
+                        gpu_shared_gb: 7.5,
                         ..WorkerView::default()
                     },
                     owner: "bob".into(),
@@ -709,7 +713,8 @@ mod tests {
         );
         assert_eq!(w["workers"][0]["gpu_shared_gb"], json!(2.5));
         assert_eq!(w["workers"][0]["gpu_used_gb"], Value::Null);
-        assert!(w["workers"][1].get("gpu_shared_gb").is_none());
+        // Waiting, its share is said all the same.
+        assert_eq!(w["workers"][1]["gpu_shared_gb"], json!(7.5));
         // Waiting: nothing used, and nothing read (as astraeusctl says it).
         assert_eq!(w["workers"][1]["gpu_used_gb"], Value::Null);
         let m = machine_json(&snap());
