@@ -9,7 +9,7 @@ use crate::slicing::handoff::Event;
 use crate::slicing::meter::GpuSample;
 use crate::slicing::template::Defined;
 use crate::time::EpochMs;
-use crate::views::Snapshot;
+use crate::views::PageSnapshot;
 use crate::wire::{EndedRow, GpuRow, Sharers, SliceReportRow, SliceRow, TemplateRow, WhyNot};
 use crate::workload::{Exit, Found, Kind};
 use tokio::sync::oneshot;
@@ -156,8 +156,8 @@ pub enum Command {
         reply: Reply<Result<Vec<crate::report::Row>>>,
     },
     /// Everything the machine page shows, in one go.
-    Snapshot {
-        reply: Reply<Snapshot>,
+    PageSnapshot {
+        reply: Reply<PageSnapshot>,
     },
 
     // ---- from the bus: time-slicing ----

@@ -167,7 +167,7 @@ pub struct RotationView {
 /// The handoff's state and each defined template's user and VM.
 #[derive(Clone, Debug)]
 pub struct SlicingView {
-    pub state: handoff::State,
+    pub state: handoff::HandoffState,
     /// template → (user, domain)
     pub info: BTreeMap<String, (String, String)>,
     /// Each template's last handoff dead time (ms).
@@ -177,7 +177,7 @@ pub struct SlicingView {
 impl Default for SlicingView {
     fn default() -> SlicingView {
         SlicingView {
-            state: handoff::State::Idle { released_ms: None },
+            state: handoff::HandoffState::Idle { released_ms: None },
             info: Default::default(),
             dead_times: Default::default(),
         }
@@ -372,7 +372,7 @@ pub fn status_line(node: &Node) -> String {
 
 /// What the machine page shows, taken by the loop in one go.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct PageSnapshot {
     pub machine: String,
     pub time_zone: String,
     pub gpus: Vec<GpuSnap>,
@@ -421,7 +421,7 @@ pub fn page_snapshot(
     rotation: &RotationView,
     slicing: &SlicingView,
     now: jiff::Timestamp,
-) -> Snapshot {
+) -> PageSnapshot {
     let manager = manager_view(node, &rotation.tz);
     // Every template defined or scheduled.
     let mut names: BTreeSet<&String> = rotation.templates.iter().map(|(t, _)| t).collect();
@@ -444,7 +444,7 @@ pub fn page_snapshot(
             }
         })
         .collect();
-    Snapshot {
+    PageSnapshot {
         machine: manager.machine,
         time_zone: manager.time_zone,
         gpus: node

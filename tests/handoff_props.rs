@@ -80,7 +80,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn settings() -> impl Strategy<Value = Settings> {
+fn settings() -> impl Strategy<Value = HandoffTimings> {
     (
         prop::sample::select(vec![0u64, 1_000, 300_000]),
         prop::sample::select(vec![1_000u64, 120_000]),
@@ -98,7 +98,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                     },
                 );
             }
-            Settings {
+            HandoffTimings {
                 buffer_ms,
                 poll_ms: 500,
                 limits: Limits {
@@ -117,8 +117,8 @@ enum Later {
 }
 
 struct World {
-    s: Settings,
-    state: State,
+    s: HandoffTimings,
+    state: HandoffState,
     now: u64,
     /// Template VMs active in "libvirt".
     on: BTreeSet<String>,
@@ -138,10 +138,10 @@ struct World {
 }
 
 impl World {
-    fn new(s: Settings) -> World {
+    fn new(s: HandoffTimings) -> World {
         World {
             s,
-            state: State::Idle { released_ms: None },
+            state: HandoffState::Idle { released_ms: None },
             now: 1_000_000,
             on: BTreeSet::new(),
             foreign: false,
@@ -178,16 +178,16 @@ impl World {
         self.apply_all(&actions)
     }
 
-    fn apply_all(&mut self, actions: &[Action]) -> Result<(), TestCaseError> {
+    fn apply_all(&mut self, actions: &[HandoffAction]) -> Result<(), TestCaseError> {
         for a in actions {
             self.apply(a)?;
         }
         Ok(())
     }
 
-    fn apply(&mut self, action: &Action) -> Result<(), TestCaseError> {
+    fn apply(&mut self, action: &HandoffAction) -> Result<(), TestCaseError> {
         match action {
-            Action::Record(r) => {
+            HandoffAction::Record(r) => {
                 if let Some(last) = &self.last_record {
                     prop_assert!(
                         r.at_ms >= last.at_ms,
@@ -197,12 +197,12 @@ impl World {
                 prop_assert_eq!(r.at_ms, EpochMs(self.now));
                 self.last_record = Some(r.clone());
             }
-            Action::Shutdown { template } => {
+            HandoffAction::Shutdown { template } => {
                 if self.on.contains(template) && !self.hang.contains(template) {
                     self.later.push_back(Later::ShutdownDone(template.clone()));
                 }
             }
-            Action::Destroy { template } => {
+            HandoffAction::Destroy { template } => {
                 if self.on.remove(template) {
                     self.forget_shutdown(template);
                     self.later.push_back(Later::Event(Event::Stopped {
@@ -211,15 +211,15 @@ impl World {
                     }));
                 }
             }
-            Action::CheckRelease => {
+            HandoffAction::CheckRelease => {
                 if self.on.is_empty() && !self.foreign {
                     self.immediate.push_back(Event::Released {
                         at_ms: EpochMs(self.now),
                     });
                 }
             }
-            Action::SetTimer { at_ms } => self.timer = Some(at_ms.millis()),
-            Action::Create { template } => {
+            HandoffAction::SetTimer { at_ms } => self.timer = Some(at_ms.millis()),
+            HandoffAction::Create { template } => {
                 prop_assert!(
                     self.on.is_empty(),
                     "create {template} while {:?} is on",
@@ -247,7 +247,7 @@ impl World {
                     });
                 }
             }
-            Action::Probe { template } => {
+            HandoffAction::Probe { template } => {
                 if self.probe_passes && self.on.contains(template) {
                     self.immediate.push_back(Event::Ready {
                         template: template.clone(),
@@ -255,7 +255,9 @@ impl World {
                     });
                 }
             }
-            Action::Signal(_) | Action::Refuse { .. } | Action::CloseSlice { .. } => {}
+            HandoffAction::Signal(_)
+            | HandoffAction::Refuse { .. }
+            | HandoffAction::CloseSlice { .. } => {}
         }
         prop_assert!(self.on.len() <= 1, "two template VMs on: {:?}", self.on);
         Ok(())
@@ -270,7 +272,7 @@ impl World {
     /// Checks every state the machine enters: a power-off can always be
     /// forced when its timeout passes (or on StopTimeout).
     fn check_state(&self) -> Result<(), TestCaseError> {
-        if let State::PoweringOff { from, since_ms, .. } = &self.state {
+        if let HandoffState::PoweringOff { from, since_ms, .. } = &self.state {
             let deadline = *since_ms + self.s.limits(from).stop_timeout_ms;
             for e in [
                 Event::Timer { at_ms: deadline },
@@ -280,7 +282,7 @@ impl World {
             ] {
                 let (_, actions) = step(&self.state, &e, &self.s);
                 prop_assert!(
-                    actions.contains(&Action::Destroy {
+                    actions.contains(&HandoffAction::Destroy {
                         template: from.clone()
                     }),
                     "{e:?} in {:?} gave {actions:?}",
@@ -316,7 +318,9 @@ impl World {
             &self.s,
         );
         prop_assert!(
-            !actions.iter().any(|a| matches!(a, Action::Create { .. })),
+            !actions
+                .iter()
+                .any(|a| matches!(a, HandoffAction::Create { .. })),
             "converge created directly: {actions:?}"
         );
         self.state = state;
@@ -445,7 +449,9 @@ impl World {
         for _ in 0..500 {
             let settled = matches!(
                 self.state,
-                State::Idle { .. } | State::Running { .. } | State::Failed { .. }
+                HandoffState::Idle { .. }
+                    | HandoffState::Running { .. }
+                    | HandoffState::Failed { .. }
             );
             if settled && self.later.is_empty() {
                 break;
@@ -463,10 +469,10 @@ impl World {
             self.drain_immediate()?;
         }
         match &self.state {
-            State::Running { template, .. } => {
+            HandoffState::Running { template, .. } => {
                 prop_assert_eq!(self.on.iter().collect::<Vec<_>>(), vec![template]);
             }
-            State::Idle { .. } | State::Failed { .. } => {
+            HandoffState::Idle { .. } | HandoffState::Failed { .. } => {
                 prop_assert!(self.on.is_empty(), "{:?} on in {:?}", self.on, self.state)
             }
             other => prop_assert!(false, "did not settle: {other:?}"),
@@ -498,21 +504,21 @@ proptest! {
         s in settings(),
         events in prop::collection::vec((event(), 0u64..100_000), 1..80),
     ) {
-        let mut state = State::Idle { released_ms: None };
+        let mut state = HandoffState::Idle { released_ms: None };
         let mut now = 0;
         let mut last_record = 0;
         for (e, gap) in events {
             now += gap;
             let e = retime(e, now);
             let (next, actions) = step(&state, &e, &s);
-            if actions.iter().any(|a| matches!(a, Action::Create { .. })) {
+            if actions.iter().any(|a| matches!(a, HandoffAction::Create { .. })) {
                 let released = matches!(e, Event::Released { .. }) && state.on().is_none();
                 let retry = matches!(e, Event::StartFailed { .. })
-                    && matches!(state, State::Starting { .. });
+                    && matches!(state, HandoffState::Starting { .. });
                 prop_assert!(released || retry, "{e:?} in {state:?} gave {actions:?}");
             }
             for a in &actions {
-                if let Action::Record(r) = a {
+                if let HandoffAction::Record(r) = a {
                     prop_assert!(r.at_ms >= EpochMs(last_record));
                     last_record = r.at_ms.millis();
                 }

@@ -87,8 +87,8 @@ fn op() -> impl Strategy<Value = Op> {
 
 struct World {
     conn: Connect,
-    s: Settings,
-    state: State,
+    s: HandoffTimings,
+    state: HandoffState,
     now: u64,
     timer: Option<u64>,
     /// The ledger: every record carried out, across restarts.
@@ -108,7 +108,7 @@ fn domain(t: &str) -> String {
 }
 
 impl World {
-    fn new(uri: &str, s: Settings) -> World {
+    fn new(uri: &str, s: HandoffTimings) -> World {
         let conn = Connect::open(Some(uri)).unwrap();
         // The test driver boots a node file's domains: start with all off.
         for t in TEMPLATES {
@@ -120,7 +120,7 @@ impl World {
         World {
             conn,
             s,
-            state: State::Idle { released_ms: None },
+            state: HandoffState::Idle { released_ms: None },
             now: 1_000_000,
             timer: None,
             ledger: Vec::new(),
@@ -179,16 +179,16 @@ impl World {
         self.carry_out(&actions)
     }
 
-    fn carry_out(&mut self, actions: &[Action]) -> Result<(), TestCaseError> {
+    fn carry_out(&mut self, actions: &[HandoffAction]) -> Result<(), TestCaseError> {
         for a in actions {
             match a {
-                Action::Record(r) => {
+                HandoffAction::Record(r) => {
                     if let Some(last) = self.ledger.last() {
                         prop_assert!(r.at_ms >= last.at_ms, "records in time order");
                     }
                     self.ledger.push(r.clone());
                 }
-                Action::Shutdown { template } => {
+                HandoffAction::Shutdown { template } => {
                     if let Some(d) = self.lookup(template) {
                         if !self.hang.contains(template) && d.is_active().unwrap() {
                             d.shutdown().unwrap();
@@ -196,7 +196,7 @@ impl World {
                     }
                     self.after_stop(template)?;
                 }
-                Action::Destroy { template } => {
+                HandoffAction::Destroy { template } => {
                     if let Some(d) = self.lookup(template) {
                         if d.is_active().unwrap() {
                             d.destroy().unwrap();
@@ -204,15 +204,15 @@ impl World {
                     }
                     self.after_stop(template)?;
                 }
-                Action::CheckRelease => {
+                HandoffAction::CheckRelease => {
                     if self.active()?.is_empty() {
                         self.queue.push_back(Event::Released {
                             at_ms: EpochMs(self.now),
                         });
                     }
                 }
-                Action::SetTimer { at_ms } => self.timer = Some(at_ms.millis()),
-                Action::Create { template } => {
+                HandoffAction::SetTimer { at_ms } => self.timer = Some(at_ms.millis()),
+                HandoffAction::Create { template } => {
                     // The machine's promise: a create only when nothing is on.
                     prop_assert!(
                         self.active()?.is_empty(),
@@ -258,11 +258,13 @@ impl World {
                     }
                     self.active()?;
                 }
-                Action::Probe { template } => self.queue.push_back(Event::Ready {
+                HandoffAction::Probe { template } => self.queue.push_back(Event::Ready {
                     template: template.clone(),
                     at_ms: EpochMs(self.now),
                 }),
-                Action::Signal(_) | Action::Refuse { .. } | Action::CloseSlice { .. } => {}
+                HandoffAction::Signal(_)
+                | HandoffAction::Refuse { .. }
+                | HandoffAction::CloseSlice { .. } => {}
             }
         }
         Ok(())
@@ -370,7 +372,7 @@ impl World {
         }
         let on = self.active()?;
         match &self.state {
-            State::Running { template, .. } => {
+            HandoffState::Running { template, .. } => {
                 prop_assert_eq!(on, vec![template.clone()]);
                 let ready = self
                     .ledger
@@ -383,8 +385,8 @@ impl World {
                     self.ledger.last()
                 );
             }
-            State::Idle { .. } => prop_assert!(on.is_empty(), "idle but {on:?} on"),
-            State::Failed { template, .. } => {
+            HandoffState::Idle { .. } => prop_assert!(on.is_empty(), "idle but {on:?} on"),
+            HandoffState::Failed { template, .. } => {
                 prop_assert!(on.is_empty(), "failed but {on:?} on");
                 prop_assert!(
                     self.ledger.iter().any(|r| {
@@ -421,7 +423,7 @@ impl World {
         self.drain()?;
         self.settle()?;
         prop_assert!(
-            matches!(&self.state, State::Running { template, .. } if *template == t),
+            matches!(&self.state, HandoffState::Running { template, .. } if *template == t),
             "resume {t} left {:?}",
             self.state
         );
@@ -434,7 +436,7 @@ impl World {
         self.drain()?;
         self.settle()?;
         prop_assert!(
-            matches!(self.state, State::Idle { .. }),
+            matches!(self.state, HandoffState::Idle { .. }),
             "power-off {t} left {:?}",
             self.state
         );
@@ -443,21 +445,23 @@ impl World {
     }
 }
 
-fn settings() -> impl Strategy<Value = Settings> {
+fn settings() -> impl Strategy<Value = HandoffTimings> {
     (
         prop::sample::select(vec![0u64, 1_000, 300_000]),
         prop::sample::select(vec![1_000u64, 120_000]),
         0u32..3,
     )
-        .prop_map(|(buffer_ms, stop_timeout_ms, start_retries)| Settings {
-            buffer_ms,
-            poll_ms: 500,
-            limits: Limits {
-                stop_timeout_ms,
-                start_retries,
+        .prop_map(
+            |(buffer_ms, stop_timeout_ms, start_retries)| HandoffTimings {
+                buffer_ms,
+                poll_ms: 500,
+                limits: Limits {
+                    stop_timeout_ms,
+                    start_retries,
+                },
+                per_template: Default::default(),
             },
-            per_template: Default::default(),
-        })
+        )
 }
 
 proptest! {
@@ -485,7 +489,7 @@ proptest! {
 #[test]
 fn each_fault_over_the_test_driver() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Settings {
+    let s = HandoffTimings {
         buffer_ms: 0,
         poll_ms: 500,
         limits: Limits {
@@ -501,7 +505,7 @@ fn each_fault_over_the_test_driver() {
         }
     };
     run(&mut w, &[Op::Resume(0, false), Op::Advance(1_000)]);
-    assert!(matches!(&w.state, State::Running { template, .. } if template == "a"));
+    assert!(matches!(&w.state, HandoffState::Running { template, .. } if template == "a"));
     // a ignores ACPI: forced off after the timeout, then b starts.
     run(&mut w, &[Op::Hang(0, true), Op::Resume(1, true)]);
     assert_eq!(w.active().unwrap(), ["a"], "a hangs");
@@ -513,7 +517,7 @@ fn each_fault_over_the_test_driver() {
         &mut w,
         &[Op::FailStarts(2), Op::Resume(2, true), Op::Advance(3_000)],
     );
-    assert!(matches!(&w.state, State::Failed { template, .. } if template == "c"));
+    assert!(matches!(&w.state, HandoffState::Failed { template, .. } if template == "c"));
     assert!(w.active().unwrap().is_empty(), "the GPU stays free");
     let starts = w
         .ledger
@@ -531,7 +535,7 @@ fn each_fault_over_the_test_driver() {
             &[Op::Kill(feeds, k), Op::Resume(1, false), Op::Advance(3_000)],
         );
         assert!(
-            matches!(&w.state, State::Running { template, .. } if template == "b"),
+            matches!(&w.state, HandoffState::Running { template, .. } if template == "b"),
             "after a kill at action {k}: {:?}",
             w.state
         );

@@ -5,7 +5,7 @@
 //! power-off, the release checked, then the next VM's create.
 
 use astraeusd::node::time_slicing::{Rules, TimeSlicing};
-use astraeusd::slicing::handoff::{Action, Event, State, VmState};
+use astraeusd::slicing::handoff::{Event, HandoffAction, HandoffState, VmState};
 use astraeusd::time::EpochMs;
 
 fn spec(name: &str) -> (String, String) {
@@ -41,11 +41,11 @@ fn at(ms: i64) -> EpochMs {
     EpochMs::from_i64(1_800_000_000_000 + ms)
 }
 
-fn creates(actions: &[Action]) -> Vec<&str> {
+fn creates(actions: &[HandoffAction]) -> Vec<&str> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Create { template } => Some(template.as_str()),
+            HandoffAction::Create { template } => Some(template.as_str()),
             _ => None,
         })
         .collect()
@@ -54,7 +54,11 @@ fn creates(actions: &[Action]) -> Vec<&str> {
 /// Answers what the engine asks (a release check: nothing holds the
 /// baseboard; a timer: it fires) until it asks for a create; the time then
 /// and what it creates.
-fn until_created(e: &mut TimeSlicing, mut actions: Vec<Action>, mut t: i64) -> (i64, Vec<String>) {
+fn until_created(
+    e: &mut TimeSlicing,
+    mut actions: Vec<HandoffAction>,
+    mut t: i64,
+) -> (i64, Vec<String>) {
     loop {
         let asked: Vec<String> = creates(&actions).iter().map(|s| s.to_string()).collect();
         if !asked.is_empty() {
@@ -62,7 +66,10 @@ fn until_created(e: &mut TimeSlicing, mut actions: Vec<Action>, mut t: i64) -> (
         }
         t += 1000;
         assert!(t < 600_000, "nothing is ever created: {:?}", e.state());
-        let ev = if actions.iter().any(|a| matches!(a, Action::CheckRelease)) {
+        let ev = if actions
+            .iter()
+            .any(|a| matches!(a, HandoffAction::CheckRelease))
+        {
             Event::Released { at_ms: at(t) }
         } else {
             Event::Timer { at_ms: at(t) }
@@ -84,7 +91,7 @@ fn templates_are_restored_and_nothing_steps_before_convergence() {
         at_ms: at(0),
     };
     assert!(e.step(&resume).is_none(), "not converged: nothing steps");
-    assert_eq!(*e.state(), State::Idle { released_ms: None });
+    assert_eq!(*e.state(), HandoffState::Idle { released_ms: None });
     // Nor does its timer wake it.
     e.set_timer(at(5));
     assert_eq!(e.wake_ups(&[], &jiff::tz::TimeZone::UTC).0, None);
@@ -94,10 +101,10 @@ fn templates_are_restored_and_nothing_steps_before_convergence() {
 fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
     let mut e = engine();
     let before = e.converge_to(
-        State::Idle { released_ms: None },
+        HandoffState::Idle { released_ms: None },
         jiff::Timestamp::UNIX_EPOCH,
     );
-    assert_eq!(before, State::Idle { released_ms: None });
+    assert_eq!(before, HandoffState::Idle { released_ms: None });
     assert!(e.is_converged() && e.skipped_since().is_some());
 
     // a on, from nothing: its create comes once the baseboard is checked free.
@@ -127,7 +134,7 @@ fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
         })
         .unwrap();
     assert!(
-        actions.iter().any(|a| matches!(a, Action::Shutdown { template } | Action::Destroy { template } if template == "a")),
+        actions.iter().any(|a| matches!(a, HandoffAction::Shutdown { template } | HandoffAction::Destroy { template } if template == "a")),
         "{actions:?}"
     );
     assert!(
@@ -150,7 +157,9 @@ fn a_handoff_through_the_engine_is_one_vm_at_a_time() {
         "b created before the release: {actions:?}"
     );
     assert!(
-        actions.iter().any(|a| matches!(a, Action::CheckRelease)),
+        actions
+            .iter()
+            .any(|a| matches!(a, HandoffAction::CheckRelease)),
         "{actions:?}"
     );
     let (_, asked) = until_created(&mut e, actions, t + 4);
@@ -167,11 +176,11 @@ fn a_pause_stops_every_step_and_backs_off() {
     use std::time::{Duration, Instant};
     let mut e = engine();
     e.converge_to(
-        State::Idle { released_ms: None },
+        HandoffState::Idle { released_ms: None },
         jiff::Timestamp::UNIX_EPOCH,
     );
     e.set_timer(at(5));
-    let ledgers = State::Idle {
+    let ledgers = HandoffState::Idle {
         released_ms: Some(at(1)),
     };
     e.pause(Some(ledgers.clone()));
@@ -211,7 +220,9 @@ fn a_convergence_keeps_what_runs_and_never_two_on() {
     let destroyed: Vec<&str> = actions
         .iter()
         .filter_map(|a| match a {
-            Action::Destroy { template } | Action::Shutdown { template } => Some(template.as_str()),
+            HandoffAction::Destroy { template } | HandoffAction::Shutdown { template } => {
+                Some(template.as_str())
+            }
             _ => None,
         })
         .collect();
@@ -292,7 +303,7 @@ fn the_engine_records_its_steps_and_a_refused_one_lets_only_the_interlock_throug
     use astraeusd::node::time_slicing::interlock_after_refusal;
     let mut e = engine();
     e.converge_to(
-        State::Idle { released_ms: None },
+        HandoffState::Idle { released_ms: None },
         jiff::Timestamp::UNIX_EPOCH,
     );
     // A full ledger refuses the next step whenever one comes.
@@ -331,23 +342,23 @@ fn the_engine_records_its_steps_and_a_refused_one_lets_only_the_interlock_throug
 
     // After a refusal: only destroys of VMs other than the one on.
     let rest = [
-        Action::Destroy {
+        HandoffAction::Destroy {
             template: "b".into(),
         },
-        Action::Create {
+        HandoffAction::Create {
             template: "a".into(),
         },
-        Action::Shutdown {
+        HandoffAction::Shutdown {
             template: "b".into(),
         },
-        Action::Destroy {
+        HandoffAction::Destroy {
             template: "a".into(),
         },
-        Action::CheckRelease,
+        HandoffAction::CheckRelease,
     ];
     assert_eq!(
         interlock_after_refusal(&rest, Some("a")),
-        [&Action::Destroy {
+        [&HandoffAction::Destroy {
             template: "b".into()
         }]
     );
@@ -395,7 +406,7 @@ fn templates_are_written_to_the_ledger_before_the_engine_keeps_them() {
 
     // c on: it may not go.
     e.converge_to(
-        State::Idle { released_ms: None },
+        HandoffState::Idle { released_ms: None },
         jiff::Timestamp::UNIX_EPOCH,
     );
     let resume = Event::ManualResume {

@@ -10,7 +10,7 @@
 //! [`super::Node`].
 
 use crate::schedule::{self, ScheduledAction};
-use crate::slicing::handoff::{self, Action, Event, State};
+use crate::slicing::handoff::{self, Event, HandoffAction, HandoffState};
 use crate::slicing::template::Defined;
 use crate::time::EpochMs;
 use std::collections::{BTreeMap, BTreeSet};
@@ -58,8 +58,8 @@ impl SlicingLedger for super::Node {
 
 pub struct TimeSlicing {
     templates: BTreeMap<String, Defined>,
-    state: State,
-    settings: handoff::Settings,
+    state: HandoffState,
+    settings: handoff::HandoffTimings,
     /// The handoff machine's wake-up.
     timer: Option<EpochMs>,
     /// Scheduled actions have fired up to here.
@@ -100,8 +100,8 @@ impl TimeSlicing {
     pub fn new(rules: Rules, stored: Vec<(String, String)>, now: jiff::Timestamp) -> TimeSlicing {
         let mut s = TimeSlicing {
             templates: BTreeMap::new(),
-            state: State::Idle { released_ms: None },
-            settings: handoff::Settings {
+            state: HandoffState::Idle { released_ms: None },
+            settings: handoff::HandoffTimings {
                 buffer_ms: rules.buffer_ms,
                 poll_ms: 1000,
                 limits: handoff::Limits {
@@ -153,7 +153,7 @@ impl TimeSlicing {
         last: Option<&handoff::Record>,
         state_step: Option<Option<&handoff::Record>>,
         now_ms: EpochMs,
-    ) -> (Option<String>, State, Vec<Action>) {
+    ) -> (Option<String>, HandoffState, Vec<HandoffAction>) {
         let scheduled = rotation.iter().any(|(_, a)| !a.is_empty());
         let want = if scheduled {
             crate::rotation::owner_now(rotation, now, tz).filter(|t| self.templates.contains_key(t))
@@ -170,7 +170,7 @@ impl TimeSlicing {
     /// runs and the ledger's last step), with scheduled actions counted
     /// from `now`; the state before is returned (the ledger's, should the
     /// convergence's steps be refused).
-    pub fn converge_to(&mut self, state: State, now: jiff::Timestamp) -> State {
+    pub fn converge_to(&mut self, state: HandoffState, now: jiff::Timestamp) -> HandoffState {
         self.cursor = now;
         self.converged = true;
         self.started = true;
@@ -180,7 +180,7 @@ impl TimeSlicing {
     /// Paused (the ledger refused a step, or could not say the last one):
     /// back to `back_to` (the state the ledger holds) when given, and not
     /// converged: no event steps, no action fires, no timer runs.
-    pub fn pause(&mut self, back_to: Option<State>) {
+    pub fn pause(&mut self, back_to: Option<HandoffState>) {
         if let Some(state) = back_to {
             self.state = state;
         }
@@ -230,7 +230,7 @@ impl TimeSlicing {
     /// nothing changed, while not converged (starting, or paused: the
     /// state in memory is a guess or past what the ledger holds; what
     /// happened meanwhile is read at the convergence).
-    pub fn step(&mut self, event: &Event) -> Option<(State, Vec<Action>)> {
+    pub fn step(&mut self, event: &Event) -> Option<(HandoffState, Vec<HandoffAction>)> {
         if !self.converged {
             return None;
         }
@@ -265,7 +265,7 @@ impl TimeSlicing {
     }
 
     /// The handoff's state.
-    pub fn state(&self) -> &State {
+    pub fn state(&self) -> &HandoffState {
         &self.state
     }
 
@@ -453,9 +453,14 @@ impl TimeSlicing {
 /// destroy of the one on) is not one of them, nor anything else (libvirt's
 /// calls would leave the VMs where a restart, resuming from the last
 /// recorded step, does not expect them).
-pub fn interlock_after_refusal<'a>(rest: &'a [Action], on: Option<&str>) -> Vec<&'a Action> {
+pub fn interlock_after_refusal<'a>(
+    rest: &'a [HandoffAction],
+    on: Option<&str>,
+) -> Vec<&'a HandoffAction> {
     rest.iter()
-        .filter(|a| matches!(a, Action::Destroy { template } if Some(template.as_str()) != on))
+        .filter(
+            |a| matches!(a, HandoffAction::Destroy { template } if Some(template.as_str()) != on),
+        )
         .collect()
 }
 

@@ -7,7 +7,7 @@ use crate::command::Command;
 use crate::domain_xml::PciAddress;
 use crate::error::Result;
 use crate::runtime::vm_host::VmHost;
-use crate::slicing::handoff::{Action, Event};
+use crate::slicing::handoff::{Event, HandoffAction};
 
 use crate::slicing::template::{Defined, Template};
 use crate::time::EpochMs;
@@ -248,7 +248,7 @@ impl Hypervisor {
 
     /// Carries out one action that needs the hypervisor, in a task of its
     /// own; failures come back to the loop as events.
-    pub fn execute(&self, action: &Action, templates: &BTreeMap<String, Defined>) {
+    pub fn execute(&self, action: &HandoffAction, templates: &BTreeMap<String, Defined>) {
         let domain = |template: &str| templates.get(template).map(|d| d.domain.clone());
         let vms = self.vms.clone();
         let tx = self.tx.clone();
@@ -256,8 +256,8 @@ impl Hypervisor {
             let _ = tx.send(Command::Slice(e)).await;
         };
         match action {
-            Action::Shutdown { template } | Action::Destroy { template } => {
-                let hard = matches!(action, Action::Destroy { .. });
+            HandoffAction::Shutdown { template } | HandoffAction::Destroy { template } => {
+                let hard = matches!(action, HandoffAction::Destroy { .. });
                 let Some(domain) = domain(template) else {
                     return;
                 };
@@ -278,7 +278,7 @@ impl Hypervisor {
                     }
                 });
             }
-            Action::Create { template } => {
+            HandoffAction::Create { template } => {
                 let Some(domain) = domain(template) else {
                     // Removed meanwhile: the handoff must not wait for it.
                     let e = Event::Gone {
@@ -318,7 +318,7 @@ impl Hypervisor {
                     }
                 });
             }
-            Action::CheckRelease => {
+            HandoffAction::CheckRelease => {
                 let devices: Vec<PciAddress> = templates
                     .values()
                     .flat_map(|d| d.template.baseboard.iter().copied())
@@ -355,7 +355,7 @@ impl Hypervisor {
                     }
                 });
             }
-            Action::Probe { template } => {
+            HandoffAction::Probe { template } => {
                 let Some(d) = templates.get(template) else {
                     return;
                 };
@@ -400,11 +400,11 @@ impl Hypervisor {
                 });
             }
             // The loop's own: the ledger, the bus, its timer.
-            Action::SetTimer { .. }
-            | Action::Record(_)
-            | Action::Signal(_)
-            | Action::CloseSlice { .. }
-            | Action::Refuse { .. } => {}
+            HandoffAction::SetTimer { .. }
+            | HandoffAction::Record(_)
+            | HandoffAction::Signal(_)
+            | HandoffAction::CloseSlice { .. }
+            | HandoffAction::Refuse { .. } => {}
         }
     }
 }
@@ -604,10 +604,10 @@ mod tests {
         let templates: BTreeMap<String, Defined> =
             [("a".to_string(), Defined::restore(&spec).unwrap())].into();
         for action in [
-            Action::Shutdown {
+            HandoffAction::Shutdown {
                 template: "a".into(),
             },
-            Action::Destroy {
+            HandoffAction::Destroy {
                 template: "a".into(),
             },
         ] {

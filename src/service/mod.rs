@@ -694,7 +694,7 @@ impl Service {
                 group_by,
                 reply,
             } => self.usage_report(window, group_by, reply),
-            Command::Snapshot { reply } => {
+            Command::PageSnapshot { reply } => {
                 let _ = reply.send(self.page_snapshot());
             }
             Command::SetSchedule {

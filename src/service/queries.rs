@@ -137,7 +137,7 @@ impl Service {
         });
     }
 
-    pub(super) fn page_snapshot(&self) -> views::Snapshot {
+    pub(super) fn page_snapshot(&self) -> views::PageSnapshot {
         let rotation = RotationView {
             templates: self.node.rotation(),
             tz: self.slice_rules.tz.clone(),

@@ -17,7 +17,7 @@ use crate::failpoint;
 use crate::journal;
 use crate::node::time_slicing::{interlock_after_refusal, Rules, TimeSlicing};
 use crate::schedule;
-use crate::slicing::handoff::{Action, Event, Signal, Step};
+use crate::slicing::handoff::{Event, HandoffAction, Signal, Step};
 use crate::slicing::meter::{GpuSample, Meter};
 use crate::slicing::template::{self, Defined, Template};
 use crate::time::EpochMs;
@@ -76,9 +76,9 @@ impl Slicing {
     }
 
     /// Carries out an action of the handoff machine that is not the loop's own.
-    fn execute(&mut self, action: &Action) {
+    fn execute(&mut self, action: &HandoffAction) {
         match action {
-            Action::SetTimer { at_ms } => self.engine.set_timer(*at_ms),
+            HandoffAction::SetTimer { at_ms } => self.engine.set_timer(*at_ms),
             other => self.hv.execute(other, self.engine.templates()),
         }
     }
@@ -357,14 +357,14 @@ impl Service {
     /// template the state before the event had on (None at convergence).
     fn carry_out(
         &mut self,
-        actions: &[Action],
+        actions: &[HandoffAction],
         crash_points: bool,
         on: Option<&str>,
     ) -> Result<Option<String>> {
         let mut refused = None;
         for (i, a) in actions.iter().enumerate() {
             match a {
-                Action::Record(r) => {
+                HandoffAction::Record(r) => {
                     // The engine records it through the node, in order; a
                     // refused step is not acted on (the caller pauses), and
                     // of what follows only the interlock's destroys run.
@@ -421,7 +421,7 @@ impl Service {
                         Manager::handoff_step(&e, step, &from, &to, at, &detail).await
                     });
                 }
-                Action::Signal(Signal::SliceStarted {
+                HandoffAction::Signal(Signal::SliceStarted {
                     template,
                     at_ms,
                     dead_time_ms,
@@ -433,19 +433,19 @@ impl Service {
                         Manager::slice_started(&e, &template, at, dead).await
                     });
                 }
-                Action::CloseSlice {
+                HandoffAction::CloseSlice {
                     template,
                     at_ms,
                     error,
                 } => self.slice_done(template, *at_ms, error.as_deref()),
-                Action::Signal(Signal::SliceEnded { template, at_ms }) => {
+                HandoffAction::Signal(Signal::SliceEnded { template, at_ms }) => {
                     self.slice_done(template, *at_ms, None);
                     let (template, at) = (template.clone(), at_ms.as_i64());
                     self.signal("SliceEnded", BASE_PATH.into(), move |e| async move {
                         Manager::slice_ended(&e, &template, at, "").await
                     });
                 }
-                Action::Signal(Signal::SliceFailed {
+                HandoffAction::Signal(Signal::SliceFailed {
                     template,
                     at_ms,
                     error,
@@ -457,7 +457,7 @@ impl Service {
                         Manager::slice_ended(&e, &template, at, &error).await
                     });
                 }
-                Action::Signal(Signal::SliceReady {
+                HandoffAction::Signal(Signal::SliceReady {
                     template,
                     start_to_ready_ms,
                     ..
@@ -470,7 +470,7 @@ impl Service {
                         tracing::error!("recording the slice of {template} ready: {e}");
                     }
                 }
-                Action::Refuse { reason } => refused = Some(reason.clone()),
+                HandoffAction::Refuse { reason } => refused = Some(reason.clone()),
                 other => {
                     if let Some(s) = self.slicing.as_mut() {
                         s.execute(other);

@@ -4,7 +4,7 @@
 //! these parts with the same markup, live. Every name is escaped.
 
 use super::html_escape as esc;
-use crate::views::{GpuSnap, SliceSnap, Snapshot, WorkerSnap};
+use crate::views::{GpuSnap, PageSnapshot, SliceSnap, WorkerSnap};
 
 /// The page's colours for sharers, as its script picks them (the same hash,
 /// so the first paint and the live one agree): blues, greens, violets and
@@ -57,7 +57,7 @@ fn gb(x: f64) -> String {
 
 /// The page with its parts filled in, in one pass over the template (a
 /// value that looks like a placeholder is never expanded).
-pub fn page(template: &str, snap: &Snapshot, served_at: &str) -> String {
+pub fn page(template: &str, snap: &PageSnapshot, served_at: &str) -> String {
     let parts = [
         ("MACHINE", esc(&snap.machine)),
         ("MACHINE_PATH", esc(&path_segment(&snap.machine))),
@@ -94,7 +94,7 @@ pub fn page(template: &str, snap: &Snapshot, served_at: &str) -> String {
     out
 }
 
-fn gpus(snap: &Snapshot) -> String {
+fn gpus(snap: &PageSnapshot) -> String {
     if snap.gpus.is_empty() {
         return r#"<p class="empty">No GPUs.</p>"#.into();
     }
@@ -302,7 +302,7 @@ fn pending(ws: &[WorkerSnap]) -> String {
         .collect()
 }
 
-fn slices(snap: &Snapshot) -> String {
+fn slices(snap: &PageSnapshot) -> String {
     if snap.slices.is_empty() {
         return r#"<p class="empty">No slice templates.</p>"#.into();
     }
@@ -404,7 +404,7 @@ mod tests {
 
     #[test]
     fn placeholders_are_filled_once_and_values_never_expand() {
-        let snap = Snapshot {
+        let snap = PageSnapshot {
             machine: "{{GPUS}}<b>".into(),
             time_zone: "UTC".into(),
             ..Default::default()

@@ -2,12 +2,12 @@
 //! counters of the ledger's usage, with labels escaped per the exposition
 //! format.
 
-use super::Snapshot;
+use super::PageSnapshot;
 use crate::views::GpuView;
 use crate::worker::State;
 
 /// Prometheus text format.
-pub fn metrics(snap: &Snapshot) -> String {
+pub fn metrics(snap: &PageSnapshot) -> String {
     let mut out = String::new();
     let gb = |v: f64| (v * crate::quantity::GB_BYTES as f64).round() as u64;
     let mut typed = |kind: &str, name: &str, help: &str, rows: Vec<(String, String)>| {
@@ -190,7 +190,7 @@ type Family<'a> = dyn FnMut(&str, &str, &str, Vec<(String, String)>) + 'a;
 /// The counters: GPU-time and energy per GPU (by what it went to) and per
 /// live worker, kept in the ledger (monotonic across restarts), counted up
 /// to the last closed usage interval.
-fn counters(snap: &Snapshot, typed: &mut Family) {
+fn counters(snap: &PageSnapshot, typed: &mut Family) {
     let c = &snap.counters;
     let m = label(&snap.machine);
     // GPUs no longer on the machine are left out (their series end).

@@ -16,7 +16,7 @@ pub use metrics::metrics;
 
 use crate::bus::tree::Objects;
 use crate::command::Command;
-pub use crate::views::{GpuSnap, SliceSnap, Snapshot, WorkerSnap};
+pub use crate::views::{GpuSnap, PageSnapshot, SliceSnap, WorkerSnap};
 use crate::wire::SliceTriple;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -317,11 +317,11 @@ impl Response {
 
 /// The loop's snapshot; None when the address's or the page's share of
 /// the queue, or the queue, is full (or the loop stopping).
-async fn snapshot(from: std::net::IpAddr, tx: &mpsc::Sender<Command>) -> Option<Snapshot> {
+async fn snapshot(from: std::net::IpAddr, tx: &mpsc::Sender<Command>) -> Option<PageSnapshot> {
     let _mine = AddressWaits::take(from)?;
     let _turn = WAITING.try_acquire().ok()?;
     let (reply, rx) = oneshot::channel();
-    tx.try_send(Command::Snapshot { reply }).ok()?;
+    tx.try_send(Command::PageSnapshot { reply }).ok()?;
     rx.await.ok()
 }
 
@@ -356,7 +356,7 @@ fn shows_workers(path: &str) -> bool {
 }
 
 /// The answer for a path, from a snapshot (pure: tested without a socket).
-pub fn respond(path: &str, snap: &Snapshot) -> Response {
+pub fn respond(path: &str, snap: &PageSnapshot) -> Response {
     let segments: Vec<String> = path
         .trim_start_matches('/')
         .split('/')
@@ -393,7 +393,7 @@ pub fn respond(path: &str, snap: &Snapshot) -> Response {
 }
 
 /// The time the page was served, in the machine's zone: `10:31:05`.
-fn served_at(snap: &Snapshot) -> String {
+fn served_at(snap: &PageSnapshot) -> String {
     let tz = jiff::tz::TimeZone::get(&snap.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
     jiff::Timestamp::now()
         .to_zoned(tz)
@@ -431,7 +431,7 @@ fn slice_json(s: &Option<SliceTriple>, tz: &jiff::tz::TimeZone) -> Value {
     }
 }
 
-pub fn machine_json(snap: &Snapshot) -> Value {
+pub fn machine_json(snap: &PageSnapshot) -> Value {
     let tz = jiff::tz::TimeZone::get(&snap.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
     let gpus: Vec<Value> = snap
         .gpus
@@ -469,7 +469,7 @@ pub fn machine_json(snap: &Snapshot) -> Value {
     json!({ "machine": snap.machine, "time_zone": snap.time_zone, "gpus": gpus, "slices": slices })
 }
 
-pub fn workers_json(snap: &Snapshot) -> Value {
+pub fn workers_json(snap: &PageSnapshot) -> Value {
     let workers: Vec<Value> = snap
         .workers
         .iter()
@@ -618,8 +618,8 @@ mod tests {
         }
     }
 
-    fn snap() -> Snapshot {
-        Snapshot {
+    fn snap() -> PageSnapshot {
+        PageSnapshot {
             machine: "majin".into(),
             time_zone: "UTC".into(),
             gpus: vec![GpuSnap {

@@ -7,7 +7,7 @@ use super::super::Service;
 use crate::error::Error;
 use crate::journal;
 use crate::schedule::ScheduledAction;
-use crate::slicing::handoff::{Event, State, Step};
+use crate::slicing::handoff::{Event, HandoffState, Step};
 use crate::time::EpochMs;
 
 impl Service {
@@ -180,7 +180,7 @@ impl Service {
     /// ends the loop instead: only a restart reads it again. `back_to`:
     /// the state before the refused change, where the ledger stands (the
     /// views show it until the state is learned afresh).
-    pub(super) fn pause_slicing(&mut self, why: String, back_to: Option<State>) {
+    pub(super) fn pause_slicing(&mut self, why: String, back_to: Option<HandoffState>) {
         let Some(s) = self.slicing.as_mut() else {
             return;
         };

@@ -15,8 +15,8 @@ pub fn resume_from(
     last: Option<&Record>,
     vm_on: Option<&str>,
     now_ms: EpochMs,
-    s: &Settings,
-) -> (State, Vec<Action>) {
+    s: &HandoffTimings,
+) -> (HandoffState, Vec<HandoffAction>) {
     let mut out = Vec::new();
     let now = now_ms;
     let to_of = |r: &Record| r.to.clone();
@@ -29,14 +29,14 @@ pub fn resume_from(
             let forced = r.step == Step::Forced;
             let template = t.to_string();
             out.push(if forced {
-                Action::Destroy { template }
+                HandoffAction::Destroy { template }
             } else {
-                Action::Shutdown { template }
+                HandoffAction::Shutdown { template }
             });
-            out.push(Action::SetTimer {
+            out.push(HandoffAction::SetTimer {
                 at_ms: r.at_ms + s.limits(t).stop_timeout_ms,
             });
-            State::PoweringOff {
+            HandoffState::PoweringOff {
                 from: t.to_string(),
                 to: to_of(r),
                 forced,
@@ -44,7 +44,7 @@ pub fn resume_from(
             }
         }
         (Some(t), Some(r)) if r.step == Step::Ready && r.to.as_deref() == Some(t) => {
-            State::Running {
+            HandoffState::Running {
                 template: t.to_string(),
                 since_ms: r.at_ms,
             }
@@ -65,7 +65,7 @@ pub fn resume_from(
                     // perhaps not closed yet (as the arm with none on does).
                     if let Some(r) = last.filter(|r| r.step == Step::Stopped) {
                         if let Some(from) = r.from.as_deref().filter(|f| *f != t) {
-                            out.push(Action::CloseSlice {
+                            out.push(HandoffAction::CloseSlice {
                                 template: from.to_string(),
                                 at_ms: r.at_ms,
                                 error: None,
@@ -75,7 +75,7 @@ pub fn resume_from(
                     // On, but no slice of it is open: someone started it.
                     let why = Some("found running at start-up".to_string());
                     record(&mut out, Step::Started, None, Some(t), now, why);
-                    out.push(Action::Signal(Signal::SliceStarted {
+                    out.push(HandoffAction::Signal(Signal::SliceStarted {
                         template: t.to_string(),
                         at_ms: now,
                         dead_time_ms: None,
@@ -83,29 +83,29 @@ pub fn resume_from(
                     (now, now)
                 }
             };
-            out.push(Action::Probe {
+            out.push(HandoffAction::Probe {
                 template: t.to_string(),
             });
-            out.push(Action::SetTimer {
+            out.push(HandoffAction::SetTimer {
                 at_ms: now + s.poll(),
             });
-            State::AwaitingReady {
+            HandoffState::AwaitingReady {
                 to: t.to_string(),
                 issued_ms,
                 since_ms,
             }
         }
-        (None, None) => State::Idle { released_ms: None },
+        (None, None) => HandoffState::Idle { released_ms: None },
         (None, Some(r)) => match (r.step, r.from.as_deref(), r.to.as_deref()) {
             (Step::PowerOffAsked | Step::Forced | Step::Stopped, Some(from), _) => {
                 if r.step == Step::Stopped {
-                    out.push(Action::CloseSlice {
+                    out.push(HandoffAction::CloseSlice {
                         template: from.to_string(),
                         at_ms: r.at_ms,
                         error: None,
                     });
                     check_release_soon(now, s, &mut out);
-                    State::AwaitingRelease {
+                    HandoffState::AwaitingRelease {
                         from: from.to_string(),
                         to: to_of(r),
                         stopped_ms: now,
@@ -119,7 +119,7 @@ pub fn resume_from(
                 let handoff = from.map(|_| r.at_ms);
                 buffer(to, handoff, r.at_ms + s.buffer_ms, now, s, &mut out)
             }
-            (Step::ReleaseConfirmed, _, None) => State::Idle {
+            (Step::ReleaseConfirmed, _, None) => HandoffState::Idle {
                 released_ms: Some(r.at_ms),
             },
             // A create that may never have run: check again, then redo it.
@@ -132,18 +132,18 @@ pub fn resume_from(
             }
             (Step::Failed | Step::TargetGone, _, Some(to)) => {
                 let error = r.detail.clone().unwrap_or_default();
-                out.push(Action::CloseSlice {
+                out.push(HandoffAction::CloseSlice {
                     template: to.to_string(),
                     at_ms: r.at_ms,
                     error: Some(error.clone()),
                 });
-                State::Failed {
+                HandoffState::Failed {
                     template: to.to_string(),
                     error,
                     at_ms: r.at_ms,
                 }
             }
-            _ => State::Idle { released_ms: None },
+            _ => HandoffState::Idle { released_ms: None },
         },
     };
     (state, out)
@@ -171,8 +171,8 @@ pub fn converge(
     vm_on: &[String],
     last: Option<&Record>,
     now_ms: EpochMs,
-    s: &Settings,
-) -> (State, Vec<Action>) {
+    s: &HandoffTimings,
+) -> (HandoffState, Vec<HandoffAction>) {
     let is_on = |t: &&str| vm_on.iter().any(|v| v == t);
     // The one kept: the one wanted, else the one the ledger last had on
     // (not a newcomer whose destroy a crash cut short), else any.
@@ -198,7 +198,7 @@ pub fn converge(
         if let Some(off) = holder.filter(|h| *h != t && !is_on(h)) {
             let why = format!("found off at start-up, {t} on instead");
             record(&mut out, Step::Stopped, Some(off), want, now_ms, Some(why));
-            out.push(Action::Signal(Signal::SliceEnded {
+            out.push(HandoffAction::Signal(Signal::SliceEnded {
                 template: off.to_string(),
                 at_ms: now_ms,
             }));
@@ -219,12 +219,12 @@ pub fn converge(
             now_ms,
             Some(why.clone()),
         );
-        out.push(Action::Destroy {
+        out.push(HandoffAction::Destroy {
             template: extra.clone(),
         });
         // Its slice ends here, if it had one open (it held the baseboard
         // before the daemon stopped, and another was started meanwhile).
-        out.push(Action::CloseSlice {
+        out.push(HandoffAction::CloseSlice {
             template: extra.clone(),
             at_ms: now_ms,
             error: Some(format!("destroyed at a start: {why}")),

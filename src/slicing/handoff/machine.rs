@@ -5,7 +5,11 @@ use super::*;
 
 /// Applies one event. Events that do not fit the state (late, duplicated,
 /// about another template) change nothing.
-pub fn step(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) {
+pub fn step(
+    state: &HandoffState,
+    event: &Event,
+    s: &HandoffTimings,
+) -> (HandoffState, Vec<HandoffAction>) {
     let (next, mut out) = transition(state, event, s);
     // A request that changed the target but recorded nothing (no VM stops
     // or starts yet) is recorded too: its caller is answered, so a restart
@@ -16,7 +20,7 @@ pub fn step(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) 
     );
     if request
         && next.target() != state.target()
-        && !out.iter().any(|a| matches!(a, Action::Record(_)))
+        && !out.iter().any(|a| matches!(a, HandoffAction::Record(_)))
     {
         let r = Record {
             step: Step::Requested,
@@ -25,12 +29,16 @@ pub fn step(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) 
             at_ms: event.at_ms(),
             detail: None,
         };
-        out.insert(0, Action::Record(r));
+        out.insert(0, HandoffAction::Record(r));
     }
     (next, out)
 }
 
-fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>) {
+fn transition(
+    state: &HandoffState,
+    event: &Event,
+    s: &HandoffTimings,
+) -> (HandoffState, Vec<HandoffAction>) {
     let mut out = Vec::new();
     let at = event.at_ms();
     let next = match event {
@@ -47,7 +55,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
             ..
         } => match holder_other_than(state, template) {
             Some(reason) if !as_handoff => {
-                out.push(Action::Refuse { reason });
+                out.push(HandoffAction::Refuse { reason });
                 state.clone()
             }
             _ => resume(state, template, at, s, &mut out),
@@ -56,12 +64,12 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
             power_off(state, template, *hard, at, s, &mut out)
         }
         Event::Stopped { template, .. } => match state {
-            State::PoweringOff { from, to, .. } if from == template => {
+            HandoffState::PoweringOff { from, to, .. } if from == template => {
                 stopped(from, to.clone(), at, None, s, &mut out)
             }
-            State::Starting { to: t, .. }
-            | State::AwaitingReady { to: t, .. }
-            | State::Running { template: t, .. }
+            HandoffState::Starting { to: t, .. }
+            | HandoffState::AwaitingReady { to: t, .. }
+            | HandoffState::Running { template: t, .. }
                 if t == template =>
             {
                 let why = Some("stopped on its own".to_string());
@@ -70,7 +78,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
             _ => state.clone(),
         },
         Event::Released { .. } => match state {
-            State::AwaitingRelease {
+            HandoffState::AwaitingRelease {
                 from,
                 to,
                 stopped_ms,
@@ -84,7 +92,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
                     None,
                 );
                 match to {
-                    None => State::Idle {
+                    None => HandoffState::Idle {
                         released_ms: Some(at),
                     },
                     Some(to) if s.buffer_ms == 0 => create(to, Some(at), at, &mut out),
@@ -92,7 +100,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
                 }
             }
             // The last check after the buffer: start now.
-            State::Buffer {
+            HandoffState::Buffer {
                 to,
                 release_confirmed_ms,
                 until_ms,
@@ -100,20 +108,20 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
             _ => state.clone(),
         },
         Event::StopTimeout { .. } => match state {
-            State::PoweringOff { .. } => force(state, at, s, &mut out),
+            HandoffState::PoweringOff { .. } => force(state, at, s, &mut out),
             _ => state.clone(),
         },
         Event::Timer { .. } => timer(state, at, s, &mut out),
         Event::Started { template, .. } => match state {
-            State::Starting { to, issued_ms, .. } if to == template => {
+            HandoffState::Starting { to, issued_ms, .. } if to == template => {
                 record(&mut out, Step::Started, None, Some(to), at, None);
-                out.push(Action::Probe {
+                out.push(HandoffAction::Probe {
                     template: to.clone(),
                 });
-                out.push(Action::SetTimer {
+                out.push(HandoffAction::SetTimer {
                     at_ms: at + s.poll(),
                 });
-                State::AwaitingReady {
+                HandoffState::AwaitingReady {
                     to: to.clone(),
                     issued_ms: *issued_ms,
                     since_ms: at,
@@ -124,7 +132,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
         Event::StartFailed {
             template, error, ..
         } => match state {
-            State::Starting {
+            HandoffState::Starting {
                 to,
                 attempt,
                 issued_ms,
@@ -144,10 +152,10 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
                     // Nothing came on since the release was confirmed.
                     let retry = format!("attempt {} of {tries}", attempt + 1);
                     record(&mut out, Step::StartIssued, None, Some(to), at, Some(retry));
-                    out.push(Action::Create {
+                    out.push(HandoffAction::Create {
                         template: to.clone(),
                     });
-                    State::Starting {
+                    HandoffState::Starting {
                         to: to.clone(),
                         attempt: attempt + 1,
                         issued_ms: *issued_ms,
@@ -162,12 +170,12 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
                         at,
                         Some(error.clone()),
                     );
-                    out.push(Action::Signal(Signal::SliceFailed {
+                    out.push(HandoffAction::Signal(Signal::SliceFailed {
                         template: to.clone(),
                         at_ms: at,
                         error: error.clone(),
                     }));
-                    State::Failed {
+                    HandoffState::Failed {
                         template: to.clone(),
                         error: error.clone(),
                         at_ms: at,
@@ -175,7 +183,7 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
                 }
             }
             // A VM destroyed while starting never came up: it is off.
-            State::PoweringOff { from, to, .. } if from == template => {
+            HandoffState::PoweringOff { from, to, .. } if from == template => {
                 let why = Some(format!("did not start: {error}"));
                 stopped(from, to.clone(), at, why, s, &mut out)
             }
@@ -186,7 +194,9 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
         } => match state {
             // Only a slice about to start waits for its template: nothing of
             // it runs, so the baseboard is free at once (no retry can help).
-            State::Buffer { to, .. } | State::Starting { to, .. } if to == template => {
+            HandoffState::Buffer { to, .. } | HandoffState::Starting { to, .. }
+                if to == template =>
+            {
                 let error = format!("target gone: {error}");
                 record(
                     &mut out,
@@ -196,12 +206,12 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
                     at,
                     Some(error.clone()),
                 );
-                out.push(Action::Signal(Signal::SliceFailed {
+                out.push(HandoffAction::Signal(Signal::SliceFailed {
                     template: to.clone(),
                     at_ms: at,
                     error: error.clone(),
                 }));
-                State::Failed {
+                HandoffState::Failed {
                     template: to.clone(),
                     error,
                     at_ms: at,
@@ -210,14 +220,14 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
             _ => state.clone(),
         },
         Event::Ready { template, .. } => match state {
-            State::AwaitingReady { to, issued_ms, .. } if to == template => {
+            HandoffState::AwaitingReady { to, issued_ms, .. } if to == template => {
                 record(&mut out, Step::Ready, None, Some(to), at, None);
-                out.push(Action::Signal(Signal::SliceReady {
+                out.push(HandoffAction::Signal(Signal::SliceReady {
                     template: to.clone(),
                     at_ms: at,
                     start_to_ready_ms: at - *issued_ms,
                 }));
-                State::Running {
+                HandoffState::Running {
                     template: to.clone(),
                     since_ms: at,
                 }
@@ -231,47 +241,55 @@ fn transition(state: &State, event: &Event, s: &Settings) -> (State, Vec<Action>
 // ---- transitions ----
 
 /// `t` should hold the baseboard: start it, or hand over to it.
-fn resume(state: &State, t: &str, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> State {
+fn resume(
+    state: &HandoffState,
+    t: &str,
+    at: EpochMs,
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     let retarget = |to: &Option<String>| to.as_deref() != Some(t);
     match state {
-        State::Idle { released_ms } => {
+        HandoffState::Idle { released_ms } => {
             let until = released_ms.map_or(at, |r| at.max(r + s.buffer_ms));
             // The last release carries over: the baseboard's time without
             // a VM is told for a resume long after a power-off too (#52).
             buffer(t, *released_ms, until, at, s, out)
         }
-        State::Failed { .. } => buffer(t, None, at, at, s, out),
-        _ if state.on() == Some(t) && !matches!(state, State::PoweringOff { .. }) => state.clone(),
-        State::Running { template: u, .. } | State::AwaitingReady { to: u, .. } => {
+        HandoffState::Failed { .. } => buffer(t, None, at, at, s, out),
+        _ if state.on() == Some(t) && !matches!(state, HandoffState::PoweringOff { .. }) => {
+            state.clone()
+        }
+        HandoffState::Running { template: u, .. } | HandoffState::AwaitingReady { to: u, .. } => {
             ask_power_off(u, Some(t), false, at, s, out)
         }
         // A VM still booting has nothing to save: destroy it.
-        State::Starting { to: u, .. } => ask_power_off(u, Some(t), true, at, s, out),
-        State::PoweringOff {
+        HandoffState::Starting { to: u, .. } => ask_power_off(u, Some(t), true, at, s, out),
+        HandoffState::PoweringOff {
             from,
             to,
             forced,
             since_ms,
-        } if retarget(to) => State::PoweringOff {
+        } if retarget(to) => HandoffState::PoweringOff {
             from: from.clone(),
             to: Some(t.to_string()),
             forced: *forced,
             since_ms: *since_ms,
         },
-        State::AwaitingRelease {
+        HandoffState::AwaitingRelease {
             from,
             to,
             stopped_ms,
-        } if retarget(to) => State::AwaitingRelease {
+        } if retarget(to) => HandoffState::AwaitingRelease {
             from: from.clone(),
             to: Some(t.to_string()),
             stopped_ms: *stopped_ms,
         },
-        State::Buffer {
+        HandoffState::Buffer {
             to,
             release_confirmed_ms,
             until_ms,
-        } if to != t => State::Buffer {
+        } if to != t => HandoffState::Buffer {
             to: t.to_string(),
             release_confirmed_ms: *release_confirmed_ms,
             until_ms: *until_ms,
@@ -282,20 +300,22 @@ fn resume(state: &State, t: &str, at: EpochMs, s: &Settings, out: &mut Vec<Actio
 
 /// `t` should be off (`hard`: destroyed). Works in every state.
 fn power_off(
-    state: &State,
+    state: &HandoffState,
     t: &str,
     hard: bool,
     at: EpochMs,
-    s: &Settings,
-    out: &mut Vec<Action>,
-) -> State {
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     let mine = |to: &Option<String>| to.as_deref() == Some(t);
     match state {
-        State::Running { template: u, .. } | State::AwaitingReady { to: u, .. } if u == t => {
+        HandoffState::Running { template: u, .. } | HandoffState::AwaitingReady { to: u, .. }
+            if u == t =>
+        {
             ask_power_off(t, None, hard, at, s, out)
         }
-        State::Starting { to: u, .. } if u == t => ask_power_off(t, None, true, at, s, out),
-        State::PoweringOff { from, forced, .. } if from == t => {
+        HandoffState::Starting { to: u, .. } if u == t => ask_power_off(t, None, true, at, s, out),
+        HandoffState::PoweringOff { from, forced, .. } if from == t => {
             if hard && !forced {
                 force(state, at, s, out)
             } else {
@@ -303,31 +323,31 @@ fn power_off(
             }
         }
         // `t` was coming next: it no longer is.
-        State::PoweringOff {
+        HandoffState::PoweringOff {
             from,
             to,
             forced,
             since_ms,
-        } if mine(to) => State::PoweringOff {
+        } if mine(to) => HandoffState::PoweringOff {
             from: from.clone(),
             to: None,
             forced: *forced,
             since_ms: *since_ms,
         },
-        State::AwaitingRelease {
+        HandoffState::AwaitingRelease {
             from,
             to,
             stopped_ms,
-        } if mine(to) => State::AwaitingRelease {
+        } if mine(to) => HandoffState::AwaitingRelease {
             from: from.clone(),
             to: None,
             stopped_ms: *stopped_ms,
         },
-        State::Buffer {
+        HandoffState::Buffer {
             to,
             release_confirmed_ms,
             ..
-        } if to == t => State::Idle {
+        } if to == t => HandoffState::Idle {
             released_ms: *release_confirmed_ms,
         },
         _ => state.clone(),
@@ -339,9 +359,9 @@ fn ask_power_off(
     to: Option<&str>,
     hard: bool,
     at: EpochMs,
-    s: &Settings,
-    out: &mut Vec<Action>,
-) -> State {
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     let template = from.to_string();
     if hard {
         record(
@@ -352,15 +372,15 @@ fn ask_power_off(
             at,
             Some("hard power-off".into()),
         );
-        out.push(Action::Destroy { template });
+        out.push(HandoffAction::Destroy { template });
     } else {
         record(out, Step::PowerOffAsked, Some(from), to, at, None);
-        out.push(Action::Shutdown { template });
+        out.push(HandoffAction::Shutdown { template });
     }
-    out.push(Action::SetTimer {
+    out.push(HandoffAction::SetTimer {
         at_ms: at + s.limits(from).stop_timeout_ms,
     });
-    State::PoweringOff {
+    HandoffState::PoweringOff {
         from: from.to_string(),
         to: to.map(str::to_string),
         forced: hard,
@@ -372,12 +392,12 @@ fn ask_power_off(
 /// already on keeps the baseboard and the newcomer is destroyed; otherwise
 /// `t` is taken as holding it, and powered off if another should.
 fn started_outside(
-    state: &State,
+    state: &HandoffState,
     t: &str,
     at: EpochMs,
-    s: &Settings,
-    out: &mut Vec<Action>,
-) -> State {
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     match state.on() {
         Some(u) if u == t => state.clone(),
         Some(u) => {
@@ -386,7 +406,7 @@ fn started_outside(
             // u, when u is being powered off), so a restart right after
             // this still wants it.
             record(out, Step::Destroyed, Some(t), state.target(), at, Some(why));
-            out.push(Action::Destroy {
+            out.push(HandoffAction::Destroy {
                 template: t.to_string(),
             });
             state.clone()
@@ -394,7 +414,7 @@ fn started_outside(
         None => {
             let why = Some("started outside Astraeus".to_string());
             record(out, Step::Started, None, Some(t), at, why);
-            out.push(Action::Signal(Signal::SliceStarted {
+            out.push(HandoffAction::Signal(Signal::SliceStarted {
                 template: t.to_string(),
                 at_ms: at,
                 dead_time_ms: None,
@@ -402,13 +422,13 @@ fn started_outside(
             match state.target() {
                 Some(next) if next != t => ask_power_off(t, Some(next), false, at, s, out),
                 _ => {
-                    out.push(Action::Probe {
+                    out.push(HandoffAction::Probe {
                         template: t.to_string(),
                     });
-                    out.push(Action::SetTimer {
+                    out.push(HandoffAction::SetTimer {
                         at_ms: at + s.poll(),
                     });
-                    State::AwaitingReady {
+                    HandoffState::AwaitingReady {
                         to: t.to_string(),
                         issued_ms: at,
                         since_ms: at,
@@ -421,8 +441,13 @@ fn started_outside(
 
 /// Destroys the VM being powered off; again after each timeout, in case
 /// libvirt could not (a device busy).
-fn force(state: &State, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> State {
-    let State::PoweringOff {
+fn force(
+    state: &HandoffState,
+    at: EpochMs,
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
+    let HandoffState::PoweringOff {
         from, to, forced, ..
     } = state
     else {
@@ -435,13 +460,13 @@ fn force(state: &State, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> Sta
         format!("did not stop within {} s", timeout / 1000)
     };
     record(out, Step::Forced, Some(from), to.as_deref(), at, Some(why));
-    out.push(Action::Destroy {
+    out.push(HandoffAction::Destroy {
         template: from.clone(),
     });
-    out.push(Action::SetTimer {
+    out.push(HandoffAction::SetTimer {
         at_ms: at + timeout,
     });
-    State::PoweringOff {
+    HandoffState::PoweringOff {
         from: from.clone(),
         to: to.clone(),
         forced: true,
@@ -449,23 +474,30 @@ fn force(state: &State, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> Sta
     }
 }
 
-fn timer(state: &State, at: EpochMs, s: &Settings, out: &mut Vec<Action>) -> State {
+fn timer(
+    state: &HandoffState,
+    at: EpochMs,
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     match state {
-        State::PoweringOff { from, since_ms, .. } => {
+        HandoffState::PoweringOff { from, since_ms, .. } => {
             let deadline = *since_ms + s.limits(from).stop_timeout_ms;
             if at >= deadline {
                 return force(state, at, s, out);
             }
-            out.push(Action::SetTimer { at_ms: deadline });
+            out.push(HandoffAction::SetTimer { at_ms: deadline });
         }
-        State::AwaitingRelease { .. } => check_release_soon(at, s, out),
-        State::Buffer { until_ms, .. } if at >= *until_ms => check_release_soon(at, s, out),
-        State::Buffer { until_ms, .. } => out.push(Action::SetTimer { at_ms: *until_ms }),
-        State::AwaitingReady { to, .. } => {
-            out.push(Action::Probe {
+        HandoffState::AwaitingRelease { .. } => check_release_soon(at, s, out),
+        HandoffState::Buffer { until_ms, .. } if at >= *until_ms => check_release_soon(at, s, out),
+        HandoffState::Buffer { until_ms, .. } => {
+            out.push(HandoffAction::SetTimer { at_ms: *until_ms })
+        }
+        HandoffState::AwaitingReady { to, .. } => {
+            out.push(HandoffAction::Probe {
                 template: to.clone(),
             });
-            out.push(Action::SetTimer {
+            out.push(HandoffAction::SetTimer {
                 at_ms: at + s.poll(),
             });
         }
@@ -480,25 +512,25 @@ pub(super) fn stopped(
     to: Option<String>,
     at: EpochMs,
     why: Option<String>,
-    s: &Settings,
-    out: &mut Vec<Action>,
-) -> State {
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     record(out, Step::Stopped, Some(from), to.as_deref(), at, why);
-    out.push(Action::Signal(Signal::SliceEnded {
+    out.push(HandoffAction::Signal(Signal::SliceEnded {
         template: from.to_string(),
         at_ms: at,
     }));
     check_release_soon(at, s, out);
-    State::AwaitingRelease {
+    HandoffState::AwaitingRelease {
         from: from.to_string(),
         to,
         stopped_ms: at,
     }
 }
 
-pub(super) fn check_release_soon(at: EpochMs, s: &Settings, out: &mut Vec<Action>) {
-    out.push(Action::CheckRelease);
-    out.push(Action::SetTimer {
+pub(super) fn check_release_soon(at: EpochMs, s: &HandoffTimings, out: &mut Vec<HandoffAction>) {
+    out.push(HandoffAction::CheckRelease);
+    out.push(HandoffAction::SetTimer {
         at_ms: at + s.poll(),
     });
 }
@@ -509,15 +541,15 @@ pub(super) fn buffer(
     release_confirmed_ms: Option<EpochMs>,
     until: EpochMs,
     at: EpochMs,
-    s: &Settings,
-    out: &mut Vec<Action>,
-) -> State {
+    s: &HandoffTimings,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     if until <= at {
         check_release_soon(at, s, out);
     } else {
-        out.push(Action::SetTimer { at_ms: until });
+        out.push(HandoffAction::SetTimer { at_ms: until });
     }
-    State::Buffer {
+    HandoffState::Buffer {
         to: to.to_string(),
         release_confirmed_ms,
         until_ms: until,
@@ -525,17 +557,22 @@ pub(super) fn buffer(
 }
 
 /// Only ever called in the step that handled a `Released`.
-fn create(to: &str, released_ms: Option<EpochMs>, at: EpochMs, out: &mut Vec<Action>) -> State {
+fn create(
+    to: &str,
+    released_ms: Option<EpochMs>,
+    at: EpochMs,
+    out: &mut Vec<HandoffAction>,
+) -> HandoffState {
     record(out, Step::StartIssued, None, Some(to), at, None);
-    out.push(Action::Create {
+    out.push(HandoffAction::Create {
         template: to.to_string(),
     });
-    out.push(Action::Signal(Signal::SliceStarted {
+    out.push(HandoffAction::Signal(Signal::SliceStarted {
         template: to.to_string(),
         at_ms: at,
         dead_time_ms: released_ms.map(|r| at - r),
     }));
-    State::Starting {
+    HandoffState::Starting {
         to: to.to_string(),
         attempt: 1,
         issued_ms: at,
@@ -545,10 +582,10 @@ fn create(to: &str, released_ms: Option<EpochMs>, at: EpochMs, out: &mut Vec<Act
 
 /// Why a plain manual resume of `t` is refused: another template holds
 /// the baseboard, or is about to.
-fn holder_other_than(state: &State, t: &str) -> Option<String> {
+fn holder_other_than(state: &HandoffState, t: &str) -> Option<String> {
     let holder = match state {
-        State::Starting { to, .. } | State::AwaitingReady { to, .. } => Some(to),
-        State::Running { template, .. } => Some(template),
+        HandoffState::Starting { to, .. } | HandoffState::AwaitingReady { to, .. } => Some(to),
+        HandoffState::Running { template, .. } => Some(template),
         _ => None,
     };
     if let Some(u) = holder.filter(|u| *u != t) {
@@ -566,14 +603,14 @@ fn holder_other_than(state: &State, t: &str) -> Option<String> {
 }
 
 pub(super) fn record(
-    out: &mut Vec<Action>,
+    out: &mut Vec<HandoffAction>,
     step: Step,
     from: Option<&str>,
     to: Option<&str>,
     at_ms: EpochMs,
     detail: Option<String>,
 ) {
-    out.push(Action::Record(Record {
+    out.push(HandoffAction::Record(Record {
         step,
         from: from.map(str::to_string),
         to: to.map(str::to_string),

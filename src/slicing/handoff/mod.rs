@@ -1,7 +1,7 @@
 //! The handoff interlock of one baseboard as a pure state machine: the
 //! caller feeds [`Event`]s (scheduled actions, libvirt lifecycle events, the
 //! answers to its checks, timers, manual requests) to [`step`] and carries
-//! out the returned [`Action`]s in order. No I/O and no clock: every event
+//! out the returned [`HandoffAction`]s in order. No I/O and no clock: every event
 //! carries its time, the caller's clock when it hands the event over (never
 //! going back), so records come out in time order.
 //!
@@ -9,34 +9,34 @@
 //! STOPPED → release confirmed (no active domain holds the baseboard's
 //! devices) → at least the buffer → create the incoming VM → started →
 //! ready (its readiness probe passes). Exactly one template VM is ever on:
-//! [`Action::Create`] is only ever returned in the step that handles a
+//! [`HandoffAction::Create`] is only ever returned in the step that handles a
 //! [`Event::Released`] (or retries a create that failed, when nothing came
 //! on), and only while the machine holds no VM.
 //!
 //! # Contract with the caller
 //!
-//! - Carry the actions out in the order given: each step's [`Action::Record`]
+//! - Carry the actions out in the order given: each step's [`HandoffAction::Record`]
 //!   comes before the libvirt call it announces, so a daemon killed between
 //!   the two finds the intent in the ledger ([`converge`]).
-//! - [`Action::SetTimer`] replaces the pending wake-up (there is one); when
+//! - [`HandoffAction::SetTimer`] replaces the pending wake-up (there is one); when
 //!   it is due, send [`Event::Timer`]. Stale or early timers are harmless.
-//! - [`Action::CheckRelease`]: if no active domain (template VM or any other)
+//! - [`HandoffAction::CheckRelease`]: if no active domain (template VM or any other)
 //!   holds the baseboard's devices — and no other template VM of this
 //!   baseboard is active, which covers an empty baseboard — send
 //!   [`Event::Released`] at once; otherwise send nothing (the machine asks
 //!   again every `poll_ms`).
-//! - [`Action::Create`]: answer [`Event::Started`] or [`Event::StartFailed`]
+//! - [`HandoffAction::Create`]: answer [`Event::Started`] or [`Event::StartFailed`]
 //!   with libvirt's error. Forward libvirt's STARTED and STOPPED lifecycle
 //!   events of template domains too (a repeat is harmless; a template VM
 //!   started behind the daemon's back is taken in, or destroyed if another
 //!   is on). An event can wait in a queue while the domain changes again,
 //!   so send Stopped only while the domain is inactive and Started only
 //!   while it is active (virDomainIsActive when the event is handled): a
-//!   stale STOPPED must never end the VM created after it. [`Action::Probe`]: probe once (TCP, HTTP, guest
+//!   stale STOPPED must never end the VM created after it. [`HandoffAction::Probe`]: probe once (TCP, HTTP, guest
 //!   agent) and send [`Event::Ready`] if it passed; a template whose
 //!   readiness is libvirt's STARTED answers Ready at once.
-//! - Every [`Action::Record`] goes to the ledger and out as the HandoffStep
-//!   signal; [`Action::Signal`] carries the slice signals.
+//! - Every [`HandoffAction::Record`] goes to the ledger and out as the HandoffStep
+//!   signal; [`HandoffAction::Signal`] carries the slice signals.
 //! - Templates are named, not domains: the caller maps between a template
 //!   and its domain (events for domains of no template are not sent).
 
@@ -63,7 +63,7 @@ pub struct Limits {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub struct HandoffTimings {
     /// 0 starts the incoming VM as soon as the release is confirmed.
     pub buffer_ms: u64,
     pub poll_ms: u64,
@@ -71,9 +71,9 @@ pub struct Settings {
     pub per_template: BTreeMap<String, Limits>,
 }
 
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
+impl Default for HandoffTimings {
+    fn default() -> HandoffTimings {
+        HandoffTimings {
             buffer_ms: DEFAULT_BUFFER_MS,
             poll_ms: DEFAULT_POLL_MS,
             limits: Limits {
@@ -85,7 +85,7 @@ impl Default for Settings {
     }
 }
 
-impl Settings {
+impl HandoffTimings {
     pub fn limits(&self, template: &str) -> Limits {
         self.per_template
             .get(template)
@@ -100,7 +100,7 @@ impl Settings {
 
 /// Where the baseboard's handoff stands. Times are epoch milliseconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum State {
+pub enum HandoffState {
     /// No template VM on. `released_ms`: the last confirmed release, which
     /// the next start's buffer counts from (None: none known).
     Idle { released_ms: Option<EpochMs> },
@@ -151,13 +151,15 @@ pub enum State {
     },
 }
 
-impl State {
+impl HandoffState {
     /// The state once `template` is removed (its VM off or failed): a
     /// failure that was its own goes with it, so a template created again
     /// under the name starts off (#52). The baseboard was free.
-    pub fn without(&self, template: &str) -> State {
+    pub fn without(&self, template: &str) -> HandoffState {
         match self {
-            State::Failed { template: t, .. } if t == template => State::Idle { released_ms: None },
+            HandoffState::Failed { template: t, .. } if t == template => {
+                HandoffState::Idle { released_ms: None }
+            }
             other => other.clone(),
         }
     }
@@ -165,9 +167,9 @@ impl State {
     /// The template whose VM is, or may be, on.
     pub fn on(&self) -> Option<&str> {
         match self {
-            State::PoweringOff { from, .. } => Some(from),
-            State::Starting { to, .. } | State::AwaitingReady { to, .. } => Some(to),
-            State::Running { template, .. } => Some(template),
+            HandoffState::PoweringOff { from, .. } => Some(from),
+            HandoffState::Starting { to, .. } | HandoffState::AwaitingReady { to, .. } => Some(to),
+            HandoffState::Running { template, .. } => Some(template),
             _ => None,
         }
     }
@@ -175,37 +177,41 @@ impl State {
     /// The template that holds the baseboard once the machine settles.
     pub fn target(&self) -> Option<&str> {
         match self {
-            State::Idle { .. } | State::Failed { .. } => None,
-            State::PoweringOff { to, .. } | State::AwaitingRelease { to, .. } => to.as_deref(),
-            State::Buffer { to, .. }
-            | State::Starting { to, .. }
-            | State::AwaitingReady { to, .. } => Some(to),
-            State::Running { template, .. } => Some(template),
+            HandoffState::Idle { .. } | HandoffState::Failed { .. } => None,
+            HandoffState::PoweringOff { to, .. } | HandoffState::AwaitingRelease { to, .. } => {
+                to.as_deref()
+            }
+            HandoffState::Buffer { to, .. }
+            | HandoffState::Starting { to, .. }
+            | HandoffState::AwaitingReady { to, .. } => Some(to),
+            HandoffState::Running { template, .. } => Some(template),
         }
     }
 
     pub fn name(&self) -> &'static str {
         match self {
-            State::Idle { .. } => "idle",
-            State::PoweringOff { .. } => "powering-off",
-            State::AwaitingRelease { .. } => "awaiting-release",
-            State::Buffer { .. } => "buffer",
-            State::Starting { .. } => "starting",
-            State::AwaitingReady { .. } => "awaiting-ready",
-            State::Running { .. } => "running",
-            State::Failed { .. } => "failed",
+            HandoffState::Idle { .. } => "idle",
+            HandoffState::PoweringOff { .. } => "powering-off",
+            HandoffState::AwaitingRelease { .. } => "awaiting-release",
+            HandoffState::Buffer { .. } => "buffer",
+            HandoffState::Starting { .. } => "starting",
+            HandoffState::AwaitingReady { .. } => "awaiting-ready",
+            HandoffState::Running { .. } => "running",
+            HandoffState::Failed { .. } => "failed",
         }
     }
 
     /// One template's VM, as its D-Bus object and the page show it.
     pub fn state_of(&self, template: &str) -> VmState {
         match self {
-            State::PoweringOff { from, .. } if from == template => VmState::Stopping,
-            State::Starting { to, .. } | State::AwaitingReady { to, .. } if to == template => {
+            HandoffState::PoweringOff { from, .. } if from == template => VmState::Stopping,
+            HandoffState::Starting { to, .. } | HandoffState::AwaitingReady { to, .. }
+                if to == template =>
+            {
                 VmState::Starting
             }
-            State::Running { template: t, .. } if t == template => VmState::Running,
-            State::Failed { template: t, .. } if t == template => VmState::Failed,
+            HandoffState::Running { template: t, .. } if t == template => VmState::Running,
+            HandoffState::Failed { template: t, .. } if t == template => VmState::Failed,
             _ if self.target() == Some(template) => VmState::Waiting,
             _ => VmState::Off,
         }
@@ -253,11 +259,11 @@ pub enum Event {
     },
     /// libvirt: the template's domain stopped (STOPPED, or SHUTDOWN→off).
     Stopped { template: String, at_ms: EpochMs },
-    /// The answer to [`Action::CheckRelease`]: nothing holds the devices.
+    /// The answer to [`HandoffAction::CheckRelease`]: nothing holds the devices.
     Released { at_ms: EpochMs },
     /// Force the power-off now (the same as the stop-timeout timer).
     StopTimeout { at_ms: EpochMs },
-    /// The wake-up asked by [`Action::SetTimer`].
+    /// The wake-up asked by [`HandoffAction::SetTimer`].
     Timer { at_ms: EpochMs },
     /// The create returned (libvirt STARTED).
     Started { template: String, at_ms: EpochMs },
@@ -404,7 +410,7 @@ pub enum Signal {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum HandoffAction {
     Record(Record),
     /// virDomainShutdown (ACPI).
     Shutdown {

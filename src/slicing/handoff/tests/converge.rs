@@ -4,11 +4,11 @@
 use super::*;
 
 /// The `destroyed` step among these actions.
-pub(super) fn destroyed_step(actions: &[Action]) -> Record {
+pub(super) fn destroyed_step(actions: &[HandoffAction]) -> Record {
     actions
         .iter()
         .find_map(|a| match a {
-            Action::Record(r) if r.step == Step::Destroyed => Some(r.clone()),
+            HandoffAction::Record(r) if r.step == Step::Destroyed => Some(r.clone()),
             _ => None,
         })
         .expect("the newcomer's destroy is recorded")
@@ -25,14 +25,14 @@ fn record_of(step: Step, from: Option<&str>, to: Option<&str>, at_ms: u64) -> Re
 }
 
 /// Whether `actions` record a start or begin a slice.
-fn starts_a_slice(actions: &[Action]) -> bool {
+fn starts_a_slice(actions: &[HandoffAction]) -> bool {
     actions.iter().any(|a| {
         matches!(
             a,
-            Action::Record(Record {
+            HandoffAction::Record(Record {
                 step: Step::Started,
                 ..
-            }) | Action::Signal(Signal::SliceStarted { .. })
+            }) | HandoffAction::Signal(Signal::SliceStarted { .. })
         )
     })
 }
@@ -57,7 +57,7 @@ fn a_restart_after_a_newcomer_was_destroyed_keeps_the_holder() {
     assert_eq!(want.as_deref(), Some("b"));
     let ready = record_of(Step::Ready, None, Some("b"), 2);
     let (state, actions) = converge(want.as_deref(), &on, Some(&ready), EpochMs(9), &s);
-    assert!(matches!(&state, State::Running { template, .. } if template == "b"));
+    assert!(matches!(&state, HandoffState::Running { template, .. } if template == "b"));
     assert!(actions.is_empty(), "{actions:?}");
 }
 
@@ -71,7 +71,7 @@ fn a_restart_after_a_newcomer_was_destroyed_mid_power_off_finishes_it() {
         at_ms: EpochMs(5),
     };
     for next in [None, Some("c")] {
-        let powering_off = State::PoweringOff {
+        let powering_off = HandoffState::PoweringOff {
             from: "b".into(),
             to: next.map(str::to_string),
             forced: false,
@@ -86,7 +86,7 @@ fn a_restart_after_a_newcomer_was_destroyed_mid_power_off_finishes_it() {
         let asked = record_of(Step::PowerOffAsked, Some("b"), next, 1);
         let (state, actions) = converge(want.as_deref(), &on, Some(&asked), EpochMs(9), &s);
         assert!(
-            matches!(&state, State::PoweringOff { from, to, .. }
+            matches!(&state, HandoffState::PoweringOff { from, to, .. }
                     if from == "b" && to.as_deref() == next),
             "{next:?}: {state:?}"
         );
@@ -109,7 +109,7 @@ fn a_restart_keeps_the_vm_the_ledger_had_on_not_a_newcomer() {
         let asked = record_of(Step::PowerOffAsked, Some("b"), next, 1);
         let (state, actions) = converge(next, &on, Some(&asked), EpochMs(9), &s);
         assert!(
-            matches!(&state, State::PoweringOff { from, to, .. }
+            matches!(&state, HandoffState::PoweringOff { from, to, .. }
                     if from == "b" && to.as_deref() == next),
             "{next:?}: {state:?}"
         );
@@ -138,13 +138,13 @@ fn a_second_vm_found_on_is_destroyed_and_a_restart_after_keeps_the_first() {
     );
     assert_eq!(state.on(), Some("b"));
     // a's slice, if it had one open, ends with it (and only a's).
-    let closed: Vec<&Action> = actions
+    let closed: Vec<&HandoffAction> = actions
         .iter()
-        .filter(|a| matches!(a, Action::CloseSlice { .. }))
+        .filter(|a| matches!(a, HandoffAction::CloseSlice { .. }))
         .collect();
     assert_eq!(
         closed,
-        [&Action::CloseSlice {
+        [&HandoffAction::CloseSlice {
             template: "a".into(),
             at_ms: EpochMs(5),
             error: Some(
@@ -158,7 +158,7 @@ fn a_second_vm_found_on_is_destroyed_and_a_restart_after_keeps_the_first() {
     let found = actions
         .iter()
         .find_map(|a| match a {
-            Action::Record(r) if r.step == Step::Started => Some(r.clone()),
+            HandoffAction::Record(r) if r.step == Step::Started => Some(r.clone()),
             _ => None,
         })
         .expect("b found running");
@@ -185,7 +185,7 @@ fn a_holder_found_off_with_another_on_has_its_slice_ended() {
         let ended = actions
             .iter()
             .position(|a| {
-                a == &Action::Signal(Signal::SliceEnded {
+                a == &HandoffAction::Signal(Signal::SliceEnded {
                     template: "a".into(),
                     at_ms: EpochMs(9),
                 })
@@ -193,21 +193,21 @@ fn a_holder_found_off_with_another_on_has_its_slice_ended() {
             .expect("a's slice ends");
         let stopped = actions
                 .iter()
-                .position(|a| matches!(a, Action::Record(r) if r.step == Step::Stopped && r.from.as_deref() == Some("a")))
+                .position(|a| matches!(a, HandoffAction::Record(r) if r.step == Step::Stopped && r.from.as_deref() == Some("a")))
                 .expect("a's stop recorded");
         let found = actions
                 .iter()
-                .position(|a| matches!(a, Action::Record(r) if r.step == Step::Started && r.to.as_deref() == Some("b")))
+                .position(|a| matches!(a, HandoffAction::Record(r) if r.step == Step::Started && r.to.as_deref() == Some("b")))
                 .expect("b found running");
         assert!(stopped < ended && ended < found, "{actions:?}");
     }
     // b's own start in flight: nothing of a's to end.
     let issued = record_of(Step::StartIssued, Some("a"), Some("b"), 2);
     let (_, actions) = converge(Some("b"), &on, Some(&issued), EpochMs(9), &s);
-    let ends = |actions: &[Action]| {
+    let ends = |actions: &[HandoffAction]| {
         actions
             .iter()
-            .any(|a| matches!(a, Action::Signal(Signal::SliceEnded { .. })))
+            .any(|a| matches!(a, HandoffAction::Signal(Signal::SliceEnded { .. })))
     };
     assert!(!ends(&actions), "{actions:?}");
     // a on as well: destroyed, its slice closed as such, not "found off".
@@ -221,7 +221,7 @@ fn a_holder_found_off_with_another_on_has_its_slice_ended() {
     let stopped = record_of(Step::Stopped, Some("a"), Some("b"), 5);
     let (_, actions) = resume_from(Some(&stopped), Some("b"), EpochMs(9), &s);
     assert!(
-        actions.contains(&Action::CloseSlice {
+        actions.contains(&HandoffAction::CloseSlice {
             template: "a".into(),
             at_ms: EpochMs(5),
             error: None
@@ -233,7 +233,7 @@ fn a_holder_found_off_with_another_on_has_its_slice_ended() {
 #[test]
 fn a_resume_during_a_poweroff_changes_only_who_comes_next() {
     let s = settings(0);
-    let p = State::PoweringOff {
+    let p = HandoffState::PoweringOff {
         from: "a".into(),
         to: Some("b".into()),
         forced: false,
@@ -267,8 +267,11 @@ fn a_restart_closes_the_slice_whose_end_was_recorded() {
     let s = settings(300_000);
     let stopped = rec(Step::Stopped, Some("a"), Some("b"), 7_000);
     let (state, actions) = resume_from(Some(&stopped), None, EpochMs(9_000), &s);
-    assert!(matches!(state, State::AwaitingRelease { .. }), "{state:?}");
-    assert!(actions.contains(&Action::CloseSlice {
+    assert!(
+        matches!(state, HandoffState::AwaitingRelease { .. }),
+        "{state:?}"
+    );
+    assert!(actions.contains(&HandoffAction::CloseSlice {
         template: "a".into(),
         at_ms: EpochMs(7_000),
         error: None
@@ -276,7 +279,7 @@ fn a_restart_closes_the_slice_whose_end_was_recorded() {
     let mut failed = rec(Step::Failed, None, Some("b"), 8_000);
     failed.detail = Some("no such domain".into());
     let (_, actions) = resume_from(Some(&failed), None, EpochMs(9_000), &s);
-    assert!(actions.contains(&Action::CloseSlice {
+    assert!(actions.contains(&HandoffAction::CloseSlice {
         template: "b".into(),
         at_ms: EpochMs(8_000),
         error: Some("no such domain".into())
@@ -291,7 +294,7 @@ fn a_restart_finishes_the_recorded_handoff() {
     let (state, actions) = resume_from(Some(&asked), Some("a"), EpochMs(5_000), &s);
     assert_eq!(
         state,
-        State::PoweringOff {
+        HandoffState::PoweringOff {
             from: "a".into(),
             to: Some("b".into()),
             forced: false,
@@ -301,10 +304,10 @@ fn a_restart_finishes_the_recorded_handoff() {
     assert_eq!(
         actions,
         [
-            Action::Shutdown {
+            HandoffAction::Shutdown {
                 template: "a".into()
             },
-            Action::SetTimer {
+            HandoffAction::SetTimer {
                 at_ms: EpochMs(61_000)
             }
         ]
@@ -313,19 +316,19 @@ fn a_restart_finishes_the_recorded_handoff() {
     let (state, actions) = resume_from(Some(&asked), None, EpochMs(5_000), &s);
     assert!(matches!(
         state,
-        State::AwaitingRelease {
+        HandoffState::AwaitingRelease {
             stopped_ms: EpochMs(5_000),
             ..
         }
     ));
     assert_eq!(steps(&actions), ["stopped"]);
-    assert!(has(&actions, &Action::CheckRelease));
+    assert!(has(&actions, &HandoffAction::CheckRelease));
     // Release was confirmed: the buffer counts from then.
     let released = rec(Step::ReleaseConfirmed, Some("a"), Some("b"), 2_000);
     let (state, actions) = resume_from(Some(&released), None, EpochMs(5_000), &s);
     assert_eq!(
         state,
-        State::Buffer {
+        HandoffState::Buffer {
             to: "b".into(),
             release_confirmed_ms: Some(EpochMs(2_000)),
             until_ms: EpochMs(302_000)
@@ -333,7 +336,7 @@ fn a_restart_finishes_the_recorded_handoff() {
     );
     assert_eq!(
         actions,
-        [Action::SetTimer {
+        [HandoffAction::SetTimer {
             at_ms: EpochMs(302_000)
         }]
     );
@@ -342,24 +345,24 @@ fn a_restart_finishes_the_recorded_handoff() {
     let (state, actions) = resume_from(Some(&issued), None, EpochMs(303_000), &s);
     assert!(matches!(
         state,
-        State::Buffer {
+        HandoffState::Buffer {
             until_ms: EpochMs(303_000),
             ..
         }
     ));
-    assert_eq!(actions[0], Action::CheckRelease);
+    assert_eq!(actions[0], HandoffAction::CheckRelease);
     // It did run: probe it.
     let (state, actions) = resume_from(Some(&issued), Some("b"), EpochMs(303_000), &s);
     assert!(matches!(
         state,
-        State::AwaitingReady {
+        HandoffState::AwaitingReady {
             issued_ms: EpochMs(302_000),
             ..
         }
     ));
     assert!(has(
         &actions,
-        &Action::Probe {
+        &HandoffAction::Probe {
             template: "b".into()
         }
     ));
@@ -384,7 +387,7 @@ fn converge_goes_straight_to_what_is_wanted_now() {
     );
     assert!(matches!(
         &state,
-        State::PoweringOff { from, to: Some(to), .. } if from == "a" && to == "c"
+        HandoffState::PoweringOff { from, to: Some(to), .. } if from == "a" && to == "c"
     ));
     assert_eq!(steps(&actions), ["power-off-asked"]);
     // Nothing wanted: the holder is powered off.
@@ -411,20 +414,22 @@ fn converge_goes_straight_to_what_is_wanted_now() {
     assert_eq!(state.on(), Some("b"));
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "a".into()
         }
     ));
     assert!(!has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "b".into()
         }
     ));
     // Nothing on, something wanted: a release check first, never a create.
     let (state, actions) = converge(Some("b"), &[], None, EpochMs(9_000_000), &s);
-    assert!(matches!(state, State::Buffer { .. }));
-    assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+    assert!(matches!(state, HandoffState::Buffer { .. }));
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, HandoffAction::Create { .. })));
 }
 
 #[test]

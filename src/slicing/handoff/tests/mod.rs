@@ -1,7 +1,7 @@
 use super::*;
 
-fn settings(buffer_ms: u64) -> Settings {
-    Settings {
+fn settings(buffer_ms: u64) -> HandoffTimings {
+    HandoffTimings {
         buffer_ms,
         poll_ms: 1_000,
         limits: Limits {
@@ -16,33 +16,37 @@ fn due(action: Scheduled, t: &str, at_ms: u64) -> Event {
     action.at(t, EpochMs(at_ms))
 }
 
-fn running(t: &str) -> State {
-    State::Running {
+fn running(t: &str) -> HandoffState {
+    HandoffState::Running {
         template: t.into(),
         since_ms: EpochMs(0),
     }
 }
 
-fn steps(actions: &[Action]) -> Vec<&'static str> {
+fn steps(actions: &[HandoffAction]) -> Vec<&'static str> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Record(r) => Some(r.step.as_str()),
+            HandoffAction::Record(r) => Some(r.step.as_str()),
             _ => None,
         })
         .collect()
 }
 
-fn has(actions: &[Action], want: &Action) -> bool {
+fn has(actions: &[HandoffAction], want: &HandoffAction) -> bool {
     actions.contains(want)
 }
 
-fn create(t: &str) -> Action {
-    Action::Create { template: t.into() }
+fn create(t: &str) -> HandoffAction {
+    HandoffAction::Create { template: t.into() }
 }
 
 /// Feeds events in order, returning the last state and all actions.
-fn run(state: State, events: &[Event], s: &Settings) -> (State, Vec<Action>) {
+fn run(
+    state: HandoffState,
+    events: &[Event],
+    s: &HandoffTimings,
+) -> (HandoffState, Vec<HandoffAction>) {
     let mut state = state;
     let mut all = Vec::new();
     for e in events {
@@ -102,32 +106,32 @@ fn a_handoff_runs_every_step_in_order_with_its_timings() {
     );
     assert!(has(
         &actions,
-        &Action::Shutdown {
+        &HandoffAction::Shutdown {
             template: "a".into()
         }
     ));
     assert!(has(
         &actions,
-        &Action::SetTimer {
+        &HandoffAction::SetTimer {
             at_ms: EpochMs(61_000)
         }
     ));
     assert!(has(
         &actions,
-        &Action::SetTimer {
+        &HandoffAction::SetTimer {
             at_ms: EpochMs(322_000)
         }
     ));
     assert!(has(
         &actions,
-        &Action::Signal(Signal::SliceEnded {
+        &HandoffAction::Signal(Signal::SliceEnded {
             template: "a".into(),
             at_ms: EpochMs(21_000)
         })
     ));
     assert!(has(
         &actions,
-        &Action::Signal(Signal::SliceStarted {
+        &HandoffAction::Signal(Signal::SliceStarted {
             template: "b".into(),
             at_ms: EpochMs(322_500),
             dead_time_ms: Some(300_500)
@@ -135,7 +139,7 @@ fn a_handoff_runs_every_step_in_order_with_its_timings() {
     ));
     assert!(has(
         &actions,
-        &Action::Signal(Signal::SliceReady {
+        &HandoffAction::Signal(Signal::SliceReady {
             template: "b".into(),
             at_ms: EpochMs(400_000),
             start_to_ready_ms: 77_500
@@ -143,8 +147,8 @@ fn a_handoff_runs_every_step_in_order_with_its_timings() {
     ));
 }
 
-fn running_since(t: &str, since_ms: u64) -> State {
-    State::Running {
+fn running_since(t: &str, since_ms: u64) -> HandoffState {
+    HandoffState::Running {
         template: t.into(),
         since_ms: EpochMs(since_ms),
     }
@@ -153,7 +157,7 @@ fn running_since(t: &str, since_ms: u64) -> State {
 #[test]
 fn no_create_before_release_or_during_the_buffer() {
     let s = settings(300_000);
-    let off = State::AwaitingRelease {
+    let off = HandoffState::AwaitingRelease {
         from: "a".into(),
         to: Some("b".into()),
         stopped_ms: EpochMs(10_000),
@@ -172,8 +176,10 @@ fn no_create_before_release_or_during_the_buffer() {
         &s,
     );
     assert_eq!(state, off);
-    assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
-    assert!(has(&actions, &Action::CheckRelease));
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, HandoffAction::Create { .. })));
+    assert!(has(&actions, &HandoffAction::CheckRelease));
     // Released inside the buffer: still waiting.
     let (state, actions) = run(
         off,
@@ -189,19 +195,21 @@ fn no_create_before_release_or_during_the_buffer() {
     );
     assert!(matches!(
         state,
-        State::Buffer {
+        HandoffState::Buffer {
             until_ms: EpochMs(312_000),
             ..
         }
     ));
-    assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, HandoffAction::Create { .. })));
 }
 
 #[test]
 fn a_zero_buffer_starts_on_the_release() {
     let s = settings(0);
     let (state, actions) = step(
-        &State::AwaitingRelease {
+        &HandoffState::AwaitingRelease {
             from: "a".into(),
             to: Some("b".into()),
             stopped_ms: EpochMs(5),
@@ -211,7 +219,7 @@ fn a_zero_buffer_starts_on_the_release() {
     );
     assert!(matches!(
         state,
-        State::Starting {
+        HandoffState::Starting {
             attempt: 1,
             issued_ms: EpochMs(7),
             ..
@@ -221,7 +229,7 @@ fn a_zero_buffer_starts_on_the_release() {
     assert!(has(&actions, &create("b")));
     // From idle, a resume checks the release first, then starts.
     let (state, actions) = run(
-        State::Idle { released_ms: None },
+        HandoffState::Idle { released_ms: None },
         &[
             due(Scheduled::Resume, "a", 100),
             Event::Released {
@@ -230,12 +238,12 @@ fn a_zero_buffer_starts_on_the_release() {
         ],
         &s,
     );
-    assert!(matches!(state, State::Starting { .. }));
+    assert!(matches!(state, HandoffState::Starting { .. }));
     assert_eq!(actions[0], requested(Some("a"), 100));
-    assert_eq!(actions[1], Action::CheckRelease);
+    assert_eq!(actions[1], HandoffAction::CheckRelease);
     assert!(has(
         &actions,
-        &Action::Signal(Signal::SliceStarted {
+        &HandoffAction::Signal(Signal::SliceStarted {
             template: "a".into(),
             at_ms: EpochMs(100),
             dead_time_ms: None
@@ -244,7 +252,7 @@ fn a_zero_buffer_starts_on_the_release() {
     // A resume long after a power-off (the seed's usual scheduled
     // pair) tells the time the baseboard had no VM (#52).
     let (_, actions) = run(
-        State::Idle {
+        HandoffState::Idle {
             released_ms: Some(EpochMs(40)),
         },
         &[
@@ -257,7 +265,7 @@ fn a_zero_buffer_starts_on_the_release() {
     );
     assert!(has(
         &actions,
-        &Action::Signal(Signal::SliceStarted {
+        &HandoffAction::Signal(Signal::SliceStarted {
             template: "a".into(),
             at_ms: EpochMs(100),
             dead_time_ms: Some(60)
@@ -269,7 +277,7 @@ fn a_zero_buffer_starts_on_the_release() {
 fn a_resume_soon_after_a_poweroff_waits_out_the_buffer() {
     let s = settings(300_000);
     let (state, actions) = step(
-        &State::Idle {
+        &HandoffState::Idle {
             released_ms: Some(EpochMs(1_000)),
         },
         &due(Scheduled::Resume, "b", 60_000),
@@ -277,7 +285,7 @@ fn a_resume_soon_after_a_poweroff_waits_out_the_buffer() {
     );
     assert_eq!(
         state,
-        State::Buffer {
+        HandoffState::Buffer {
             to: "b".into(),
             release_confirmed_ms: Some(EpochMs(1_000)),
             until_ms: EpochMs(301_000)
@@ -288,7 +296,7 @@ fn a_resume_soon_after_a_poweroff_waits_out_the_buffer() {
         actions,
         [
             requested(Some("b"), 60_000),
-            Action::SetTimer {
+            HandoffAction::SetTimer {
                 at_ms: EpochMs(301_000)
             }
         ]
@@ -348,8 +356,8 @@ fn after_a_restart_the_last_record_says_who_is_wanted() {
     assert_eq!(state.target(), None);
 }
 
-fn requested(to: Option<&str>, at_ms: u64) -> Action {
-    Action::Record(Record {
+fn requested(to: Option<&str>, at_ms: u64) -> HandoffAction {
+    HandoffAction::Record(Record {
         step: Step::Requested,
         from: None,
         to: to.map(str::to_string),
@@ -372,7 +380,7 @@ fn a_guest_that_ignores_acpi_is_destroyed_after_the_timeout() {
     );
     assert_eq!(
         actions,
-        [Action::SetTimer {
+        [HandoffAction::SetTimer {
             at_ms: EpochMs(60_000)
         }]
     );
@@ -383,15 +391,18 @@ fn a_guest_that_ignores_acpi_is_destroyed_after_the_timeout() {
         },
         &s,
     );
-    assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+    assert!(matches!(
+        state,
+        HandoffState::PoweringOff { forced: true, .. }
+    ));
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "a".into()
         }
     ));
     match &actions[0] {
-        Action::Record(r) => {
+        HandoffAction::Record(r) => {
             assert_eq!(r.step, Step::Forced);
             assert_eq!(r.detail.as_deref(), Some("did not stop within 60 s"));
         }
@@ -407,13 +418,13 @@ fn a_guest_that_ignores_acpi_is_destroyed_after_the_timeout() {
     );
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "a".into()
         }
     ));
     // StopTimeout forces at once.
     let (_, actions) = step(
-        &State::PoweringOff {
+        &HandoffState::PoweringOff {
             from: "a".into(),
             to: None,
             forced: false,
@@ -424,7 +435,7 @@ fn a_guest_that_ignores_acpi_is_destroyed_after_the_timeout() {
     );
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "a".into()
         }
     ));
@@ -434,15 +445,18 @@ fn a_guest_that_ignores_acpi_is_destroyed_after_the_timeout() {
 fn poweroff_hard_destroys_and_escalates_a_graceful_one() {
     let s = settings(0);
     let (state, actions) = step(&running("a"), &due(Scheduled::PoweroffHard, "a", 5), &s);
-    assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+    assert!(matches!(
+        state,
+        HandoffState::PoweringOff { forced: true, .. }
+    ));
     assert_eq!(steps(&actions), ["forced"]);
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "a".into()
         }
     ));
-    let graceful = State::PoweringOff {
+    let graceful = HandoffState::PoweringOff {
         from: "a".into(),
         to: None,
         forced: false,
@@ -457,10 +471,13 @@ fn poweroff_hard_destroys_and_escalates_a_graceful_one() {
         },
         &s,
     );
-    assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+    assert!(matches!(
+        state,
+        HandoffState::PoweringOff { forced: true, .. }
+    ));
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "a".into()
         }
     ));
@@ -469,7 +486,7 @@ fn poweroff_hard_destroys_and_escalates_a_graceful_one() {
 #[test]
 fn a_target_that_is_gone_ends_the_handoff_at_once_with_the_baseboard_free() {
     let s = settings(0);
-    let starting = State::Starting {
+    let starting = HandoffState::Starting {
         to: "b".into(),
         attempt: 1,
         issued_ms: EpochMs(0),
@@ -484,7 +501,7 @@ fn a_target_that_is_gone_ends_the_handoff_at_once_with_the_baseboard_free() {
     let error = "target gone: its domain tmpl-b is not defined in libvirt";
     assert_eq!(
         state,
-        State::Failed {
+        HandoffState::Failed {
             template: "b".into(),
             error: error.into(),
             at_ms: EpochMs(5)
@@ -492,10 +509,12 @@ fn a_target_that_is_gone_ends_the_handoff_at_once_with_the_baseboard_free() {
     );
     // No retry: one record, and nothing started.
     assert_eq!(steps(&actions), ["target-gone"]);
-    assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, HandoffAction::Create { .. })));
     assert_eq!(state.on(), None);
     // A restart reads it as a failed slice: no one is wanted, nothing redone.
-    let Action::Record(r) = &actions[0] else {
+    let HandoffAction::Record(r) = &actions[0] else {
         panic!("{actions:?}")
     };
     assert_eq!(Step::parse("target-gone"), Some(Step::TargetGone));
@@ -507,20 +526,20 @@ fn a_target_that_is_gone_ends_the_handoff_at_once_with_the_baseboard_free() {
         at_ms: EpochMs(6),
     };
     assert_eq!(step(&starting, &other, &s).0, starting);
-    let running = State::Running {
+    let running = HandoffState::Running {
         template: "b".into(),
         since_ms: EpochMs(1),
     };
     assert_eq!(step(&running, &gone, &s).0, running);
     // The next resume of an existing template starts normally.
     let (state, _) = step(&state, &due(Scheduled::Resume, "c", 7), &s);
-    assert!(matches!(state, State::Buffer { .. }));
+    assert!(matches!(state, HandoffState::Buffer { .. }));
 }
 
 #[test]
 fn start_failures_are_retried_then_the_slice_fails_and_the_gpu_stays_free() {
     let s = settings(0);
-    let starting = State::Starting {
+    let starting = HandoffState::Starting {
         to: "b".into(),
         attempt: 1,
         issued_ms: EpochMs(0),
@@ -534,7 +553,7 @@ fn start_failures_are_retried_then_the_slice_fails_and_the_gpu_stays_free() {
     let (state, actions) = step(&starting, &fail(EpochMs(1)), &s);
     assert!(matches!(
         state,
-        State::Starting {
+        HandoffState::Starting {
             attempt: 2,
             issued_ms: EpochMs(0),
             ..
@@ -545,7 +564,7 @@ fn start_failures_are_retried_then_the_slice_fails_and_the_gpu_stays_free() {
     let (state, actions) = step(&state, &fail(EpochMs(2)), &s);
     assert_eq!(
         state,
-        State::Failed {
+        HandoffState::Failed {
             template: "b".into(),
             error: "internal error: no IOMMU".into(),
             at_ms: EpochMs(2)
@@ -553,16 +572,18 @@ fn start_failures_are_retried_then_the_slice_fails_and_the_gpu_stays_free() {
     );
     assert_eq!(steps(&actions), ["start-failed", "failed"]);
     match &actions[0] {
-        Action::Record(r) => assert_eq!(
+        HandoffAction::Record(r) => assert_eq!(
             r.detail.as_deref(),
             Some("attempt 2 of 2: internal error: no IOMMU")
         ),
         other => panic!("{other:?}"),
     }
-    assert!(!actions.iter().any(|a| matches!(a, Action::Create { .. })));
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, HandoffAction::Create { .. })));
     // The next slice starts normally.
     let (state, _) = step(&state, &due(Scheduled::Resume, "c", 3), &s);
-    assert!(matches!(state, State::Buffer { .. }));
+    assert!(matches!(state, HandoffState::Buffer { .. }));
     assert_eq!(state.on(), None);
 }
 
@@ -578,13 +599,13 @@ fn a_manual_resume_while_another_holds_is_refused_naming_the_holder() {
     assert_eq!(state, running("a"));
     assert_eq!(
         actions,
-        [Action::Refuse {
+        [HandoffAction::Refuse {
             reason: "template a holds the GPU baseboard; resume b as a handoff to take \
                          it over"
                 .into()
         }]
     );
-    let to_c = State::AwaitingRelease {
+    let to_c = HandoffState::AwaitingRelease {
         from: "a".into(),
         to: Some("c".into()),
         stopped_ms: EpochMs(0),
@@ -592,7 +613,7 @@ fn a_manual_resume_while_another_holds_is_refused_naming_the_holder() {
     let (_, actions) = step(&to_c, &ask(false), &s);
     assert_eq!(
         actions,
-        [Action::Refuse {
+        [HandoffAction::Refuse {
             reason: "the GPU baseboard is being handed over to template c; resume b as \
                          a handoff to take it over"
                 .into()
@@ -602,11 +623,11 @@ fn a_manual_resume_while_another_holds_is_refused_naming_the_holder() {
     let (state, actions) = step(&running("a"), &ask(true), &s);
     assert!(matches!(
         &state,
-        State::PoweringOff { from, to: Some(to), forced: false, .. } if from == "a" && to == "b"
+        HandoffState::PoweringOff { from, to: Some(to), forced: false, .. } if from == "a" && to == "b"
     ));
     assert_eq!(steps(&actions), ["power-off-asked"]);
     // Nobody holds it: a plain resume is fine.
-    let (state, _) = step(&State::Idle { released_ms: None }, &ask(false), &s);
+    let (state, _) = step(&HandoffState::Idle { released_ms: None }, &ask(false), &s);
     assert_eq!(state.target(), Some("b"));
 }
 
@@ -620,7 +641,7 @@ fn poweroff_works_in_every_state() {
     };
     // The incoming one is dropped from a handoff in progress.
     let (state, actions) = step(
-        &State::AwaitingRelease {
+        &HandoffState::AwaitingRelease {
             from: "a".into(),
             to: Some("b".into()),
             stopped_ms: EpochMs(0),
@@ -631,7 +652,7 @@ fn poweroff_works_in_every_state() {
     assert_eq!(state.target(), None);
     assert_eq!(actions, [requested(None, 50)]);
     let (state, _) = step(
-        &State::Buffer {
+        &HandoffState::Buffer {
             to: "b".into(),
             release_confirmed_ms: Some(EpochMs(10)),
             until_ms: EpochMs(99),
@@ -641,13 +662,13 @@ fn poweroff_works_in_every_state() {
     );
     assert_eq!(
         state,
-        State::Idle {
+        HandoffState::Idle {
             released_ms: Some(EpochMs(10))
         }
     );
     // A VM still starting is destroyed.
     let (state, actions) = step(
-        &State::Starting {
+        &HandoffState::Starting {
             to: "b".into(),
             attempt: 1,
             issued_ms: EpochMs(0),
@@ -656,10 +677,13 @@ fn poweroff_works_in_every_state() {
         &off("b"),
         &s,
     );
-    assert!(matches!(state, State::PoweringOff { forced: true, .. }));
+    assert!(matches!(
+        state,
+        HandoffState::PoweringOff { forced: true, .. }
+    ));
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "b".into()
         }
     ));
@@ -673,10 +697,10 @@ fn poweroff_works_in_every_state() {
         },
         &s,
     );
-    assert!(matches!(state, State::AwaitingRelease { .. }));
-    assert!(has(&actions, &Action::CheckRelease));
+    assert!(matches!(state, HandoffState::AwaitingRelease { .. }));
+    assert!(has(&actions, &HandoffAction::CheckRelease));
     // Off already, or not ours: nothing to do, nothing refused.
-    let idle = State::Idle { released_ms: None };
+    let idle = HandoffState::Idle { released_ms: None };
     assert_eq!(step(&idle, &off("a"), &s), (idle.clone(), vec![]));
 }
 
@@ -691,10 +715,13 @@ fn a_vm_that_stops_on_its_own_ends_its_slice() {
         },
         &s,
     );
-    assert!(matches!(state, State::AwaitingRelease { to: None, .. }));
+    assert!(matches!(
+        state,
+        HandoffState::AwaitingRelease { to: None, .. }
+    ));
     assert!(has(
         &actions,
-        &Action::Signal(Signal::SliceEnded {
+        &HandoffAction::Signal(Signal::SliceEnded {
             template: "a".into(),
             at_ms: EpochMs(9)
         })
@@ -702,7 +729,7 @@ fn a_vm_that_stops_on_its_own_ends_its_slice() {
     let (state, actions) = step(&state, &Event::Released { at_ms: EpochMs(10) }, &s);
     assert_eq!(
         state,
-        State::Idle {
+        HandoffState::Idle {
             released_ms: Some(EpochMs(10))
         }
     );
@@ -731,13 +758,13 @@ fn a_vm_started_behind_our_back_is_taken_in_or_sent_away() {
         at_ms: EpochMs(5),
     };
     // Nobody held the baseboard: it holds it now.
-    let (state, actions) = step(&State::Idle { released_ms: None }, &started("a"), &s);
-    assert!(matches!(state, State::AwaitingReady { .. }));
+    let (state, actions) = step(&HandoffState::Idle { released_ms: None }, &started("a"), &s);
+    assert!(matches!(state, HandoffState::AwaitingReady { .. }));
     assert_eq!(state.on(), Some("a"));
     assert_eq!(steps(&actions), ["started"]);
     // b was coming next: a is powered off for it.
     let (state, _) = step(
-        &State::Buffer {
+        &HandoffState::Buffer {
             to: "b".into(),
             release_confirmed_ms: None,
             until_ms: EpochMs(9),
@@ -747,14 +774,14 @@ fn a_vm_started_behind_our_back_is_taken_in_or_sent_away() {
     );
     assert!(matches!(
         &state,
-        State::PoweringOff { from, to: Some(to), .. } if from == "a" && to == "b"
+        HandoffState::PoweringOff { from, to: Some(to), .. } if from == "a" && to == "b"
     ));
     // Another VM is on: the newcomer is destroyed at once.
     let (state, actions) = step(&running("b"), &started("a"), &s);
     assert_eq!(state, running("b"));
     assert!(has(
         &actions,
-        &Action::Destroy {
+        &HandoffAction::Destroy {
             template: "a".into()
         }
     ));
