@@ -373,6 +373,29 @@ fn local_second(t: Timestamp, tz: &TimeZone) -> String {
         .to_string()
 }
 
+/// What a yearly repeat's DAYS mean in dates, in `year`: counted from 0
+/// as OpenNebula's scheduler counts them (its reference says from 1, so a
+/// pasted example lands a day off: said in every dry run, #66). A day the
+/// year lacks (365 outside a leap year) is said to be skipped.
+pub fn yearly_days_in(days: &[u16], year: i16) -> String {
+    let listed: Vec<String> = days.iter().map(u16::to_string).collect();
+    let dates: Vec<String> = days
+        .iter()
+        .map(|&d| {
+            let first = Date::new(year, 1, 1).expect("1 January");
+            match first.with().day_of_year(d as i16 + 1).build() {
+                Ok(date) => date.strftime("%-d %B").to_string(),
+                Err(_) => format!("none (day {d} is only in a leap year)"),
+            }
+        })
+        .collect();
+    format!(
+        "DAYS {} count from 0, as OpenNebula's scheduler counts them: in {year}, {}",
+        listed.join(","),
+        dates.join(", ")
+    )
+}
+
 /// Today in `tz` at `now` (the CLI's default first day).
 pub fn today(now: Timestamp, tz: &TimeZone) -> Date {
     now.to_zoned(tz.clone()).date()
@@ -380,6 +403,19 @@ pub fn today(now: Timestamp, tz: &TimeZone) -> Date {
 
 #[cfg(test)]
 mod tests {
+    /// Yearly DAYS in dates: counted from 0 (1 is 2 January), day 365
+    /// only in a leap year, 59 is 1 March or 29 February.
+    #[test]
+    fn yearly_days_are_told_in_dates_counted_from_0() {
+        let said = super::yearly_days_in(&[0, 1, 59, 365], 2027);
+        assert_eq!(
+            said,
+            "DAYS 0,1,59,365 count from 0, as OpenNebula's scheduler counts them: in 2027, \
+             1 January, 2 January, 1 March, none (day 365 is only in a leap year)"
+        );
+        assert!(super::yearly_days_in(&[59, 365], 2028).ends_with("29 February, 31 December"));
+    }
+
     use super::*;
 
     /// Times read as stored: minutes, and seconds only when there are some

@@ -534,6 +534,31 @@ fn a_readable_weekly_schedule_across_a_dst_change() {
         !manager(a, None, "GetSchedule", &["s", "research"]).ok,
         "nothing saved"
     );
+    // A yearly repeat's dry run says its DAYS in dates, counted from 0 as
+    // OpenNebula's scheduler counts them (#66: its reference says from 1).
+    let yearly = [
+        "schedule",
+        "set",
+        "research",
+        "--yearly",
+        "1,365",
+        "--from",
+        "09:00",
+        "--to",
+        "17:00",
+        "--starting",
+        &starting,
+        "--dry-run",
+    ];
+    let o = ctl(a, None, &yearly);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("DAYS 1,365 count from 0, as OpenNebula's scheduler counts them: in ")
+            && o.stdout.contains("2 January"),
+        "{}",
+        o.stdout
+    );
     // Set it, and read it back through ListSlices (the CLI's --json).
     let o = ctl(a, None, &words);
     assert!(

@@ -1792,3 +1792,46 @@ fn the_command_between_slices_runs_before_the_next_vm_and_a_failure_keeps_it_wai
     eventually("a running again", || template_state(a, "a") == "running");
     assert_eq!(started_at("a").len(), 2);
 }
+
+/// Seed 003's table puts OS disks on networked storage (shared between
+/// hosts) and weights on local storage: a template whose OS disk is on
+/// local storage is taken, and the ledger's events and the journal say so
+/// (#66: nothing said where it lives).
+#[test]
+fn an_os_disk_on_local_storage_is_said() {
+    let dir = open_tempdir();
+    let bus = Bus::session();
+    let d = on_test_driver(&bus, dir.path(), "");
+    let a = &bus.address;
+    let os = dir.path().join("os.img");
+    std::fs::write(&os, b"").unwrap();
+    let xml = format!(
+        "<domain type='test'><name>tmpl-local</name><memory>65536</memory><os><type>hvm</type></os>\
+         <devices><disk type='file' device='disk'><source file='{}'/><target dev='vda'/></disk>\
+         </devices></domain>",
+        os.display()
+    );
+    let spec = serde_json::json!({
+        "name": "local", "workload": {"model": "m", "runtime": "r"},
+        "user": {"kind": "internal", "name": "staff"}, "vm": {"domain_xml": xml},
+        "baseboard": [], "os_disk": os.to_str().unwrap(),
+    });
+    let o = manager(a, None, "CreateTemplate", &["s", &spec.to_string()]);
+    assert!(o.ok, "{}", o.stderr);
+    let db = rusqlite::Connection::open(d.state.join("ledger.db")).unwrap();
+    let note: String = db
+        .query_row(
+            "SELECT detail FROM events WHERE kind = 'template-note'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        note.starts_with(&format!(
+            "template local: its os_disk {} is on local storage (",
+            os.display()
+        )) && note.contains("starts on this host only"),
+        "{note}"
+    );
+    assert!(d.log_text().contains(&note), "{}", d.log_text());
+}

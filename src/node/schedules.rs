@@ -179,6 +179,13 @@ impl Node {
             for line in a.missing_days(rules.now, until, &rules.tz, 10) {
                 notes.push(format!("actions[{i}] ({}): {line}", a.action.as_str()));
             }
+            // A pasted yearly DAYS, in dates (OpenNebula's reference and
+            // its code count them differently).
+            if a.repeat == crate::schedule::Repeat::Yearly {
+                let year = rules.now.to_zoned(rules.tz.clone()).year();
+                let dates = crate::schedule_form::yearly_days_in(&a.days, year);
+                notes.push(format!("actions[{i}] ({}): {dates}", a.action.as_str()));
+            }
         }
         Ok((slices, notes))
     }

@@ -311,8 +311,40 @@ impl Service {
             .add_template(&mut self.node, spec, defined, EpochMs::now())?;
         s.hv.watch_events();
         tracing::info!(template = %name, "template {name} defined");
+        self.note_os_disk_storage(&name);
         self.publish_templates();
         Ok(name)
+    }
+
+    /// Where the template's OS disk lives, against seed 003's table (OS
+    /// disks on networked storage, shared between hosts; weights local):
+    /// one on local storage is said in the ledger's events and the journal
+    /// (not refused: a single host works so, its VM starts here only).
+    fn note_os_disk_storage(&mut self, name: &str) {
+        let os_disk = self
+            .slicing
+            .as_ref()
+            .and_then(|s| s.engine.template(name))
+            .and_then(|d| d.template.os_disk.clone());
+        let Some(os_disk) = os_disk else {
+            return;
+        };
+        let fs = crate::weights::fs_type_of(std::path::Path::new(&os_disk)).unwrap_or_default();
+        if template::is_networked_fs(&fs) {
+            return;
+        }
+        let what = format!(
+            "template {name}: its os_disk {} is on local storage ({fs}); seed 003 keeps OS disks on \
+             networked storage, shared between hosts, so this VM starts on this host only",
+            crate::text::printable(&os_disk)
+        );
+        tracing::info!(template = %name, "{what}");
+        if let Err(e) = self
+            .node
+            .record_event("template-note", &what, EpochMs::now())
+        {
+            tracing::warn!("recording a template's note: {e}");
+        }
     }
 
     pub(super) async fn remove_template(&mut self, name: &str, caller: &Caller) -> Result<()> {
