@@ -278,6 +278,25 @@ fn only_root_may_run_a_vm_unless_config_extends_it_to_the_group() {
     }
 }
 
+/// node.toml letting members of `nogroup` run VMs (`on`), on the test driver.
+fn members_vms(on: bool) -> String {
+    format!(
+        "[access]\ngroup = \"nogroup\"\nvms_for_group = {on}\n\
+         [runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n"
+    )
+}
+
+/// A daemon on a system-like bus whose policy lets anyone call, members'
+/// VMs on ([`members_vms`]), with `env`.
+fn for_members_vms(dir: &Path, env: &[(&str, &str)]) -> (Bus, Daemon) {
+    let open_policy = careless_policy(dir);
+    let bus = Bus::system_like(dir, Some(&open_policy));
+    std::fs::write(dir.join("node.toml"), members_vms(true)).unwrap();
+    std::fs::write(dir.join("majin.toml"), MAJIN_TOML).unwrap();
+    let d = Daemon::start(&bus, dir, &dir.join("majin.toml"), env);
+    (bus, d)
+}
+
 /// The name service's deadline (docs/reliability.md: "NSS 10 s a lookup"),
 /// at a member's launch: a lookup held past it (a stalled LDAP, held by a
 /// failpoint) is asked again a few times, then the worker ends as a launch
@@ -290,19 +309,8 @@ fn a_name_service_that_does_not_answer_fails_a_members_launch_at_its_deadline() 
         return;
     }
     let dir = open_tempdir();
-    let open_policy = careless_policy(dir.path());
-    let bus = Bus::system_like(dir.path(), Some(&open_policy));
-    std::fs::write(
-        dir.path().join("node.toml"),
-        "[access]\ngroup = \"nogroup\"\nvms_for_group = true\n\
-         [runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(
-        &bus,
+    let (bus, d) = for_members_vms(
         dir.path(),
-        &dir.path().join("majin.toml"),
         &[
             ("ASTRAEUS_FAILPOINTS", "launch.membership=pause4000@all"),
             ("ASTRAEUS_CALL_DEADLINE_MS", "300"),
@@ -365,17 +373,7 @@ fn a_vm_queued_before_its_switch_was_turned_off_is_not_started() {
         return;
     }
     let dir = open_tempdir();
-    let open_policy = careless_policy(dir.path());
-    let bus = Bus::system_like(dir.path(), Some(&open_policy));
-    let config = |on: bool| {
-        format!(
-            "[access]\ngroup = \"nogroup\"\nvms_for_group = {on}\n\
-             [runtime]\nlibvirt_uri = \"test:///default\"\n[slicing]\nallow_no_baseboard = true\n"
-        )
-    };
-    std::fs::write(dir.path().join("node.toml"), config(true)).unwrap();
-    std::fs::write(dir.path().join("majin.toml"), MAJIN_TOML).unwrap();
-    let d = Daemon::start(&bus, dir.path(), &dir.path().join("majin.toml"), &[]);
+    let (bus, d) = for_members_vms(dir.path(), &[]);
     let a = bus.address.clone();
     let hog = r#"{"name":"hog","requested_resources":{"gpu_requests":{"count":1}}}"#;
     assert!(manager(&a, None, "SubmitWorker", &["s", hog]).ok);
@@ -387,7 +385,7 @@ fn a_vm_queued_before_its_switch_was_turned_off_is_not_started() {
     );
     assert!(o.ok, "{}", o.stderr);
     assert!(state(&a, "v").contains("pending"));
-    std::fs::write(dir.path().join("node.toml"), config(false)).unwrap();
+    std::fs::write(dir.path().join("node.toml"), members_vms(false)).unwrap();
     d.signal(libc::SIGHUP);
     eventually("reloaded", || d.log_text().contains("node.toml reloaded"));
     assert!(manager(&a, None, "StopWorker", &["s", "hog"]).ok);

@@ -141,7 +141,9 @@ pub fn escape_markup(text: &str) -> String {
 }
 
 /// Whether the server reads markup in bodies (its body-markup capability):
-/// then the body is escaped; one that does not shows it as it is.
+/// then the body is escaped; one that does not shows it as it is. Asked at
+/// each notification (a few a minute at most): the agent runs for months,
+/// and the server behind the name may be replaced meanwhile.
 async fn reads_markup(session: &zbus::Connection) -> bool {
     let asked = session
         .call_method(
